@@ -1,0 +1,1 @@
+"""xlac: ahead-of-time compiler for neural-network inference."""

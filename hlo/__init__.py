@@ -1,0 +1,18 @@
+"""xlac.hlo: the IR (shapes, opcodes, instructions, computations, modules)."""
+from . import dtypes
+from .attributes import (ConvDimensionNumbers, DotDimensionNumbers, GatherDimensionNumbers,
+                         PaddingConfig, SliceSpec, Window)
+from .builder import Builder, scalar_computation
+from .dtypes import DType
+from .errors import XlacError
+from .ir import Computation, Instruction, Module, Signature, TensorSpec
+from .opcodes import Opcode
+from .shape import Shape
+from .shape_inference import ShapeError, infer_shape
+
+__all__ = [
+    "dtypes", "DType", "Shape", "Opcode", "Instruction", "Computation", "Module",
+    "Signature", "TensorSpec", "Builder", "scalar_computation", "infer_shape", "ShapeError",
+    "XlacError", "Window", "ConvDimensionNumbers", "DotDimensionNumbers",
+    "GatherDimensionNumbers", "PaddingConfig", "SliceSpec",
+]

@@ -1,0 +1,186 @@
+"""Instructions, computations and modules.
+
+A Computation holds its instructions in an order where every operand comes
+before its users; ``root`` is its result. A Module holds the computations
+(callees before callers) and the entry computation, plus the signature that
+maps entry parameters / root to the source model's named inputs and outputs.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+
+from .dtypes import DType
+from .opcodes import Opcode
+from .shape import Shape
+
+
+class Instruction:
+    __slots__ = ("opcode", "shape", "operands", "attrs", "called", "literal", "name")
+
+    def __init__(self, opcode: Opcode, shape: Shape, operands: Iterable["Instruction"] = (),
+                 attrs: dict | None = None, called: Iterable["Computation"] = (),
+                 literal: np.ndarray | None = None, name: str | None = None):
+        self.opcode = opcode
+        self.shape = shape
+        self.operands = list(operands)
+        self.attrs = dict(attrs or {})
+        self.called = list(called)
+        self.literal = literal
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"%{self.name} = {self.shape} {self.opcode.text}(...)"
+
+    @property
+    def number(self) -> int:
+        """The parameter number (parameters only)."""
+        return self.attrs["number"]
+
+
+class Computation:
+    def __init__(self, name: str):
+        self.name = name
+        self.instructions: list[Instruction] = []
+        self.root: Instruction | None = None
+        self._names = _NameUniquer()
+
+    # -- building --
+    def add(self, instr: Instruction) -> Instruction:
+        instr.name = self._names.unique(instr.name or instr.opcode.text)
+        self.instructions.append(instr)
+        return instr
+
+    @property
+    def parameters(self) -> list[Instruction]:
+        ps = [i for i in self.instructions if i.opcode is Opcode.PARAMETER]
+        return sorted(ps, key=lambda i: i.attrs["number"])
+
+    def users(self) -> dict[Instruction, list[Instruction]]:
+        """Users of every instruction (computed fresh: passes mutate the graph)."""
+        out: dict[Instruction, list[Instruction]] = {i: [] for i in self.instructions}
+        for i in self.instructions:
+            for o in i.operands:
+                if i not in out[o]:
+                    out[o].append(i)
+        return out
+
+    # -- rewriting --
+    def replace_all_uses(self, old: Instruction, new: Instruction) -> None:
+        for i in self.instructions:
+            i.operands = [new if o is old else o for o in i.operands]
+        if self.root is old:
+            self.root = new
+
+    def replace_instruction(self, old: Instruction, new: Instruction) -> None:
+        """Insert ``new`` (if not present) where ``old`` was, redirect uses, drop ``old``."""
+        if new not in self.instructions:
+            new.name = self._names.unique(new.name or new.opcode.text)
+            self.instructions.insert(self.instructions.index(old), new)
+        self.replace_all_uses(old, new)
+        self.instructions.remove(old)
+        self.sort()
+
+    def remove(self, instr: Instruction) -> None:
+        self.instructions.remove(instr)
+
+    def sort(self) -> None:
+        """Restore def-before-use order, keeping the current order where it is valid."""
+        position = {id(i): n for n, i in enumerate(self.instructions)}
+        done: set[int] = set()
+        order: list[Instruction] = []
+        for start in self.instructions:
+            stack = [(start, 0)]
+            while stack:
+                node, k = stack.pop()
+                if id(node) in done:
+                    continue
+                if k < len(node.operands):
+                    stack.append((node, k + 1))
+                    op = node.operands[k]
+                    if id(op) not in done:
+                        if id(op) not in position:
+                            raise ValueError(f"operand %{op.name} of %{node.name} is not in "
+                                             f"computation {self.name}")
+                        stack.append((op, 0))
+                else:
+                    done.add(id(node))
+                    order.append(node)
+        self.instructions = order
+
+    def reachable(self) -> list[Instruction]:
+        """Instructions the root depends on, in the current order (parameters always kept)."""
+        live: set[int] = {id(self.root)}
+        for i in reversed(self.instructions):
+            if id(i) in live:
+                live.update(id(o) for o in i.operands)
+        return [i for i in self.instructions
+                if id(i) in live or i.opcode is Opcode.PARAMETER]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A named input or output of the source model."""
+    name: str
+    dtype: DType
+    dims: tuple[int, ...]
+
+
+@dataclass
+class Signature:
+    inputs: list[TensorSpec] = field(default_factory=list)    # entry parameter i
+    outputs: list[TensorSpec] = field(default_factory=list)   # root, or tuple element i
+
+
+class Module:
+    def __init__(self, name: str):
+        self.name = name
+        self.computations: list[Computation] = []   # callees before callers; entry last
+        self.entry: Computation | None = None
+        self.signature: Signature | None = None
+        self._names = _NameUniquer()
+
+    def add_computation(self, comp: Computation, entry: bool = False) -> Computation:
+        comp.name = self._names.unique(comp.name)
+        if entry:
+            self.computations.append(comp)
+            self.entry = comp
+        elif self.entry is not None:
+            self.computations.insert(self.computations.index(self.entry), comp)
+        else:
+            self.computations.append(comp)
+        return comp
+
+    def remove_computation(self, comp: Computation) -> None:
+        self.computations.remove(comp)
+
+    @property
+    def output_instructions(self) -> list[Instruction]:
+        """The values of the model's outputs: the root's operands if it is a tuple."""
+        root = self.entry.root
+        if root.opcode is Opcode.TUPLE:
+            return list(root.operands)
+        return [root]
+
+
+class _NameUniquer:
+    """Makes names unique within a scope, XLA-style: add, add.1, add.2..."""
+
+    def __init__(self):
+        self._used: set[str] = set()
+        self._counter = itertools.count(1)
+
+    def unique(self, name: str) -> str:
+        base = re.sub(r"[^A-Za-z0-9_.\-]", "_", name) or "x"
+        if base in self._used:
+            base = re.sub(r"\.\d+$", "", base)
+            cand = f"{base}.{next(self._counter)}"
+            while cand in self._used:
+                cand = f"{base}.{next(self._counter)}"
+            base = cand
+        self._used.add(base)
+        return base

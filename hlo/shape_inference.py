@@ -1,0 +1,346 @@
+"""One shape rule per opcode, following XLA's operation semantics.
+
+``infer_shape(opcode, operand_shapes, attrs, called, result)`` returns the
+result shape. ``result`` is the declared shape for ops whose result cannot be
+derived from operands (parameter, constant, iota, convert, reshape, bitcast,
+broadcast); the rule checks it. The verifier calls the same rules.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from . import dtypes
+from .attributes import Window
+from .opcodes import (BINARY_ELEMENTWISE, COMPARISON_DIRECTIONS, UNARY_ELEMENTWISE, Opcode)
+from .shape import Shape
+
+
+class ShapeError(ValueError):
+    pass
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ShapeError(msg)
+
+
+def _array(s: Shape, what: str) -> Shape:
+    _check(not s.is_tuple, f"{what} must be an array, got {s}")
+    return s
+
+
+def _need_result(result: Shape | None, op: Opcode) -> Shape:
+    _check(result is not None, f"{op.text} needs its result shape")
+    return result
+
+
+# --- rules -----------------------------------------------------------------
+
+def _source(op, ops, attrs, called, result):
+    return _need_result(result, op)
+
+
+def _iota(op, ops, attrs, called, result):
+    r = _need_result(result, op)
+    _check(0 <= attrs["iota_dimension"] < r.rank, f"iota_dimension out of range for {r}")
+    return r
+
+
+def _unary(op, ops, attrs, called, result):
+    (x,) = ops
+    _array(x, op.text)
+    if op is Opcode.CONVERT:
+        r = _need_result(result, op)
+        _check(r.dims == x.dims, f"convert changes dims {x} -> {r}")
+        return r
+    if op is Opcode.IS_FINITE:
+        _check(x.dtype.is_float, "is-finite needs a float operand")
+        return x.with_dtype(dtypes.PRED)
+    if op is Opcode.NOT:
+        _check(not x.dtype.is_float, "not needs an integer or pred operand")
+    return Shape.array(x.dtype, x.dims)
+
+
+def _binary(op, ops, attrs, called, result):
+    a, b = (_array(s, op.text) for s in ops)
+    _check(a.dims == b.dims, f"{op.text} operands differ in dims: {a} vs {b}")
+    _check(a.dtype == b.dtype, f"{op.text} operands differ in type: {a} vs {b}")
+    if op is Opcode.COMPARE:
+        _check(attrs.get("direction") in COMPARISON_DIRECTIONS,
+               f"bad comparison direction {attrs.get('direction')}")
+        return a.with_dtype(dtypes.PRED)
+    return Shape.array(a.dtype, a.dims)
+
+
+def _select(op, ops, attrs, called, result):
+    p, t, f = (_array(s, op.text) for s in ops)
+    _check(p.dtype == dtypes.PRED, "select predicate must be pred")
+    _check(t.dims == f.dims == p.dims and t.dtype == f.dtype,
+           f"select operands disagree: {p}, {t}, {f}")
+    return Shape.array(t.dtype, t.dims)
+
+
+def _clamp(op, ops, attrs, called, result):
+    lo, x, hi = (_array(s, op.text) for s in ops)
+    for b in (lo, hi):
+        _check(b.dtype == x.dtype and (b.rank == 0 or b.dims == x.dims),
+               f"clamp bound {b} does not fit operand {x}")
+    return Shape.array(x.dtype, x.dims)
+
+
+def _reshape(op, ops, attrs, called, result):
+    (x,) = ops
+    r = _need_result(result, op)
+    _check(r.num_elements == _array(x, op.text).num_elements,
+           f"{op.text} changes element count: {x} -> {r}")
+    _check(r.dtype == x.dtype, f"{op.text} changes element type: {x} -> {r}")
+    return r
+
+
+def _copy(op, ops, attrs, called, result):
+    (x,) = ops
+    return x
+
+
+def _broadcast(op, ops, attrs, called, result):
+    (x,) = ops
+    r = _need_result(result, op)
+    dims = attrs["dimensions"]
+    _check(len(dims) == x.rank, f"broadcast dimensions {dims} do not match operand {x}")
+    _check(len(set(dims)) == len(dims) and list(dims) == sorted(dims),
+           f"broadcast dimensions {dims} must be increasing")
+    for i, d in enumerate(dims):
+        _check(0 <= d < r.rank and x.dims[i] in (1, r.dims[d]),
+               f"broadcast of {x} to {r} along {dims} is invalid")
+    _check(r.dtype == x.dtype, "broadcast changes element type")
+    return r
+
+
+def _transpose(op, ops, attrs, called, result):
+    (x,) = ops
+    perm = attrs["dimensions"]
+    _check(sorted(perm) == list(range(x.rank)), f"transpose {perm} is no permutation of {x}")
+    return x.with_dims([x.dims[p] for p in perm])
+
+
+def _reverse(op, ops, attrs, called, result):
+    (x,) = ops
+    _check(all(0 <= d < x.rank for d in attrs["dimensions"]), "reverse dimension out of range")
+    return Shape.array(x.dtype, x.dims)
+
+
+def _slice(op, ops, attrs, called, result):
+    (x,) = ops
+    s = attrs["slice"]
+    _check(len(s.starts) == len(s.limits) == len(s.strides) == x.rank,
+           f"slice rank does not match {x}")
+    dims = []
+    for d, (a, b, st) in enumerate(zip(s.starts, s.limits, s.strides)):
+        _check(0 <= a <= b <= x.dims[d] and st >= 1, f"slice [{a}:{b}:{st}] out of {x}")
+        dims.append((b - a + st - 1) // st)
+    return x.with_dims(dims)
+
+
+def _concatenate(op, ops, attrs, called, result):
+    _check(len(ops) >= 1, "concatenate needs operands")
+    d = attrs["dimension"]
+    first = ops[0]
+    _check(0 <= d < first.rank, f"concatenate dimension {d} out of range")
+    total = 0
+    for s in ops:
+        _check(s.dtype == first.dtype and s.rank == first.rank and all(
+            s.dims[i] == first.dims[i] for i in range(s.rank) if i != d),
+            f"concatenate operands disagree: {first} vs {s}")
+        total += s.dims[d]
+    dims = list(first.dims)
+    dims[d] = total
+    return first.with_dims(dims)
+
+
+def _pad(op, ops, attrs, called, result):
+    x, v = ops
+    _check(v.rank == 0 and v.dtype == x.dtype, "pad value must be a scalar of the operand type")
+    p = attrs["padding"]
+    _check(len(p.low) == len(p.high) == len(p.interior) == x.rank, "padding rank mismatch")
+    dims = []
+    for n, lo, hi, it in zip(x.dims, p.low, p.high, p.interior):
+        _check(it >= 0, "negative interior padding")
+        size = lo + hi + n + max(n - 1, 0) * it
+        _check(size >= 0, "padding leaves a negative size")
+        dims.append(size)
+    return x.with_dims(dims)
+
+
+def _dot(op, ops, attrs, called, result):
+    a, b = ops
+    dn = attrs["dimension_numbers"]
+    _check(a.dtype == b.dtype, f"dot operands differ in type: {a} vs {b}")
+    _check(len(dn.lhs_batch) == len(dn.rhs_batch), "dot batch dims differ in count")
+    _check(len(dn.lhs_contracting) == len(dn.rhs_contracting), "dot contracting dims differ")
+    for la, rb in zip(dn.lhs_batch, dn.rhs_batch):
+        _check(a.dims[la] == b.dims[rb], "dot batch dims differ in size")
+    for la, rb in zip(dn.lhs_contracting, dn.rhs_contracting):
+        _check(a.dims[la] == b.dims[rb], f"dot contracting dims differ in size: {a} . {b}")
+    lhs_free = [d for d in range(a.rank) if d not in dn.lhs_batch + dn.lhs_contracting]
+    rhs_free = [d for d in range(b.rank) if d not in dn.rhs_batch + dn.rhs_contracting]
+    dims = ([a.dims[d] for d in dn.lhs_batch] + [a.dims[d] for d in lhs_free]
+            + [b.dims[d] for d in rhs_free])
+    return a.with_dims(dims)
+
+
+def window_output_size(n: int, w: Window, i: int) -> int:
+    """Output extent of a window along dimension i over an input extent n."""
+    base = (n - 1) * w.lhs_dilation[i] + 1 if n > 0 else 0
+    padded = base + w.pad_low[i] + w.pad_high[i]
+    eff = (w.size[i] - 1) * w.rhs_dilation[i] + 1
+    if padded < eff:
+        return 0
+    return (padded - eff) // w.stride[i] + 1
+
+
+def _convolution(op, ops, attrs, called, result):
+    x, k = ops
+    w, dn = attrs["window"], attrs["dimension_numbers"]
+    fg, bg = attrs.get("feature_group_count", 1), attrs.get("batch_group_count", 1)
+    nsp = len(dn.input_spatial)
+    _check(x.dtype == k.dtype, "convolution operands differ in type")
+    _check(x.rank == k.rank == nsp + 2 and w.rank == nsp, "convolution rank mismatch")
+    cin = x.dims[dn.input_feature]
+    _check(cin % fg == 0 and k.dims[dn.kernel_input] * fg == cin,
+           f"kernel input features {k.dims[dn.kernel_input]} x groups {fg} != {cin}")
+    cout = k.dims[dn.kernel_output]
+    _check(cout % fg == 0 and cout % bg == 0, "output features not divisible by group count")
+    _check(x.dims[dn.input_batch] % bg == 0, "batch not divisible by batch_group_count")
+    for i in range(nsp):
+        _check(k.dims[dn.kernel_spatial[i]] == w.size[i], "window size != kernel size")
+    dims = [0] * (nsp + 2)
+    dims[dn.output_batch] = x.dims[dn.input_batch] // bg
+    dims[dn.output_feature] = cout
+    for i in range(nsp):
+        dims[dn.output_spatial[i]] = window_output_size(x.dims[dn.input_spatial[i]], w, i)
+    return x.with_dims(dims)
+
+
+def _reduction_computation_check(called, n, dtypes_):
+    _check(len(called) == 1, "reduction needs one to_apply computation")
+    params = called[0].parameters
+    _check(len(params) == 2 * n, f"to_apply must take {2 * n} scalar parameters")
+
+
+def _reduce(op, ops, attrs, called, result):
+    n = len(ops) // 2
+    _check(len(ops) == 2 * n and n >= 1, "reduce takes N operands and N init values")
+    xs, inits = ops[:n], ops[n:]
+    dims = attrs["dimensions"]
+    _reduction_computation_check(called, n, [x.dtype for x in xs])
+    for x, i in zip(xs, inits):
+        _check(x.dims == xs[0].dims, "reduce operands differ in dims")
+        _check(i.rank == 0 and i.dtype == x.dtype, "reduce init must be a scalar of the type")
+    _check(all(0 <= d < xs[0].rank for d in dims) and len(set(dims)) == len(dims),
+           f"bad reduce dimensions {dims}")
+    outs = [x.with_dims([s for d, s in enumerate(x.dims) if d not in dims]) for x in xs]
+    return outs[0] if n == 1 else Shape.tuple_(outs)
+
+
+def _reduce_window(op, ops, attrs, called, result):
+    n = len(ops) // 2
+    _check(len(ops) == 2 * n and n >= 1, "reduce-window takes N operands and N init values")
+    xs, inits = ops[:n], ops[n:]
+    w = attrs["window"]
+    _reduction_computation_check(called, n, [x.dtype for x in xs])
+    _check(w.rank == xs[0].rank, "reduce-window window rank != operand rank")
+    for x, i in zip(xs, inits):
+        _check(i.rank == 0 and i.dtype == x.dtype, "reduce-window init must be a scalar")
+    outs = [x.with_dims([window_output_size(x.dims[d], w, d) for d in range(x.rank)])
+            for x in xs]
+    return outs[0] if n == 1 else Shape.tuple_(outs)
+
+
+def _gather(op, ops, attrs, called, result):
+    x, idx = ops
+    dn, sizes = attrs["dimension_numbers"], attrs["slice_sizes"]
+    _check(idx.dtype.is_integer, "gather indices must be integers")
+    _check(len(sizes) == x.rank, "slice_sizes rank != operand rank")
+    _check(all(0 <= s <= n for s, n in zip(sizes, x.dims)), "slice_sizes exceed operand")
+    _check(all(sizes[d] <= 1 for d in dn.collapsed_slice_dims), "collapsed dims must be size 1")
+    ivd = dn.index_vector_dim
+    idx_dims = list(idx.dims)
+    if ivd < idx.rank:
+        _check(idx_dims[ivd] == len(dn.start_index_map), "index vector length mismatch")
+        batch = idx_dims[:ivd] + idx_dims[ivd + 1:]
+    else:
+        _check(len(dn.start_index_map) == 1, "implicit index vector needs one start index")
+        batch = idx_dims
+    offsets = [s for d, s in enumerate(sizes) if d not in dn.collapsed_slice_dims]
+    rank = len(batch) + len(offsets)
+    _check(len(dn.offset_dims) == len(offsets), "offset_dims count mismatch")
+    dims, bi, oi = [], 0, 0
+    for d in range(rank):
+        if d in dn.offset_dims:
+            dims.append(offsets[oi]); oi += 1
+        else:
+            dims.append(batch[bi]); bi += 1
+    return x.with_dims(dims)
+
+
+def _fusion(op, ops, attrs, called, result):
+    _check(len(called) == 1, "fusion calls one computation")
+    params = called[0].parameters
+    _check(len(params) == len(ops), "fusion operand count != fused parameters")
+    for p, s in zip(params, ops):
+        _check(p.shape.dims == s.dims and p.shape.dtype == s.dtype,
+               f"fusion operand {s} does not match parameter {p.shape}")
+    return called[0].root.shape
+
+
+def _tuple(op, ops, attrs, called, result):
+    return Shape.tuple_(ops)
+
+
+def _get_tuple_element(op, ops, attrs, called, result):
+    (t,) = ops
+    _check(t.is_tuple and 0 <= attrs["index"] < len(t.tuple_shapes), "bad tuple index")
+    return t.tuple_shapes[attrs["index"]]
+
+
+def _ternary(op, ops, attrs, called, result):
+    return (_select if op is Opcode.SELECT else _clamp)(op, ops, attrs, called, result)
+
+
+RULES: dict[Opcode, Callable] = {
+    Opcode.PARAMETER: _source,
+    Opcode.CONSTANT: _source,
+    Opcode.IOTA: _iota,
+    **{op: _unary for op in UNARY_ELEMENTWISE},
+    **{op: _binary for op in BINARY_ELEMENTWISE},
+    Opcode.SELECT: _ternary,
+    Opcode.CLAMP: _ternary,
+    Opcode.BITCAST: _reshape,
+    Opcode.RESHAPE: _reshape,
+    Opcode.BROADCAST: _broadcast,
+    Opcode.CONCATENATE: _concatenate,
+    Opcode.COPY: _copy,
+    Opcode.GATHER: _gather,
+    Opcode.PAD: _pad,
+    Opcode.REVERSE: _reverse,
+    Opcode.SLICE: _slice,
+    Opcode.TRANSPOSE: _transpose,
+    Opcode.CONVOLUTION: _convolution,
+    Opcode.DOT: _dot,
+    Opcode.REDUCE: _reduce,
+    Opcode.REDUCE_WINDOW: _reduce_window,
+    Opcode.FUSION: _fusion,
+    Opcode.GET_TUPLE_ELEMENT: _get_tuple_element,
+    Opcode.TUPLE: _tuple,
+}
+
+
+def infer_shape(opcode: Opcode, operand_shapes, attrs=None, called=(), result=None) -> Shape:
+    attrs = attrs or {}
+    if opcode.arity >= 0:
+        _check(len(operand_shapes) == opcode.arity,
+               f"{opcode.text} takes {opcode.arity} operands, got {len(operand_shapes)}")
+    for a in opcode.attrs:
+        if a not in attrs and a not in ("feature_group_count", "batch_group_count"):
+            raise ShapeError(f"{opcode.text} is missing attribute '{a}'")
+    return RULES[opcode](opcode, list(operand_shapes), attrs, list(called), result)
