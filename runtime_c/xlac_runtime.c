@@ -1,0 +1,21 @@
+/* xlac runtime: the C functions objects and drivers may call. C99. */
+#include "xlac_runtime.h"
+
+const char *xlac_status_string(int status) {
+  switch (status) {
+    case XLAC_OK: return "ok";
+    case XLAC_ERROR_NULL_ARGUMENT: return "a required pointer argument is NULL";
+    case XLAC_ERROR_ARENA_ALIGNMENT: return "the arena is not aligned to NAME_ARENA_ALIGN";
+    default: return "unknown xlac status";
+  }
+}
+
+size_t xlac_dtype_size(int32_t dtype) {
+  switch (dtype) {
+    case XLAC_PRED: case XLAC_S8: case XLAC_U8: return 1;
+    case XLAC_S16: case XLAC_U16: case XLAC_F16: case XLAC_BF16: return 2;
+    case XLAC_S32: case XLAC_U32: case XLAC_F32: return 4;
+    case XLAC_S64: case XLAC_U64: case XLAC_F64: return 8;
+    default: return 0;
+  }
+}

@@ -1,0 +1,74 @@
+/* xlac runtime: types shared by every compiled model and its callers.
+ *
+ * C99, no dependencies beyond <stdint.h> and <stddef.h>. A model's header
+ * includes this file for the descriptor types; xlac_runtime.c holds the few
+ * functions an object may call (see the model header's opening comment for
+ * which, if any, that object needs).
+ */
+#ifndef XLAC_RUNTIME_H
+#define XLAC_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Element types; the numbering is part of the ABI. */
+typedef enum xlac_dtype {
+  XLAC_PRED = 0,
+  XLAC_S8 = 1,
+  XLAC_S16 = 2,
+  XLAC_S32 = 3,
+  XLAC_S64 = 4,
+  XLAC_U8 = 5,
+  XLAC_U16 = 6,
+  XLAC_U32 = 7,
+  XLAC_U64 = 8,
+  XLAC_F16 = 9,
+  XLAC_BF16 = 10,
+  XLAC_F32 = 11,
+  XLAC_F64 = 12
+} xlac_dtype;
+
+/* Status codes returned by NAME_run and NAME_run_v. */
+typedef enum xlac_status {
+  XLAC_OK = 0,
+  XLAC_ERROR_NULL_ARGUMENT = 1,   /* an input, output or (non-empty) arena pointer is NULL */
+  XLAC_ERROR_ARENA_ALIGNMENT = 2  /* the arena is not aligned to NAME_ARENA_ALIGN */
+} xlac_status;
+
+/* One input or output of a model. */
+typedef struct xlac_tensor_info {
+  const char *name;      /* name in the source model (ONNX tensor name) */
+  const char *c_name;    /* the C identifier used in NAME_run's parameter list */
+  int32_t dtype;         /* an xlac_dtype */
+  int32_t rank;
+  const int64_t *dims;   /* rank entries, row-major (C order) */
+  uint64_t size_bytes;   /* bytes of the dense buffer */
+} xlac_tensor_info;
+
+/* Everything a generic driver needs to call NAME_run_v. */
+typedef struct xlac_model_info {
+  const char *name;             /* NAME, the symbol prefix */
+  const char *target_triple;    /* what the object was built for */
+  const char *target_cpu;
+  const char *target_features;
+  uint64_t arena_size;          /* == NAME_ARENA_SIZE */
+  uint64_t arena_align;         /* == NAME_ARENA_ALIGN */
+  int32_t num_inputs;
+  int32_t num_outputs;
+  const xlac_tensor_info *inputs;
+  const xlac_tensor_info *outputs;
+} xlac_model_info;
+
+/* Helpers from xlac_runtime.c (optional for callers). */
+const char *xlac_status_string(int status);
+size_t xlac_dtype_size(int32_t dtype);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* XLAC_RUNTIME_H */
