@@ -1,0 +1,21 @@
+"""xlac.optimizer: passes, pipelines, memory scheduling and buffer assignment."""
+from .algebraic_simplifier import AlgebraicSimplifier
+from .buffer_assignment import BufferAssignment, BufferLocation, assign_buffers
+from .constant_folding import ConstantFolding
+from .cse import CommonSubexpressionElimination
+from .dce import DeadCodeElimination
+from .fusion import InstructionFusion
+from .heap_simulator import simulate_peak
+from .optimize import make_pipeline, optimize
+from .pipeline import Pass, Pipeline
+from .scheduling import (DEFAULT_SCHEDULERS, DefinitionOrderScheduler, ListScheduler,
+                         PostOrderScheduler, Scheduler, check_order, schedule)
+
+__all__ = [
+    "Pass", "Pipeline", "optimize", "make_pipeline",
+    "AlgebraicSimplifier", "ConstantFolding", "CommonSubexpressionElimination",
+    "DeadCodeElimination", "InstructionFusion",
+    "schedule", "Scheduler", "DefinitionOrderScheduler", "PostOrderScheduler",
+    "ListScheduler", "DEFAULT_SCHEDULERS", "check_order", "simulate_peak",
+    "assign_buffers", "BufferAssignment", "BufferLocation",
+]

@@ -10,17 +10,34 @@ Contract with the emitter (xlac.emitter):
       space 'constant' -> the read-only global the emitter makes for that constant
       space 'none'     -> no storage (tuples)
     Views (reshape, bitcast) and get-tuple-element share their operand's location.
+    A get-tuple-element of a tuple instruction is located where that element is;
+    of a tuple-shaped op (a multi-output reduce), which owns one buffer holding
+    its elements in order, each at a multiple of ``alignment``, it is located at
+    the op's offset plus ``aliasing.tuple_element_offset(shape, index, alignment)``.
   - Model output k is ``module.output_instructions[k]``; if its location is not
     ('output', k, 0) the emitter copies it there at the end (a parameter or a
     constant returned directly, or one value returned twice).
+  - ``scratch[instr]`` (arena) is temporary memory for that instruction's kernel,
+    valid only while it runs, for the instructions the ``scratch`` callback asked for.
+  - Arena buffers whose lifetimes overlap never share bytes: a buffer is live
+    from its defining instruction to its last reader (readers of its views
+    included), so a result never overlaps its operands. Every arena offset is a
+    multiple of ``alignment``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Hashable
 
 from ..hlo import Instruction, Module, Opcode
+from .aliasing import (VIEW_OPCODES, align_up, output_slots, root_of_view,
+                       tuple_element_offset)
+from .heap_simulator import (PACKING_ORDERS, BestFitHeap, HeapResult, PeakHeap, Scratch,
+                             ScratchFn, heap_events, simulate)
+from .scheduling import check_order
 
-VIEW_OPCODES = frozenset({Opcode.RESHAPE, Opcode.BITCAST})
+__all__ = ["BufferLocation", "BufferAssignment", "assign_buffers", "align_up",
+           "root_of_view", "VIEW_OPCODES"]
 
 
 @dataclass(frozen=True)
@@ -39,48 +56,60 @@ class BufferAssignment:
     naive_bytes: int = 0          # sum of all arena-resident buffers, no reuse
     lower_bound: int = 0          # max bytes live at once for ``order``
     stats: dict = field(default_factory=dict)
+    scratch: dict[Instruction, BufferLocation] = field(default_factory=dict)
 
     def location(self, instr: Instruction) -> BufferLocation:
         return self.locations[instr]
 
 
-def align_up(n: int, a: int) -> int:
-    return (n + a - 1) // a * a
-
-
-def root_of_view(instr: Instruction) -> Instruction:
-    while instr.opcode in VIEW_OPCODES:
-        instr = instr.operands[0]
-    return instr
-
-
 def assign_buffers(module: Module, order: list[Instruction] | None = None,
-                   alignment: int = 64) -> BufferAssignment:
-    """Place every value; arena buffers get their own slot (no reuse yet)."""
-    comp = module.entry
-    order = list(order or comp.instructions)
-    outputs = module.output_instructions
-    out_slot: dict[Instruction, int] = {}
-    for k, o in enumerate(outputs):
-        r = root_of_view(o)
-        if r.opcode not in (Opcode.PARAMETER, Opcode.CONSTANT) and r not in out_slot:
-            out_slot[r] = k
+                   alignment: int = 64, scratch: ScratchFn | None = None) -> BufferAssignment:
+    """Place every value of ``order`` (default: the entry's order) and pack the arena.
+
+    The arena is packed by global best fit under each of ``PACKING_ORDERS``;
+    the smallest result is kept (``stats['packing']`` names it).
+    """
+    order = list(order if order is not None else module.entry.instructions)
+    check_order(module, order)
+    events = heap_events(module, order, alignment, scratch)
+    packings = {name: simulate(events, BestFitHeap(alignment, key))
+                for name, key in PACKING_ORDERS.items()}
+    best = min(packings, key=lambda name: packings[name].size)
+    heap: HeapResult = packings[best]
+    exact = heap_events(module, order, 1, scratch)     # unpadded sizes
+    lower_bound = simulate(exact, PeakHeap()).size
+
+    slots = output_slots(module)
     locs: dict[Instruction, BufferLocation] = {}
-    arena = 0
-    naive = 0
     for i in order:
-        if i.opcode is Opcode.PARAMETER:
-            locs[i] = BufferLocation("input", i.number)
-        elif i.opcode is Opcode.CONSTANT:
-            locs[i] = BufferLocation("constant")
-        elif i.opcode is Opcode.TUPLE:
-            locs[i] = BufferLocation("none")
-        elif i.opcode in VIEW_OPCODES:
-            locs[i] = locs[i.operands[0]]
-        elif i in out_slot:
-            locs[i] = BufferLocation("output", out_slot[i])
-        else:
-            locs[i] = BufferLocation("arena", arena)
-            arena = align_up(arena + i.shape.byte_size, alignment)
-            naive += i.shape.byte_size
-    return BufferAssignment(order, locs, arena, alignment, naive, naive)
+        locs[i] = _location(i, locs, slots, heap.offsets, alignment)
+    scratch_locs = {key.instr: BufferLocation("arena", 0, off)
+                    for key, off in heap.offsets.items() if isinstance(key, Scratch)}
+    stats = {"packing": best, **{f"arena_{name}": r.size for name, r in packings.items()}}
+    naive = sum(e.size for e in exact if e.kind == "alloc")
+    return BufferAssignment(order, locs, heap.size, alignment, naive_bytes=naive,
+                            lower_bound=lower_bound, stats=stats, scratch=scratch_locs)
+
+
+def _location(i: Instruction, locs: dict[Instruction, BufferLocation],
+              slots: dict[Instruction, int], offsets: dict[Hashable, int],
+              alignment: int) -> BufferLocation:
+    if i.opcode is Opcode.PARAMETER:
+        return BufferLocation("input", i.number)
+    if i.opcode is Opcode.CONSTANT:
+        return BufferLocation("constant")
+    if i.opcode is Opcode.TUPLE:
+        return BufferLocation("none")
+    if i.opcode in VIEW_OPCODES:
+        return locs[i.operands[0]]
+    if i.opcode is Opcode.GET_TUPLE_ELEMENT:
+        t, k = i.operands[0], i.attrs["index"]
+        if t.opcode is Opcode.TUPLE:
+            return locs[t.operands[k]]
+        base = locs[t]
+        return BufferLocation(base.space, base.index,
+                              base.offset + tuple_element_offset(t.shape, k, alignment))
+    if i in slots:
+        return BufferLocation("output", slots[i])
+    # Zero-byte buffers take no part in packing; any offset will do.
+    return BufferLocation("arena", 0, offsets.get(i, 0))

@@ -1,0 +1,224 @@
+"""Algebraic simplification: local rewrites that remove work without changing values.
+
+``RULES`` maps an opcode to its rewrite rules. A rule takes the instruction and
+returns the instruction that replaces it (an existing one, or a new one not yet
+in the computation), or None when it does not apply. A replacement always has
+exactly the instruction's shape, layout included. Each rule states its algebra.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ..hlo import Computation, Instruction, Module, Opcode
+
+Rule = Callable[[Instruction], "Instruction | None"]
+
+
+class AlgebraicSimplifier:
+    name = "algsimp"
+
+    def run(self, module: Module) -> bool:
+        changed = False
+        for comp in module.computations:
+            changed |= _simplify_computation(comp)
+        return changed
+
+
+def _simplify_computation(comp: Computation) -> bool:
+    changed = False
+    for instr in list(comp.instructions):
+        if instr not in comp.instructions:       # dropped by an earlier rewrite
+            continue
+        for rule in RULES.get(instr.opcode, ()):
+            new = rule(instr)
+            if new is not None:
+                comp.replace_instruction(instr, new)
+                changed = True
+                break
+    return changed
+
+
+# --- recognising constants ------------------------------------------------------
+
+def splat_value(instr: Instruction):
+    """The single value of every element of ``instr`` if it is a constant with all
+    elements equal, or a broadcast / reshape of one; else None."""
+    while instr.opcode in (Opcode.BROADCAST, Opcode.RESHAPE, Opcode.BITCAST):
+        instr = instr.operands[0]
+    if instr.opcode is not Opcode.CONSTANT or instr.literal.size == 0:
+        return None
+    flat = instr.literal.reshape(-1)
+    first = flat[0]
+    # Compare bytes, not values: -0.0 == 0.0 and NaN != NaN would mislead.
+    if not (flat.view(np.uint8).reshape(flat.size, -1) == flat[:1].view(np.uint8)).all():
+        return None
+    return first
+
+
+def _is_splat(instr: Instruction, value) -> bool:
+    v = splat_value(instr)
+    return v is not None and v == value
+
+
+def _same_shape(a: Instruction, b: Instruction) -> bool:
+    return a.shape == b.shape
+
+
+def _is_identity_perm(perm) -> bool:
+    return tuple(perm) == tuple(range(len(perm)))
+
+
+# --- element-wise rules -----------------------------------------------------------
+
+def add_zero(instr):
+    # add(x, 0) => x ; add(0, x) => x
+    a, b = instr.operands
+    if _is_splat(b, 0) and _same_shape(a, instr):
+        return a
+    if _is_splat(a, 0) and _same_shape(b, instr):
+        return b
+    return None
+
+
+def subtract_zero(instr):
+    # subtract(x, 0) => x
+    a, b = instr.operands
+    return a if _is_splat(b, 0) and _same_shape(a, instr) else None
+
+
+def multiply_one(instr):
+    # multiply(x, 1) => x ; multiply(1, x) => x
+    a, b = instr.operands
+    if _is_splat(b, 1) and _same_shape(a, instr):
+        return a
+    if _is_splat(a, 1) and _same_shape(b, instr):
+        return b
+    return None
+
+
+def multiply_zero(instr):
+    # multiply(x, 0) => 0 for integers only: for floats x*0 is NaN when x is inf or NaN,
+    # and -0 when x < 0. The zero operand already has the result's shape.
+    if not instr.shape.dtype.is_integer:
+        return None
+    for z in instr.operands:
+        if _is_splat(z, 0) and _same_shape(z, instr):
+            return z
+    return None
+
+
+def divide_one(instr):
+    # divide(x, 1) => x
+    a, b = instr.operands
+    return a if _is_splat(b, 1) and _same_shape(a, instr) else None
+
+
+def negate_negate(instr):
+    # negate(negate(x)) => x
+    (a,) = instr.operands
+    if a.opcode is Opcode.NEGATE and _same_shape(a.operands[0], instr):
+        return a.operands[0]
+    return None
+
+
+def convert_same_type(instr):
+    # convert(x) to x's own type => x
+    (a,) = instr.operands
+    return a if _same_shape(a, instr) else None
+
+
+# --- movement rules ---------------------------------------------------------------
+
+def reshape_same_shape(instr):
+    # reshape(x) to x's own shape => x  (also bitcast, copy: same bytes, same shape)
+    (a,) = instr.operands
+    return a if _same_shape(a, instr) else None
+
+
+def reshape_reshape(instr):
+    # reshape(reshape(x)) => reshape(x): only the final dims matter
+    (a,) = instr.operands
+    if a.opcode is not Opcode.RESHAPE:
+        return None
+    return Instruction(Opcode.RESHAPE, instr.shape, [a.operands[0]], name=instr.name)
+
+
+def transpose_identity(instr):
+    # transpose(x, identity) => x
+    (a,) = instr.operands
+    if _is_identity_perm(instr.attrs["dimensions"]) and _same_shape(a, instr):
+        return a
+    return None
+
+
+def transpose_transpose(instr):
+    # transpose(transpose(x, p), q) => transpose(x, r) with r[i] = p[q[i]]
+    (a,) = instr.operands
+    if a.opcode is not Opcode.TRANSPOSE:
+        return None
+    p, q = a.attrs["dimensions"], instr.attrs["dimensions"]
+    perm = tuple(p[i] for i in q)
+    return Instruction(Opcode.TRANSPOSE, instr.shape, [a.operands[0]],
+                       {"dimensions": perm}, name=instr.name)
+
+
+def slice_whole(instr):
+    # slice(x, [0:n:1] in every dim) => x
+    (a,) = instr.operands
+    s = instr.attrs["slice"]
+    whole = (all(v == 0 for v in s.starts) and s.limits == a.shape.dims
+             and all(v == 1 for v in s.strides))
+    return a if whole and _same_shape(a, instr) else None
+
+
+def concatenate_one(instr):
+    # concatenate(x) => x
+    if len(instr.operands) == 1 and _same_shape(instr.operands[0], instr):
+        return instr.operands[0]
+    return None
+
+
+def pad_zero(instr):
+    # pad(x, v, low=0, high=0, interior=0) => x
+    a = instr.operands[0]
+    p = instr.attrs["padding"]
+    if any(p.low) or any(p.high) or any(p.interior):
+        return None
+    return a if _same_shape(a, instr) else None
+
+
+def broadcast_same_shape(instr):
+    # broadcast(x) to x's own dims along the identity mapping => x
+    (a,) = instr.operands
+    if _is_identity_perm(instr.attrs["dimensions"]) and _same_shape(a, instr):
+        return a
+    return None
+
+
+def get_tuple_element_of_tuple(instr):
+    # get-tuple-element(tuple(x0, ..., xn), k) => xk
+    (t,) = instr.operands
+    if t.opcode is Opcode.TUPLE:
+        return t.operands[instr.attrs["index"]]
+    return None
+
+
+RULES: dict[Opcode, tuple[Rule, ...]] = {
+    Opcode.ADD: (add_zero,),
+    Opcode.SUBTRACT: (subtract_zero,),
+    Opcode.MULTIPLY: (multiply_one, multiply_zero),
+    Opcode.DIVIDE: (divide_one,),
+    Opcode.NEGATE: (negate_negate,),
+    Opcode.CONVERT: (convert_same_type,),
+    Opcode.RESHAPE: (reshape_same_shape, reshape_reshape),
+    Opcode.BITCAST: (reshape_same_shape,),
+    Opcode.COPY: (reshape_same_shape,),
+    Opcode.TRANSPOSE: (transpose_identity, transpose_transpose),
+    Opcode.SLICE: (slice_whole,),
+    Opcode.CONCATENATE: (concatenate_one,),
+    Opcode.PAD: (pad_zero,),
+    Opcode.BROADCAST: (broadcast_same_shape,),
+    Opcode.GET_TUPLE_ELEMENT: (get_tuple_element_of_tuple,),
+}

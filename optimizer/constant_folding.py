@@ -1,0 +1,96 @@
+"""Constant folding: replace values computable at compile time by constants.
+
+The rule for what to fold. An instruction is *known* when it is a constant, or
+a non-tuple op with no parameter dependence (all operands known; iota has
+none). Only known values that something unknown consumes (or the root) are
+candidates, since the ones in between die after folding. A candidate V is
+materialized as a constant when
+
+  1. it is small: at most ``SMALL_BYTES`` (64 KiB); or
+  2. it is an operand of a dot or convolution: those kernels read their operands
+     from memory, so a ConstantOfShape-style weight (a broadcast scalar) must be
+     a real constant anyway; or
+  3. it is no larger than the largest constant it is computed from: folding
+     ``add(W, 1)`` or ``transpose(W)`` trades W for a value of the same size.
+
+Otherwise (a broadcast or iota that would blow a few bytes up into megabytes
+that fusion can generate for free) V stays, and its known operands become
+candidates themselves, so ``broadcast(add(c1, c2))`` still folds the add.
+Values are evaluated with the reference evaluator, on demand and memoized, so
+an unmaterialized broadcast that a materialized value reads is computed
+transiently and never stored in the module.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..hlo import Computation, Instruction, Module, Opcode
+from ..hlo.evaluator import evaluate_instruction
+
+SMALL_BYTES = 64 * 1024
+_KERNELS = (Opcode.DOT, Opcode.CONVOLUTION)
+_NEVER_FOLDED = (Opcode.PARAMETER, Opcode.CONSTANT, Opcode.TUPLE, Opcode.GET_TUPLE_ELEMENT)
+
+
+class ConstantFolding:
+    name = "constant-folding"
+
+    def run(self, module: Module) -> bool:
+        changed = False
+        for comp in module.computations:
+            changed |= _fold_computation(comp)
+        return changed
+
+
+def _fold_computation(comp: Computation) -> bool:
+    known: set[Instruction] = set()
+    largest_source: dict[Instruction, int] = {}   # bytes of the largest constant feeding it
+    for instr in comp.instructions:
+        if instr.opcode is Opcode.CONSTANT:
+            known.add(instr)
+            largest_source[instr] = instr.shape.byte_size
+        elif (instr.opcode not in _NEVER_FOLDED and not instr.shape.is_tuple
+              and all(o in known for o in instr.operands)):
+            known.add(instr)
+            largest_source[instr] = max((largest_source[o] for o in instr.operands), default=0)
+
+    users = comp.users()
+    candidates = [i for i in comp.instructions
+                  if i in known and i.opcode is not Opcode.CONSTANT
+                  and (i is comp.root or any(u not in known for u in users[i]))]
+    chosen: list[Instruction] = []
+    seen = set(candidates)
+    while candidates:
+        v = candidates.pop()
+        if (v.shape.byte_size <= SMALL_BYTES
+                or any(u.opcode in _KERNELS for u in users[v])
+                or v.shape.byte_size <= largest_source[v]):
+            chosen.append(v)
+            continue
+        for o in v.operands:
+            if o.opcode is not Opcode.CONSTANT and o not in seen:
+                seen.add(o)
+                candidates.append(o)
+    if not chosen:
+        return False
+
+    # Evaluate what the chosen values need, operands first (the computation's order).
+    needed: set[Instruction] = set()
+    stack = list(chosen)
+    while stack:
+        i = stack.pop()
+        if i not in needed and i.opcode is not Opcode.CONSTANT:
+            needed.add(i)
+            stack.extend(i.operands)
+    values: dict[Instruction, np.ndarray] = {}
+    for instr in comp.instructions:
+        if instr in needed:
+            args = [o.literal if o.opcode is Opcode.CONSTANT else values[o]
+                    for o in instr.operands]
+            values[instr] = evaluate_instruction(instr, args)
+    for v in chosen:
+        # A copy: evaluated values may be views of operands (transpose), in any order.
+        literal = np.array(values[v], dtype=v.shape.dtype.np, order="C").reshape(v.shape.dims)
+        comp.replace_instruction(v, Instruction(Opcode.CONSTANT, v.shape, literal=literal,
+                                                name=v.name))
+    return True

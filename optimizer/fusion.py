@@ -1,0 +1,135 @@
+"""Loop fusion: merge producers into their consumers so intermediates never touch memory.
+
+A fusion instruction (``kind='kLoop'``) calls a fused computation whose
+parameters are the fusion's operands in order; the emitter builds one loop
+nest over the root's elements from the element generators of the fused
+instructions and writes only the root.
+
+Rules (XLA's instruction fusion, for one-output loop fusions):
+  - consumers: element-wise, movement, reduce, reduce-window, or a fusion.
+    Never a dot or convolution: their kernels read operands from memory.
+  - producers: element-wise or movement ops (gather excluded: it is data
+    dependent), iota, and scalar constants. Never dot, convolution, reduce,
+    reduce-window, gather, parameters, tuples, or a model output (its value
+    must land in the caller's buffer).
+  - a producer with one user is moved into it; a producer with several users is
+    fused only when it is cheap to duplicate (broadcast, iota, reshape, bitcast,
+    scalar constant), so no arithmetic, transcendental or not, is ever computed twice.
+Consumers are visited from the root up, and each absorbs producers until none
+qualifies, so a chain collapses into the fusion of its last instruction.
+"""
+from __future__ import annotations
+
+from ..hlo import Computation, Instruction, Module, Opcode
+from ..hlo.opcodes import ELEMENTWISE
+
+FUSIBLE_MOVEMENT = frozenset({
+    Opcode.BROADCAST, Opcode.RESHAPE, Opcode.TRANSPOSE, Opcode.SLICE, Opcode.PAD,
+    Opcode.CONCATENATE, Opcode.REVERSE, Opcode.IOTA, Opcode.BITCAST, Opcode.COPY,
+})
+CONSUMERS = ELEMENTWISE | FUSIBLE_MOVEMENT | {
+    Opcode.GATHER, Opcode.REDUCE, Opcode.REDUCE_WINDOW, Opcode.FUSION}
+CHEAP_TO_DUPLICATE = frozenset({Opcode.BROADCAST, Opcode.IOTA, Opcode.RESHAPE, Opcode.BITCAST})
+
+
+class InstructionFusion:
+    name = "fusion"
+
+    def run(self, module: Module) -> bool:
+        return _Fuser(module).run()
+
+
+def _is_scalar_constant(instr: Instruction) -> bool:
+    return instr.opcode is Opcode.CONSTANT and instr.shape.rank == 0
+
+
+class _Fuser:
+    def __init__(self, module: Module):
+        self.module = module
+        self.comp: Computation = module.entry
+        self.users = {i: set(us) for i, us in self.comp.users().items()}
+        self.pinned = set(module.output_instructions) | {self.comp.root}
+
+    def run(self) -> bool:
+        changed = False
+        for consumer in reversed(list(self.comp.instructions)):
+            if consumer not in self.users or consumer.opcode not in CONSUMERS:
+                continue                        # fused away already, or not a consumer
+            changed |= self._grow(consumer)
+        return changed
+
+    def _fusible_producer(self, p: Instruction) -> bool:
+        if p in self.pinned or p.shape.is_tuple:
+            return False
+        if not (p.opcode in ELEMENTWISE or p.opcode in FUSIBLE_MOVEMENT
+                or _is_scalar_constant(p)):
+            return False
+        return len(self.users[p]) == 1 or p.opcode in CHEAP_TO_DUPLICATE \
+            or _is_scalar_constant(p)
+
+    def _grow(self, consumer: Instruction) -> bool:
+        fusion = consumer if consumer.opcode is Opcode.FUSION else None
+        changed = False
+        while True:
+            current = fusion or consumer
+            producer = next((o for o in current.operands if self._fusible_producer(o)), None)
+            if producer is None:
+                return changed
+            if fusion is None:
+                fusion = self._wrap(consumer)
+            self._fuse(producer, fusion)
+            changed = True
+
+    # -- graph surgery ------------------------------------------------------------
+
+    def _wrap(self, consumer: Instruction) -> Instruction:
+        """Replace ``consumer`` by a fusion whose fused computation holds a copy of it."""
+        operands = list(dict.fromkeys(consumer.operands))
+        fused = Computation("fused_computation")
+        params = [fused.add(Instruction(Opcode.PARAMETER, o.shape, attrs={"number": n},
+                                        name=f"param_{n}"))
+                  for n, o in enumerate(operands)]
+        by_operand = dict(zip(operands, params))
+        fused.root = fused.add(_clone(consumer, [by_operand[o] for o in consumer.operands]))
+        self.module.add_computation(fused)
+        fusion = Instruction(Opcode.FUSION, consumer.shape, operands, {"kind": "kLoop"},
+                             [fused], name="fusion")
+        self.comp.replace_instruction(consumer, fusion)
+        for o in operands:
+            self.users[o].discard(consumer)
+            self.users[o].add(fusion)
+        self.users[fusion] = self.users.pop(consumer)
+        return fusion
+
+    def _fuse(self, producer: Instruction, fusion: Instruction) -> None:
+        """Move (or, when it has other users, copy) ``producer`` into ``fusion``."""
+        fused = fusion.called[0]
+        params = fused.parameters
+        param_of = dict(zip(fusion.operands, params))
+        new_operands = []
+        for o in producer.operands:
+            if o not in param_of:
+                param_of[o] = fused.add(Instruction(
+                    Opcode.PARAMETER, o.shape, attrs={"number": -1}, name="param"))
+                new_operands.append(o)
+        clone = fused.add(_clone(producer, [param_of[o] for o in producer.operands]))
+        old_param = param_of.pop(producer)
+        fused.replace_all_uses(old_param, clone)
+        fused.remove(old_param)
+        fused.sort()
+        fusion.operands = [o for o in fusion.operands if o is not producer] + new_operands
+        for n, o in enumerate(fusion.operands):       # parameter n is operand n
+            param_of[o].attrs["number"] = n
+        self.users[producer].discard(fusion)
+        for o in new_operands:
+            self.users[o].add(fusion)
+        if not self.users[producer]:
+            self.comp.remove(producer)
+            for o in set(producer.operands):
+                self.users[o].discard(producer)
+            del self.users[producer]
+
+
+def _clone(instr: Instruction, operands: list[Instruction]) -> Instruction:
+    return Instruction(instr.opcode, instr.shape, operands, instr.attrs, instr.called,
+                       instr.literal, instr.name)

@@ -1,0 +1,30 @@
+"""The optimization pipelines behind ``xlac -O0 .. -O3``."""
+from __future__ import annotations
+
+from ..hlo import Module
+from .algebraic_simplifier import AlgebraicSimplifier
+from .constant_folding import ConstantFolding
+from .cse import CommonSubexpressionElimination
+from .dce import DeadCodeElimination
+from .fusion import InstructionFusion
+from .pipeline import DumpHook, Pipeline
+
+
+def make_pipeline(opt_level: int = 2, verify: bool = False,
+                  dump: DumpHook | None = None) -> Pipeline:
+    """-O0: only DCE. -O1 and up: simplify, fold, CSE and DCE to a fixed point,
+    then loop fusion and a DCE that drops what fusion left unused."""
+    if opt_level <= 0:
+        return Pipeline("O0", [DeadCodeElimination()], verify=verify, dump=dump)
+    simplify = Pipeline("simplify", [AlgebraicSimplifier(), ConstantFolding(),
+                                     CommonSubexpressionElimination(), DeadCodeElimination()],
+                        fixed_point=True, verify=verify, dump=dump)
+    return Pipeline(f"O{opt_level}", [simplify, InstructionFusion(), DeadCodeElimination()],
+                    verify=verify, dump=dump)
+
+
+def optimize(module: Module, opt_level: int = 2, verify: bool = False,
+             dump: DumpHook | None = None) -> Module:
+    """Optimize ``module`` in place (and return it, for chaining)."""
+    make_pipeline(opt_level, verify, dump).run(module)
+    return module
