@@ -1,0 +1,104 @@
+"""Vector IR idioms for the kernels: splats, masked memory access, gathers, sums.
+
+Masked loads/stores and gathers go through LLVM's target-independent intrinsics
+(``llvm.masked.*``); the backend lowers them to vmaskmov/vgather where the target
+has them and to scalar code elsewhere, so the object never needs a library.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ..irutil import I1, I32, I64, PTR
+
+F32 = ir.FloatType()
+CONTRACT = ("contract",)     # lets the backend fuse fmul+fadd into an FMA where it has one
+
+
+def vec_type(elem: ir.Type, lanes: int) -> ir.VectorType:
+    return ir.VectorType(elem, lanes)
+
+
+def intrinsic(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+    """The declaration of ``name`` in ``module`` (declared once, then reused)."""
+    if name in module.globals:
+        return module.globals[name]
+    return ir.Function(module, ir.FunctionType(ret, args), name)
+
+
+def _suffix(vty: ir.VectorType) -> str:
+    return f"v{vty.count}{'f32' if vty.element == F32 else 'f64'}"
+
+
+def splat(b: ir.IRBuilder, scalar: ir.Value, lanes: int) -> ir.Value:
+    vty = vec_type(scalar.type, lanes)
+    one = b.insert_element(ir.Constant(vty, None), scalar, ir.Constant(I32, 0))
+    return b.shuffle_vector(one, ir.Constant(vty, None), ir.Constant(vec_type(I32, lanes), None))
+
+
+def const_vec(elem: ir.Type, values) -> ir.Constant:
+    values = list(values)
+    return ir.Constant(vec_type(elem, len(values)), [ir.Constant(elem, v) for v in values])
+
+
+def zeros(vty: ir.VectorType) -> ir.Constant:
+    return ir.Constant(vty, [ir.Constant(vty.element, 0.0)] * vty.count)
+
+
+def lane_mask(lanes: int, valid: int) -> ir.Constant:
+    """<lanes x i1> with the first ``valid`` lanes set."""
+    return const_vec(I1, [1 if j < valid else 0 for j in range(lanes)])
+
+
+def fma(b: ir.IRBuilder, x: ir.Value, y: ir.Value, acc: ir.Value) -> ir.Value:
+    return b.fadd(b.fmul(x, y, flags=CONTRACT), acc, flags=CONTRACT)
+
+
+def load_vec(b: ir.IRBuilder, ptr: ir.Value, vty: ir.VectorType) -> ir.Value:
+    return b.load(ptr, typ=vty, align=4)
+
+
+def store_vec(b: ir.IRBuilder, value: ir.Value, ptr: ir.Value) -> None:
+    b.store(value, ptr, align=4)
+
+
+def masked_load(b: ir.IRBuilder, ptr: ir.Value, vty: ir.VectorType, mask: ir.Value) -> ir.Value:
+    """Load the lanes of ``mask``; the others read as 0 and touch no memory."""
+    fn = intrinsic(b.module, f"llvm.masked.load.{_suffix(vty)}.p0", vty,
+                   [PTR, I32, vec_type(I1, vty.count), vty])
+    return b.call(fn, [ptr, ir.Constant(I32, 4), mask, zeros(vty)])
+
+
+def masked_store(b: ir.IRBuilder, value: ir.Value, ptr: ir.Value, mask: ir.Value) -> None:
+    vty = value.type
+    fn = intrinsic(b.module, f"llvm.masked.store.{_suffix(vty)}.p0", ir.VoidType(),
+                   [vty, PTR, I32, vec_type(I1, vty.count)])
+    b.call(fn, [value, ptr, ir.Constant(I32, 4), mask])
+
+
+def masked_gather(b: ir.IRBuilder, base: ir.Value, elem: ir.Type, offsets: ir.Value,
+                  mask: ir.Value) -> ir.Value:
+    """``base[offsets[j]]`` for the lanes of ``mask``, 0 elsewhere (offsets: <n x i32>)."""
+    lanes = offsets.type.count
+    ptrs = b.gep(base, [offsets], source_etype=elem)
+    ptrs.type = vec_type(PTR, lanes)   # llvmlite types a vector-index gep as a scalar ptr
+    vty = vec_type(elem, lanes)
+    fn = intrinsic(b.module, f"llvm.masked.gather.{_suffix(vty)}.v{lanes}p0", vty,
+                   [vec_type(PTR, lanes), I32, vec_type(I1, lanes), vty])
+    return b.call(fn, [ptrs, ir.Constant(I32, 4), mask, zeros(vty)])
+
+
+def hsum(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """Sum of the lanes by halving (lanes a power of two)."""
+    n = v.type.count
+    while n > 1:
+        n //= 2
+        lo = b.shuffle_vector(v, v, const_vec(I32, range(n)))
+        hi = b.shuffle_vector(v, v, const_vec(I32, range(n, 2 * n)))
+        v = b.fadd(lo, hi)
+    return b.extract_element(v, ir.Constant(I32, 0))
+
+
+def offset_ptr(b: ir.IRBuilder, base: ir.Value, elem: ir.Type, index) -> ir.Value:
+    """``base + index`` elements; no ``inbounds``: im2col rows may start before the array."""
+    idx = ir.Constant(I64, index) if isinstance(index, int) else index
+    return b.gep(base, [idx], source_etype=elem)
