@@ -1,0 +1,564 @@
+"""The numpy reference evaluator: one rule per opcode, following XLA's semantics.
+
+    evaluate(module, args) -> [one array per model output]
+    evaluate_computation(comp, args) -> array, or tuple of arrays for tuple shapes
+    evaluate_instruction(instr, operand_values) -> value   (constant folding uses it)
+
+Values are numpy arrays in the instruction's element type (f32 stays f32, pred
+is numpy bool) or tuples of values. f16 and bf16 are computed in f32 and
+rounded back after every op, as XLA's CPU backend does; the rounding happens in
+one place, ``_conform``. A value returned by ``evaluate_instruction`` may share
+memory with its operands (reshape and transpose are views): do not mutate it.
+"""
+from __future__ import annotations
+
+import math
+from math import prod
+from typing import Callable
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from . import dtypes
+from .attributes import Window
+from .errors import XlacError
+from .ir import Computation, Instruction, Module
+from .opcodes import ELEMENTWISE, Opcode
+from .shape import Shape
+from .shape_inference import window_output_size
+
+
+# --- entry points ----------------------------------------------------------
+
+def evaluate(module: Module, args) -> list[np.ndarray]:
+    """Run the entry computation; ``args[i]`` is parameter i (cast to its element type)."""
+    entry = module.entry
+    params = entry.parameters
+    if len(args) != len(params):
+        raise XlacError(f"module {module.name} takes {len(params)} arguments, got {len(args)}")
+    arrays = []
+    for p, a in zip(params, args):
+        a = np.asarray(a)
+        if a.shape != p.shape.dims:
+            raise XlacError(f"argument {p.number} (%{p.name}) has shape {a.shape}, "
+                            f"expected {p.shape.dims}")
+        arrays.append(a.astype(p.shape.dtype.np, copy=False))
+    value = evaluate_computation(entry, arrays)
+    # A tuple-shaped root (a tuple, or a variadic reduce) gives one output per element.
+    outputs = list(value) if entry.root.shape.is_tuple else [value]
+    # Copies: results must not alias the arguments or the module's literals.
+    return [np.array(v, order="C") for v in outputs]
+
+
+def evaluate_computation(comp: Computation, args) -> np.ndarray | tuple:
+    """Evaluate ``comp`` with ``args[i]`` bound to parameter i."""
+    params = comp.parameters
+    if len(args) != len(params):
+        raise XlacError(f"computation {comp.name} takes {len(params)} arguments, "
+                        f"got {len(args)}")
+    order = comp.reachable()
+    last_use = {id(o): n for n, i in enumerate(order) for o in i.operands}
+    values = {id(p): args[p.number] for p in params}
+    for n, instr in enumerate(order):
+        if instr.opcode is not Opcode.PARAMETER:
+            values[id(instr)] = evaluate_instruction(
+                instr, [values[id(o)] for o in instr.operands])
+        # Drop values after their last use: whole CNNs run through here.
+        for o in instr.operands:
+            if last_use[id(o)] == n and o is not comp.root:
+                values.pop(id(o), None)
+    return values[id(comp.root)]
+
+
+def evaluate_instruction(instr: Instruction, operand_values) -> np.ndarray | tuple:
+    """The value of ``instr`` given the values of its operands."""
+    # Integer overflow wraps and float overflow gives inf as in XLA: no warnings.
+    with np.errstate(all="ignore"):
+        value = RULES[instr.opcode](instr, list(operand_values))
+    return _conform(value, instr.shape)
+
+
+def _conform(value, shape: Shape) -> np.ndarray | tuple:
+    """Round to the instruction's element type (narrow floats were computed in f32)."""
+    if shape.is_tuple:
+        return tuple(value)
+    return np.asarray(value, dtype=shape.dtype.np)
+
+
+_NARROW_FLOATS = frozenset({dtypes.F16.np, dtypes.BF16.np})
+
+
+def _widen(x: np.ndarray) -> np.ndarray:
+    """f16 / bf16 -> f32 for computing; other types unchanged."""
+    x = np.asarray(x)
+    return x.astype(np.float32) if x.dtype in _NARROW_FLOATS else x
+
+
+# --- sources and structure -------------------------------------------------
+
+def _parameter(instr, ops):
+    raise XlacError(f"parameter %{instr.name} has no value outside a call of its computation")
+
+
+def _constant(instr, ops):
+    if instr.literal is None:
+        raise XlacError(f"constant %{instr.name} has no literal")
+    return instr.literal
+
+
+def _iota(instr, ops):
+    s, d = instr.shape, instr.attrs["iota_dimension"]
+    line = np.arange(s.dims[d]).astype(s.dtype.np)
+    return np.broadcast_to(line.reshape([s.dims[d] if e == d else 1 for e in range(s.rank)]),
+                           s.dims).copy()
+
+
+def _tuple(instr, ops):
+    return tuple(ops)
+
+
+def _get_tuple_element(instr, ops):
+    return ops[0][instr.attrs["index"]]
+
+
+def _fusion(instr, ops):
+    return evaluate_computation(instr.called[0], ops)
+
+
+# --- element-wise ----------------------------------------------------------
+
+def _elementwise(fn: Callable) -> Callable:
+    """The rule of an element-wise op computing ``fn`` on its (widened) operands."""
+    def rule(instr, ops):
+        return fn(*[_widen(x) for x in ops])
+    return rule
+
+
+def _is_int(x: np.ndarray) -> bool:
+    return x.dtype.kind in "iu"
+
+
+_erf_object = np.frompyfunc(math.erf, 1, 1)
+
+
+def _erf(x):
+    return np.asarray(_erf_object(x), dtype=np.float64).astype(x.dtype)
+
+
+def _round_half_away_from_zero(x):
+    # x - trunc(x) is exact; floor(|x| + 0.5) is not (0.49999997f + 0.5f rounds to 1).
+    t = np.trunc(x)
+    return t + np.where(np.abs(x - t) >= 0.5, np.sign(x), 0)
+
+
+def _int_div_rem(a, b):
+    """C/XLA integer division: the quotient truncates toward zero and the remainder takes
+    the dividend's sign; x/0 = -1 and x%0 = x; INT_MIN/-1 = INT_MIN and INT_MIN%-1 = 0."""
+    zero = b == 0
+    safe = np.where(zero, 1, b).astype(b.dtype)
+    if a.dtype.kind == "i":
+        safe = np.where((a == np.iinfo(a.dtype).min) & (b == -1), 1, safe).astype(b.dtype)
+    rem = np.fmod(a, safe)
+    quot = (a - rem) // safe                      # exact: a - rem is a multiple of safe
+    all_ones = np.invert(np.zeros_like(quot))     # -1 in signed and unsigned types
+    return np.where(zero, all_ones, quot), np.where(zero, a, rem)
+
+
+def _divide(a, b):
+    return _int_div_rem(a, b)[0] if _is_int(a) else np.divide(a, b)
+
+
+def _remainder(a, b):
+    return _int_div_rem(a, b)[1] if _is_int(a) else np.fmod(a, b)
+
+
+def _power(a, b):
+    if not _is_int(a):
+        return np.power(a, b)
+    # Integer pow with a negative exponent is 1 for a base of 1 and 0 otherwise (XLA).
+    negative = b < 0
+    r = np.power(a, np.where(negative, 0, b).astype(b.dtype))
+    return np.where(negative, (a == 1).astype(a.dtype), r)
+
+
+def _shift_amount(x, n):
+    """XLA reads the shift amount as unsigned; amounts >= the bit width are out of range."""
+    unsigned = np.dtype(f"u{x.dtype.itemsize}")
+    amount = n.astype(unsigned)
+    in_range = amount < 8 * x.dtype.itemsize
+    return np.where(in_range, amount, 0).astype(unsigned), in_range
+
+
+def _shift_left(x, n):
+    amount, in_range = _shift_amount(x, n)
+    return np.where(in_range, np.left_shift(x, amount.astype(x.dtype)), 0)
+
+
+def _shift_right_logical(x, n):
+    amount, in_range = _shift_amount(x, n)
+    unsigned = amount.dtype
+    shifted = np.right_shift(x.view(unsigned), amount).view(x.dtype)
+    return np.where(in_range, shifted, 0)
+
+
+def _shift_right_arithmetic(x, n):
+    amount, in_range = _shift_amount(x, n)
+    signed = np.dtype(f"i{x.dtype.itemsize}")
+    # Out-of-range amounts fill with the sign bit, like a shift by width - 1.
+    amount = np.where(in_range, amount, 8 * x.dtype.itemsize - 1).astype(signed)
+    return np.right_shift(x.view(signed), amount).view(x.dtype)
+
+
+_UNARY: dict[Opcode, Callable] = {
+    Opcode.ABS: np.abs,
+    Opcode.CBRT: np.cbrt,
+    Opcode.CEIL: np.ceil,
+    Opcode.COSINE: np.cos,
+    Opcode.ERF: _erf,
+    Opcode.EXP: np.exp,
+    Opcode.EXPM1: np.expm1,
+    Opcode.FLOOR: np.floor,
+    Opcode.IS_FINITE: np.isfinite,
+    Opcode.LOG: np.log,
+    Opcode.LOG1P: np.log1p,
+    Opcode.LOGISTIC: lambda x: 1 / (1 + np.exp(-x)),
+    Opcode.NEGATE: np.negative,
+    Opcode.NOT: np.invert,                       # logical on pred, bitwise on integers
+    Opcode.ROUND_NEAREST_AFZ: _round_half_away_from_zero,
+    Opcode.ROUND_NEAREST_EVEN: np.rint,
+    Opcode.RSQRT: lambda x: 1 / np.sqrt(x),
+    Opcode.SIGN: np.sign,
+    Opcode.SINE: np.sin,
+    Opcode.SQRT: np.sqrt,
+    Opcode.TAN: np.tan,
+    Opcode.TANH: np.tanh,
+}
+
+_BINARY: dict[Opcode, Callable] = {
+    Opcode.ADD: np.add,
+    Opcode.AND: np.bitwise_and,                  # logical on pred, bitwise on integers
+    Opcode.ATAN2: np.arctan2,
+    Opcode.DIVIDE: _divide,
+    Opcode.MAXIMUM: np.maximum,                  # NaN-propagating, as in XLA
+    Opcode.MINIMUM: np.minimum,
+    Opcode.MULTIPLY: np.multiply,
+    Opcode.OR: np.bitwise_or,
+    Opcode.POWER: _power,
+    Opcode.REMAINDER: _remainder,
+    Opcode.SHIFT_LEFT: _shift_left,
+    Opcode.SHIFT_RIGHT_ARITHMETIC: _shift_right_arithmetic,
+    Opcode.SHIFT_RIGHT_LOGICAL: _shift_right_logical,
+    Opcode.SUBTRACT: np.subtract,
+    Opcode.XOR: np.bitwise_xor,
+}
+
+_TERNARY: dict[Opcode, Callable] = {
+    Opcode.CLAMP: lambda lo, x, hi: np.minimum(np.maximum(x, lo), hi),
+    Opcode.SELECT: np.where,
+}
+
+_COMPARISONS = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less,
+                "LE": np.less_equal, "GT": np.greater, "GE": np.greater_equal}
+
+
+def _compare(instr, ops):
+    a, b = (_widen(x) for x in ops)
+    return _COMPARISONS[instr.attrs["direction"]](a, b)
+
+
+def _convert(instr, ops):
+    x, to = _widen(ops[0]), instr.shape.dtype
+    if to.is_pred:
+        return x != 0
+    if to.is_integer and x.dtype.kind == "f":
+        # Truncate toward zero, saturate out-of-range values, NaN -> 0 (XLA's conversion).
+        info = np.iinfo(to.np)
+        t = np.trunc(x.astype(np.float64))
+        # float(max) rounds up for 64 bits, so only values strictly inside are cast.
+        inside = np.where((t > info.min) & (t < float(info.max)), t, 0).astype(to.np)
+        return np.where(t <= info.min, info.min,
+                        np.where(t >= float(info.max), info.max, inside)).astype(to.np)
+    return x.astype(to.np)
+
+
+# --- data movement ---------------------------------------------------------
+
+def _major_to_minor(shape: Shape) -> tuple[int, ...]:
+    return tuple(reversed(shape.layout))
+
+
+def _bitcast(instr, ops):
+    """Same bytes, new shape: reinterpret the operand's physical (layout) order."""
+    src, dst = instr.operands[0].shape, instr.shape
+    physical = np.transpose(ops[0], _major_to_minor(src)).ravel()
+    order = _major_to_minor(dst)
+    arranged = physical.reshape([dst.dims[d] for d in order])
+    return np.transpose(arranged, np.argsort(order))
+
+
+def _reshape(instr, ops):
+    return ops[0].reshape(instr.shape.dims)       # logical row-major, whatever the layout
+
+
+def _broadcast(instr, ops):
+    (x,) = ops
+    placed = [1] * instr.shape.rank
+    for i, d in enumerate(instr.attrs["dimensions"]):
+        placed[d] = x.shape[i]
+    return np.broadcast_to(x.reshape(placed), instr.shape.dims).copy()
+
+
+def _concatenate(instr, ops):
+    return np.concatenate(ops, axis=instr.attrs["dimension"])
+
+
+def _copy(instr, ops):
+    return ops[0].copy()
+
+
+def _pad_array(x, value, low, high, interior) -> np.ndarray:
+    """XLA pad: ``interior`` fill between elements, then ``low``/``high`` (negative crops)."""
+    spans = [n + max(n - 1, 0) * it for n, it in zip(x.shape, interior)]
+    grown = [max(lo, 0) + s + max(hi, 0) for lo, s, hi in zip(low, spans, high)]
+    out = np.full(grown, value, dtype=x.dtype)
+    out[tuple(slice(max(lo, 0), max(lo, 0) + s, it + 1)
+              for lo, s, it in zip(low, spans, interior))] = x
+    return out[tuple(slice(max(-lo, 0), g - max(-hi, 0)) for lo, g, hi in zip(low, grown, high))]
+
+
+def _pad(instr, ops):
+    p = instr.attrs["padding"]
+    return _pad_array(ops[0], ops[1], p.low, p.high, p.interior)
+
+
+def _reverse(instr, ops):
+    return np.flip(ops[0], axis=tuple(instr.attrs["dimensions"]))
+
+
+def _slice(instr, ops):
+    s = instr.attrs["slice"]
+    return ops[0][tuple(slice(a, b, st) for a, b, st in zip(s.starts, s.limits, s.strides))]
+
+
+def _transpose(instr, ops):
+    return np.transpose(ops[0], instr.attrs["dimensions"])
+
+
+def _gather(instr, ops):
+    x, idx = ops
+    dn, sizes = instr.attrs["dimension_numbers"], tuple(instr.attrs["slice_sizes"])
+    if dn.index_vector_dim == idx.ndim:
+        idx = idx[..., None]
+    else:
+        idx = np.moveaxis(idx, dn.index_vector_dim, -1)
+    if idx.dtype.kind == "u":
+        idx = np.minimum(idx, np.iinfo(np.int64).max)
+    idx = idx.astype(np.int64)
+    batch, rank = idx.shape[:-1], x.ndim
+    # One index array per operand dim, shaped batch + slice_sizes: start + offset.
+    index = []
+    for d in range(rank):
+        offset = np.arange(sizes[d]).reshape(
+            (1,) * len(batch) + tuple(sizes[d] if e == d else 1 for e in range(rank)))
+        if d in dn.start_index_map:
+            start = idx[..., dn.start_index_map.index(d)]
+            # XLA clamps every start so that the whole slice stays inside the operand.
+            start = np.clip(start, 0, x.shape[d] - sizes[d]).reshape(batch + (1,) * rank)
+            offset = start + offset
+        index.append(offset)
+    slices = np.broadcast_to(x[tuple(index)], batch + sizes)
+    slices = slices.reshape(batch + tuple(s for d, s in enumerate(sizes)
+                                          if d not in dn.collapsed_slice_dims))
+    # Result dims: offset_dims take the kept slice dims in order, the rest the batch dims.
+    perm, b, o = [], 0, len(batch)
+    for d in range(slices.ndim):
+        if d in dn.offset_dims:
+            perm.append(o)
+            o += 1
+        else:
+            perm.append(b)
+            b += 1
+    return np.transpose(slices, perm)
+
+
+# --- compute -----------------------------------------------------------------
+
+def _dot(instr, ops):
+    a, b = (_widen(x) for x in ops)
+    dn = instr.attrs["dimension_numbers"]
+    a_free = [d for d in range(a.ndim) if d not in dn.lhs_batch + dn.lhs_contracting]
+    b_free = [d for d in range(b.ndim) if d not in dn.rhs_batch + dn.rhs_contracting]
+    nbatch = prod(a.shape[d] for d in dn.lhs_batch)
+    k = prod(a.shape[d] for d in dn.lhs_contracting)
+    lhs = np.transpose(a, dn.lhs_batch + tuple(a_free) + dn.lhs_contracting)
+    rhs = np.transpose(b, dn.rhs_batch + dn.rhs_contracting + tuple(b_free))
+    lhs = lhs.reshape(nbatch, prod(a.shape[d] for d in a_free), k)
+    rhs = rhs.reshape(nbatch, k, prod(b.shape[d] for d in b_free))
+    return np.matmul(lhs, rhs).reshape(instr.shape.dims)
+
+
+def _window_view(x, fill, w: Window, axes) -> np.ndarray:
+    """Windows of ``x`` along ``axes`` (padded and base-dilated with ``fill``): the dims of
+    ``x`` with output extents at ``axes``, then the window extents appended."""
+    low, high, interior = [0] * x.ndim, [0] * x.ndim, [0] * x.ndim
+    for i, a in enumerate(axes):
+        low[a], high[a], interior[a] = w.pad_low[i], w.pad_high[i], w.lhs_dilation[i] - 1
+    padded = _pad_array(x, fill, low, high, interior)
+    extents = [(s - 1) * d + 1 for s, d in zip(w.size, w.rhs_dilation)]
+    view = sliding_window_view(padded, extents, axis=tuple(axes))
+    index = [slice(None)] * x.ndim
+    for i, a in enumerate(axes):
+        index[a] = slice(None, None, w.stride[i])
+    return view[tuple(index) + tuple(slice(None, None, d) for d in w.rhs_dilation)]
+
+
+def _convolution(instr, ops):
+    w, dn = instr.attrs["window"], instr.attrs["dimension_numbers"]
+    fg = instr.attrs.get("feature_group_count", 1)
+    bg = instr.attrs.get("batch_group_count", 1)
+    if fg > 1 and bg > 1:
+        raise XlacError(f"convolution %{instr.name}: feature_group_count and batch_group_count "
+                        f"cannot both exceed 1")
+    nsp = len(dn.input_spatial)
+    # Canonical layouts: input (N, C, spatial...), kernel (O, I, spatial...).
+    x = np.transpose(_widen(ops[0]), (dn.input_batch, dn.input_feature) + dn.input_spatial)
+    k = np.transpose(_widen(ops[1]), (dn.kernel_output, dn.kernel_input) + dn.kernel_spatial)
+    (n, c), o = x.shape[:2], k.shape[0]
+    out_spatial = [window_output_size(x.shape[2 + i], w, i) for i in range(nsp)]
+    if instr.shape.num_elements == 0:
+        out = np.zeros([n // bg, o] + out_spatial, dtype=x.dtype)
+    else:
+        # im2col: (N, C, P..., K...) windows, split into groups (StableHLO: feature groups
+        # split C and O; batch groups split N and O; both into contiguous chunks).
+        win = _window_view(x, np.zeros((), x.dtype), w, range(2, 2 + nsp))
+        g, nb, cg, npos, nk = fg * bg, n // bg, c // fg, prod(out_spatial), prod(w.size)
+        win = win.reshape((bg, nb, fg, cg) + win.shape[2:])
+        lhs = win.transpose((0, 2, 1) + tuple(range(4, 4 + nsp)) + (3,)
+                            + tuple(range(4 + nsp, 4 + 2 * nsp)))
+        lhs = lhs.reshape(g, nb * npos, cg * nk)
+        rhs = k.reshape((g, o // g) + k.shape[1:])
+        rhs = rhs.transpose((0, 2) + tuple(range(3, 3 + nsp)) + (1,)).reshape(g, cg * nk, o // g)
+        out = np.matmul(lhs, rhs).reshape([g, nb] + out_spatial + [o // g])
+        out = out.transpose((1, 0, 2 + nsp) + tuple(range(2, 2 + nsp))).reshape(
+            [nb, o] + out_spatial)
+    # Back to the output's dimension numbers: canonical axis j goes to result dim order[j].
+    order = (dn.output_batch, dn.output_feature) + dn.output_spatial
+    return np.transpose(out, np.argsort(order))
+
+
+# Reducers recognised as a numpy ufunc: to_apply = op(p0, p1).
+_UFUNC_REDUCERS = {
+    Opcode.ADD: np.add, Opcode.MULTIPLY: np.multiply, Opcode.MAXIMUM: np.maximum,
+    Opcode.MINIMUM: np.minimum, Opcode.AND: np.bitwise_and, Opcode.OR: np.bitwise_or,
+    Opcode.XOR: np.bitwise_xor,
+}
+# Ops that act element by element on their operands, so that a scalar reducer may be run
+# on vectors of accumulators at once.
+_VECTORIZABLE = ELEMENTWISE | {Opcode.PARAMETER, Opcode.CONSTANT, Opcode.TUPLE,
+                               Opcode.GET_TUPLE_ELEMENT, Opcode.COPY}
+
+
+def _reducer_ufunc(comp: Computation):
+    """The ufunc ``comp`` computes when it is add/multiply/max/min/and/or/xor(p0, p1)."""
+    params, root = comp.parameters, comp.root
+    if len(params) != 2 or root.opcode not in _UFUNC_REDUCERS:
+        return None
+    if {id(o) for o in root.operands} != {id(p) for p in params}:
+        return None
+    return _UFUNC_REDUCERS[root.opcode]
+
+
+def _fold(comp: Computation, rows: list[np.ndarray], inits: list) -> list[np.ndarray]:
+    """Reduce each row of the (M, R) arrays ``rows`` with ``comp``, starting from ``inits``
+    and taking elements in order: acc = comp(acc..., row[j]...)."""
+    m, r = rows[0].shape
+    if all(i.opcode in _VECTORIZABLE for i in comp.instructions):
+        acc = [np.broadcast_to(i, (m,)) for i in inits]   # all M rows at once
+        for j in range(r):
+            acc = _as_list(evaluate_computation(comp, acc + [x[:, j] for x in rows]))
+        return [np.broadcast_to(a, (m,)) for a in acc]
+    out = [np.empty(m, dtype=np.asarray(i).dtype) for i in inits]
+    for row in range(m):
+        acc = list(inits)
+        for j in range(r):
+            acc = _as_list(evaluate_computation(comp, acc + [np.asarray(x[row, j])
+                                                             for x in rows]))
+        for o, a in zip(out, acc):
+            o[row] = a
+    return out
+
+
+def _as_list(value) -> list:
+    return list(value) if isinstance(value, tuple) else [value]
+
+
+def _results(values):
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def _reduce(instr, ops):
+    n = len(ops) // 2
+    xs, inits = ops[:n], ops[n:]
+    dims = tuple(instr.attrs["dimensions"])
+    comp = instr.called[0]
+    ufunc = _reducer_ufunc(comp) if n == 1 else None
+    if ufunc is not None:
+        x = _widen(xs[0])
+        return ufunc(_widen(inits[0]), ufunc.reduce(x, axis=dims, dtype=x.dtype))
+    kept = [d for d in range(xs[0].ndim) if d not in dims]
+    out_dims = [xs[0].shape[d] for d in kept]
+    rows = [np.transpose(x, kept + list(dims)).reshape(prod(out_dims),
+                                                       prod(x.shape[d] for d in dims))
+            for x in xs]
+    return _results([v.reshape(out_dims) for v in _fold(comp, rows, inits)])
+
+
+def _reduce_window(instr, ops):
+    n = len(ops) // 2
+    xs, inits = ops[:n], ops[n:]
+    w, comp = instr.attrs["window"], instr.called[0]
+    rank = xs[0].ndim
+    out_dims = [window_output_size(xs[0].shape[d], w, d) for d in range(rank)]
+    if prod(out_dims) == 0:
+        return _results([np.empty(out_dims, dtype=x.dtype) for x in xs])
+    # StableHLO: padding and base-dilation holes take the init value; each window is then
+    # reduced from the init value.
+    views = [_window_view(_widen(x), _widen(i), w, range(rank)) for x, i in zip(xs, inits)]
+    ufunc = _reducer_ufunc(comp) if n == 1 else None
+    if ufunc is not None:
+        v = views[0]
+        return ufunc(_widen(inits[0]), ufunc.reduce(v, axis=tuple(range(rank, 2 * rank)),
+                                                    dtype=v.dtype))
+    rows = [v.reshape(prod(out_dims), prod(w.size)) for v in views]
+    return _results([v.reshape(out_dims) for v in _fold(comp, rows, inits)])
+
+
+# --- the table -----------------------------------------------------------------
+
+RULES: dict[Opcode, Callable] = {
+    Opcode.PARAMETER: _parameter,
+    Opcode.CONSTANT: _constant,
+    Opcode.IOTA: _iota,
+    **{op: _elementwise(fn) for op, fn in _UNARY.items()},
+    Opcode.CONVERT: _convert,
+    **{op: _elementwise(fn) for op, fn in _BINARY.items()},
+    Opcode.COMPARE: _compare,
+    **{op: _elementwise(fn) for op, fn in _TERNARY.items()},
+    Opcode.BITCAST: _bitcast,
+    Opcode.BROADCAST: _broadcast,
+    Opcode.CONCATENATE: _concatenate,
+    Opcode.COPY: _copy,
+    Opcode.GATHER: _gather,
+    Opcode.PAD: _pad,
+    Opcode.RESHAPE: _reshape,
+    Opcode.REVERSE: _reverse,
+    Opcode.SLICE: _slice,
+    Opcode.TRANSPOSE: _transpose,
+    Opcode.CONVOLUTION: _convolution,
+    Opcode.DOT: _dot,
+    Opcode.REDUCE: _reduce,
+    Opcode.REDUCE_WINDOW: _reduce_window,
+    Opcode.FUSION: _fusion,
+    Opcode.GET_TUPLE_ELEMENT: _get_tuple_element,
+    Opcode.TUPLE: _tuple,
+}
