@@ -1,0 +1,76 @@
+"""xlac.emitter: LLVM IR for a whole model, object code for a target, and the C header.
+
+    art = emit(module, assign_buffers(module), EmitOptions("mnist"), kinds=("obj",))
+    art.object_code, art.header
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from ..hlo import Instruction, Module, XlacError
+from ..optimizer.buffer_assignment import BufferAssignment
+from .constants import ConstantPool
+from .entry import emit_entry
+from .header import render_header
+from .info import emit_model_info
+from .interface import model_interface
+from .target import TargetInfo, emit_assembly, emit_object, make_target, optimize_ir
+
+KINDS = ("obj", "asm", "llvm")
+
+
+@dataclass(frozen=True)
+class EmitOptions:
+    name: str                    # NAME: the C identifier every exported symbol starts with
+    triple: str | None = None    # default: the host
+    cpu: str | None = None
+    features: str | None = None
+    opt_level: int = 2
+
+
+@dataclass(frozen=True)
+class Artifact:
+    llvm_ir: str | None          # optimized LLVM IR text, when "llvm" was asked for
+    object_code: bytes | None    # when "obj" was asked for
+    assembly: str | None         # when "asm" was asked for
+    header: str
+    target: TargetInfo
+
+
+def emit(module: Module, assignment: BufferAssignment, options: EmitOptions,
+         kinds=("obj",)) -> Artifact:
+    unknown = set(kinds) - set(KINDS)
+    if unknown:
+        raise XlacError(f"unknown output kind(s) {sorted(unknown)}; choose from {list(KINDS)}")
+    target, tm = make_target(options.triple, options.cpu, options.features, options.opt_level)
+    interface = model_interface(module, options.name)
+    llvm_module = ir.Module(name=options.name)
+    llvm_module.triple = target.triple
+    llvm_module.data_layout = target.data_layout
+    constants = ConstantPool(llvm_module, f"{options.name}.")
+    libcalls = emit_entry(llvm_module, module, assignment, interface, target, constants)
+    emit_model_info(llvm_module, interface, target, assignment.arena_size, assignment.alignment)
+    parsed = llvm.parse_assembly(str(llvm_module))
+    parsed.verify()
+    optimize_ir(parsed, tm, options.opt_level)
+    return Artifact(
+        llvm_ir=str(parsed) if "llvm" in kinds else None,
+        object_code=emit_object(tm, parsed) if "obj" in kinds else None,
+        assembly=emit_assembly(tm, parsed) if "asm" in kinds else None,
+        header=render_header(interface, target, assignment.arena_size, assignment.alignment,
+                             libcalls),
+        target=target,
+    )
+
+
+def scratch_bytes(instr: Instruction, target: TargetInfo) -> int:
+    """Scratch bytes the kernel of a dot / convolution needs (0 for other ops)."""
+    from . import kernels      # the kernel package is only needed for dot / convolution
+    return kernels.scratch_bytes(instr, target)
+
+
+__all__ = ["EmitOptions", "Artifact", "emit", "scratch_bytes", "TargetInfo", "make_target",
+           "KINDS"]

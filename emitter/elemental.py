@@ -1,0 +1,619 @@
+"""The elemental emitter (XLA's ElementalIrEmitter): one rule per opcode in ``RULES``.
+
+A *generator* maps an output index (a list of i64 values, one per dimension) to the
+LLVM value of that element, emitted at the builder's position. A rule is
+
+    rule(em, instr, operands, index) -> value
+
+where ``operands[k]`` is the generator of operand k. Movement ops are index remaps,
+reduce and reduce-window loop over their window, fusion composes the generators of
+its fused computation, and a tuple-shaped value is a Python tuple of element values.
+Values are in storage type (pred an i8 0/1, bf16 an i16); see scalar.py.
+
+Dot and convolution have no rule: they are kernels (emitter/kernels/).
+"""
+from __future__ import annotations
+
+from contextlib import ExitStack
+from typing import Callable, Sequence
+
+import numpy as np
+from llvmlite import ir
+
+from ..hlo import Computation, Instruction, Opcode, XlacError, dtypes
+from .constants import ConstantPool
+from .indexing import delinearize, linearize, reshape_index
+from .irutil import I1, alloca_once, for_range, gep_elem, i64, llvm_type
+from .scalar import (compute_type, convert, from_compute, i1_to_pred, immediate, intrinsic,
+                     is_unsigned_like, pred_to_i1, to_compute)
+
+Index = list
+Generator = Callable[[Index], ir.Value]
+
+
+class ElementalEmitter:
+    """Builds generators at one builder. ``libcalls`` collects the C library functions the
+    emitted code calls (LLVM lowers ``frem`` to ``fmod``)."""
+
+    def __init__(self, b: ir.IRBuilder, constants: ConstantPool):
+        self.b = b
+        self.constants = constants
+        self.libcalls: set[str] = set()
+
+    def generator(self, instr: Instruction, operands: Sequence[Generator]) -> Generator:
+        try:
+            rule = RULES[instr.opcode]
+        except KeyError:
+            raise XlacError(f"%{instr.name}: {instr.opcode.text} has no elemental rule") from None
+        operands = list(operands)
+        return lambda index: rule(self, instr, operands, index)
+
+    def computation_generator(self, comp: Computation,
+                              parameters: Sequence[Generator]) -> Generator:
+        """The generator of ``comp``'s root; parameter k is produced by ``parameters[k]``.
+        Each fused value is generated once per index and block (shared subexpressions)."""
+        gens: dict[Instruction, Generator] = {}
+        for instr in comp.instructions:
+            if instr.opcode is Opcode.PARAMETER:
+                ops = [parameters[instr.number]]
+            else:
+                ops = [gens[o] for o in instr.operands]
+            gens[instr] = self._memoized(self.generator(instr, ops))
+        return gens[comp.root]
+
+    def apply(self, comp: Computation, args: Sequence[ir.Value]):
+        """Value of a scalar computation (a reducer) on ``args``."""
+        return self.computation_generator(comp, [_const_gen(a) for a in args])([])
+
+    def _memoized(self, gen: Generator) -> Generator:
+        cache: dict[tuple, ir.Value] = {}
+
+        def memo(index):
+            # A value made earlier in the current block dominates the builder's position.
+            key = (id(self.b.block), tuple(id(v) for v in index))
+            if key not in cache:
+                cache[key] = gen(index)
+            return cache[key]
+        return memo
+
+
+def _const_gen(value) -> Generator:
+    return lambda index: value
+
+
+def _dtype(instr: Instruction, k: int = 0):
+    return instr.operands[k].shape.dtype
+
+
+# --- element-wise ----------------------------------------------------------
+
+def _float_fn(name: str):
+    """f(x) or f(x, y) on floats from mathlib (exp, log, ..., pow, atan2)."""
+    def fn(em, *xs):
+        from . import mathlib    # written beside this module; the table is its API
+        return mathlib.FUNCTIONS[name](em.b, *xs)
+    return fn
+
+
+def _llvm_fn(name: str):
+    return lambda em, *xs: intrinsic(em.b, name, list(xs))
+
+
+def _unary(float_fn=None, int_fn=None):
+    """A unary rule: floats computed in their compute type, integers (and pred) as is."""
+    def rule(em, instr, ops, index):
+        dt = _dtype(instr)
+        x = ops[0](index)
+        if dt.is_float and float_fn is not None:
+            return from_compute(em.b, float_fn(em, to_compute(em.b, x, dt)), dt)
+        if not dt.is_float and int_fn is not None:
+            return int_fn(em, x, dt)
+        raise XlacError(f"%{instr.name}: {instr.opcode.text} is not defined on {dt}")
+    return rule
+
+
+def _binary(float_fn=None, int_fn=None):
+    def rule(em, instr, ops, index):
+        dt = _dtype(instr)
+        x, y = ops[0](index), ops[1](index)
+        if dt.is_float and float_fn is not None:
+            b = em.b
+            return from_compute(b, float_fn(em, to_compute(b, x, dt), to_compute(b, y, dt)), dt)
+        if not dt.is_float and int_fn is not None:
+            return int_fn(em, x, y, dt)
+        raise XlacError(f"%{instr.name}: {instr.opcode.text} is not defined on {dt}")
+    return rule
+
+
+def _zero(v):
+    return ir.Constant(v.type, 0)
+
+
+def _int_abs(em, x, dt):
+    if is_unsigned_like(dt):
+        return x
+    b = em.b
+    return b.select(b.icmp_signed("<", x, _zero(x)), b.neg(x), x)
+
+
+def _float_sign(em, x):
+    # sign(+-0) = +-0, sign(NaN) = NaN, otherwise +-1.
+    b = em.b
+    one = intrinsic(b, "copysign", [ir.Constant(x.type, 1.0), x])
+    keep = b.or_(b.fcmp_ordered("==", x, ir.Constant(x.type, 0.0)), b.fcmp_unordered("uno", x, x))
+    return b.select(keep, x, one)
+
+
+def _int_sign(em, x, dt):
+    b = em.b
+    if is_unsigned_like(dt):
+        return b.zext(b.icmp_unsigned("!=", x, _zero(x)), x.type)
+    pos = b.zext(b.icmp_signed(">", x, _zero(x)), x.type)
+    neg = b.zext(b.icmp_signed("<", x, _zero(x)), x.type)
+    return b.sub(pos, neg)
+
+
+def _not(em, x, dt):
+    mask = 1 if dt.is_pred else -1
+    return em.b.xor(x, ir.Constant(x.type, mask))
+
+
+def _rsqrt(em, x):
+    return em.b.fdiv(ir.Constant(x.type, 1.0), intrinsic(em.b, "sqrt", [x]))
+
+
+def _is_finite(em, instr, ops, index):
+    dt = _dtype(instr)
+    b = em.b
+    x = to_compute(b, ops[0](index), dt)
+    inf = ir.Constant(x.type, float("inf"))
+    return i1_to_pred(b, b.fcmp_ordered("<", intrinsic(b, "fabs", [x]), inf))
+
+
+def _convert(em, instr, ops, index):
+    return convert(em.b, ops[0](index), _dtype(instr), instr.shape.dtype)
+
+
+def _float_max(em, x, y):
+    # NaN-propagating: if either is NaN, x + y is that NaN.
+    b = em.b
+    m = b.select(b.fcmp_ordered(">", x, y), x, y)
+    return b.select(b.fcmp_unordered("uno", x, y), b.fadd(x, y), m)
+
+
+def _float_min(em, x, y):
+    b = em.b
+    m = b.select(b.fcmp_ordered("<", x, y), x, y)
+    return b.select(b.fcmp_unordered("uno", x, y), b.fadd(x, y), m)
+
+
+def _int_max(em, x, y, dt):
+    cmp = em.b.icmp_unsigned if is_unsigned_like(dt) else em.b.icmp_signed
+    return em.b.select(cmp(">", x, y), x, y)
+
+
+def _int_min(em, x, y, dt):
+    cmp = em.b.icmp_unsigned if is_unsigned_like(dt) else em.b.icmp_signed
+    return em.b.select(cmp("<", x, y), x, y)
+
+
+def _int_divide(em, x, y, dt):
+    """XLA: x / 0 = -1 (all ones), INT_MIN / -1 = INT_MIN; never traps."""
+    b = em.b
+    zero = b.icmp_unsigned("==", y, _zero(y))
+    ones = ir.Constant(x.type, -1)
+    if is_unsigned_like(dt):
+        safe = b.select(zero, ir.Constant(y.type, 1), y)
+        return b.select(zero, ones, b.udiv(x, safe))
+    int_min = ir.Constant(x.type, -(1 << (dt.bits - 1)))
+    overflow = b.and_(b.icmp_signed("==", x, int_min), b.icmp_signed("==", y, ones))
+    safe = b.select(b.or_(zero, overflow), ir.Constant(y.type, 1), y)
+    q = b.sdiv(x, safe)
+    return b.select(zero, ones, b.select(overflow, int_min, q))
+
+
+def _int_remainder(em, x, y, dt):
+    """XLA: x % 0 = x, INT_MIN % -1 = 0; the sign follows the dividend (C semantics)."""
+    b = em.b
+    zero = b.icmp_unsigned("==", y, _zero(y))
+    if is_unsigned_like(dt):
+        safe = b.select(zero, ir.Constant(y.type, 1), y)
+        return b.select(zero, x, b.urem(x, safe))
+    ones = ir.Constant(x.type, -1)
+    overflow = b.icmp_signed("==", y, ones)      # x % -1 is 0 for every x
+    safe = b.select(b.or_(zero, overflow), ir.Constant(y.type, 1), y)
+    r = b.srem(x, safe)
+    return b.select(zero, x, b.select(overflow, _zero(x), r))
+
+
+def _float_remainder(em, x, y):
+    em.libcalls.add("fmodf" if isinstance(x.type, ir.FloatType) else "fmod")
+    return em.b.frem(x, y)
+
+
+def _int_power(em, x, y, dt):
+    """Exponentiation by squaring over every bit of the exponent; a negative exponent
+    gives 0 except for bases 1 and -1 (XLA's integer pow)."""
+    b = em.b
+    ty = x.type
+    one = ir.Constant(ty, 1)
+    acc, base, exp = (alloca_once(b, ty, name) for name in ("pow.acc", "pow.base", "pow.exp"))
+    b.store(one, acc)
+    b.store(x, base)
+    b.store(y, exp)
+    with for_range(b, dt.bits, "pow"):
+        e, a, s = (b.load(p, typ=ty) for p in (exp, acc, base))
+        b.store(b.select(b.trunc(e, I1), b.mul(a, s), a), acc)
+        b.store(b.mul(s, s), base)
+        b.store(b.lshr(e, one), exp)
+    result = b.load(acc, typ=ty)
+    if is_unsigned_like(dt):
+        return result
+    odd = b.trunc(y, I1)
+    minus_one = ir.Constant(ty, -1)
+    neg = b.select(b.icmp_signed("==", x, one), one,
+                   b.select(b.icmp_signed("==", x, minus_one),
+                            b.select(odd, minus_one, one), _zero(x)))
+    return b.select(b.icmp_signed("<", y, _zero(y)), neg, result)
+
+
+def _shift(kind: str):
+    """Shifts by an amount >= the bit width (as unsigned) give 0, or the sign fill for an
+    arithmetic right shift, as in XLA (LLVM would give poison)."""
+    def fn(em, x, y, dt):
+        b = em.b
+        width = ir.Constant(y.type, dt.bits)
+        oob = b.icmp_unsigned(">=", y, width)
+        safe = b.select(oob, _zero(y), y)
+        if kind == "shl":
+            return b.select(oob, _zero(x), b.shl(x, safe))
+        if kind == "lshr":
+            return b.select(oob, _zero(x), b.lshr(x, safe))
+        return b.ashr(x, b.select(oob, ir.Constant(y.type, dt.bits - 1), y))
+    return fn
+
+
+_FLOAT_COMPARE = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+
+
+def _compare(em, instr, ops, index):
+    """Floats compare ordered (false on NaN) except NE, which is unordered (true on NaN)."""
+    b = em.b
+    dt = _dtype(instr)
+    x, y = ops[0](index), ops[1](index)
+    op = _FLOAT_COMPARE[instr.attrs["direction"]]
+    if dt.is_float:
+        x, y = to_compute(b, x, dt), to_compute(b, y, dt)
+        c = (b.fcmp_unordered if op == "!=" else b.fcmp_ordered)(op, x, y)
+    else:
+        c = (b.icmp_unsigned if is_unsigned_like(dt) else b.icmp_signed)(op, x, y)
+    return i1_to_pred(b, c)
+
+
+def _select(em, instr, ops, index):
+    b = em.b
+    return b.select(pred_to_i1(b, ops[0](index)), ops[1](index), ops[2](index))
+
+
+def _clamp(em, instr, ops, index):
+    """clamp(lo, x, hi) = min(max(x, lo), hi); the bounds may be scalars."""
+    lo_shape, _, hi_shape = (o.shape for o in instr.operands)
+    lo = ops[0]([] if lo_shape.rank == 0 else index)
+    hi = ops[2]([] if hi_shape.rank == 0 else index)
+    dt = instr.shape.dtype
+    x = ops[1](index)
+    if dt.is_float:
+        b = em.b
+        lo, x, hi = (to_compute(b, v, dt) for v in (lo, x, hi))
+        return from_compute(b, _float_min(em, _float_max(em, x, lo), hi), dt)
+    return _int_min(em, _int_max(em, x, lo, dt), hi, dt)
+
+
+def _iota(em, instr, ops, index):
+    return convert(em.b, index[instr.attrs["iota_dimension"]], dtypes.S64, instr.shape.dtype)
+
+
+# --- sources and structure -------------------------------------------------
+
+def _constant(em, instr, ops, index):
+    """Uniform constants (scalars, splats) become immediates LLVM can fold; others load
+    from the constant's global."""
+    dt = instr.shape.dtype
+    if _is_uniform(instr.literal):
+        return immediate(instr.literal.reshape(-1)[0], dt)
+    b = em.b
+    ty = llvm_type(dt)
+    g = em.constants.global_for(instr)
+    linear = linearize(b, index, instr.shape.dims, instr.shape.layout)
+    return b.load(gep_elem(b, g, ty, linear), typ=ty)
+
+
+def _is_uniform(literal: np.ndarray) -> bool:
+    """All elements bit-identical (compared as bytes, so NaN splats count too)."""
+    flat = np.ascontiguousarray(literal).reshape(-1)
+    if flat.size == 0:
+        return False
+    raw = flat.view(np.uint8).reshape(flat.size, -1)
+    return bool((raw[: min(2, len(raw))] == raw[0]).all() and (raw == raw[0]).all())
+
+
+def _parameter(em, instr, ops, index):
+    # Inside a fused or reducer computation: the caller supplies the parameter's generator.
+    return ops[0](index)
+
+
+def _fusion(em, instr, ops, index):
+    return em.computation_generator(instr.called[0], ops)(index)
+
+
+def _tuple(em, instr, ops, index):
+    return tuple(op(index) for op in ops)
+
+
+def _get_tuple_element(em, instr, ops, index):
+    return ops[0](index)[instr.attrs["index"]]
+
+
+# --- movement: index remaps ------------------------------------------------
+
+def _identity(em, instr, ops, index):
+    return ops[0](index)
+
+
+def _broadcast(em, instr, ops, index):
+    operand = instr.operands[0].shape
+    out = instr.shape
+    src = [i64(0) if operand.dims[i] == 1 and out.dims[d] != 1 else index[d]
+           for i, d in enumerate(instr.attrs["dimensions"])]
+    return ops[0](src)
+
+
+def _reshape(em, instr, ops, index):
+    return ops[0](reshape_index(em.b, index, instr.shape.dims, instr.operands[0].shape.dims))
+
+
+def _bitcast(em, instr, ops, index):
+    # Same bytes: linearize in the result's layout, delinearize in the operand's.
+    b = em.b
+    out, src = instr.shape, instr.operands[0].shape
+    linear = linearize(b, index, out.dims, out.layout)
+    return ops[0](delinearize(b, linear, src.dims, src.layout))
+
+
+def _transpose(em, instr, ops, index):
+    perm = instr.attrs["dimensions"]
+    src: list = [None] * len(perm)
+    for i, p in enumerate(perm):
+        src[p] = index[i]
+    return ops[0](src)
+
+
+def _slice(em, instr, ops, index):
+    b = em.b
+    s = instr.attrs["slice"]
+    src = []
+    for i, start, stride in zip(index, s.starts, s.strides):
+        v = i if stride == 1 else b.mul(i, i64(stride), flags=["nuw", "nsw"])
+        src.append(v if start == 0 else b.add(v, i64(start), flags=["nuw", "nsw"]))
+    return ops[0](src)
+
+
+def _reverse(em, instr, ops, index):
+    b = em.b
+    dims = instr.shape.dims
+    rev = set(instr.attrs["dimensions"])
+    return ops[0]([b.sub(i64(dims[d] - 1), v) if d in rev else v for d, v in enumerate(index)])
+
+
+def _pad(em, instr, ops, index):
+    """Branch-free: read the operand at a clamped (always valid) index and select the pad
+    value where the output position is an edge or an interior gap."""
+    b = em.b
+    operand = instr.operands[0].shape
+    pad_value = ops[1]([])
+    if operand.num_elements == 0:
+        return pad_value
+    p = instr.attrs["padding"]
+    inside = ir.Constant(I1, 1)
+    src = []
+    for d, i in enumerate(index):
+        lo, hi, it, n = p.low[d], p.high[d], p.interior[d], operand.dims[d]
+        if lo == hi == it == 0:
+            src.append(i)
+            continue
+        t = b.sub(i, i64(lo)) if lo else i
+        q = t
+        if it:
+            q = b.sdiv(t, i64(it + 1))
+            inside = b.and_(inside, b.icmp_signed("==", b.srem(t, i64(it + 1)), i64(0)))
+        in_range = b.icmp_unsigned("<", q, i64(n))    # a negative q is a huge unsigned
+        inside = b.and_(inside, in_range)
+        src.append(b.select(in_range, q, i64(0)))
+    return b.select(inside, ops[0](src), pad_value)
+
+
+def _concatenate(em, instr, ops, index):
+    """Branch on the concatenated coordinate; only the chosen operand is generated."""
+    b = em.b
+    d = instr.attrs["dimension"]
+    parts = [(k, o.shape.dims[d]) for k, o in enumerate(instr.operands) if o.shape.dims[d]]
+    fn = b.block.function
+    merge = fn.append_basic_block("concat.merge")
+    incoming = []
+    offset = 0
+    for n, (k, size) in enumerate(parts):
+        local = list(index)
+        local[d] = b.sub(index[d], i64(offset)) if offset else index[d]
+        if n == len(parts) - 1:
+            incoming.append((ops[k](local), b.block))
+            b.branch(merge)
+            break
+        take, rest = fn.append_basic_block("concat.take"), fn.append_basic_block("concat.rest")
+        b.cbranch(b.icmp_signed("<", index[d], i64(offset + size)), take, rest)
+        b.position_at_end(take)
+        incoming.append((ops[k](local), b.block))
+        b.branch(merge)
+        b.position_at_end(rest)
+        offset += size
+    b.position_at_end(merge)
+    phi = b.phi(incoming[0][0].type, name="concat")
+    for v, blk in incoming:
+        phi.add_incoming(v, blk)
+    return phi
+
+
+def _gather(em, instr, ops, index):
+    """XLA gather: start indices are read from operand 1 and clamped so that the whole
+    slice stays inside the operand."""
+    b = em.b
+    x, idx = (o.shape for o in instr.operands)
+    dn, sizes = instr.attrs["dimension_numbers"], instr.attrs["slice_sizes"]
+    batch = [v for d, v in enumerate(index) if d not in dn.offset_dims]
+    offsets = [index[d] for d in dn.offset_dims]
+    kept = [d for d in range(x.rank) if d not in dn.collapsed_slice_dims]
+    src = [i64(0)] * x.rank
+    for d, v in zip(kept, offsets):
+        src[d] = v
+    ivd = dn.index_vector_dim
+    for k, d in enumerate(dn.start_index_map):
+        at = batch[:ivd] + [i64(k)] + batch[ivd:] if ivd < idx.rank else batch
+        start = convert(b, ops[1](at), idx.dtype, dtypes.S64)
+        limit = i64(x.dims[d] - sizes[d])
+        start = b.select(b.icmp_signed("<", start, i64(0)), i64(0), start)
+        start = b.select(b.icmp_signed(">", start, limit), limit, start)
+        src[d] = b.add(start, src[d])
+    return ops[0](src)
+
+
+# --- reductions ------------------------------------------------------------
+
+def _accumulators(em, inits):
+    accs = [alloca_once(em.b, v.type, "acc") for v in inits]
+    for a, v in zip(accs, inits):
+        em.b.store(v, a)
+    return accs
+
+
+def _accumulate(em, comp, accs, values):
+    b = em.b
+    result = em.apply(comp, [b.load(a, typ=a.allocated_type) for a in accs] + list(values))
+    results = result if isinstance(result, tuple) else (result,)
+    for a, v in zip(accs, results):
+        b.store(v, a)
+
+
+def _results(em, accs):
+    vals = tuple(em.b.load(a, typ=a.allocated_type) for a in accs)
+    return vals if len(vals) > 1 else vals[0]
+
+
+def _reduce(em, instr, ops, index):
+    """Loop over the reduced dimensions (last one innermost) folding with to_apply."""
+    n = len(instr.operands) // 2
+    dims = instr.attrs["dimensions"]
+    shape = instr.operands[0].shape
+    accs = _accumulators(em, [ops[n + k]([]) for k in range(n)])
+    full: list = [None] * shape.rank
+    kept = [d for d in range(shape.rank) if d not in dims]
+    for d, v in zip(kept, index):
+        full[d] = v
+    with ExitStack() as loops:
+        for d in sorted(dims):
+            full[d] = loops.enter_context(for_range(em.b, shape.dims[d], f"r{d}"))
+        _accumulate(em, instr.called[0], accs, [ops[k](full) for k in range(n)])
+    return _results(em, accs)
+
+
+def _reduce_window(em, instr, ops, index):
+    """Loop over the window; positions in the padding or between dilated base elements
+    contribute nothing (the accumulator keeps the init value's effect)."""
+    b = em.b
+    n = len(instr.operands) // 2
+    w = instr.attrs["window"]
+    shape = instr.operands[0].shape
+    accs = _accumulators(em, [ops[n + k]([]) for k in range(n)])
+    with ExitStack() as loops:
+        inside = ir.Constant(I1, 1)
+        src = []
+        for d in range(shape.rank):
+            k = loops.enter_context(for_range(b, w.size[d], f"w{d}"))
+            p = b.mul(index[d], i64(w.stride[d])) if w.stride[d] != 1 else index[d]
+            p = b.add(p, b.mul(k, i64(w.rhs_dilation[d])) if w.rhs_dilation[d] != 1 else k)
+            if w.pad_low[d]:
+                p = b.sub(p, i64(w.pad_low[d]))
+            if w.lhs_dilation[d] != 1:
+                dil = i64(w.lhs_dilation[d])
+                inside = b.and_(inside, b.icmp_signed("==", b.srem(p, dil), i64(0)))
+                p = b.sdiv(p, dil)
+            inside = b.and_(inside, b.icmp_unsigned("<", p, i64(shape.dims[d])))
+            src.append(p)
+        with b.if_then(inside):
+            _accumulate(em, instr.called[0], accs, [ops[k](src) for k in range(n)])
+    return _results(em, accs)
+
+
+_TRANSCENDENTAL_UNARY = {
+    Opcode.CBRT: "cbrt", Opcode.COSINE: "cos", Opcode.ERF: "erf", Opcode.EXP: "exp",
+    Opcode.EXPM1: "expm1", Opcode.LOG: "log", Opcode.LOG1P: "log1p",
+    Opcode.LOGISTIC: "logistic", Opcode.SINE: "sin", Opcode.TAN: "tan", Opcode.TANH: "tanh",
+}
+
+RULES: dict[Opcode, Callable] = {
+    # sources and structure
+    Opcode.PARAMETER: _parameter,
+    Opcode.CONSTANT: _constant,
+    Opcode.IOTA: _iota,
+    Opcode.FUSION: _fusion,
+    Opcode.TUPLE: _tuple,
+    Opcode.GET_TUPLE_ELEMENT: _get_tuple_element,
+    # element-wise unary
+    **{op: _unary(_float_fn(name)) for op, name in _TRANSCENDENTAL_UNARY.items()},
+    Opcode.ABS: _unary(_llvm_fn("fabs"), _int_abs),
+    Opcode.CEIL: _unary(_llvm_fn("ceil")),
+    Opcode.FLOOR: _unary(_llvm_fn("floor")),
+    Opcode.IS_FINITE: _is_finite,
+    Opcode.NEGATE: _unary(lambda em, x: em.b.fneg(x), lambda em, x, dt: em.b.neg(x)),
+    Opcode.NOT: _unary(None, _not),
+    Opcode.ROUND_NEAREST_AFZ: _unary(_llvm_fn("round")),
+    Opcode.ROUND_NEAREST_EVEN: _unary(_llvm_fn("rint")),
+    Opcode.RSQRT: _unary(_rsqrt),
+    Opcode.SIGN: _unary(_float_sign, _int_sign),
+    Opcode.SQRT: _unary(_llvm_fn("sqrt")),
+    Opcode.CONVERT: _convert,
+    # element-wise binary
+    Opcode.ADD: _binary(lambda em, x, y: em.b.fadd(x, y), lambda em, x, y, dt: em.b.add(x, y)),
+    Opcode.SUBTRACT: _binary(lambda em, x, y: em.b.fsub(x, y),
+                             lambda em, x, y, dt: em.b.sub(x, y)),
+    Opcode.MULTIPLY: _binary(lambda em, x, y: em.b.fmul(x, y),
+                             lambda em, x, y, dt: em.b.mul(x, y)),
+    Opcode.DIVIDE: _binary(lambda em, x, y: em.b.fdiv(x, y), _int_divide),
+    Opcode.REMAINDER: _binary(_float_remainder, _int_remainder),
+    Opcode.MAXIMUM: _binary(_float_max, _int_max),
+    Opcode.MINIMUM: _binary(_float_min, _int_min),
+    Opcode.POWER: _binary(_float_fn("pow"), _int_power),
+    Opcode.ATAN2: _binary(_float_fn("atan2")),
+    Opcode.AND: _binary(None, lambda em, x, y, dt: em.b.and_(x, y)),
+    Opcode.OR: _binary(None, lambda em, x, y, dt: em.b.or_(x, y)),
+    Opcode.XOR: _binary(None, lambda em, x, y, dt: em.b.xor(x, y)),
+    Opcode.SHIFT_LEFT: _binary(None, _shift("shl")),
+    Opcode.SHIFT_RIGHT_ARITHMETIC: _binary(None, _shift("ashr")),
+    Opcode.SHIFT_RIGHT_LOGICAL: _binary(None, _shift("lshr")),
+    Opcode.COMPARE: _compare,
+    # element-wise ternary
+    Opcode.SELECT: _select,
+    Opcode.CLAMP: _clamp,
+    # movement
+    Opcode.BITCAST: _bitcast,
+    Opcode.BROADCAST: _broadcast,
+    Opcode.CONCATENATE: _concatenate,
+    Opcode.COPY: _identity,
+    Opcode.GATHER: _gather,
+    Opcode.PAD: _pad,
+    Opcode.RESHAPE: _reshape,
+    Opcode.REVERSE: _reverse,
+    Opcode.SLICE: _slice,
+    Opcode.TRANSPOSE: _transpose,
+    # reductions
+    Opcode.REDUCE: _reduce,
+    Opcode.REDUCE_WINDOW: _reduce_window,
+}

@@ -1,0 +1,266 @@
+"""The model's functions: the internal compute function and the two public entries.
+
+    void NAME_compute(ptr inputs, ptr outputs, ptr arena)        (internal)
+    i32  NAME_run_v(ptr inputs, ptr outputs, ptr arena)
+    i32  NAME_run(ptr in0, ..., ptr out0, ..., ptr arena)
+
+NAME_compute walks ``assignment.order``: views, tuples, parameters and constants emit
+no code; dot and convolution call kernels (emitter/kernels/); everything else calls
+its loop function (loops.py). Model outputs that do not already live in their output
+slot are copied there at the end. All state lives in the caller's buffers: no mutable
+globals, so the code is reentrant.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from ..hlo import Instruction, Module, Opcode, XlacError
+from ..optimizer.buffer_assignment import VIEW_OPCODES, BufferAssignment
+from .constants import CONSTANT_ALIGN, ConstantPool
+from .elemental import ElementalEmitter
+from .interface import ModelInterface
+from .irutil import I1, I32, I64, PTR, VOID, gep_bytes, i64
+from .loops import PointerArg, emit_elemental_function, leaf_offsets, passed_operands
+from .target import TargetInfo
+
+# runtime_c/xlac_runtime.h: enum xlac_status
+XLAC_OK, XLAC_ERROR_NULL_ARGUMENT, XLAC_ERROR_ARENA_ALIGNMENT = 0, 1, 2
+
+_NO_CODE = frozenset({Opcode.PARAMETER, Opcode.CONSTANT, Opcode.TUPLE, Opcode.GET_TUPLE_ELEMENT})
+_KERNEL_OPCODES = frozenset({Opcode.DOT, Opcode.CONVOLUTION})
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a value's bytes are: ``space`` 'input' | 'output' | 'arena' | 'constant'
+    (``key`` the constant instruction) at ``offset`` bytes into buffer ``index``."""
+    space: str
+    index: int = 0
+    offset: int = 0
+    key: Instruction | None = None
+
+    def overlaps(self, size: int, other: "Place", other_size: int) -> bool:
+        if self.space == "constant" or (self.space, self.index) != (other.space, other.index):
+            return False
+        return self.offset < other.offset + other_size and other.offset < self.offset + size
+
+
+class _Places:
+    """Resolves every entry value to a Place, following views and tuple elements."""
+
+    def __init__(self, assignment: BufferAssignment):
+        self._assignment = assignment
+        self._places: dict[Instruction, Place | None] = {}
+
+    def __getitem__(self, instr: Instruction) -> Place:
+        return self._places[instr]
+
+    def is_view(self, instr: Instruction) -> bool:
+        """A reshape / bitcast the assignment placed on its operand's bytes."""
+        loc = self._assignment.location
+        return instr.opcode in VIEW_OPCODES and loc(instr) == loc(instr.operands[0])
+
+    def resolve(self, instr: Instruction) -> None:
+        op = instr.opcode
+        if op is Opcode.PARAMETER:
+            place = Place("input", instr.number)
+        elif op is Opcode.CONSTANT:
+            place = Place("constant", key=instr)
+        elif op is Opcode.TUPLE:
+            place = None
+        elif op is Opcode.GET_TUPLE_ELEMENT:
+            # A tuple-shaped value's leaves lie packed in its buffer (loops.leaf_offsets).
+            base = self._places[instr.operands[0]]
+            offset = leaf_offsets(instr.operands[0].shape)[instr.attrs["index"]]
+            place = Place(base.space, base.index, base.offset + offset, base.key)
+        elif self.is_view(instr):
+            place = self._places[instr.operands[0]]
+        else:
+            loc = self._assignment.location(instr)
+            if loc.space not in ("input", "output", "arena"):
+                raise XlacError(f"%{instr.name}: buffer assignment placed a computed value in "
+                                f"'{loc.space}'")
+            place = Place(loc.space, loc.index, loc.offset)
+        self._places[instr] = place
+
+
+class _ComputeEmitter:
+    """Emits NAME_compute's body: one call per instruction, then the output copies."""
+
+    def __init__(self, llvm_module: ir.Module, module: Module, assignment: BufferAssignment,
+                 interface: ModelInterface, target: TargetInfo, constants: ConstantPool):
+        self.llvm_module = llvm_module
+        self.module = module
+        self.assignment = assignment
+        self.interface = interface
+        self.target = target
+        self.constants = constants
+        self.places = _Places(assignment)
+        self.libcalls: set[str] = set()
+        fnty = ir.FunctionType(VOID, [PTR, PTR, PTR])
+        self.fn = ir.Function(llvm_module, fnty, f"{interface.name}_compute")
+        self.fn.linkage = "internal"
+        self.fn.attributes.add("nounwind")
+        self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
+        inputs, outputs, self.arena = self.fn.args
+        self.inputs = [self._load_pointer(inputs, k) for k in range(len(interface.inputs))]
+        self.outputs = [self._load_pointer(outputs, k) for k in range(len(interface.outputs))]
+
+    def _load_pointer(self, array, k):
+        b = self.b
+        return b.load(b.gep(array, [i64(k)], source_etype=PTR, inbounds=True), typ=PTR)
+
+    # -- places as pointers --
+    def pointer(self, place: Place) -> ir.Value:
+        if place.space == "constant":
+            return self.constants.global_for(place.key)
+        base = {"input": lambda: self.inputs[place.index],
+                "output": lambda: self.outputs[place.index],
+                "arena": lambda: self.arena}[place.space]()
+        return gep_bytes(self.b, base, place.offset)
+
+    def base_align(self, place: Place) -> int:
+        if place.space == "constant":
+            return CONSTANT_ALIGN
+        if place.space == "arena":
+            return self.assignment.alignment
+        ports = self.interface.inputs if place.space == "input" else self.interface.outputs
+        return ports[place.index].dtype.itemsize     # callers' arrays are element-aligned
+
+    def pointer_arg(self, place: Place, size: int, others) -> PointerArg:
+        align = self.base_align(place)
+        while align > 1 and place.offset % align:
+            align //= 2
+        noalias = not any(place.overlaps(size, p, s) for p, s in others)
+        return PointerArg(align, noalias)
+
+    # -- instructions --
+    def emit(self) -> None:
+        for instr in self.assignment.order:
+            self.places.resolve(instr)
+            if instr.opcode in _NO_CODE or self.places.is_view(instr):
+                continue
+            if instr.shape.num_elements == 0 and not instr.shape.is_tuple:
+                continue
+            if instr.opcode in _KERNEL_OPCODES:
+                self._emit_kernel_call(instr)
+            else:
+                self._emit_loop_call(instr)
+        self._emit_output_copies()
+        self.b.ret_void()
+
+    def _function_name(self, instr: Instruction) -> str:
+        return self.llvm_module.get_unique_name(f"{self.interface.name}.{instr.name}")
+
+    def _emit_loop_call(self, instr: Instruction) -> None:
+        out = self.places[instr]
+        size = instr.shape.byte_size
+        operands = [(self.places[instr.operands[k]], instr.operands[k].shape.byte_size)
+                    for k in passed_operands(instr)]
+        out_arg = self.pointer_arg(out, size, operands)
+        operand_args = [self.pointer_arg(p, s, [(out, size)]) for p, s in operands]
+        fn, libcalls = emit_elemental_function(
+            self.llvm_module, instr, self._function_name(instr),
+            lambda b: ElementalEmitter(b, self.constants), out_arg, operand_args)
+        self.libcalls |= libcalls
+        self.b.call(fn, [self.pointer(out)] + [self.pointer(p) for p, _ in operands])
+
+    def _emit_kernel_call(self, instr: Instruction) -> None:
+        # Imported here so models without dot/convolution never touch the kernel package.
+        from . import kernels
+        fn = kernels.emit_kernel(self.llvm_module, instr, self._function_name(instr),
+                                 self.target)
+        args = [self.pointer(self.places[instr])]
+        args += [self.pointer(self.places[o]) for o in instr.operands]
+        if kernels.scratch_bytes(instr, self.target) > 0:
+            loc = self.assignment.scratch[instr]
+            args.append(self.pointer(Place(loc.space, loc.index, loc.offset)))
+        self.b.call(fn, args)
+
+    def _emit_output_copies(self) -> None:
+        memcpy = None
+        for k, instr in enumerate(self.module.output_instructions):
+            place = self.places[instr]
+            if place == Place("output", k) or instr.shape.byte_size == 0:
+                continue
+            if memcpy is None:
+                memcpy = self.llvm_module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
+            self.b.call(memcpy, [self.outputs[k], self.pointer(place),
+                                 i64(instr.shape.byte_size), ir.Constant(I1, 0)])
+
+
+def _emit_run_v(llvm_module: ir.Module, interface: ModelInterface, compute: ir.Function,
+                arena_size: int, arena_align: int) -> ir.Function:
+    """Check the arguments, then compute. NULL pointers and a misaligned arena are reported
+    as status codes rather than faults."""
+    fnty = ir.FunctionType(I32, [PTR, PTR, PTR])
+    fn = ir.Function(llvm_module, fnty, f"{interface.name}_run_v")
+    fn.attributes.add("nounwind")
+    inputs, outputs, arena = fn.args
+    inputs.name, outputs.name, arena.name = "inputs", "outputs", "arena"
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    fail_null = fn.append_basic_block("null_argument")
+    null = ir.Constant(PTR, None)
+
+    def require(cond_ok: ir.Value, fail: ir.Block, name: str) -> None:
+        ok = fn.append_basic_block(name)
+        b.cbranch(cond_ok, ok, fail)
+        b.position_at_end(ok)
+
+    for array, count, what in ((inputs, len(interface.inputs), "inputs"),
+                               (outputs, len(interface.outputs), "outputs")):
+        if count == 0:
+            continue
+        require(b.icmp_unsigned("!=", array, null), fail_null, f"{what}.array_ok")
+        for k in range(count):
+            p = b.load(b.gep(array, [i64(k)], source_etype=PTR, inbounds=True), typ=PTR)
+            require(b.icmp_unsigned("!=", p, null), fail_null, f"{what}.{k}.ok")
+    if arena_size > 0:
+        require(b.icmp_unsigned("!=", arena, null), fail_null, "arena.ok")
+        misaligned = b.and_(b.ptrtoint(arena, I64), i64(arena_align - 1))
+        fail_align = fn.append_basic_block("misaligned_arena")
+        require(b.icmp_unsigned("==", misaligned, i64(0)), fail_align, "arena.aligned")
+        ir.IRBuilder(fail_align).ret(ir.Constant(I32, XLAC_ERROR_ARENA_ALIGNMENT))
+    b.call(compute, [inputs, outputs, arena])
+    b.ret(ir.Constant(I32, XLAC_OK))
+    ir.IRBuilder(fail_null).ret(ir.Constant(I32, XLAC_ERROR_NULL_ARGUMENT))
+    return fn
+
+
+def _emit_run(llvm_module: ir.Module, interface: ModelInterface,
+              run_v: ir.Function) -> ir.Function:
+    """The typed entry: gathers its pointer arguments into arrays on the stack."""
+    n_in, n_out = len(interface.inputs), len(interface.outputs)
+    fnty = ir.FunctionType(I32, [PTR] * (n_in + n_out + 1))
+    fn = ir.Function(llvm_module, fnty, f"{interface.name}_run")
+    fn.attributes.add("nounwind")
+    for arg, port in zip(fn.args, interface.inputs + interface.outputs):
+        arg.name = port.c_name
+    fn.args[-1].name = "arena"
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    arrays = []
+    for args in (fn.args[:n_in], fn.args[n_in:n_in + n_out]):
+        if not args:
+            arrays.append(ir.Constant(PTR, None))
+            continue
+        array = b.alloca(ir.ArrayType(PTR, len(args)))
+        for k, a in enumerate(args):
+            b.store(a, b.gep(array, [i64(0), i64(k)], inbounds=True))
+        arrays.append(array)
+    b.ret(b.call(run_v, [*arrays, fn.args[-1]]))
+    return fn
+
+
+def emit_entry(llvm_module: ir.Module, module: Module, assignment: BufferAssignment,
+               interface: ModelInterface, target: TargetInfo,
+               constants: ConstantPool) -> set[str]:
+    """Define NAME_compute, NAME_run_v and NAME_run; returns the C library functions the
+    code calls (see ElementalEmitter.libcalls)."""
+    compute = _ComputeEmitter(llvm_module, module, assignment, interface, target, constants)
+    compute.emit()
+    run_v = _emit_run_v(llvm_module, interface, compute.fn, assignment.arena_size,
+                        assignment.alignment)
+    _emit_run(llvm_module, interface, run_v)
+    return compute.libcalls

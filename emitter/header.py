@@ -1,0 +1,116 @@
+"""OUT.h: the C99 header of one compiled model (also valid C++).
+
+It needs only <stddef.h>, <stdint.h> and xlac_runtime.h (for the descriptor types),
+and compiles with ``-std=c99 -Wall -Wextra -Werror -pedantic``.
+"""
+from __future__ import annotations
+
+from ..hlo import DType
+from .interface import ModelInterface, Port
+from .target import TargetInfo
+
+# The C element type of each dtype in NAME_run's prototype (f16/bf16 travel as raw bits).
+C_TYPES = {
+    "pred": "uint8_t", "s8": "int8_t", "s16": "int16_t", "s32": "int32_t", "s64": "int64_t",
+    "u8": "uint8_t", "u16": "uint16_t", "u32": "uint32_t", "u64": "uint64_t",
+    "f16": "uint16_t", "bf16": "uint16_t", "f32": "float", "f64": "double",
+}
+
+
+def c_type(dtype: DType) -> str:
+    return C_TYPES[dtype.name]
+
+
+def _comment_text(text: str) -> str:
+    """Text safe inside a /* */ comment (no terminator, no trigraph-ish surprises)."""
+    return text.replace("*/", "* /").replace("??", "? ?").encode("ascii", "replace").decode()
+
+
+def _port_lines(name: str, kind: str, k: int, port: Port) -> list[str]:
+    dims = "x".join(str(d) for d in port.dims) or "scalar"
+    macro = f"{name}_{port.c_name}"
+    return [
+        f"/* {kind} {k}: \"{_comment_text(port.name)}\", {port.dtype.name}[{dims}] */",
+        f"#define {macro}_COUNT {port.count}u",
+        f"#define {macro}_SIZE {port.size_bytes}u",
+    ]
+
+
+def _wrap(words: list[str], indent: str, first: str = "", width: int = 88) -> list[str]:
+    """``words`` joined by spaces into lines of at most ``width`` characters; the first
+    line starts with ``first``, the others with ``indent``."""
+    lines, line = [], first
+    for w in words:
+        if line.strip() and len(line) + 1 + len(w) > width:
+            lines.append(line)
+            line = indent + w
+        else:
+            line = f"{line} {w}" if line.strip() else line + w
+    return lines + [line]
+
+
+def render_header(interface: ModelInterface, target: TargetInfo, arena_size: int,
+                  arena_align: int, libcalls=()) -> str:
+    name = interface.name
+    guard = f"XLAC_MODEL_{name}_H"
+    c_library = ", ".join(["memcpy", "memset", *sorted(libcalls)])
+    features = _wrap(target.features.split(",") if target.features else ["(none)"],
+                     " *   ", first=" *   ")
+    out = [
+        f"/* {name}: model compiled by xlac.",
+        " *",
+        f" * Target triple: {target.triple}",
+        f" * CPU:           {target.cpu}",
+        " * Features (the object may fault on a CPU without them):",
+        *features,
+        " *",
+        " * Runtime symbols the object needs: none from xlac_runtime.c;",
+        f" * from the C library at most: {c_library}.",
+        " * Inputs and outputs must not overlap one another or the arena.",
+        " */",
+        f"#ifndef {guard}",
+        f"#define {guard}",
+        "",
+        "#include <stddef.h>",
+        "#include <stdint.h>",
+        "",
+        "#include \"xlac_runtime.h\"",
+        "",
+        "#ifdef __cplusplus",
+        "extern \"C\" {",
+        "#endif",
+        "",
+        f"#define {name}_ARENA_SIZE {arena_size}u   /* scratch bytes the caller provides */",
+        f"#define {name}_ARENA_ALIGN {arena_align}u",
+        f"#define {name}_NUM_INPUTS {len(interface.inputs)}",
+        f"#define {name}_NUM_OUTPUTS {len(interface.outputs)}",
+        "",
+    ]
+    for kind, ports in (("input", interface.inputs), ("output", interface.outputs)):
+        for k, port in enumerate(ports):
+            out += _port_lines(name, kind, k, port)
+    params = [f"const {c_type(p.dtype)} *{p.c_name}" for p in interface.inputs]
+    params += [f"{c_type(p.dtype)} *{p.c_name}" for p in interface.outputs]
+    params.append("void *arena")
+    words = [p + "," for p in params[:-1]] + [params[-1] + ");"]
+    proto = _wrap(words, "    ", first=f"int {name}_run(")
+    out += [
+        "",
+        "/* Typed entry: inputs then outputs in graph order, then the arena.",
+        "   Returns 0 (XLAC_OK) on success, else an xlac_status. */",
+        *proto,
+        "",
+        "/* Generic entry for drivers that do not know the model. */",
+        f"int {name}_run_v(const void *const *inputs, void *const *outputs, void *arena);",
+        "",
+        "/* Names, dtypes, shapes and sizes of the inputs and outputs. */",
+        f"extern const xlac_model_info {name}_info;",
+        "",
+        "#ifdef __cplusplus",
+        "}",
+        "#endif",
+        "",
+        f"#endif /* {guard} */",
+        "",
+    ]
+    return "\n".join(out)

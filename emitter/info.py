@@ -1,0 +1,80 @@
+"""``NAME_info``: the ``xlac_model_info`` descriptor of runtime_c/xlac_runtime.h as a
+read-only global. LLVM lays the structs out with the target's data layout, which is
+the C ABI layout of the same fields (pointer size and i64 alignment included).
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ..hlo import dtypes
+from .interface import ModelInterface, Port
+from .irutil import I32, I64, I8, PTR
+from .target import TargetInfo
+
+# enum xlac_dtype in xlac_runtime.h: the numbering is ABI.
+XLAC_DTYPE = {
+    dtypes.PRED: 0, dtypes.S8: 1, dtypes.S16: 2, dtypes.S32: 3, dtypes.S64: 4,
+    dtypes.U8: 5, dtypes.U16: 6, dtypes.U32: 7, dtypes.U64: 8,
+    dtypes.F16: 9, dtypes.BF16: 10, dtypes.F32: 11, dtypes.F64: 12,
+}
+
+# struct xlac_tensor_info {name, c_name, dtype, rank, dims, size_bytes}
+TENSOR_INFO = ir.LiteralStructType([PTR, PTR, I32, I32, PTR, I64])
+# struct xlac_model_info {name, triple, cpu, features, arena_size, arena_align,
+#                         num_inputs, num_outputs, inputs, outputs}
+MODEL_INFO = ir.LiteralStructType([PTR, PTR, PTR, PTR, I64, I64, I32, I32, PTR, PTR])
+
+
+class _Strings:
+    """NUL-terminated private string globals, one per distinct text."""
+
+    def __init__(self, llvm_module: ir.Module, prefix: str):
+        self._module, self._prefix, self._made = llvm_module, prefix, {}
+
+    def __call__(self, text: str) -> ir.GlobalVariable:
+        if text not in self._made:
+            data = bytearray(text.encode("utf-8") + b"\0")
+            self._made[text] = _private_constant(self._module, f"{self._prefix}str",
+                                                 ir.Constant(ir.ArrayType(I8, len(data)), data))
+        return self._made[text]
+
+
+def _private_constant(llvm_module: ir.Module, name: str, init: ir.Constant) -> ir.GlobalVariable:
+    g = ir.GlobalVariable(llvm_module, init.type, llvm_module.get_unique_name(name))
+    g.linkage = "private"
+    g.unnamed_addr = True
+    g.global_constant = True
+    g.initializer = init
+    return g
+
+
+def _tensor_infos(llvm_module, strings, ports: tuple[Port, ...], prefix: str):
+    entries = []
+    for p in ports:
+        dims_ty = ir.ArrayType(I64, len(p.dims))
+        dims = _private_constant(llvm_module, f"{prefix}dims", ir.Constant(dims_ty, list(p.dims)))
+        entries.append(ir.Constant(TENSOR_INFO, [
+            strings(p.name), strings(p.c_name), ir.Constant(I32, XLAC_DTYPE[p.dtype]),
+            ir.Constant(I32, len(p.dims)), dims, ir.Constant(I64, p.size_bytes)]))
+    if not entries:
+        return ir.Constant(PTR, None)
+    array = ir.Constant(ir.ArrayType(TENSOR_INFO, len(entries)), entries)
+    return _private_constant(llvm_module, f"{prefix}tensors", array)
+
+
+def emit_model_info(llvm_module: ir.Module, interface: ModelInterface, target: TargetInfo,
+                    arena_size: int, arena_align: int) -> ir.GlobalVariable:
+    """Define the exported constant ``NAME_info``."""
+    prefix = f"{interface.name}_info."
+    strings = _Strings(llvm_module, prefix)
+    init = ir.Constant(MODEL_INFO, [
+        strings(interface.name), strings(target.triple), strings(target.cpu),
+        strings(target.features), ir.Constant(I64, arena_size), ir.Constant(I64, arena_align),
+        ir.Constant(I32, len(interface.inputs)), ir.Constant(I32, len(interface.outputs)),
+        _tensor_infos(llvm_module, strings, interface.inputs, prefix),
+        _tensor_infos(llvm_module, strings, interface.outputs, prefix),
+    ])
+    g = ir.GlobalVariable(llvm_module, MODEL_INFO, f"{interface.name}_info")
+    g.global_constant = True
+    g.initializer = init
+    return g

@@ -1,0 +1,120 @@
+"""The loop emitter: one internal function per elemental instruction (a fusion or an
+unfused element-wise, movement, reduce, reduce-window, gather or iota op).
+
+    void op(ptr out, ptr operand_a, ptr operand_b, ...)
+
+loops over the output shape, most major dimension outermost, so the innermost loop
+walks memory with unit stride and LLVM vectorizes it; each output element is the
+element generator's value at that index. Pointer arguments are ``noalias`` where the
+caller says the buffer assignment keeps them apart, which is what lets LLVM vectorize
+without run-time overlap checks. Constant operands are not passed: the generator
+reads them from their globals (or folds them as immediates).
+"""
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from llvmlite import ir
+
+from ..hlo import Instruction, Opcode, Shape, XlacError
+from .elemental import ElementalEmitter, Generator
+from .indexing import linearize
+from .irutil import PTR, VOID, for_range, gep_bytes, gep_elem, llvm_type
+
+
+def leaf_offsets(shape: Shape) -> list[int]:
+    """Byte offset of each leaf of a tuple-shaped buffer: leaves packed in order, so a
+    tuple buffer is exactly ``shape.byte_size`` bytes."""
+    offsets, at = [], 0
+    for leaf in shape.leaves():
+        offsets.append(at)
+        at += leaf.byte_size
+    return offsets
+
+
+def access_align(offset: int, base_align: int, itemsize: int) -> int:
+    """Alignment of element accesses through a pointer ``offset`` bytes past a base aligned
+    to ``base_align``: the element size when that holds, else the largest power of two
+    dividing both."""
+    align = base_align
+    while align > 1 and offset % align:
+        align //= 2
+    return min(align, itemsize)
+
+
+@dataclass(frozen=True)
+class PointerArg:
+    """How the function may treat one pointer: ``align`` of its base for element accesses,
+    ``noalias`` if no other pointer of the call touches the bytes it writes or reads."""
+    align: int
+    noalias: bool
+
+
+def buffer_reader(b: ir.IRBuilder, ptr: ir.Value, shape: Shape, align: int) -> Generator:
+    ty = llvm_type(shape.dtype)
+    align = min(align, shape.dtype.itemsize)
+
+    def read(index):
+        return b.load(gep_elem(b, ptr, ty, linearize(b, index, shape.dims, shape.layout)),
+                      typ=ty, align=align)
+    return read
+
+
+def emit_loop_nest(b: ir.IRBuilder, shape: Shape, body: Callable[[list], None]) -> None:
+    """``body(index)`` inside loops over ``shape``, most major dimension outermost."""
+    index: list = [None] * shape.rank
+    with ExitStack() as loops:
+        for d in reversed(shape.layout):
+            index[d] = loops.enter_context(for_range(b, shape.dims[d], f"i{d}"))
+        body(index)
+
+
+def passed_operands(instr: Instruction) -> list[int]:
+    """Operand numbers that travel as pointer arguments (all but constants)."""
+    return [k for k, o in enumerate(instr.operands) if o.opcode is not Opcode.CONSTANT]
+
+
+def emit_elemental_function(llvm_module: ir.Module, instr: Instruction, name: str,
+                            em_factory: Callable[[ir.IRBuilder], ElementalEmitter],
+                            out: PointerArg, operands: Sequence[PointerArg]):
+    """Define ``void name(ptr out, ptr operand...)`` computing ``instr``; ``operands`` holds
+    one PointerArg per entry of ``passed_operands(instr)``. Returns the function and the
+    C library functions its code calls."""
+    passed = passed_operands(instr)
+    fn = ir.Function(llvm_module, ir.FunctionType(VOID, [PTR] * (1 + len(passed))), name)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    for arg, info in zip(fn.args, [out, *operands]):
+        if info.noalias:
+            arg.add_attribute("noalias")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    em = em_factory(b)
+    gens: list = []
+    for k, o in enumerate(instr.operands):
+        if k in passed:
+            pos = passed.index(k)
+            if o.shape.is_tuple:
+                raise XlacError(f"%{instr.name}: tuple-shaped operand %{o.name} is not supported")
+            gens.append(buffer_reader(b, fn.args[1 + pos], o.shape, operands[pos].align))
+        else:
+            gens.append(em.generator(o, []))
+    generate = em.generator(instr, gens)
+    leaves = instr.shape.leaves()
+    if any(leaf.dims != leaves[0].dims for leaf in leaves):
+        raise XlacError(f"%{instr.name}: tuple leaves of different dimensions ({instr.shape})")
+    targets = [(gep_bytes(b, fn.args[0], off), leaf, access_align(off, out.align,
+                                                                   leaf.dtype.itemsize))
+               for off, leaf in zip(leaf_offsets(instr.shape), leaves)]
+
+    def store(index):
+        value = generate(index)
+        values = value if instr.shape.is_tuple else (value,)
+        for v, (ptr, leaf, align) in zip(values, targets):
+            at = linearize(b, index, leaf.dims, leaf.layout)
+            b.store(v, gep_elem(b, ptr, llvm_type(leaf.dtype), at), align=align)
+
+    emit_loop_nest(b, leaves[0], store)
+    b.ret_void()
+    return fn, em.libcalls
