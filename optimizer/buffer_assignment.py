@@ -76,8 +76,7 @@ def assign_buffers(module: Module, order: list[Instruction] | None = None,
                 for name, key in PACKING_ORDERS.items()}
     best = min(packings, key=lambda name: packings[name].size)
     heap: HeapResult = packings[best]
-    exact = heap_events(module, order, 1, scratch)     # unpadded sizes
-    lower_bound = simulate(exact, PeakHeap()).size
+    lower_bound = simulate(events, PeakHeap()).size
 
     slots = output_slots(module)
     locs: dict[Instruction, BufferLocation] = {}
@@ -86,7 +85,7 @@ def assign_buffers(module: Module, order: list[Instruction] | None = None,
     scratch_locs = {key.instr: BufferLocation("arena", 0, off)
                     for key, off in heap.offsets.items() if isinstance(key, Scratch)}
     stats = {"packing": best, **{f"arena_{name}": r.size for name, r in packings.items()}}
-    naive = sum(e.size for e in exact if e.kind == "alloc")
+    naive = sum(e.size for e in events if e.kind == "alloc")
     return BufferAssignment(order, locs, heap.size, alignment, naive_bytes=naive,
                             lower_bound=lower_bound, stats=stats, scratch=scratch_locs)
 

@@ -1,0 +1,153 @@
+"""Loop fusion: what fuses, what must not, and that values do not change."""
+import numpy as np
+
+from xlac.hlo import (Builder, DotDimensionNumbers, Module, Opcode, Shape, dtypes,
+                      scalar_computation)
+from xlac.hlo.evaluator import evaluate
+from xlac.optimizer import DeadCodeElimination, InstructionFusion
+
+F32 = dtypes.F32
+X = Shape.array(F32, (4, 8))
+
+
+def module_with(b, root, *callees):
+    m = Module("m")
+    for c in callees:
+        m.add_computation(c)
+    m.add_computation(b.build(root), entry=True)
+    return m
+
+
+def fuse_and_check(m, nargs=1):
+    """Run fusion; check the values and the fusion invariants; return the entry opcodes."""
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(p.shape.dims).astype(np.float32) for p in m.entry.parameters]
+    before = evaluate(m, args)
+    changed = InstructionFusion().run(m)
+    DeadCodeElimination().run(m)
+    for a, b in zip(before, evaluate(m, args)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    names = [c.name for c in m.computations]
+    for i in m.entry.instructions:
+        if i.opcode is Opcode.FUSION:
+            fused = i.called[0]
+            assert i.attrs["kind"] == "kLoop"
+            assert names.index(fused.name) < names.index(m.entry.name)   # callees first
+            assert [p.number for p in fused.parameters] == list(range(len(i.operands)))
+            assert [p.shape for p in fused.parameters] == [o.shape for o in i.operands]
+            assert len(set(map(id, i.operands))) == len(i.operands)
+    return changed, [i.opcode for i in m.entry.instructions]
+
+
+def fused_opcodes(fusion):
+    return [i.opcode for i in fusion.called[0].instructions if i.opcode is not Opcode.PARAMETER]
+
+
+def test_elementwise_chain_becomes_one_fusion():
+    b = Builder("main")
+    x, y = b.parameter(0, X), b.parameter(1, X)
+    root = b.op(Opcode.TANH, b.op(Opcode.MULTIPLY, b.op(Opcode.EXP, x), y))
+    m = module_with(b, root)
+    changed, ops = fuse_and_check(m)
+    assert changed and ops == [Opcode.PARAMETER, Opcode.PARAMETER, Opcode.FUSION]
+    fusion = m.entry.root
+    assert fusion.operands == [y, x] or fusion.operands == [x, y]
+    assert sorted(o.text for o in fused_opcodes(fusion)) == ["exponential", "multiply", "tanh"]
+
+
+def test_movement_ops_and_scalar_constants_fuse():
+    b = Builder("main")
+    x = b.parameter(0, Shape.array(F32, (8, 4)))
+    t = b.transpose(x, (1, 0))
+    s = b.broadcast(b.constant(2.0), (4, 8), ())
+    root = b.op(Opcode.ADD, t, s)
+    m = module_with(b, root)
+    _, ops = fuse_and_check(m)
+    assert ops == [Opcode.PARAMETER, Opcode.FUSION]
+    assert m.entry.root.operands == [x]
+
+
+def test_reduce_consumes_its_producers_and_init():
+    b = Builder("main")
+    x = b.parameter(0, X)
+    add = scalar_computation("sum", Opcode.ADD, F32)
+    root = b.reduce(b.op(Opcode.EXP, x), b.constant(0.0), (1,), add)
+    m = module_with(b, root, add)
+    _, ops = fuse_and_check(m)
+    assert ops == [Opcode.PARAMETER, Opcode.FUSION]
+    assert fused_opcodes(m.entry.root)[-1] is Opcode.REDUCE
+    assert m.entry.root.called[0].root.called == [add]
+
+
+def test_cheap_producer_is_duplicated_into_each_user():
+    b = Builder("main")
+    x, y = b.parameter(0, X), b.parameter(1, Shape.array(F32, (8,)))
+    yb = b.broadcast(y, (4, 8), (1,))
+    root = b.tuple([b.op(Opcode.ADD, x, yb), b.op(Opcode.MULTIPLY, x, yb)])
+    m = module_with(b, root)
+    _, ops = fuse_and_check(m)
+    assert ops.count(Opcode.FUSION) == 2 and Opcode.BROADCAST not in ops
+
+
+def test_does_not_duplicate_expensive_producers():
+    b = Builder("main")
+    x = b.parameter(0, X)
+    e = b.op(Opcode.EXP, x)
+    root = b.tuple([b.op(Opcode.NEGATE, e), b.op(Opcode.ABS, e)])
+    m = module_with(b, root)
+    changed, ops = fuse_and_check(m)
+    assert not changed and ops.count(Opcode.EXP) == 1
+
+
+def test_does_not_fuse_into_or_out_of_dot():
+    b = Builder("main")
+    x, w = b.parameter(0, X), b.parameter(1, Shape.array(F32, (8, 3)))
+    d = b.dot(b.op(Opcode.EXP, x), b.transpose(b.transpose(w, (1, 0)), (1, 0)),
+              DotDimensionNumbers((), (1,), (), (0,)))
+    root = b.op(Opcode.NEGATE, d)
+    m = module_with(b, root)
+    _, ops = fuse_and_check(m)
+    dot = next(i for i in m.entry.instructions if i.opcode is Opcode.DOT)
+    assert m.entry.root.opcode is Opcode.NEGATE and m.entry.root.operands == [dot]
+    # The producers of the dot's operands fused among themselves, not into the dot.
+    assert [o.opcode for o in dot.operands] == [Opcode.EXP, Opcode.FUSION]
+
+
+def test_does_not_fuse_away_a_model_output():
+    b = Builder("main")
+    x = b.parameter(0, X)
+    e = b.op(Opcode.EXP, x)
+    root = b.tuple([e, b.op(Opcode.NEGATE, e)])
+    m = module_with(b, root)
+    changed, ops = fuse_and_check(m)
+    assert not changed and Opcode.EXP in ops
+
+
+def test_does_not_fuse_reduce_as_a_producer():
+    b = Builder("main")
+    x = b.parameter(0, X)
+    add = scalar_computation("sum", Opcode.ADD, F32)
+    r = b.reduce(x, b.constant(0.0), (1,), add)
+    root = b.op(Opcode.NEGATE, r)
+    m = module_with(b, root, add)
+    fuse_and_check(m)
+    assert m.entry.root.opcode is Opcode.NEGATE
+    assert m.entry.root.operands[0].opcode is Opcode.FUSION           # the reduce + its init
+    assert fused_opcodes(m.entry.root.operands[0])[-1] is Opcode.REDUCE
+
+
+def test_existing_fusion_grows():
+    b = Builder("main")
+    x = b.parameter(0, X)
+    root = b.op(Opcode.NEGATE, b.op(Opcode.EXP, x))
+    m = module_with(b, root)
+    fuse_and_check(m)
+    fusion = m.entry.root
+    # Put a new producer in front of the fusion and fuse again.
+    ab = b.op(Opcode.ABS, x)
+    m.entry.replace_all_uses(x, ab)
+    ab.operands = [x]
+    m.entry.sort()
+    changed, ops = fuse_and_check(m)
+    assert changed and ops == [Opcode.PARAMETER, Opcode.FUSION] and m.entry.root is fusion
+    assert Opcode.ABS in fused_opcodes(fusion)
