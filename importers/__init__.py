@@ -1,0 +1,1 @@
+"""Front ends that turn source models into HLO modules (``xlac.importers.onnx``)."""

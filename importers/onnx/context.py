@@ -1,0 +1,212 @@
+"""The state shared by op handlers while one ONNX graph is lowered to HLO.
+
+``ImportContext`` holds the entry Builder, the map from ONNX value names to
+HLO instructions, and the helpers handlers need: attribute and input access
+(which also records what a handler read, so that the importer can reject
+attributes and inputs no handler understood), numpy-style broadcasting,
+reducer computations, and ``constant_value`` for values known at compile time.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from ...hlo import Builder, Computation, Instruction, Module, Opcode, XlacError, dtypes
+from ...hlo import scalar_computation
+
+# Results bigger than this are never folded in Python: compile-time values
+# exist for shapes, axes and indices, not for weights (the optimizer's constant
+# folding handles those).
+FOLD_LIMIT = 1 << 14
+
+_REQUIRED = object()
+
+
+def node_label(node: onnx.NodeProto) -> str:
+    """How messages name a node: its name, else its first output."""
+    return node.name or (node.output[0] if node.output else node.op_type)
+
+
+def _attribute_value(node: onnx.NodeProto, a: onnx.AttributeProto):
+    A = onnx.AttributeProto
+    if a.type == A.FLOAT:
+        return a.f
+    if a.type == A.INT:
+        return a.i
+    if a.type == A.STRING:
+        return a.s.decode()
+    if a.type == A.TENSOR:
+        return numpy_helper.to_array(a.t)
+    if a.type == A.FLOATS:
+        return tuple(a.floats)
+    if a.type == A.INTS:
+        return tuple(a.ints)
+    if a.type == A.STRINGS:
+        return tuple(s.decode() for s in a.strings)
+    raise XlacError(f"{node.op_type} node '{node_label(node)}': attribute '{a.name}' of type "
+                    f"{A.AttributeType.Name(a.type)} is not supported")
+
+
+class ImportContext:
+    def __init__(self, module: Module, builder: Builder, opsets: dict[str, int]):
+        self.module = module
+        self.b = builder
+        self.opsets = opsets                       # domain -> opset version
+        self.values: dict[str, Instruction] = {}  # ONNX value name -> instruction
+        self._folded: dict[int, np.ndarray | None] = {}
+        self._reducers: dict[tuple[Opcode, dtypes.DType], Computation] = {}
+        self._node: onnx.NodeProto | None = None
+        self._attrs: dict[str, onnx.AttributeProto] = {}
+        self._read_attrs: set[str] = set()
+        self._read_inputs: set[int] = set()
+
+    # -- the node being lowered ---------------------------------------------
+    def begin_node(self, node: onnx.NodeProto) -> None:
+        self._node = node
+        self._attrs = {a.name: a for a in node.attribute}
+        self._read_attrs, self._read_inputs = set(), set()
+
+    def unread_attributes(self) -> list[str]:
+        return sorted(set(self._attrs) - self._read_attrs)
+
+    def unread_inputs(self) -> list[int]:
+        return [i for i, n in enumerate(self._node.input) if n and i not in self._read_inputs]
+
+    def error(self, node: onnx.NodeProto, msg: str) -> XlacError:
+        return XlacError(f"{node.op_type} node '{node_label(node)}': {msg}")
+
+    def opset(self, node: onnx.NodeProto) -> int:
+        return self.opsets.get(node.domain or "", 0)
+
+    def attr(self, node: onnx.NodeProto, name: str, default=_REQUIRED):
+        """The value of attribute ``name`` (ints/floats as tuples, tensors as numpy)."""
+        self._read_attrs.add(name)
+        a = self._attrs.get(name)
+        if a is None:
+            if default is _REQUIRED:
+                raise self.error(node, f"missing required attribute '{name}'")
+            return default
+        return _attribute_value(node, a)
+
+    def has_attr(self, node: onnx.NodeProto, name: str) -> bool:
+        return name in self._attrs
+
+    def input(self, node: onnx.NodeProto, i: int) -> Instruction | None:
+        """Input ``i``, or None when it is absent (past the end, or an empty name)."""
+        self._read_inputs.add(i)
+        if i >= len(node.input) or not node.input[i]:
+            return None
+        return self.values[node.input[i]]
+
+    def inputs(self, node: onnx.NodeProto) -> list[Instruction]:
+        """All present inputs, in order (for variadic ops)."""
+        return [self.input(node, i) for i in range(len(node.input)) if node.input[i]]
+
+    def const_input(self, node: onnx.NodeProto, i: int, what: str,
+                    default=_REQUIRED) -> np.ndarray | None:
+        """Input ``i`` as a numpy array; it must be known at compile time."""
+        x = self.input(node, i)
+        if x is None:
+            if default is _REQUIRED:
+                raise self.error(node, f"missing input {i} ({what})")
+            return default
+        value = self.value_of(x)
+        if value is None:
+            raise self.error(node, f"input '{node.input[i]}' ({what}) must be known at "
+                                   "compile time")
+        return value
+
+    # -- compile-time values --------------------------------------------------
+    def constant_value(self, name: str) -> np.ndarray | None:
+        """The value of ONNX value ``name`` if known at compile time, else None."""
+        x = self.values.get(name)
+        return None if x is None else self.value_of(x)
+
+    def value_of(self, x: Instruction) -> np.ndarray | None:
+        """Fold ``x`` with the reference evaluator if all it depends on is constant.
+
+        Initializers and Constant nodes are constants; Shape of a static shape
+        lowers to one. Only small results are folded (see FOLD_LIMIT).
+        """
+        if x.opcode is Opcode.CONSTANT:
+            return x.literal
+        if id(x) in self._folded:
+            return self._folded[id(x)]
+        value = None
+        if (x.opcode is not Opcode.PARAMETER and not x.shape.is_tuple
+                and x.shape.num_elements <= FOLD_LIMIT):
+            operands = [self.value_of(o) for o in x.operands]
+            if all(v is not None for v in operands):
+                from ...hlo.evaluator import evaluate_instruction
+                value = np.asarray(evaluate_instruction(x, operands))
+        self._folded[id(x)] = value
+        return value
+
+    # -- building helpers -------------------------------------------------------
+    def scalar(self, value, dtype: dtypes.DType) -> Instruction:
+        return self.b.constant(np.asarray(value, dtype=dtype.np), dtype)
+
+    def full(self, value, dtype: dtypes.DType, dims) -> Instruction:
+        """An array of ``dims`` filled with ``value`` (a broadcast scalar)."""
+        return self.b.broadcast(self.scalar(value, dtype), tuple(dims), ())
+
+    def broadcast_to(self, x: Instruction, dims) -> Instruction:
+        """Numpy broadcasting of ``x`` to ``dims`` (trailing dims aligned).
+
+        Size-1 dims that expand are reshaped away first, so the broadcast maps
+        every operand dim to an equal result dim, as XLA's broadcast requires.
+        """
+        dims = tuple(dims)
+        if x.shape.dims == dims:
+            return x
+        offset = len(dims) - x.shape.rank
+        if offset < 0 or any(n not in (1, dims[offset + i]) for i, n in enumerate(x.shape.dims)):
+            raise ValueError(f"cannot broadcast {x.shape} to {dims}")
+        kept = [i for i, n in enumerate(x.shape.dims) if n == dims[offset + i]]
+        x = self.b.reshape(x, [x.shape.dims[i] for i in kept])
+        return self.b.broadcast(x, dims, [offset + i for i in kept])
+
+    def broadcast_all(self, xs, node: onnx.NodeProto) -> list[Instruction]:
+        """Multidirectional (numpy) broadcasting of ``xs`` to their common shape."""
+        try:
+            dims = np.broadcast_shapes(*(x.shape.dims for x in xs))
+        except ValueError:
+            raise self.error(node, "operand shapes do not broadcast: "
+                             + ", ".join(str(x.shape) for x in xs)) from None
+        return [self.broadcast_to(x, dims) for x in xs]
+
+    def binary(self, node: onnx.NodeProto, opcode: Opcode, a: Instruction, b: Instruction,
+               **attrs) -> Instruction:
+        a, b = self.broadcast_all([a, b], node)
+        return self.b.op(opcode, a, b, **attrs)
+
+    def reducer(self, opcode: Opcode, dtype: dtypes.DType) -> Computation:
+        """The scalar computation ``opcode(x, y)`` for reduce / reduce-window (shared)."""
+        key = (opcode, dtype)
+        if key not in self._reducers:
+            comp = scalar_computation(f"{opcode.text}_{dtype.name}", opcode, dtype)
+            self._reducers[key] = self.module.add_computation(comp)
+        return self._reducers[key]
+
+    def reduce(self, x: Instruction, dims, opcode: Opcode, init) -> Instruction:
+        """Reduce ``dims`` of ``x`` away with ``opcode`` from the scalar ``init``."""
+        dt = x.shape.dtype
+        return self.b.reduce(x, self.scalar(init, dt), dims, self.reducer(opcode, dt))
+
+
+def normalize_axis(ctx: ImportContext, node: onnx.NodeProto, axis: int, rank: int) -> int:
+    """ONNX axis in [-rank, rank) -> [0, rank)."""
+    if not -rank <= axis < rank:
+        raise ctx.error(node, f"axis {axis} is out of range for rank {rank}")
+    return axis % rank
+
+
+def lowest(dtype: dtypes.DType):
+    """The identity of max: -inf for floats, the minimum for integers."""
+    return -np.inf if dtype.is_float else (False if dtype.is_pred else np.iinfo(dtype.np).min)
+
+
+def highest(dtype: dtypes.DType):
+    """The identity of min."""
+    return np.inf if dtype.is_float else (True if dtype.is_pred else np.iinfo(dtype.np).max)

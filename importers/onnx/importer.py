@@ -1,0 +1,227 @@
+"""ONNX model -> HLO module: load, check, pin shapes, infer shapes, lower each node.
+
+The steps, in order, each with its own user-facing error:
+  1. load (path, bytes or ModelProto)          "cannot read ONNX model ..."
+  2. onnx.checker.check_model                  "invalid ONNX model ..."
+  3. every node has a handler                  "unsupported ONNX ops: A (node 'a'), ..."
+  4. pin input shapes, reject dynamic dims     "input 'x' has dynamic dimension 'N' ..."
+  5. onnx.shape_inference (strict)             "ONNX shape inference failed ..."
+  6. lower nodes in graph order into one entry computation; each output's
+     HLO shape is checked against ONNX's inferred shape (a mismatch is a bug
+     in xlac, not in the model, so it is not an XlacError).
+"""
+from __future__ import annotations
+
+import os
+
+import onnx
+from onnx import numpy_helper
+
+from ...hlo import Builder, Module, Shape, ShapeError, Signature, TensorSpec, XlacError
+from .context import ImportContext, node_label
+from .registry import DEFAULT_DOMAIN, lookup
+from .types import hlo_dtype
+
+
+def import_onnx(model, input_shapes: dict | None = None, name: str | None = None) -> Module:
+    """Lower an ONNX model (path, bytes or ModelProto) to an HLO module.
+
+    ``input_shapes`` maps input names to dims that replace the model's
+    (possibly dynamic) input shapes. Entry parameter i is the i-th graph input
+    that has no initializer; the entry root is the single output, or a tuple
+    of all outputs in graph order.
+    """
+    model, source = _load(model)
+    _check(model, source)
+    opsets = {_domain(o.domain): o.version for o in model.opset_import}
+    _reject_unsupported(model.graph, opsets)
+    model = _pin_input_shapes(model, input_shapes or {})
+    model = _infer_shapes(model)
+    return _lower(model, opsets, name or model.graph.name or "model")
+
+
+# -- 1-5: loading and checking ------------------------------------------------
+
+def _load(model) -> tuple[onnx.ModelProto, str]:
+    if isinstance(model, onnx.ModelProto):
+        m = onnx.ModelProto()
+        m.CopyFrom(model)          # input pinning edits the model; keep the caller's intact
+        return m, "<ModelProto>"
+    if isinstance(model, (bytes, bytearray)):
+        source = "<bytes>"
+        load = lambda: onnx.load_model_from_string(bytes(model))  # noqa: E731
+    else:
+        source = os.fspath(model)
+        load = lambda: onnx.load(source)  # noqa: E731
+    try:
+        return load(), source
+    except Exception as e:   # protobuf and OS errors alike: the file is not a model we can read
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise XlacError(f"cannot read ONNX model '{source}': {reason}") from None
+
+
+def _one_line(e: Exception) -> str:
+    return " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+
+
+def _check(model: onnx.ModelProto, source: str) -> None:
+    try:
+        onnx.checker.check_model(model)
+    except (onnx.checker.ValidationError, ValueError) as e:
+        raise XlacError(f"invalid ONNX model '{source}': {_one_line(e)}") from None
+
+
+def _domain(domain: str) -> str:
+    return DEFAULT_DOMAIN if domain in ("", "ai.onnx") else domain
+
+
+def _reject_unsupported(graph: onnx.GraphProto, opsets: dict[str, int]) -> None:
+    missing = []
+    for node in graph.node:
+        domain = _domain(node.domain)
+        if lookup(domain, node.op_type, opsets.get(domain, 0)) is None:
+            op = node.op_type if domain == DEFAULT_DOMAIN else f"{domain}.{node.op_type}"
+            missing.append(f"{op} (node '{node_label(node)}')")
+    if missing:
+        raise XlacError("unsupported ONNX ops: " + ", ".join(missing))
+
+
+def _graph_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
+    """The real inputs: old models also list their initializers as inputs."""
+    initialized = {t.name for t in graph.initializer}
+    return [i for i in graph.input if i.name not in initialized]
+
+
+def _dims_text(dims) -> str:
+    return "x".join(str(d) for d in dims)
+
+
+def _pin_input_shapes(model: onnx.ModelProto, input_shapes: dict) -> onnx.ModelProto:
+    inputs = {i.name: i for i in _graph_inputs(model.graph)}
+    for n in input_shapes:
+        if n not in inputs:
+            raise XlacError(f"--input-shape names '{n}', which is not a model input "
+                            f"(inputs: {', '.join(inputs) or 'none'})")
+    for n, vi in inputs.items():
+        if not vi.type.HasField("tensor_type"):
+            raise XlacError(f"input '{n}' is not a tensor, which xlac does not support")
+        tt = vi.type.tensor_type
+        hlo_dtype(tt.elem_type, f"input '{n}'")
+        known = tt.HasField("shape")
+        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                for d in tt.shape.dim]
+        if n in input_shapes:
+            pinned = [int(d) for d in input_shapes[n]]
+            if any(d < 0 for d in pinned):
+                raise XlacError(f"--input-shape {n}={_dims_text(pinned)} has a negative "
+                                "dimension")
+            if known and len(pinned) != len(dims):
+                raise XlacError(f"--input-shape {n}={_dims_text(pinned)} has rank "
+                                f"{len(pinned)}, but input '{n}' has rank {len(dims)} "
+                                f"(shape {_dims_text(dims)})")
+            for d, p in zip(dims, pinned):
+                if isinstance(d, int) and d != p:
+                    raise XlacError(f"--input-shape {n}={_dims_text(pinned)} conflicts with "
+                                    f"the static shape {_dims_text(dims)} of input '{n}'")
+            tt.shape.Clear()
+            for p in pinned:
+                tt.shape.dim.add().dim_value = p
+        elif not known:
+            raise XlacError(f"input '{n}' has no shape; pin it with --input-shape "
+                            f"{n}=D0xD1x...")
+        else:
+            dynamic = [d for d in dims if not isinstance(d, int)]
+            if dynamic:
+                fix = _dims_text(d if isinstance(d, int) else 1 for d in dims)
+                raise XlacError(f"input '{n}' has dynamic dimension '{dynamic[0]}' (shape "
+                                f"{_dims_text(dims)}); pin it with --input-shape {n}={fix}")
+    return model
+
+
+def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    try:
+        return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
+                                                 data_prop=True)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as e:
+        raise XlacError(f"ONNX shape inference failed: {_one_line(e)}") from None
+
+
+# -- 6: lowering ----------------------------------------------------------------
+
+def _inferred_types(graph: onnx.GraphProto) -> dict[str, tuple[int, tuple[int, ...] | None]]:
+    """value name -> (ONNX elem type, static dims or None) from shape inference."""
+    out = {}
+    for vi in list(graph.value_info) + list(graph.output):
+        tt = vi.type.tensor_type
+        static = tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
+        out[vi.name] = (tt.elem_type, tuple(d.dim_value for d in tt.shape.dim) if static
+                        else None)
+    return out
+
+
+def _check_inferred(node, name, instr, inferred) -> None:
+    if name not in inferred:
+        return
+    elem, dims = inferred[name]
+    if elem and hlo_dtype(elem, f"output '{name}'") != instr.shape.dtype or \
+            dims is not None and dims != instr.shape.dims:
+        raise RuntimeError(f"xlac importer bug: {node.op_type} node '{node_label(node)}' output "
+                           f"'{name}' lowered to {instr.shape}, ONNX infers "
+                           f"{onnx.TensorProto.DataType.Name(elem)}{list(dims or [])}")
+
+
+def _lower(model: onnx.ModelProto, opsets: dict[str, int], name: str) -> Module:
+    graph = model.graph
+    module = Module(name)
+    b = Builder("main")
+    ctx = ImportContext(module, b, opsets)
+    signature = Signature()
+
+    for number, vi in enumerate(_graph_inputs(graph)):
+        tt = vi.type.tensor_type
+        spec = TensorSpec(vi.name, hlo_dtype(tt.elem_type, f"input '{vi.name}'"),
+                          tuple(d.dim_value for d in tt.shape.dim))
+        ctx.values[vi.name] = b.parameter(number, Shape.array(spec.dtype, spec.dims), vi.name)
+        signature.inputs.append(spec)
+    for t in graph.initializer:
+        dtype = hlo_dtype(t.data_type, f"initializer '{t.name}'")
+        ctx.values[t.name] = b.constant(numpy_helper.to_array(t).astype(dtype.np, copy=False),
+                                        dtype, name=t.name)
+
+    used = {n for node in graph.node for n in node.input} | {o.name for o in graph.output}
+    inferred = _inferred_types(graph)
+    for node in graph.node:
+        _lower_node(ctx, node, used, inferred)
+
+    outputs = [ctx.values[o.name] for o in graph.output]
+    if not outputs:
+        raise XlacError("the ONNX model has no outputs")
+    signature.outputs = [TensorSpec(o.name, x.shape.dtype, x.shape.dims)
+                         for o, x in zip(graph.output, outputs)]
+    root = outputs[0] if len(outputs) == 1 else b.tuple(outputs)
+    module.add_computation(b.build(root), entry=True)
+    module.signature = signature
+    return module
+
+
+def _lower_node(ctx: ImportContext, node: onnx.NodeProto, used: set[str], inferred) -> None:
+    domain = _domain(node.domain)
+    rule = lookup(domain, node.op_type, ctx.opsets.get(domain, 0))
+    ctx.begin_node(node)
+    try:
+        outs = list(rule.handler(ctx, node))
+    except ShapeError as e:
+        raise ctx.error(node, str(e)) from None
+    for a in ctx.unread_attributes():
+        if a not in rule.ignore:
+            raise ctx.error(node, f"unsupported attribute '{a}'")
+    for i in ctx.unread_inputs():
+        raise ctx.error(node, f"unsupported input {i} ('{node.input[i]}')")
+    for i, out in enumerate(node.output):
+        if not out:
+            continue
+        if i < len(outs) and outs[i] is not None:
+            ctx.values[out] = outs[i]
+            _check_inferred(node, out, outs[i], inferred)
+        elif out in used:
+            raise ctx.error(node, f"output {i} ('{out}') is not supported")

@@ -1,0 +1,73 @@
+"""Gemm and MatMul, lowered to HLO dot."""
+from __future__ import annotations
+
+from math import prod
+
+import numpy as np
+
+from ...hlo import DotDimensionNumbers, Opcode
+from .registry import register
+
+
+def _scaled(ctx, x, k):
+    if k == 1.0:
+        return x
+    return ctx.b.op(Opcode.MULTIPLY, x, ctx.full(k, x.shape.dtype, x.shape.dims))
+
+
+@register("Gemm", since=1)
+def gemm(ctx, node):
+    # Y = alpha * op(A) . op(B) + beta * C, op = transpose when transA/transB;
+    # C broadcasts to (M, N). Before opset 7, C broadcasts only with broadcast=1.
+    a, b, c = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2)
+    if a.shape.rank != 2 or b.shape.rank != 2:
+        raise ctx.error(node, f"A and B must be matrices, got {a.shape} and {b.shape}")
+    trans_a, trans_b = ctx.attr(node, "transA", 0), ctx.attr(node, "transB", 0)
+    alpha, beta = ctx.attr(node, "alpha", 1.0), ctx.attr(node, "beta", 1.0)
+    if ctx.opset(node) < 7:
+        ctx.attr(node, "broadcast", 0)   # the numpy rule below covers both settings
+    dn = DotDimensionNumbers((), (0,) if trans_a else (1,), (), (1,) if trans_b else (0,))
+    y = _scaled(ctx, ctx.b.dot(a, b, dn), alpha)
+    if c is not None and beta != 0.0:
+        c = _scaled(ctx, ctx.broadcast_to(c, y.shape.dims), beta)
+        y = ctx.b.op(Opcode.ADD, y, c)
+    return [y]
+
+
+@register("MatMul", since=1)
+def matmul(ctx, node):
+    """numpy.matmul: 1-D operands gain (then lose) a unit dim; batch dims broadcast."""
+    a, b = ctx.input(node, 0), ctx.input(node, 1)
+    if a.shape.rank == 0 or b.shape.rank == 0:
+        raise ctx.error(node, "MatMul operands must have rank >= 1")
+    a_vec, b_vec = a.shape.rank == 1, b.shape.rank == 1
+    if a_vec:
+        a = ctx.b.reshape(a, (1,) + a.shape.dims)
+    if b_vec:
+        b = ctx.b.reshape(b, b.shape.dims + (1,))
+    (m, k), (k2, n) = a.shape.dims[-2:], b.shape.dims[-2:]
+    if k != k2:
+        raise ctx.error(node, f"inner dimensions differ: {a.shape} x {b.shape}")
+    if b.shape.rank == 2:
+        # (..., M, K) x (K, N): one 2-D dot over the flattened rows of A.
+        batch = a.shape.dims[:-2]
+        rows = ctx.b.reshape(a, (prod(batch) * m, k))
+        y = ctx.b.dot(rows, b, DotDimensionNumbers((), (1,), (), (0,)))
+        y = ctx.b.reshape(y, batch + (m, n))
+    else:
+        try:
+            batch = tuple(np.broadcast_shapes(a.shape.dims[:-2], b.shape.dims[:-2]))
+        except ValueError:
+            raise ctx.error(node, f"batch dimensions do not broadcast: {a.shape} x {b.shape}") \
+                from None
+        a = ctx.broadcast_to(a, batch + (m, k))
+        b = ctx.broadcast_to(b, batch + (k, n))
+        nb = len(batch)
+        dn = DotDimensionNumbers(tuple(range(nb)), (nb + 1,), tuple(range(nb)), (nb,))
+        y = ctx.b.dot(a, b, dn)
+    dims = y.shape.dims
+    if a_vec:
+        dims = dims[:-2] + dims[-1:]
+    if b_vec:
+        dims = dims[:-1]
+    return [ctx.b.reshape(y, dims)]

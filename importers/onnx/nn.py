@@ -1,0 +1,259 @@
+"""Neural-network ONNX ops: Conv, pools, BatchNormalization, LRN, Softmax,
+LogSoftmax, Dropout (inference semantics throughout).
+
+Spatial ops share ``window_padding`` (pads / auto_pad) and map ONNX's NC<spatial>
+layout straight onto HLO convolution and reduce-window windows.
+"""
+from __future__ import annotations
+
+from math import ceil, prod
+
+from ...hlo import ConvDimensionNumbers, Opcode, Window, dtypes
+from .context import lowest, normalize_axis
+from .registry import register
+
+LEGACY = ("consumed_inputs",)
+
+
+def _ints_attr(ctx, node, name, n, default):
+    v = tuple(ctx.attr(node, name, (default,) * n))
+    if len(v) != n:
+        raise ctx.error(node, f"'{name}' has {len(v)} values, expected {n}")
+    return v
+
+
+def window_padding(ctx, node, in_dims, kernel, strides, dilations):
+    """(pad_low, pad_high) per spatial dim from ``pads`` or ``auto_pad``."""
+    n = len(kernel)
+    auto_pad = ctx.attr(node, "auto_pad", "NOTSET")
+    if auto_pad == "NOTSET":
+        pads = _ints_attr(ctx, node, "pads", 2 * n, 0)
+        if any(p < 0 for p in pads):
+            raise ctx.error(node, f"negative pads {pads}")
+        return pads[:n], pads[n:]
+    if ctx.has_attr(node, "pads"):
+        raise ctx.error(node, f"'pads' cannot be combined with auto_pad={auto_pad}")
+    if auto_pad == "VALID":
+        return (0,) * n, (0,) * n
+    if auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
+        raise ctx.error(node, f"unsupported auto_pad '{auto_pad}'")
+    low, high = [], []
+    for size, k, s, d in zip(in_dims, kernel, strides, dilations):
+        # output = ceil(in / stride); the odd pad goes last (UPPER) or first (LOWER)
+        total = max(0, (ceil(size / s) - 1) * s + (k - 1) * d + 1 - size)
+        small, big = total // 2, total - total // 2
+        low.append(small if auto_pad == "SAME_UPPER" else big)
+        high.append(big if auto_pad == "SAME_UPPER" else small)
+    return tuple(low), tuple(high)
+
+
+def _spatial_attrs(ctx, node, x, kernel):
+    nsp = x.shape.rank - 2
+    strides = _ints_attr(ctx, node, "strides", nsp, 1)
+    dilations = _ints_attr(ctx, node, "dilations", nsp, 1)
+    low, high = window_padding(ctx, node, x.shape.dims[2:], kernel, strides, dilations)
+    return strides, dilations, low, high
+
+
+@register("Conv", since=1)
+def conv(ctx, node):
+    x, w, bias = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2)
+    nsp = x.shape.rank - 2
+    if nsp < 1 or w.shape.rank != x.shape.rank:
+        raise ctx.error(node, f"bad operand ranks: X {x.shape}, W {w.shape}")
+    kernel = tuple(ctx.attr(node, "kernel_shape", w.shape.dims[2:]))
+    if kernel != w.shape.dims[2:]:
+        raise ctx.error(node, f"kernel_shape {kernel} does not match W {w.shape}")
+    strides, dilations, low, high = _spatial_attrs(ctx, node, x, kernel)
+    window = Window(kernel, strides, low, high, (1,) * nsp, dilations)
+    y = ctx.b.convolution(x, w, window, ConvDimensionNumbers.nchw(nsp),
+                          feature_group_count=ctx.attr(node, "group", 1))
+    if bias is not None:
+        y = ctx.b.op(Opcode.ADD, y, ctx.b.broadcast(bias, y.shape.dims, (1,)))
+    return [y]
+
+
+# -- pools ----------------------------------------------------------------------------
+
+def _pool_window(ctx, node, x):
+    """The reduce-window over NC<spatial> and the pads before ceil_mode's extra."""
+    if x.shape.rank < 3:
+        raise ctx.error(node, f"input must be N x C x spatial, got {x.shape}")
+    nsp = x.shape.rank - 2
+    kernel = tuple(ctx.attr(node, "kernel_shape"))
+    if len(kernel) != nsp:
+        raise ctx.error(node, f"kernel_shape {kernel} does not fit {x.shape}")
+    strides, dilations, low, high = _spatial_attrs(ctx, node, x, kernel)
+    padded_high = list(high)
+    if ctx.attr(node, "ceil_mode", 0):
+        for i, (n, k, s, d) in enumerate(zip(x.shape.dims[2:], kernel, strides, dilations)):
+            span = n + low[i] + high[i] - ((k - 1) * d + 1)
+            out = -(-span // s) + 1
+            if (out - 1) * s >= n + low[i]:
+                out -= 1      # a window may not start in the end padding
+            padded_high[i] += max(0, (out - 1) * s - span)
+    ones = (1, 1)
+    window = Window(ones + kernel, ones + strides, (0, 0) + low, (0, 0) + tuple(padded_high),
+                    (1,) * (nsp + 2), ones + dilations)
+    return window, low, high
+
+
+@register("MaxPool", since=1, ignore=("storage_order",))   # storage_order: Indices only
+def max_pool(ctx, node):
+    x = ctx.input(node, 0)
+    window, _, _ = _pool_window(ctx, node, x)
+    dt = x.shape.dtype
+    # reduce-window pads with its init value, so padding never wins the max
+    return [ctx.b.reduce_window(x, ctx.scalar(lowest(dt), dt), window,
+                                ctx.reducer(Opcode.MAXIMUM, dt))]
+
+
+@register("AveragePool", since=1)
+def average_pool(ctx, node):
+    x = ctx.input(node, 0)
+    window, low, high = _pool_window(ctx, node, x)
+    include_pad = ctx.attr(node, "count_include_pad", 0)
+    dt = x.shape.dtype
+    add = ctx.reducer(Opcode.ADD, dt)
+    total = ctx.b.reduce_window(x, ctx.scalar(0, dt), window, add)
+    if not any(window.pad_low + window.pad_high):
+        count = ctx.full(prod(window.size), dt, total.shape.dims)
+    else:
+        # Count the window positions that hold real (or, with count_include_pad,
+        # user-padded) elements: a reduce-window over ones, folded at compile time.
+        spatial = x.shape.dims[2:]
+        if include_pad:
+            spatial = tuple(n + lo + hi for n, lo, hi in zip(spatial, low, high))
+            extra = tuple(ph - lo - hi for ph, lo, hi in
+                          zip(window.pad_high[2:], low, high))
+            window_ones = Window(window.size, window.stride, (0,) * len(window.size),
+                                 (0, 0) + extra, window.lhs_dilation, window.rhs_dilation)
+        else:
+            window_ones = window
+        ones = ctx.full(1, dt, (1, 1) + spatial)
+        count = ctx.b.reduce_window(ones, ctx.scalar(0, dt), window_ones, add)
+        count = ctx.broadcast_to(count, total.shape.dims)
+    return [ctx.b.op(Opcode.DIVIDE, total, count)]
+
+
+def _global_pool(ctx, node, opcode, init, average):
+    x = ctx.input(node, 0)
+    if x.shape.rank < 3:
+        raise ctx.error(node, f"input must be N x C x spatial, got {x.shape}")
+    spatial = tuple(range(2, x.shape.rank))
+    y = ctx.reduce(x, spatial, opcode, init)
+    if average:
+        y = ctx.b.op(Opcode.DIVIDE, y, ctx.full(prod(x.shape.dims[2:]), y.shape.dtype,
+                                               y.shape.dims))
+    return [ctx.b.reshape(y, x.shape.dims[:2] + (1,) * len(spatial))]
+
+
+@register("GlobalAveragePool", since=1)
+def global_average_pool(ctx, node):
+    return _global_pool(ctx, node, Opcode.ADD, 0, average=True)
+
+
+@register("GlobalMaxPool", since=1)
+def global_max_pool(ctx, node):
+    x = ctx.input(node, 0)
+    return _global_pool(ctx, node, Opcode.MAXIMUM, lowest(x.shape.dtype), average=False)
+
+
+# -- normalization --------------------------------------------------------------------
+
+@register("BatchNormalization", since=1,
+          ignore=LEGACY + ("momentum", "is_test", "spatial"))
+def batch_normalization(ctx, node):
+    # y = (x - mean) / sqrt(var + eps) * scale + B, computed as x * k + (B - mean * k)
+    # with k = scale / sqrt(var + eps), whose parameter-sized half folds to constants.
+    # Parameters of rank r (r > 1 only with spatial=0) cover dims 1..r of x.
+    x = ctx.input(node, 0)
+    scale, bias, mean, var = (ctx.input(node, i) for i in range(1, 5))
+    if ctx.attr(node, "training_mode", 0):
+        raise ctx.error(node, "training_mode=1 is not supported (inference only)")
+    b = ctx.b
+    eps = ctx.full(ctx.attr(node, "epsilon", 1e-5), var.shape.dtype, var.shape.dims)
+    k = b.op(Opcode.DIVIDE, scale, b.op(Opcode.SQRT, b.op(Opcode.ADD, var, eps)))
+    shift = b.op(Opcode.SUBTRACT, bias, b.op(Opcode.MULTIPLY, mean, k))
+    dims = tuple(range(1, 1 + k.shape.rank))
+    y = b.op(Opcode.MULTIPLY, x, b.broadcast(k, x.shape.dims, dims))
+    return [b.op(Opcode.ADD, y, b.broadcast(shift, x.shape.dims, dims))]
+
+
+@register("LRN", since=1)
+def lrn(ctx, node):
+    # y = x / (bias + alpha / size * sum of x^2 over a channel window) ^ beta;
+    # the window spans channels c - floor((size-1)/2) .. c + ceil((size-1)/2).
+    x = ctx.input(node, 0)
+    size = ctx.attr(node, "size")
+    alpha, beta = ctx.attr(node, "alpha", 1e-4), ctx.attr(node, "beta", 0.75)
+    bias = ctx.attr(node, "bias", 1.0)
+    b, dt, dims = ctx.b, x.shape.dtype, x.shape.dims
+    rank = x.shape.rank
+    before = (size - 1) // 2
+    window = Window.make((1, size) + (1,) * (rank - 2),
+                         pad_low=(0, before) + (0,) * (rank - 2),
+                         pad_high=(0, size - 1 - before) + (0,) * (rank - 2))
+    square_sum = b.reduce_window(b.op(Opcode.MULTIPLY, x, x), ctx.scalar(0, dt), window,
+                                 ctx.reducer(Opcode.ADD, dt))
+    base = b.op(Opcode.ADD, ctx.full(bias, dt, dims),
+                b.op(Opcode.MULTIPLY, ctx.full(alpha / size, dt, dims), square_sum))
+    return [b.op(Opcode.DIVIDE, x, b.op(Opcode.POWER, base, ctx.full(beta, dt, dims)))]
+
+
+# -- softmax --------------------------------------------------------------------------
+
+def _softmax(ctx, x, dims, log):
+    """softmax over ``dims`` of x, stable: exp(x - max) / sum(exp(x - max))."""
+    b = ctx.b
+    kept = [d for d in range(x.shape.rank) if d not in dims]
+
+    def back(v):
+        return b.broadcast(v, x.shape.dims, kept)
+
+    shifted = b.op(Opcode.SUBTRACT, x, back(ctx.reduce(x, dims, Opcode.MAXIMUM,
+                                                       lowest(x.shape.dtype))))
+    e = b.op(Opcode.EXP, shifted)
+    total = ctx.reduce(e, dims, Opcode.ADD, 0)
+    if log:
+        return b.op(Opcode.SUBTRACT, shifted, back(b.op(Opcode.LOG, total)))
+    return b.op(Opcode.DIVIDE, e, back(total))
+
+
+def _softmax_v1(log):
+    # Before opset 13: x is coerced to 2-D at `axis` (default 1), i.e. the
+    # softmax runs over all dims from `axis` on together.
+    def lower(ctx, node):
+        x = ctx.input(node, 0)
+        axis = normalize_axis(ctx, node, ctx.attr(node, "axis", 1), x.shape.rank)
+        return [_softmax(ctx, x, tuple(range(axis, x.shape.rank)), log)]
+    return lower
+
+
+def _softmax_v13(log):
+    def lower(ctx, node):
+        x = ctx.input(node, 0)
+        axis = normalize_axis(ctx, node, ctx.attr(node, "axis", -1), x.shape.rank)
+        return [_softmax(ctx, x, (axis,), log)]
+    return lower
+
+
+for _op, _log in (("Softmax", False), ("LogSoftmax", True)):
+    register(_op, since=1)(_softmax_v1(_log))
+    register(_op, since=13)(_softmax_v13(_log))
+
+
+@register("Dropout", since=1, ignore=LEGACY + ("ratio", "seed", "is_test"))
+def dropout(ctx, node):
+    # Inference: the identity. The optional mask keeps every element (all true);
+    # before opset 10 the mask has the input's type.
+    x = ctx.input(node, 0)
+    ctx.input(node, 1)     # ratio: unused at inference
+    training = ctx.const_input(node, 2, "training_mode", None)
+    if training is not None and training.any():
+        raise ctx.error(node, "training_mode=true is not supported (inference only)")
+    outs = [x]
+    if len(node.output) > 1 and node.output[1]:
+        dt = dtypes.PRED if ctx.opset(node) >= 10 else x.shape.dtype
+        outs.append(ctx.full(1, dt, x.shape.dims))
+    return outs

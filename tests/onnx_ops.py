@@ -1,0 +1,287 @@
+"""A table of small single-op (or few-op) ONNX models with inputs, for tests.
+
+Each ``OpCase`` has a name, ``build()`` -> onnx.ModelProto (outputs typed by
+ONNX shape inference) and ``inputs``: one array per graph input, in graph
+order. The importer tests evaluate the imported HLO against onnxruntime;
+end-to-end tests can run the same cases through the compiled object.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+_RNG = np.random.default_rng(20240607)
+
+
+@dataclass(frozen=True)
+class OpCase:
+    name: str
+    build: Callable[[], onnx.ModelProto]
+    inputs: tuple[np.ndarray, ...]
+    rtol: float = 1e-5
+    atol: float = 1e-6
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def make_model(nodes, inputs: dict, outputs=("y",), inits: dict | None = None,
+               opset: int = 13) -> onnx.ModelProto:
+    """A model over ``nodes``; graph inputs typed from the arrays in ``inputs``."""
+    vis = [helper.make_tensor_value_info(
+        n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in inputs.items()]
+    graph = helper.make_graph(
+        nodes, "case", vis, [helper.make_empty_tensor_value_info(o) for o in outputs],
+        [numpy_helper.from_array(np.asarray(v), n) for n, v in (inits or {}).items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = min(model.ir_version, 10)    # what onnxruntime reads
+    return onnx.shape_inference.infer_shapes(model, strict_mode=True)
+
+
+def f32(*shape, low=None, high=None):
+    if low is not None:
+        return _RNG.uniform(low, high, shape).astype(np.float32)
+    return _RNG.standard_normal(shape).astype(np.float32)
+
+
+def i64(*shape, low=-5, high=5):
+    return _RNG.integers(low, high, shape).astype(np.int64)
+
+
+def boolean(*shape):
+    return _RNG.random(shape) < 0.5
+
+
+CASES: list[OpCase] = []
+
+
+def case(name, nodes, inputs: dict, outputs=("y",), inits=None, opset=13,
+         rtol=1e-5, atol=1e-6):
+    nodes = nodes if isinstance(nodes, list) else [nodes]
+    CASES.append(OpCase(name, lambda: make_model(nodes, inputs, outputs, inits, opset),
+                        tuple(inputs.values()), rtol, atol))
+
+
+def node(op, ins, outs=("y",), **attrs):
+    return helper.make_node(op, list(ins), list(outs), name=f"{op.lower()}_0", **attrs)
+
+
+# -- element-wise unary -------------------------------------------------------------
+_X = f32(2, 3, 4)
+for _op, _x, _tol in [
+        ("Abs", _X, 1e-5), ("Neg", _X, 1e-5), ("Sqrt", f32(2, 3, 4, low=0.1, high=4), 1e-5),
+        ("Exp", _X, 1e-4), ("Log", f32(2, 3, 4, low=0.1, high=4), 1e-4),
+        ("Sigmoid", _X, 1e-4), ("Tanh", _X, 1e-4), ("Erf", _X, 1e-4), ("Floor", _X * 3, 1e-5),
+        ("Ceil", _X * 3, 1e-5), ("Sign", np.array([-2, 0, 3.5], np.float32), 1e-5),
+        ("Round", np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.2, 7.7], np.float32), 1e-5),
+        ("Reciprocal", f32(2, 3, 4, low=0.5, high=3), 1e-5), ("Relu", _X, 1e-5),
+        ("Sin", _X, 1e-4), ("Cos", _X, 1e-4), ("Tan", f32(2, 3, low=-1.2, high=1.2), 1e-4),
+        ("Softplus", _X * 10, 1e-4), ("Not", boolean(3, 4), 1e-5)]:
+    case(_op, node(_op, ["x"]), {"x": _x}, rtol=_tol)
+
+case("LeakyRelu", node("LeakyRelu", ["x"], alpha=0.2), {"x": _X})
+case("Elu", node("Elu", ["x"], alpha=0.5), {"x": _X}, rtol=1e-4)
+case("Selu", node("Selu", ["x"]), {"x": _X}, rtol=1e-4)
+case("HardSigmoid", node("HardSigmoid", ["x"], alpha=0.3, beta=0.4), {"x": _X * 3})
+case("PRelu", node("PRelu", ["x", "s"]), {"x": f32(2, 3, 4, 4)}, inits={"s": f32(3, 1, 1)})
+case("Clip_v6_attrs", node("Clip", ["x"], min=-0.5, max=0.7), {"x": _X}, opset=6)
+case("Clip_v11_min_only", node("Clip", ["x", "lo"]), {"x": _X},
+     inits={"lo": np.float32(-0.3)}, opset=11)
+case("Clip_v13_both", node("Clip", ["x", "lo", "hi"]), {"x": _X, "lo": np.array(-0.2, np.float32),
+                                                       "hi": np.array(0.6, np.float32)})
+case("Clip_no_bounds", node("Clip", ["x"]), {"x": _X})
+
+# -- element-wise binary, broadcasting ----------------------------------------------------
+for _op in ("Add", "Sub", "Mul", "Div"):
+    case(f"{_op}_broadcast", node(_op, ["a", "b"]), {"a": f32(2, 3, 4), "b": f32(3, 1)})
+case("Add_int64", node("Add", ["a", "b"]), {"a": i64(2, 3), "b": i64(3)})
+case("Div_scalar", node("Div", ["a", "b"]), {"a": f32(2, 3)}, inits={"b": np.float32(4.0)})
+case("Pow", node("Pow", ["a", "b"]), {"a": f32(3, 4, low=0.5, high=2), "b": f32(4)},
+     rtol=1e-4)
+case("Pow_int_exponent", node("Pow", ["a", "b"]), {"a": f32(3, 4)},
+     inits={"b": np.array(3, np.int64)}, rtol=1e-4)
+for _op in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"):
+    case(_op, node(_op, ["a", "b"]), {"a": i64(3, 4, low=0, high=3), "b": i64(4, low=0,
+                                                                             high=3)})
+case("Less_float", node("Less", ["a", "b"]), {"a": f32(2, 3), "b": f32(2, 1)})
+for _op in ("And", "Or", "Xor"):
+    case(_op, node(_op, ["a", "b"]), {"a": boolean(3, 4), "b": boolean(1, 4)})
+case("Where", node("Where", ["c", "a", "b"]), {"c": boolean(3, 1), "a": f32(3, 4),
+                                               "b": f32(4)})
+for _op in ("Max", "Min", "Sum", "Mean"):
+    case(f"{_op}_variadic", node(_op, ["a", "b", "c"]),
+         {"a": f32(2, 3, 4), "b": f32(3, 4), "c": f32(1, 4)})
+case("Sum_single", node("Sum", ["a"]), {"a": f32(2, 3)})
+case("Cast_to_int32", node("Cast", ["x"], to=onnx.TensorProto.INT32), {"x": _X * 4})
+case("Cast_to_bool", node("Cast", ["x"], to=onnx.TensorProto.BOOL),
+     {"x": np.array([0, 1.5, -2, 0], np.float32)})
+case("Cast_int64_to_float", node("Cast", ["x"], to=onnx.TensorProto.FLOAT), {"x": i64(5)})
+
+# -- Gemm / MatMul ----------------------------------------------------------------------
+case("Gemm_plain", node("Gemm", ["a", "b", "c"]), {"a": f32(3, 5), "b": f32(5, 4),
+                                                   "c": f32(3, 4)})
+case("Gemm_transA_transB_alpha_beta",
+     node("Gemm", ["a", "b", "c"], transA=1, transB=1, alpha=0.5, beta=2.0),
+     {"a": f32(5, 3), "b": f32(4, 5)}, inits={"c": f32(4)})
+case("Gemm_C_column", node("Gemm", ["a", "b", "c"], transB=1),
+     {"a": f32(3, 5), "b": f32(4, 5), "c": f32(3, 1)})
+case("Gemm_C_scalar", node("Gemm", ["a", "b", "c"]), {"a": f32(3, 5), "b": f32(5, 4)},
+     inits={"c": np.float32(1.5)})
+case("Gemm_no_C", node("Gemm", ["a", "b"], alpha=2.0), {"a": f32(3, 5), "b": f32(5, 4)})
+case("Gemm_opset9", node("Gemm", ["a", "b", "c"], transB=1), {"a": f32(2, 5)},
+     inits={"b": f32(4, 5), "c": f32(4)}, opset=9)
+for _name, _a, _b in [("2d", (3, 4), (4, 5)), ("batched", (2, 3, 4), (2, 4, 5)),
+                      ("broadcast_batch", (2, 1, 3, 4), (5, 4, 6)),
+                      ("nd_by_2d", (2, 3, 4), (4, 5)), ("vec_by_mat", (4,), (4, 5)),
+                      ("mat_by_vec", (2, 3, 4), (4,)), ("vec_by_vec", (4,), (4,))]:
+    case(f"MatMul_{_name}", node("MatMul", ["a", "b"]), {"a": f32(*_a), "b": f32(*_b)},
+         rtol=1e-4, atol=1e-5)
+
+# -- Conv ----------------------------------------------------------------------------
+_IMG = f32(2, 4, 7, 7)
+for _name, _w, _attrs in [
+        ("pads", (6, 4, 3, 3), dict(pads=[1, 1, 1, 1])),
+        ("asymmetric_pads_stride", (6, 4, 3, 3), dict(pads=[0, 1, 2, 1], strides=[2, 2])),
+        ("dilations", (6, 4, 3, 3), dict(dilations=[2, 2], pads=[2, 1, 2, 1])),
+        ("group2", (6, 2, 3, 3), dict(group=2)),
+        ("depthwise", (4, 1, 3, 3), dict(group=4, pads=[1, 1, 1, 1])),
+        ("same_upper_stride2", (6, 4, 4, 4), dict(auto_pad="SAME_UPPER", strides=[2, 2])),
+        ("same_lower_stride2", (6, 4, 4, 4), dict(auto_pad="SAME_LOWER", strides=[2, 2])),
+        ("valid", (6, 4, 2, 3), dict(auto_pad="VALID", kernel_shape=[2, 3]))]:
+    case(f"Conv_{_name}", node("Conv", ["x", "w", "b"], **_attrs), {"x": _IMG},
+         inits={"w": f32(*_w), "b": f32(_w[0])}, rtol=1e-4, atol=1e-5)
+case("Conv_no_bias", node("Conv", ["x", "w"]), {"x": _IMG}, inits={"w": f32(3, 4, 1, 1)},
+     rtol=1e-4, atol=1e-5)
+case("Conv_1d", node("Conv", ["x", "w"], strides=[2], pads=[1, 2]), {"x": f32(2, 3, 11)},
+     inits={"w": f32(5, 3, 3)}, rtol=1e-4, atol=1e-5)
+case("Conv_3d", node("Conv", ["x", "w", "b"], pads=[1, 0, 1, 1, 0, 1]),
+     {"x": f32(1, 2, 4, 5, 4)}, inits={"w": f32(3, 2, 3, 2, 3), "b": f32(3)},
+     rtol=1e-4, atol=1e-5)
+
+# -- pools ---------------------------------------------------------------------------
+_POOL_X = f32(2, 3, 7, 8)
+for _name, _attrs in [
+        ("basic", dict(kernel_shape=[2, 2])),
+        ("strides_pads", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+        ("ceil_mode", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+        ("ceil_mode_pads", dict(kernel_shape=[2, 2], strides=[2, 3], pads=[1, 0, 1, 1],
+                                ceil_mode=1)),
+        ("same_upper", dict(kernel_shape=[3, 2], strides=[2, 2], auto_pad="SAME_UPPER")),
+        ("same_lower", dict(kernel_shape=[3, 2], strides=[2, 2], auto_pad="SAME_LOWER"))]:
+    case(f"MaxPool_{_name}", node("MaxPool", ["x"], **_attrs), {"x": _POOL_X})
+    for _inc in (0, 1):
+        case(f"AveragePool_{_name}_count_include_pad{_inc}",
+             node("AveragePool", ["x"], count_include_pad=_inc, **_attrs), {"x": _POOL_X})
+case("MaxPool_dilations", node("MaxPool", ["x"], kernel_shape=[2, 2], dilations=[2, 2]),
+     {"x": _POOL_X})
+case("MaxPool_1d", node("MaxPool", ["x"], kernel_shape=[3], strides=[2]), {"x": f32(2, 3, 9)})
+case("MaxPool_int8", node("MaxPool", ["x"], kernel_shape=[2, 2], pads=[1, 1, 1, 1]),
+     {"x": _RNG.integers(-100, 100, (1, 2, 5, 5)).astype(np.int8)})
+case("AveragePool_opset9_light_models", node("AveragePool", ["x"], kernel_shape=[3, 3],
+                                             strides=[1, 1], pads=[1, 1, 1, 1]),
+     {"x": _POOL_X}, opset=9)
+case("GlobalAveragePool", node("GlobalAveragePool", ["x"]), {"x": _POOL_X})
+case("GlobalMaxPool", node("GlobalMaxPool", ["x"]), {"x": _POOL_X})
+
+# -- normalization, softmax, dropout ------------------------------------------------------
+_BN = {"s": f32(3), "b": f32(3), "m": f32(3), "v": f32(3, low=0.5, high=2)}
+case("BatchNormalization_opset9", node("BatchNormalization", ["x", "s", "b", "m", "v"],
+                                       epsilon=1e-3), {"x": _POOL_X}, inits=_BN, opset=9,
+     rtol=1e-4, atol=1e-5)
+case("BatchNormalization_opset15", node("BatchNormalization", ["x", "s", "b", "m", "v"]),
+     {"x": _POOL_X}, inits=_BN, opset=15, rtol=1e-4, atol=1e-5)
+case("LRN_size3", node("LRN", ["x"], size=3, alpha=1e-3, beta=0.75, bias=2.0),
+     {"x": f32(2, 5, 3, 3)}, rtol=1e-4)
+case("LRN_size4", node("LRN", ["x"], size=4), {"x": f32(1, 6, 2, 3)}, rtol=1e-4)
+_SM = f32(2, 3, 4)
+for _op in ("Softmax", "LogSoftmax"):
+    case(f"{_op}_v11_axis1_coerced", node(_op, ["x"], axis=1), {"x": _SM}, opset=11,
+         rtol=1e-4)
+    case(f"{_op}_v11_default", node(_op, ["x"]), {"x": _SM}, opset=11, rtol=1e-4)
+    case(f"{_op}_v13_axis1", node(_op, ["x"], axis=1), {"x": _SM}, rtol=1e-4)
+    case(f"{_op}_v13_default", node(_op, ["x"]), {"x": _SM * 30}, rtol=1e-4)
+case("Dropout_v9", node("Dropout", ["x"], ratio=0.3), {"x": _X}, opset=9)
+case("Dropout_v13_mask", node("Dropout", ["x", "r"], ["y", "mask"]), {"x": _X},
+     outputs=("y", "mask"), inits={"r": np.float32(0.4)})
+
+# -- tensor ops ----------------------------------------------------------------------------
+_T = f32(2, 3, 4)
+for _axis in (0, 2, -1):
+    case(f"Flatten_axis{_axis}", node("Flatten", ["x"], axis=_axis), {"x": _T})
+case("Reshape_zero_and_minus_one", node("Reshape", ["x", "s"]), {"x": _T},
+     inits={"s": np.array([0, -1, 2], np.int64)})
+case("Reshape_allowzero", node("Reshape", ["x", "s"], allowzero=1), {"x": _T},
+     inits={"s": np.array([4, 6], np.int64)}, opset=14)
+case("Transpose_default", node("Transpose", ["x"]), {"x": _T})
+case("Transpose_perm", node("Transpose", ["x"], perm=[1, 2, 0]), {"x": _T})
+case("Concat_negative_axis", node("Concat", ["a", "b"], axis=-2),
+     {"a": f32(2, 3, 4), "b": f32(2, 1, 4)})
+case("Squeeze_v11_attr", node("Squeeze", ["x"], axes=[-1]), {"x": f32(3, 1, 1)}, opset=11)
+case("Squeeze_v13_input", node("Squeeze", ["x", "a"]), {"x": f32(3, 1, 1)},
+     inits={"a": np.array([1], np.int64)})
+case("Squeeze_all", node("Squeeze", ["x"]), {"x": f32(1, 3, 1)})
+case("Unsqueeze_v11_attr", node("Unsqueeze", ["x"], axes=[0, 3]), {"x": f32(3, 4)}, opset=11)
+case("Unsqueeze_v13_negative", node("Unsqueeze", ["x", "a"]), {"x": f32(3, 4)},
+     inits={"a": np.array([-1, 1], np.int64)})
+case("Identity", node("Identity", ["x"]), {"x": _T})
+case("Shape_gather_concat_reshape", [
+    node("Shape", ["x"], ["s"]),
+    node("Gather", ["s", "i0"], ["d0"], axis=0),
+    node("Unsqueeze", ["d0", "ax"], ["d0u"]),
+    node("Concat", ["d0u", "minus1"], ["shape"], axis=0),
+    node("Reshape", ["x", "shape"])], {"x": _T},
+    inits={"i0": np.array(0, np.int64), "ax": np.array([0], np.int64),
+           "minus1": np.array([-1], np.int64)})
+case("Shape_start_end", node("Shape", ["x"], start=1, end=-1), {"x": _T}, opset=15)
+case("Size", node("Size", ["x"]), {"x": _T})
+case("Constant_value_floats", [node("Constant", [], ["c"], value_floats=[1.0, 2.0, 3.0, 4.0]),
+                               node("Mul", ["x", "c"])], {"x": _T})
+case("Constant_tensor", [node("Constant", [], ["c"], value=numpy_helper.from_array(
+    f32(3, 1), "c")), node("Add", ["x", "c"])], {"x": _T})
+case("ConstantOfShape", [node("ConstantOfShape", ["s"], ["c"],
+                              value=numpy_helper.from_array(np.array([2.5], np.float32))),
+                         node("Mul", ["x", "c"])], {"x": _T},
+     inits={"s": np.array([3, 4], np.int64)})
+case("ConstantOfShape_int_output", node("ConstantOfShape", ["s"],
+                                        value=numpy_helper.from_array(np.array([7], np.int32))),
+     {}, inits={"s": np.array([2, 3], np.int64)})
+case("Gather_axis0_negative", node("Gather", ["x", "i"]), {"x": f32(5, 3)},
+     inits={"i": np.array([[0, -1], [2, -5]], np.int64)})
+case("Gather_axis1_input_indices", node("Gather", ["x", "i"], axis=1),
+     {"x": f32(2, 5, 3), "i": np.array([4, -2, 0], np.int64)})
+case("Gather_scalar_index", node("Gather", ["x", "i"], axis=-1), {"x": f32(2, 5)},
+     inits={"i": np.array(-1, np.int32)})
+case("Slice_v1_attrs", node("Slice", ["x"], starts=[1, 0], ends=[1000, -1], axes=[0, 2]),
+     {"x": _T}, opset=9)
+case("Slice_steps", node("Slice", ["x", "s", "e", "a", "st"]), {"x": f32(6, 7)},
+     inits={"s": np.array([1, -6], np.int64), "e": np.array([6, 9999], np.int64),
+            "a": np.array([0, -1], np.int64), "st": np.array([2, 3], np.int64)})
+case("Slice_negative_steps", node("Slice", ["x", "s", "e", "a", "st"]), {"x": f32(6, 7)},
+     inits={"s": np.array([-1, 100], np.int64), "e": np.array([-9999, 1], np.int64),
+            "a": np.array([0, 1], np.int64), "st": np.array([-1, -2], np.int64)})
+case("Slice_empty", node("Slice", ["x", "s", "e"]), {"x": f32(4, 3)},
+     inits={"s": np.array([3], np.int64), "e": np.array([1], np.int64)})
+case("Expand", node("Expand", ["x", "s"]), {"x": f32(3, 1)},
+     inits={"s": np.array([2, 1, 4], np.int64)})
+case("Tile", node("Tile", ["x", "r"]), {"x": f32(2, 3)}, inits={"r": np.array([2, 3], np.int64)})
+
+# -- reductions ----------------------------------------------------------------------------
+_R = f32(3, 4, 5, low=0.5, high=2)
+for _op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd",
+            "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp"):
+    case(f"{_op}_v11_axes_keepdims", node(_op, ["x"], axes=[0, -1]), {"x": _R}, opset=11,
+         rtol=1e-4)
+    case(f"{_op}_v11_all_no_keepdims", node(_op, ["x"], keepdims=0), {"x": _R}, opset=11,
+         rtol=1e-4)
+    case(f"{_op}_v18_axes_input", node(_op, ["x", "a"], keepdims=0), {"x": _R},
+         inits={"a": np.array([1], np.int64)}, opset=18, rtol=1e-4)
+case("ReduceSum_v13_axes_input", node("ReduceSum", ["x", "a"]), {"x": _R},
+     inits={"a": np.array([-2], np.int64)})
+case("ReduceSum_v13_noop_empty_axes", node("ReduceSum", ["x"], noop_with_empty_axes=1),
+     {"x": _R})
+case("ReduceMax_int64", node("ReduceMax", ["x"], axes=[1], keepdims=0), {"x": i64(3, 4)},
+     opset=13)

@@ -1,0 +1,251 @@
+"""The ONNX importer: every op case of tests/onnx_ops.py imported and evaluated with
+the HLO reference evaluator against onnxruntime; structure of the module;
+user-facing errors; the onnx package's light models against their stored outputs."""
+from __future__ import annotations
+
+import glob
+import os
+import sys
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from xlac.hlo import Opcode, XlacError, dtypes
+from xlac.hlo.evaluator import evaluate
+from xlac.importers.onnx import import_onnx, supported_ops
+
+sys.path.insert(0, os.path.dirname(__file__))
+from onnx_ops import CASES, make_model, node  # noqa: E402
+
+
+def run_ort(model: onnx.ModelProto, inputs) -> list[np.ndarray]:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = {i.name: a for i, a in zip(sess.get_inputs(), inputs)}
+    return sess.run(None, feeds)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_op_matches_onnxruntime(case):
+    model = case.build()
+    module = import_onnx(model)
+    got = evaluate(module, list(case.inputs))
+    want = run_ort(model, case.inputs)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        assert g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=case.rtol, atol=case.atol)
+
+
+# -- module structure ------------------------------------------------------------------
+
+def _two_output_model():
+    x = np.zeros((2, 3), np.float32)
+    return make_model([node("Relu", ["x"], ["a"]), node("Neg", ["x"], ["b"])],
+                      {"x": x, "w": x}, outputs=("a", "b"))
+
+
+def test_signature_parameters_and_tuple_root():
+    module = import_onnx(_two_output_model())
+    sig = module.signature
+    assert [(s.name, s.dtype, s.dims) for s in sig.inputs] == \
+        [("x", dtypes.F32, (2, 3)), ("w", dtypes.F32, (2, 3))]
+    assert [s.name for s in sig.outputs] == ["a", "b"]
+    assert module.entry.root.opcode is Opcode.TUPLE
+    assert [p.name for p in module.entry.parameters] == ["x", "w"]
+
+
+def test_initializer_listed_as_input_is_a_constant():
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    model = make_model([node("Add", ["x", "w"])], {"x": w, "w": w}, inits={"w": w})
+    module = import_onnx(model)
+    assert [s.name for s in module.signature.inputs] == ["x"]
+    assert len(module.entry.parameters) == 1
+    np.testing.assert_array_equal(evaluate(module, [w])[0], 2 * w)
+
+
+def test_accepts_path_bytes_and_proto(tmp_path):
+    model = _two_output_model()
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    for source in (model, model.SerializeToString(), str(path), path):
+        assert [s.name for s in import_onnx(source).signature.outputs] == ["a", "b"]
+
+
+def test_module_name_and_reducers_before_entry():
+    x = np.zeros((2, 3), np.float32)
+    model = make_model([node("ReduceSum", ["x"], keepdims=0)], {"x": x})
+    module = import_onnx(model, name="net")
+    assert module.name == "net"
+    assert module.computations[-1] is module.entry
+    assert len(module.computations) == 2
+
+
+def test_shape_operands_are_folded_at_compile_time():
+    # Shape -> Gather -> Unsqueeze -> Concat feeds Reshape: its target shape must be
+    # known when the Reshape is lowered, so nothing reaches the entry as a shape op.
+    case = next(c for c in CASES if c.name == "Shape_gather_concat_reshape")
+    module = import_onnx(case.build())
+    assert module.entry.root.shape.dims == (2, 12)
+
+
+def test_opset_selects_handler():
+    # Softmax axis=1 on (2,3,4): opset 11 normalizes over dims 1 and 2 together,
+    # opset 13 over dim 1 only.
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    sums = []
+    for opset in (11, 13):
+        module = import_onnx(make_model([node("Softmax", ["x"], axis=1)], {"x": x},
+                                        opset=opset))
+        sums.append(evaluate(module, [x])[0].sum(axis=1))
+    np.testing.assert_allclose(sums[1], np.ones((2, 4)), rtol=1e-5)
+    assert not np.allclose(sums[0], 1.0)
+
+
+def test_legacy_broadcast_before_opset_7():
+    # Opset 6 Add: B aligned at `axis` of A when broadcast=1 (onnxruntime cannot run it).
+    a = np.random.default_rng(1).standard_normal((2, 3, 4)).astype(np.float32)
+    b = np.arange(3, dtype=np.float32)
+    model = make_model([node("Add", ["a", "b"], broadcast=1, axis=1)], {"a": a, "b": b},
+                       opset=6)
+    got = evaluate(import_onnx(model), [a, b])[0]
+    np.testing.assert_allclose(got, a + b[:, None])
+
+
+def test_input_shapes_pin_dynamic_dims():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])
+    g = helper.make_graph([node("Relu", ["x"])], "g", [x],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    module = import_onnx(model, input_shapes={"x": (5, 3)})
+    assert module.signature.inputs[0].dims == (5, 3)
+    assert module.signature.outputs[0].dims == (5, 3)
+
+
+def test_supported_ops_cover_the_brief():
+    ops = {op for (_, op) in supported_ops()}
+    for op in ("Conv", "MaxPool", "AveragePool", "Gemm", "MatMul", "Slice", "Gather",
+               "ReduceProd", "LRN", "BatchNormalization", "ConstantOfShape"):
+        assert op in ops
+
+
+# -- errors --------------------------------------------------------------------------------
+
+def test_truncated_file(tmp_path):
+    data = _two_output_model().SerializeToString()
+    path = tmp_path / "cut.onnx"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(XlacError, match=r"cannot read ONNX model '.*cut.onnx'"):
+        import_onnx(str(path))
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(XlacError, match="cannot read ONNX model"):
+        import_onnx(str(tmp_path / "absent.onnx"))
+
+
+def test_invalid_model_fails_checker():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    g = helper.make_graph([node("Relu", ["nowhere"])], "g", [x],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(XlacError, match="invalid ONNX model"):
+        import_onnx(model)
+
+
+def test_unsupported_ops_are_all_listed():
+    x = np.zeros((4, 3), np.float32)
+    model = make_model([helper.make_node("TopK", ["x", "k"], ["v", "i"], name="topk"),
+                        helper.make_node("Relu", ["v"], ["r"], name="relu"),
+                        helper.make_node("HardMax", ["r"], ["y"], name="hm_1")],
+                       {"x": x}, inits={"k": np.array([2], np.int64)})
+    with pytest.raises(XlacError) as e:
+        import_onnx(model)
+    assert str(e.value) == "unsupported ONNX ops: TopK (node 'topk'), HardMax (node 'hm_1')"
+
+
+def test_dynamic_dimension_message():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 224, 224])
+    g = helper.make_graph([node("Relu", ["x"])], "g", [x],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    g.output[0].type.tensor_type.shape.SetInParent()
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(XlacError) as e:
+        import_onnx(model)
+    assert str(e.value) == ("input 'x' has dynamic dimension 'N' (shape Nx3x224x224); "
+                            "pin it with --input-shape x=1x3x224x224")
+
+
+def test_input_shapes_unknown_name():
+    with pytest.raises(XlacError, match="--input-shape names 'nope', which is not a model "
+                                        r"input \(inputs: x, w\)"):
+        import_onnx(_two_output_model(), input_shapes={"nope": (1,)})
+
+
+def test_input_shapes_conflicting_static_dims():
+    with pytest.raises(XlacError, match="conflicts with the static shape 2x3"):
+        import_onnx(_two_output_model(), input_shapes={"x": (4, 3)})
+
+
+def test_unknown_attribute_names_the_node():
+    model = make_model([node("Relu", ["x"])], {"x": np.zeros(3, np.float32)})
+    model.graph.node[0].attribute.append(helper.make_attribute("frobnicate", 1))
+    with pytest.raises(XlacError, match="Relu node 'relu_0': unsupported attribute "
+                                        "'frobnicate'"):
+        import_onnx(model)
+
+
+def test_maxpool_indices_output_is_rejected():
+    x = np.zeros((1, 1, 4, 4), np.float32)
+    model = make_model([node("MaxPool", ["x"], ["y", "idx"], kernel_shape=[2, 2])],
+                       {"x": x}, outputs=("y", "idx"))
+    with pytest.raises(XlacError, match="MaxPool node 'maxpool_0': output 1 \\('idx'\\) "
+                                        "is not supported"):
+        import_onnx(model)
+
+
+def test_batchnorm_training_outputs_are_rejected():
+    x = np.zeros((1, 2, 3), np.float32)
+    p = np.ones(2, np.float32)
+    model = make_model([node("BatchNormalization", ["x", "s", "b", "m", "v"],
+                             ["y", "rm", "rv"], training_mode=1)],
+                       {"x": x}, outputs=("y", "rm", "rv"),
+                       inits={"s": p, "b": p, "m": p, "v": p}, opset=15)
+    with pytest.raises(XlacError, match="training_mode=1 is not supported"):
+        import_onnx(model)
+
+
+def test_reshape_shape_must_be_known():
+    x = np.zeros((2, 3), np.float32)
+    model = make_model([node("Reshape", ["x", "s"])], {"x": x, "s": np.array([3, 2])})
+    with pytest.raises(XlacError, match="input 's' \\(shape\\) must be known at compile time"):
+        import_onnx(model)
+
+
+# -- the onnx package's light models ----------------------------------------------------
+
+LIGHT = sorted(glob.glob(os.path.join(os.path.dirname(onnx.__file__),
+                                      "backend/test/data/light/light_*.onnx")))
+LIGHT_EVAL_BUDGET_S = 20.0
+
+
+@pytest.mark.parametrize("path", LIGHT, ids=[os.path.basename(p)[6:-5] for p in LIGHT])
+def test_light_model(path):
+    model = onnx.load(path)
+    module = import_onnx(model)
+    (spec,) = module.signature.inputs
+    expected = numpy_helper.to_array(TensorProto.FromString(
+        open(path[:-5] + "_output_0.pb", "rb").read()))
+    assert module.signature.outputs[0].dims == expected.shape
+    # The onnx backend runner's input for these models (generate_dummy_data).
+    n = int(np.prod(spec.dims))
+    x = (np.arange(n).reshape(spec.dims) / n).astype(np.float32)
+    start = time.perf_counter()
+    got = evaluate(module, [x])[0]
+    if time.perf_counter() - start > LIGHT_EVAL_BUDGET_S:
+        pytest.skip(f"the numpy evaluator took over {LIGHT_EVAL_BUDGET_S:.0f} s")
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
