@@ -74,8 +74,7 @@ def evaluate_instruction(instr: Instruction, operand_values) -> np.ndarray | tup
     """The value of ``instr`` given the values of its operands."""
     # Integer overflow wraps and float overflow gives inf as in XLA: no warnings.
     with np.errstate(all="ignore"):
-        value = RULES[instr.opcode](instr, list(operand_values))
-    return _conform(value, instr.shape)
+        return _conform(RULES[instr.opcode](instr, list(operand_values)), instr.shape)
 
 
 def _conform(value, shape: Shape) -> np.ndarray | tuple:
@@ -130,7 +129,12 @@ def _fusion(instr, ops):
 def _elementwise(fn: Callable) -> Callable:
     """The rule of an element-wise op computing ``fn`` on its (widened) operands."""
     def rule(instr, ops):
-        return fn(*[_widen(x) for x in ops])
+        try:
+            return fn(*[_widen(x) for x in ops])
+        except TypeError:     # numpy has no loop for these types: e.g. and(f32, f32)
+            types = ", ".join(str(o.shape.dtype) for o in instr.operands)
+            raise XlacError(f"%{instr.name}: {instr.opcode.text} is not defined "
+                            f"for ({types})") from None
     return rule
 
 
@@ -504,7 +508,7 @@ def _reduce(instr, ops):
     ufunc = _reducer_ufunc(comp) if n == 1 else None
     if ufunc is not None:
         x = _widen(xs[0])
-        return ufunc(_widen(inits[0]), ufunc.reduce(x, axis=dims, dtype=x.dtype))
+        return ufunc.reduce(x, axis=dims, dtype=x.dtype, initial=_widen(inits[0])[()])
     kept = [d for d in range(xs[0].ndim) if d not in dims]
     out_dims = [xs[0].shape[d] for d in kept]
     rows = [np.transpose(x, kept + list(dims)).reshape(prod(out_dims),
@@ -527,8 +531,8 @@ def _reduce_window(instr, ops):
     ufunc = _reducer_ufunc(comp) if n == 1 else None
     if ufunc is not None:
         v = views[0]
-        return ufunc(_widen(inits[0]), ufunc.reduce(v, axis=tuple(range(rank, 2 * rank)),
-                                                    dtype=v.dtype))
+        return ufunc.reduce(v, axis=tuple(range(rank, 2 * rank)), dtype=v.dtype,
+                            initial=_widen(inits[0])[()])
     rows = [v.reshape(prod(out_dims), prod(w.size)) for v in views]
     return _results([v.reshape(out_dims) for v in _fold(comp, rows, inits)])
 

@@ -584,3 +584,16 @@ def test_evaluate_computation_returns_tuples():
     v, i = evaluate_computation(comp, [a(1), a(0, s32), a(3), a(2, s32)])
     check(v, a(3))
     check(i, a(2, s32))
+
+
+@pytest.mark.parametrize("opcode,x", [(Opcode.AND, a([1.5])), (Opcode.SHIFT_LEFT, a([1.5])),
+                                      (Opcode.SUBTRACT, a([True], pred))])
+def test_ops_undefined_for_the_element_type_raise_xlac_error(opcode, x):
+    with pytest.raises(XlacError, match=f"{opcode.text} is not defined for"):
+        run(opcode, x, x)
+
+
+def test_reduce_over_an_empty_dimension_gives_the_init():
+    got = run(Opcode.REDUCE, np.zeros((2, 0), f32), a(-np.inf), called=[reducer(Opcode.MAXIMUM)],
+              dimensions=(1,))
+    check(got, a([-np.inf, -np.inf]))
