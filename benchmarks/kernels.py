@@ -1,0 +1,114 @@
+"""GFLOP/s of the dot / convolution kernels next to onnxruntime on the same single op.
+
+    python benchmarks/kernels.py [--runs 7] [--only NAME]
+
+Both sides run single-threaded on this machine; the table shows medians over --runs
+runs (after one warm-up) and the largest difference between the two outputs.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+from xlac.hlo import (Builder, ConvDimensionNumbers, DotDimensionNumbers, Shape, Window,
+                      dtypes)
+from xlac.emitter.kernels.jit import CompiledKernel
+
+
+def conv_case(name, x, w, stride=1, pad=0, groups=1):
+    nsp = len(x) - 2
+    b = Builder(name)
+    xi = b.parameter(0, Shape.array(dtypes.F32, x))
+    wi = b.parameter(1, Shape.array(dtypes.F32, w))
+    win = Window.make(w[2:], (stride,) * nsp, (pad,) * nsp, (pad,) * nsp)
+    instr = b.convolution(xi, wi, win, ConvDimensionNumbers.nchw(nsp), groups)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], strides=[stride] * nsp,
+                            pads=[pad] * 2 * nsp, group=groups)
+    flops = 2 * instr.shape.num_elements * w[1] * int(np.prod(w[2:]))
+    return name, instr, node, flops
+
+
+def gemm_case(name, m, k, n, trans_b):
+    b = Builder(name)
+    a = b.parameter(0, Shape.array(dtypes.F32, (m, k)))
+    bw = b.parameter(1, Shape.array(dtypes.F32, (n, k) if trans_b else (k, n)))
+    instr = b.dot(a, bw, DotDimensionNumbers((), (1,), (), (1 if trans_b else 0,)))
+    if trans_b:
+        node = helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)
+    else:
+        node = helper.make_node("MatMul", ["x", "w"], ["y"])
+    return name, instr, node, 2 * m * n * k
+
+
+CASES = [
+    conv_case("resnet 7x7/2 3->64 @224", (1, 3, 224, 224), (64, 3, 7, 7), 2, 3),
+    conv_case("resnet 3x3 64->64 @56", (1, 64, 56, 56), (64, 64, 3, 3), 1, 1),
+    conv_case("resnet 1x1 256->64 @56", (1, 256, 56, 56), (64, 256, 1, 1)),
+    conv_case("resnet 1x1 64->256 @56", (1, 64, 56, 56), (256, 64, 1, 1)),
+    conv_case("resnet 3x3/2 128->128 @56", (1, 128, 56, 56), (128, 128, 3, 3), 2, 1),
+    conv_case("resnet 3x3 256->256 @14", (1, 256, 14, 14), (256, 256, 3, 3), 1, 1),
+    conv_case("resnet 1x1 1024->256 @14", (1, 1024, 14, 14), (256, 1024, 1, 1)),
+    conv_case("resnet 3x3 512->512 @7", (1, 512, 7, 7), (512, 512, 3, 3), 1, 1),
+    conv_case("vgg 3x3 256->256 @56", (1, 256, 56, 56), (256, 256, 3, 3), 1, 1),
+    conv_case("depthwise 3x3 256 @28", (1, 256, 28, 28), (256, 1, 3, 3), 1, 1, 256),
+    gemm_case("gemv 25088x4096 (transB)", 1, 25088, 4096, True),
+    gemm_case("gemv 4096x4096 (MatMul)", 1, 4096, 4096, False),
+    gemm_case("gemm 512x512x512", 512, 512, 512, False),
+]
+
+
+def ort_session(instr, node):
+    x, w = (o.shape.dims for o in instr.operands)
+    graph = helper.make_graph(
+        [node], "op",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x),
+         helper.make_tensor_value_info("w", TensorProto.FLOAT, w)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+
+
+def median_seconds(fn, runs):
+    fn()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--only", default="")
+    args = ap.parse_args()
+    rng = np.random.default_rng(0)
+    print(f"{'case':32} {'xlac GF/s':>10} {'ort GF/s':>10} {'xlac ms':>9} {'ort ms':>9}"
+          f" {'max|diff|':>10}")
+    for name, instr, node, flops in CASES:
+        if args.only not in name:
+            continue
+        x, w = (rng.standard_normal(o.shape.dims).astype(np.float32) for o in instr.operands)
+        kernel = CompiledKernel(instr)
+        out = np.empty(instr.shape.dims, np.float32)
+        sess = ort_session(instr, node)
+        t_x = median_seconds(lambda: kernel(x, w, out=out), args.runs)
+        t_o = median_seconds(lambda: sess.run(None, {"x": x, "w": w}), args.runs)
+        ref = sess.run(None, {"x": x, "w": w})[0].reshape(out.shape)
+        diff = float(np.abs(out - ref).max())
+        print(f"{name:32} {flops / t_x / 1e9:10.1f} {flops / t_o / 1e9:10.1f} "
+              f"{t_x * 1e3:9.2f} {t_o * 1e3:9.2f} {diff:10.2e}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

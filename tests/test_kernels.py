@@ -1,0 +1,266 @@
+"""Dot and convolution kernels, compiled for this machine, against numpy references.
+
+Each case names the path it is meant to exercise; ``test_*_path`` checks the kernel
+actually takes it, so a change in path selection cannot silently drop coverage.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from xlac.hlo import (Builder, ConvDimensionNumbers, DotDimensionNumbers, Opcode, Shape, Window,
+                      XlacError, dtypes)
+from xlac.emitter.kernels import conv as conv_mod
+from xlac.emitter.kernels import dot as dot_mod
+from xlac.emitter.kernels import emit_kernel, scratch_bytes
+from xlac.emitter.kernels.gemm import tiling_for
+from xlac.emitter.kernels.jit import CompiledKernel, host_target
+
+F32, F64, F16, S32 = dtypes.F32, dtypes.F64, dtypes.F16, dtypes.S32
+RNG = np.random.default_rng(1234)
+
+
+def _random(shape, dtype):
+    if dtype.is_integer:
+        return RNG.integers(-5, 6, shape).astype(dtype.np)
+    return RNG.standard_normal(shape).astype(dtype.np)
+
+
+def _check(got, want, dtype, rtol=1e-4):
+    if dtype.is_integer:
+        np.testing.assert_array_equal(got, want)
+        return
+    tol = {"f16": 2e-2, "f32": rtol, "f64": 1e-12}[dtype.name]
+    # relative to the size of the terms, not of the (possibly cancelling) result
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol * scale)
+
+
+# --- dot ------------------------------------------------------------------------------
+
+def make_dot(lhs, rhs, lb, lc, rb, rc, dtype=F32):
+    b = Builder("dot")
+    x = b.parameter(0, Shape.array(dtype, lhs))
+    y = b.parameter(1, Shape.array(dtype, rhs))
+    return b.dot(x, y, DotDimensionNumbers(lb, lc, rb, rc))
+
+
+def dot_reference(instr, x, y):
+    dn = instr.attrs["dimension_numbers"]
+    letters = iter("abcdefghijklmnop")
+    lx = [next(letters) for _ in range(x.ndim)]
+    ly = [next(letters) for _ in range(y.ndim)]
+    for la, rb in zip(dn.lhs_batch + dn.lhs_contracting, dn.rhs_batch + dn.rhs_contracting):
+        ly[rb] = lx[la]
+    out = ([lx[d] for d in dn.lhs_batch]
+           + [lx[d] for d in range(x.ndim) if d not in dn.lhs_batch + dn.lhs_contracting]
+           + [ly[d] for d in range(y.ndim) if d not in dn.rhs_batch + dn.rhs_contracting])
+    spec = f"{''.join(lx)},{''.join(ly)}->{''.join(out)}"
+    wide = np.float64 if x.dtype.kind == "f" else np.int64
+    return np.einsum(spec, x.astype(wide), y.astype(wide))
+
+
+DOT_CASES = [
+    # id, lhs, rhs, lhs_batch, lhs_contracting, rhs_batch, rhs_contracting, dtype, path
+    ("gemm_odd_sizes", (37, 53), (53, 29), (), (1,), (), (0,), F32, "gemm"),
+    ("gemm_multi_block", (300, 600), (600, 40), (), (1,), (), (0,), F32, "gemm"),
+    ("gemm_small_m", (3, 20), (20, 50), (), (1,), (), (0,), F32, "gemm"),
+    ("gemm_trans_b", (10, 40), (23, 40), (), (1,), (), (1,), F32, "gemm"),
+    ("gemm_contract_first", (13, 9), (20, 13), (), (0,), (), (1,), F32, "gemm"),
+    ("batch_matmul", (2, 9, 13), (2, 13, 20), (0,), (2,), (0,), (1,), F32, "gemm"),
+    ("batch_not_leading", (5, 2, 6), (6, 2, 3), (1,), (2,), (1,), (0,), F32, "gemm"),
+    ("two_contracting", (3, 4, 5), (4, 5, 6), (), (1, 2), (), (0, 1), F32, "gemm"),
+    ("free_dims_split", (3, 7, 4), (7, 9), (), (1,), (), (0,), F32, "gemm"),
+    ("gemv_row_dot", (1, 25000), (7, 25000), (), (1,), (), (1,), F32, "row_dot"),
+    ("gemv_row_stream", (1, 25000), (25000, 21), (), (1,), (), (0,), F32, "row_stream"),
+    ("matvec", (33, 100), (100,), (), (1,), (), (0,), F32, "row_dot"),
+    ("vecmat_1d", (70,), (70, 45), (), (0,), (), (0,), F32, "row_stream"),
+    ("inner_product", (100,), (100,), (), (0,), (), (0,), F32, "row_dot"),
+    ("outer_product", (5,), (7,), (), (), (), (), F32, "gemm"),
+    ("contracting_unmergeable", (4, 3, 5), (5, 4, 6), (), (0, 2), (), (1, 0), F32, "naive"),
+    ("f64", (6, 11), (11, 5), (), (1,), (), (0,), F64, "naive"),
+    ("s32_batch", (2, 3, 4), (2, 4, 5), (0,), (2,), (0,), (1,), S32, "naive"),
+    ("f16", (4, 16), (16, 3), (), (1,), (), (0,), F16, "naive"),
+]
+
+
+@pytest.mark.parametrize("case", DOT_CASES, ids=[c[0] for c in DOT_CASES])
+def test_dot(case):
+    _, lhs, rhs, lb, lc, rb, rc, dtype, _path = case
+    instr = make_dot(lhs, rhs, lb, lc, rb, rc, dtype)
+    x, y = _random(lhs, dtype), _random(rhs, dtype)
+    _check(CompiledKernel(instr)(x, y), dot_reference(instr, x, y), dtype)
+
+
+@pytest.mark.parametrize("case", DOT_CASES, ids=[c[0] for c in DOT_CASES])
+def test_dot_path(case):
+    _, lhs, rhs, lb, lc, rb, rc, dtype, path = case
+    instr = make_dot(lhs, rhs, lb, lc, rb, rc, dtype)
+    assert dot_mod._path(instr, dot_mod.canonicalize(instr)) == path
+
+
+def test_canonicalize_merges_contracting_dims():
+    plan = dot_mod.canonicalize(make_dot((3, 4, 5), (4, 5, 6), (), (1, 2), (), (0, 1)))
+    assert (plan.m, plan.n, plan.k, plan.a_sk, plan.b_sk, plan.b_sn) == (3, 6, 20, 1, 6, 1)
+    assert plan.batch == ()
+
+
+def test_canonicalize_turns_unmergeable_free_dims_into_batch_loops():
+    plan = dot_mod.canonicalize(make_dot((3, 7, 4), (7, 9), (), (1,), (), (0,)))
+    assert (plan.m, plan.a_sm, plan.c_sm) == (4, 1, 9)
+    assert plan.batch == (dot_mod.Loop(3, 28, 0, 36),)
+
+
+# --- convolution ------------------------------------------------------------------------
+
+def make_conv(xd, wd, stride=None, pad=None, dil=None, groups=1, lhs_dil=None, dn=None,
+              batch_groups=1, dtype=F32):
+    nsp = len(xd) - 2
+    pad = pad or ((0, 0),) * nsp
+    b = Builder("conv")
+    x = b.parameter(0, Shape.array(dtype, xd))
+    w = b.parameter(1, Shape.array(dtype, wd))
+    dn = dn or ConvDimensionNumbers.nchw(nsp)
+    size = [wd[d] for d in dn.kernel_spatial]
+    win = Window.make(size, stride, [p[0] for p in pad], [p[1] for p in pad], lhs_dil, dil)
+    return b.convolution(x, w, win, dn, groups, batch_groups)
+
+
+def conv_reference(instr, x, w):
+    """XLA convolution semantics in float64 numpy, for any dimension numbers."""
+    dn, win = instr.attrs["dimension_numbers"], instr.attrs["window"]
+    fg, bg = instr.attrs["feature_group_count"], instr.attrs["batch_group_count"]
+    nsp = win.rank
+    x = x.astype(np.float64).transpose(dn.input_batch, dn.input_feature, *dn.input_spatial)
+    w = w.astype(np.float64).transpose(dn.kernel_output, dn.kernel_input, *dn.kernel_spatial)
+    for i, ld in enumerate(win.lhs_dilation):        # base dilation: insert zeros
+        if ld > 1:
+            n = x.shape[2 + i]
+            grown = list(x.shape)
+            grown[2 + i] = (n - 1) * ld + 1
+            y = np.zeros(grown)
+            y[(slice(None),) * (2 + i) + (slice(None, None, ld),)] = x
+            x = y
+    x = np.pad(x, [(0, 0), (0, 0)] + [(max(0, lo), max(0, hi))
+                                      for lo, hi in zip(win.pad_low, win.pad_high)])
+    x = x[(slice(None), slice(None)) + tuple(slice(max(0, -lo), x.shape[2 + i] - max(0, -hi))
+                                             for i, (lo, hi) in
+                                             enumerate(zip(win.pad_low, win.pad_high)))]
+    n_out, cout, cin_g = x.shape[0] // bg, w.shape[0], w.shape[1]
+    out_sp = [(x.shape[2 + i] - (win.size[i] - 1) * win.rhs_dilation[i] - 1) // win.stride[i] + 1
+              for i in range(nsp)]
+    out = np.zeros([n_out, cout] + out_sp)
+    for o in range(cout):
+        g, gb = o // (cout // fg), o // (cout // bg)
+        xs = x[gb * n_out:(gb + 1) * n_out, g * cin_g:(g + 1) * cin_g]
+        for kpos in itertools.product(*(range(s) for s in win.size)):
+            sl = tuple(slice(kpos[i] * win.rhs_dilation[i],
+                             kpos[i] * win.rhs_dilation[i] + (out_sp[i] - 1) * win.stride[i] + 1,
+                             win.stride[i]) for i in range(nsp))
+            out[:, o] += np.einsum("nc...,c->n...", xs[(slice(None), slice(None)) + sl],
+                                   w[(o, slice(None)) + kpos])
+    order = [0] * (nsp + 2)            # our NC... axes -> the output's layout
+    for axis, d in enumerate([dn.output_batch, dn.output_feature, *dn.output_spatial]):
+        order[d] = axis
+    return out.transpose(order)
+
+
+NHWC = ConvDimensionNumbers(0, 3, (1, 2), 3, 2, (0, 1), 0, 3, (1, 2))   # b01f_01io->b01f
+
+CONV_CASES = [
+    # id, kwargs of make_conv, expected path
+    ("3x3_same", dict(xd=(2, 5, 11, 13), wd=(7, 5, 3, 3), pad=((1, 1), (1, 1))), "gemm"),
+    ("1x1_pointwise", dict(xd=(1, 16, 7, 9), wd=(20, 16, 1, 1)), "gemm"),
+    ("1x1_stride2", dict(xd=(1, 8, 9, 9), wd=(12, 8, 1, 1), stride=(2, 2)), "gemm"),
+    ("5x5_valid", dict(xd=(1, 3, 12, 14), wd=(9, 3, 5, 5)), "gemm"),
+    ("7x7_stride2_pad3", dict(xd=(1, 3, 20, 22), wd=(8, 3, 7, 7), stride=(2, 2),
+                              pad=((3, 3), (3, 3))), "gemm"),
+    ("3x3_stride4_asym_pad", dict(xd=(1, 4, 17, 15), wd=(6, 4, 3, 3), stride=(4, 4),
+                                  pad=((2, 0), (0, 1))), "gemm"),
+    ("3x3_dilated", dict(xd=(1, 6, 13, 11), wd=(10, 6, 3, 3), dil=(2, 3),
+                         pad=((2, 2), (3, 3))), "gemm"),
+    ("groups2", dict(xd=(2, 4, 9, 9), wd=(6, 2, 3, 3), stride=(2, 2),
+                     pad=((1, 0), (2, 1)), groups=2), "gemm"),
+    ("many_channels_k_blocks", dict(xd=(1, 70, 6, 5), wd=(13, 70, 3, 3),
+                                    pad=((1, 1), (1, 1))), "gemm"),
+    ("depthwise", dict(xd=(1, 8, 12, 10), wd=(8, 1, 3, 3), pad=((1, 1), (1, 1)), groups=8),
+     "depthwise"),
+    ("depthwise_stride2_dilated", dict(xd=(2, 6, 13, 11), wd=(12, 1, 3, 3), stride=(2, 2),
+                                       dil=(2, 2), pad=((2, 1), (1, 2)), groups=6),
+     "depthwise"),
+    ("conv1d", dict(xd=(2, 3, 17), wd=(4, 3, 5), pad=((2, 2),)), "gemm"),
+    ("conv1d_stride2", dict(xd=(1, 5, 30), wd=(7, 5, 4), stride=(2,), pad=((1, 2),)), "gemm"),
+    ("conv3d", dict(xd=(1, 2, 5, 6, 7), wd=(3, 2, 3, 3, 3), pad=((1, 1),) * 3), "gemm"),
+    ("negative_padding", dict(xd=(1, 3, 10, 10), wd=(4, 3, 3, 3), pad=((-1, 1), (1, -2))),
+     "gemm"),
+    ("nhwc_general", dict(xd=(2, 7, 6, 4), wd=(3, 3, 4, 5), pad=((1, 1), (0, 1)), dn=NHWC),
+     "naive"),
+    ("lhs_dilation", dict(xd=(1, 2, 5, 4), wd=(3, 2, 3, 3), lhs_dil=(2, 3),
+                          pad=((2, 2), (1, 1))), "naive"),
+    ("batch_groups", dict(xd=(4, 3, 6, 6), wd=(4, 3, 3, 3), batch_groups=2), "naive"),
+    ("f64", dict(xd=(1, 3, 7, 7), wd=(4, 3, 3, 3), stride=(2, 2), pad=((1, 1), (1, 1)),
+                 dtype=F64), "naive"),
+    ("s32_groups", dict(xd=(1, 4, 5, 5), wd=(4, 2, 2, 2), groups=2, dtype=S32), "naive"),
+]
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=[c[0] for c in CONV_CASES])
+def test_conv(case):
+    _, kw, _path = case
+    instr = make_conv(**kw)
+    dtype = instr.shape.dtype
+    x, w = (_random(o.shape.dims, dtype) for o in instr.operands)
+    got = CompiledKernel(instr)(x, w)
+    want = conv_reference(instr, x, w)
+    assert got.shape == want.shape
+    _check(got, want, dtype)
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=[c[0] for c in CONV_CASES])
+def test_conv_path(case):
+    _, kw, path = case
+    assert conv_mod._path(make_conv(**kw), tiling_for(host_target())) == path
+
+
+def test_conv_reference_matches_direct_sum():
+    """The reference itself, against a literal sum over one output element."""
+    instr = make_conv((1, 2, 6, 5), (3, 2, 3, 2), stride=(2, 1), pad=((1, 0), (0, 1)),
+                      dil=(1, 2))
+    x, w = _random((1, 2, 6, 5), F32), _random((3, 2, 3, 2), F32)
+    o, oh, ow = 2, 1, 2
+    want = sum(float(x[0, c, ih, iw]) * float(w[o, c, kh, kw])
+               for c in range(2) for kh in range(3) for kw in range(2)
+               for ih, iw in [(oh * 2 + kh - 1, ow + 2 * kw)] if 0 <= ih < 6 and 0 <= iw < 5)
+    assert conv_reference(instr, x, w)[0, o, oh, ow] == pytest.approx(want)
+
+
+# --- the function contract ---------------------------------------------------------------
+
+def test_kernel_signature_and_attributes():
+    from llvmlite import ir
+    module = ir.Module("m")
+    conv = make_conv((1, 4, 8, 8), (8, 4, 3, 3), pad=((1, 1), (1, 1)))
+    target = host_target()
+    fn = emit_kernel(module, conv, "k_conv", target)
+    assert scratch_bytes(conv, target) > 0 and len(fn.args) == 4
+    assert fn.linkage == "internal" and "nounwind" in fn.attributes
+    assert all("noalias" in a.attributes for a in fn.args)
+    dw = make_conv((1, 8, 8, 8), (8, 1, 3, 3), groups=8)
+    assert scratch_bytes(dw, target) == 0
+    assert len(emit_kernel(module, dw, "k_dw", target).args) == 3
+
+
+def test_scratch_is_small():
+    """Only one packed sliver: the scratch does not grow with the problem."""
+    big = make_conv((1, 512, 56, 56), (512, 512, 3, 3), pad=((1, 1), (1, 1)))
+    assert scratch_bytes(big, host_target()) <= 64 * 1024
+
+
+def test_other_opcodes_are_rejected():
+    b = Builder("add")
+    x = b.parameter(0, Shape.array(F32, (2,)))
+    add = b.op(Opcode.ADD, x, x)
+    with pytest.raises(XlacError, match="no kernel"):
+        scratch_bytes(add, host_target())
