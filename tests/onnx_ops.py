@@ -31,15 +31,25 @@ class OpCase:
 
 def make_model(nodes, inputs: dict, outputs=("y",), inits: dict | None = None,
                opset: int = 13) -> onnx.ModelProto:
-    """A model over ``nodes``; graph inputs typed from the arrays in ``inputs``."""
-    vis = [helper.make_tensor_value_info(
-        n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in inputs.items()]
+    """A model over ``nodes``; graph inputs typed from the arrays in ``inputs``.
+
+    An output is a name (typed by ONNX shape inference) or (name, dtype, dims)
+    where inference cannot tell.
+    """
+    vis = [_value_info(n, a.dtype, a.shape) for n, a in inputs.items()]
+    outs = [helper.make_empty_tensor_value_info(o) if isinstance(o, str) else _value_info(*o)
+            for o in outputs]
     graph = helper.make_graph(
-        nodes, "case", vis, [helper.make_empty_tensor_value_info(o) for o in outputs],
+        nodes, "case", vis, outs,
         [numpy_helper.from_array(np.asarray(v), n) for n, v in (inits or {}).items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = min(model.ir_version, 10)    # what onnxruntime reads
-    return onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+
+
+def _value_info(name, dtype, dims):
+    return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)),
+                                         dims)
 
 
 def f32(*shape, low=None, high=None):
@@ -196,7 +206,7 @@ case("BatchNormalization_opset15", node("BatchNormalization", ["x", "s", "b", "m
      {"x": _POOL_X}, inits=_BN, opset=15, rtol=1e-4, atol=1e-5)
 case("LRN_size3", node("LRN", ["x"], size=3, alpha=1e-3, beta=0.75, bias=2.0),
      {"x": f32(2, 5, 3, 3)}, rtol=1e-4)
-case("LRN_size4", node("LRN", ["x"], size=4), {"x": f32(1, 6, 2, 3)}, rtol=1e-4)
+case("LRN_size5", node("LRN", ["x"], size=5), {"x": f32(1, 6, 2, 3)}, rtol=1e-4)
 _SM = f32(2, 3, 4)
 for _op in ("Softmax", "LogSoftmax"):
     case(f"{_op}_v11_axis1_coerced", node(_op, ["x"], axis=1), {"x": _SM}, opset=11,
@@ -233,7 +243,7 @@ case("Shape_gather_concat_reshape", [
     node("Gather", ["s", "i0"], ["d0"], axis=0),
     node("Unsqueeze", ["d0", "ax"], ["d0u"]),
     node("Concat", ["d0u", "minus1"], ["shape"], axis=0),
-    node("Reshape", ["x", "shape"])], {"x": _T},
+    node("Reshape", ["x", "shape"])], {"x": _T}, outputs=[("y", np.float32, (2, 12))],
     inits={"i0": np.array(0, np.int64), "ax": np.array([0], np.int64),
            "minus1": np.array([-1], np.int64)})
 case("Shape_start_end", node("Shape", ["x"], start=1, end=-1), {"x": _T}, opset=15)

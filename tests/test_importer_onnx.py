@@ -158,14 +158,18 @@ def test_invalid_model_fails_checker():
 
 
 def test_unsupported_ops_are_all_listed():
-    x = np.zeros((4, 3), np.float32)
     model = make_model([helper.make_node("TopK", ["x", "k"], ["v", "i"], name="topk"),
                         helper.make_node("Relu", ["v"], ["r"], name="relu"),
-                        helper.make_node("HardMax", ["r"], ["y"], name="hm_1")],
-                       {"x": x}, inits={"k": np.array([2], np.int64)})
+                        helper.make_node("NonMaxSuppression", ["boxes", "scores"], ["y"],
+                                         name="nms_1")],
+                       {"x": np.zeros((4, 3), np.float32),
+                        "boxes": np.zeros((1, 5, 4), np.float32),
+                        "scores": np.zeros((1, 1, 5), np.float32)},
+                       outputs=("r", "y"), inits={"k": np.array([2], np.int64)})
     with pytest.raises(XlacError) as e:
         import_onnx(model)
-    assert str(e.value) == "unsupported ONNX ops: TopK (node 'topk'), HardMax (node 'hm_1')"
+    assert str(e.value) == "unsupported ONNX ops: TopK (node 'topk'), " \
+                           "NonMaxSuppression (node 'nms_1')"
 
 
 def test_dynamic_dimension_message():
@@ -192,10 +196,25 @@ def test_input_shapes_conflicting_static_dims():
 
 
 def test_unknown_attribute_names_the_node():
+    # ONNX's checker rejects attributes outside the schema...
     model = make_model([node("Relu", ["x"])], {"x": np.zeros(3, np.float32)})
     model.graph.node[0].attribute.append(helper.make_attribute("frobnicate", 1))
-    with pytest.raises(XlacError, match="Relu node 'relu_0': unsupported attribute "
-                                        "'frobnicate'"):
+    with pytest.raises(XlacError, match="Unrecognized attribute: frobnicate .*relu_0"):
+        import_onnx(model)
+    # ...and the importer those in the schema that no handler reads.
+    model = make_model([node("Cast", ["x"], to=TensorProto.INT32, round_mode="down")],
+                       {"x": np.zeros(3, np.float32)}, opset=28)
+    with pytest.raises(XlacError, match="Cast node 'cast_0': unsupported attribute "
+                                        "'round_mode'"):
+        import_onnx(model)
+
+
+def test_unsupported_attribute_value_names_the_node():
+    model = make_model([node("Conv", ["x", "w"], auto_pad="SAME_MIDDLE")],
+                       {"x": np.zeros((1, 1, 3, 3), np.float32)},
+                       inits={"w": np.zeros((1, 1, 1, 1), np.float32)})
+    with pytest.raises(XlacError, match="Conv node 'conv_0': unsupported auto_pad "
+                                        "'SAME_MIDDLE'"):
         import_onnx(model)
 
 
@@ -221,7 +240,8 @@ def test_batchnorm_training_outputs_are_rejected():
 
 def test_reshape_shape_must_be_known():
     x = np.zeros((2, 3), np.float32)
-    model = make_model([node("Reshape", ["x", "s"])], {"x": x, "s": np.array([3, 2])})
+    model = make_model([node("Reshape", ["x", "s"])], {"x": x, "s": np.array([3, 2])},
+                       outputs=[("y", np.float32, (3, 2))])
     with pytest.raises(XlacError, match="input 's' \\(shape\\) must be known at compile time"):
         import_onnx(model)
 

@@ -90,7 +90,9 @@ def _pool_window(ctx, node, x):
             span = n + low[i] + high[i] - ((k - 1) * d + 1)
             out = -(-span // s) + 1
             if (out - 1) * s >= n + low[i]:
-                out -= 1      # a window may not start in the end padding
+                # A window may not start in the end padding (the ONNX spec text,
+                # onnxruntime and PyTorch; onnx 1.23's shape inference omits it).
+                out -= 1
             padded_high[i] += max(0, (out - 1) * s - span)
     ones = (1, 1)
     window = Window(ones + kernel, ones + strides, (0, 0) + low, (0, 0) + tuple(padded_high),
@@ -124,8 +126,7 @@ def average_pool(ctx, node):
         spatial = x.shape.dims[2:]
         if include_pad:
             spatial = tuple(n + lo + hi for n, lo, hi in zip(spatial, low, high))
-            extra = tuple(ph - lo - hi for ph, lo, hi in
-                          zip(window.pad_high[2:], low, high))
+            extra = tuple(ph - hi for ph, hi in zip(window.pad_high[2:], high))
             window_ones = Window(window.size, window.stride, (0,) * len(window.size),
                                  (0, 0) + extra, window.lhs_dilation, window.rhs_dilation)
         else:
