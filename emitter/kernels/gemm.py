@@ -33,7 +33,7 @@ class Tiling:
     nv: int         # vectors per micro-tile row (NR = lanes * nv)
     mr: int         # micro-tile rows
     kc: int         # K block
-    mc: int         # M block (a multiple of mr)
+    mc: int         # largest M block: MC x KC floats of A stay in L2
 
     @property
     def nr(self) -> int:
@@ -49,7 +49,7 @@ def tiling_for(target) -> Tiling:
     regs = 32 if target.vector_bytes >= 64 else 16
     nv = 2
     mr = min(8, (regs - nv - 1) // nv)
-    return Tiling(lanes=lanes, nv=nv, mr=mr, kc=256, mc=mr * (256 // mr))
+    return Tiling(lanes=lanes, nv=nv, mr=mr, kc=256, mc=256)
 
 
 class Packer(Protocol):
@@ -116,12 +116,17 @@ def emit_gemm(b: ir.IRBuilder, g: GemmShape, a: ir.Value, c: ir.Value, packer: P
               scratch: ir.Value, t: Tiling) -> None:
     """Emit ``C = A * B`` at the builder's position (B comes through ``packer``)."""
     m_full = g.m - g.m % t.mr
+    # Equal M blocks, a multiple of MR each: a 4-row leftover block would repack every
+    # B sliver for a quarter-empty micro-kernel.
+    blocks = -(-g.m // t.mc)
+    rows_per_block = -(-g.m // blocks)
+    mc = -(-rows_per_block // t.mr) * t.mr
     n_full = g.n - g.n % t.nr
     kb = packer.k_block
-    with for_range(b, g.m, "m0", step=t.mc) as m0:
-        m_hi = b.add(m0, i64(t.mc))
+    with for_range(b, g.m, "m0", step=mc) as m0:
+        m_hi = b.add(m0, i64(mc))
         m_hi = b.select(b.icmp_signed("<", m_hi, i64(m_full)), m_hi, i64(m_full))
-        last_block = b.icmp_signed(">=", b.add(m0, i64(t.mc)), i64(g.m))
+        last_block = b.icmp_signed(">=", b.add(m0, i64(mc)), i64(g.m))
         with for_range(b, g.k, "k0", step=kb) as k0:
             left = b.sub(i64(g.k), k0)
             kc = b.select(b.icmp_signed("<", left, i64(kb)), left, i64(kb))
