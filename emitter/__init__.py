@@ -12,8 +12,9 @@ from llvmlite import ir
 
 from ..hlo import Instruction, Module, XlacError
 from ..optimizer.buffer_assignment import BufferAssignment
+from . import kernels
 from .constants import ConstantPool
-from .entry import emit_entry
+from .entry import KERNEL_OPCODES, emit_entry
 from .header import render_header
 from .info import emit_model_info
 from .interface import model_interface
@@ -67,8 +68,10 @@ def emit(module: Module, assignment: BufferAssignment, options: EmitOptions,
 
 
 def scratch_bytes(instr: Instruction, target: TargetInfo) -> int:
-    """Scratch bytes the kernel of a dot / convolution needs (0 for other ops)."""
-    from . import kernels      # the kernel package is only needed for dot / convolution
+    """Scratch bytes the kernel of a dot / convolution needs (0 for other ops): the
+    ``scratch`` callback of ``optimizer.assign_buffers``."""
+    if instr.opcode not in KERNEL_OPCODES:
+        return 0
     return kernels.scratch_bytes(instr, target)
 
 

@@ -18,6 +18,7 @@ from llvmlite import ir
 
 from ..hlo import Instruction, Module, Opcode, XlacError
 from ..optimizer.buffer_assignment import VIEW_OPCODES, BufferAssignment
+from . import kernels
 from .constants import CONSTANT_ALIGN, ConstantPool
 from .elemental import ElementalEmitter
 from .interface import ModelInterface
@@ -29,7 +30,7 @@ from .target import TargetInfo
 XLAC_OK, XLAC_ERROR_NULL_ARGUMENT, XLAC_ERROR_ARENA_ALIGNMENT = 0, 1, 2
 
 _NO_CODE = frozenset({Opcode.PARAMETER, Opcode.CONSTANT, Opcode.TUPLE, Opcode.GET_TUPLE_ELEMENT})
-_KERNEL_OPCODES = frozenset({Opcode.DOT, Opcode.CONVOLUTION})
+KERNEL_OPCODES = frozenset({Opcode.DOT, Opcode.CONVOLUTION})
 
 
 @dataclass(frozen=True)
@@ -71,10 +72,13 @@ class _Places:
         elif op is Opcode.TUPLE:
             place = None
         elif op is Opcode.GET_TUPLE_ELEMENT:
-            # A tuple-shaped value's leaves lie packed in its buffer (loops.leaf_offsets).
-            base = self._places[instr.operands[0]]
-            offset = leaf_offsets(instr.operands[0].shape)[instr.attrs["index"]]
-            place = Place(base.space, base.index, base.offset + offset, base.key)
+            t, k = instr.operands[0], instr.attrs["index"]
+            if t.opcode is Opcode.TUPLE:
+                place = self._places[t.operands[k]]
+            else:       # element k of a tuple-shaped op's own buffer
+                base = self._places[t]
+                offset = leaf_offsets(t.shape, self._assignment.alignment)[k]
+                place = Place(base.space, base.index, base.offset + offset, base.key)
         elif self.is_view(instr):
             place = self._places[instr.operands[0]]
         else:
@@ -144,7 +148,7 @@ class _ComputeEmitter:
                 continue
             if instr.shape.num_elements == 0 and not instr.shape.is_tuple:
                 continue
-            if instr.opcode in _KERNEL_OPCODES:
+            if instr.opcode in KERNEL_OPCODES:
                 self._emit_kernel_call(instr)
             else:
                 self._emit_loop_call(instr)
@@ -163,13 +167,12 @@ class _ComputeEmitter:
         operand_args = [self.pointer_arg(p, s, [(out, size)]) for p, s in operands]
         fn, libcalls = emit_elemental_function(
             self.llvm_module, instr, self._function_name(instr),
-            lambda b: ElementalEmitter(b, self.constants), out_arg, operand_args)
+            lambda b: ElementalEmitter(b, self.constants), out_arg, operand_args,
+            self.assignment.alignment)
         self.libcalls |= libcalls
         self.b.call(fn, [self.pointer(out)] + [self.pointer(p) for p, _ in operands])
 
     def _emit_kernel_call(self, instr: Instruction) -> None:
-        # Imported here so models without dot/convolution never touch the kernel package.
-        from . import kernels
         fn = kernels.emit_kernel(self.llvm_module, instr, self._function_name(instr),
                                  self.target)
         args = [self.pointer(self.places[instr])]

@@ -39,13 +39,13 @@ def _port_lines(name: str, kind: str, k: int, port: Port) -> list[str]:
 def _wrap(words: list[str], indent: str, first: str = "", width: int = 88) -> list[str]:
     """``words`` joined by spaces into lines of at most ``width`` characters; the first
     line starts with ``first``, the others with ``indent``."""
-    lines, line = [], first
-    for w in words:
-        if line.strip() and len(line) + 1 + len(w) > width:
+    lines, line = [], first + words[0]
+    for w in words[1:]:
+        if len(line) + 1 + len(w) > width:
             lines.append(line)
             line = indent + w
         else:
-            line = f"{line} {w}" if line.strip() else line + w
+            line = f"{line} {w}"
     return lines + [line]
 
 

@@ -19,19 +19,18 @@ from typing import Callable, Sequence
 from llvmlite import ir
 
 from ..hlo import Instruction, Opcode, Shape, XlacError
+from ..optimizer.aliasing import tuple_element_offset
 from .elemental import ElementalEmitter, Generator
 from .indexing import linearize
 from .irutil import PTR, VOID, for_range, gep_bytes, gep_elem, llvm_type
 
 
-def leaf_offsets(shape: Shape) -> list[int]:
-    """Byte offset of each leaf of a tuple-shaped buffer: leaves packed in order, so a
-    tuple buffer is exactly ``shape.byte_size`` bytes."""
-    offsets, at = [], 0
-    for leaf in shape.leaves():
-        offsets.append(at)
-        at += leaf.byte_size
-    return offsets
+def leaf_offsets(shape: Shape, alignment: int) -> list[int]:
+    """Byte offset of each element of a tuple-shaped op's buffer (the buffer assignment's
+    layout: elements in order, each at a multiple of ``alignment``)."""
+    if not shape.is_tuple:
+        return [0]
+    return [tuple_element_offset(shape, k, alignment) for k in range(len(shape.tuple_shapes))]
 
 
 def access_align(offset: int, base_align: int, itemsize: int) -> int:
@@ -78,9 +77,10 @@ def passed_operands(instr: Instruction) -> list[int]:
 
 def emit_elemental_function(llvm_module: ir.Module, instr: Instruction, name: str,
                             em_factory: Callable[[ir.IRBuilder], ElementalEmitter],
-                            out: PointerArg, operands: Sequence[PointerArg]):
+                            out: PointerArg, operands: Sequence[PointerArg], alignment: int):
     """Define ``void name(ptr out, ptr operand...)`` computing ``instr``; ``operands`` holds
-    one PointerArg per entry of ``passed_operands(instr)``. Returns the function and the
+    one PointerArg per entry of ``passed_operands(instr)``; a tuple result's elements lie
+    at ``leaf_offsets(shape, alignment)``. Returns the function and the
     C library functions its code calls."""
     passed = passed_operands(instr)
     fn = ir.Function(llvm_module, ir.FunctionType(VOID, [PTR] * (1 + len(passed))), name)
@@ -102,11 +102,13 @@ def emit_elemental_function(llvm_module: ir.Module, instr: Instruction, name: st
             gens.append(em.generator(o, []))
     generate = em.generator(instr, gens)
     leaves = instr.shape.leaves()
+    if instr.shape.is_tuple and any(s.is_tuple for s in instr.shape.tuple_shapes):
+        raise XlacError(f"%{instr.name}: nested tuple result {instr.shape} is not supported")
     if any(leaf.dims != leaves[0].dims for leaf in leaves):
         raise XlacError(f"%{instr.name}: tuple leaves of different dimensions ({instr.shape})")
     targets = [(gep_bytes(b, fn.args[0], off), leaf, access_align(off, out.align,
                                                                    leaf.dtype.itemsize))
-               for off, leaf in zip(leaf_offsets(instr.shape), leaves)]
+               for off, leaf in zip(leaf_offsets(instr.shape, alignment), leaves)]
 
     def store(index):
         value = generate(index)

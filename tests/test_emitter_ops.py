@@ -1,0 +1,277 @@
+"""Per-opcode numeric checks of the emitted code against the numpy evaluator.
+
+One table: each case builds a tiny module with the Builder, the emitter compiles it
+for the host, all cases are linked into one shared library (emit_util), and each
+case's outputs must match ``xlac.hlo.evaluator`` on the same inputs.
+"""
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pytest
+
+from emit_util import compile_modules
+from xlac.hlo import (Builder, ConvDimensionNumbers, DotDimensionNumbers, GatherDimensionNumbers,
+                      Module, Opcode, Shape, Window, dtypes, scalar_computation)
+from xlac.hlo.evaluator import evaluate
+
+rng = np.random.default_rng(0)
+HAVE_MATHLIB = importlib.util.find_spec("xlac.emitter.mathlib") is not None
+
+F32, F64, S32, S64, U8, U32, PRED = (dtypes.F32, dtypes.F64, dtypes.S32, dtypes.S64, dtypes.U8,
+                                     dtypes.U32, dtypes.PRED)
+
+
+def f32(*dims, lo=-4.0, hi=4.0):
+    return rng.uniform(lo, hi, dims).astype(np.float32)
+
+
+def s32(*dims, lo=-20, hi=20):
+    return rng.integers(lo, hi, dims, dtype=np.int32)
+
+
+SPECIALS = np.array([0.0, -0.0, 1.5, -2.5, 0.5, -0.5, np.nan, np.inf, -np.inf, 3.0, 1e30, -7.25],
+                    dtype=np.float32)
+INT_EDGES = np.array([0, 7, -7, 2**31 - 1, -2**31, -1, 5, 13], dtype=np.int32)
+
+
+@dataclass
+class Case:
+    name: str
+    inputs: list
+    build: Callable            # build(builder, *parameters) -> root
+    tol: float = 0.0           # relative and absolute
+    needs_mathlib: bool = False
+    zero_sign: bool = True     # exact cases also compare the sign of zero
+
+
+def _module(case: Case) -> Module:
+    b = Builder(case.name)
+    params = [b.parameter(k, Shape.array(dtypes.from_numpy(a.dtype), a.shape), f"in{k}")
+              for k, a in enumerate(case.inputs)]
+    comp = b.build(case.build(b, *params))
+    m = Module(case.name)
+    for called in _called(comp):
+        m.add_computation(called)
+    m.add_computation(comp, entry=True)
+    return m
+
+
+def _called(comp):
+    seen = []
+    for i in comp.instructions:
+        for c in i.called:
+            for sub in _called(c) + [c]:
+                if sub not in seen:
+                    seen.append(sub)
+    return seen
+
+
+def unary(op, x, tol=0.0, mathlib=False):
+    return Case(f"{op.text}_{x.dtype}".replace("-", "_"), [x], lambda b, p: b.op(op, p), tol,
+                mathlib)
+
+
+def binary(op, x, y, name=None, tol=0.0, mathlib=False):
+    return Case(name or f"{op.text}_{x.dtype}".replace("-", "_"), [x, y],
+                lambda b, p, q: b.op(op, p, q), tol, mathlib)
+
+
+def convert(x, dtype):
+    return Case(f"convert_{x.dtype}_{dtype.name}", [x],
+                lambda b, p: b.op(Opcode.CONVERT, p, shape=p.shape.with_dtype(dtype)))
+
+
+def compare(direction, x, y):
+    return Case(f"compare_{direction}_{x.dtype}", [x, y],
+                lambda b, p, q: b.compare(p, q, direction))
+
+
+def _fused_axpy(b, x, y):
+    """fusion(x, y) = x * 2 - y, with a broadcast constant inside."""
+    fb = Builder("fused_axpy")
+    px = fb.parameter(0, x.shape, "x")
+    py = fb.parameter(1, y.shape, "y")
+    two = fb.broadcast(fb.constant(np.float32(2.0)), x.shape.dims, ())
+    fused = fb.build(fb.op(Opcode.ADD, fb.op(Opcode.MULTIPLY, px, two),
+                           fb.op(Opcode.NEGATE, py)))
+    return b.op(Opcode.FUSION, x, y, called=[fused], kind="kLoop")
+
+
+def _argmax(b, x):
+    """Variadic reduce over axis 1 giving (max value, its index); returns the index."""
+    rb = Builder("argmax")
+    s, i = Shape.array(F32, ()), Shape.array(S32, ())
+    av, ai, bv, bi = (rb.parameter(0, s, "av"), rb.parameter(1, i, "ai"),
+                      rb.parameter(2, s, "bv"), rb.parameter(3, i, "bi"))
+    take_a = rb.compare(av, bv, "GE")
+    reducer = rb.build(rb.tuple([rb.op(Opcode.SELECT, take_a, av, bv),
+                                 rb.op(Opcode.SELECT, take_a, ai, bi)]))
+    idx = b.iota(Shape.array(S32, x.shape.dims), 1)
+    r = b.op(Opcode.REDUCE, x, idx, b.constant(np.float32(-np.inf)), b.constant(np.int32(0)),
+             called=[reducer], dimensions=(1,))
+    return b.tuple([b.get_tuple_element(r, 0), b.get_tuple_element(r, 1)])
+
+
+_ADD_F32 = scalar_computation("add_f32", Opcode.ADD, F32)
+_MAX_F32 = scalar_computation("max_f32", Opcode.MAXIMUM, F32)
+
+CASES = [
+    # element-wise binary
+    binary(Opcode.ADD, f32(3, 5), f32(3, 5)),
+    binary(Opcode.SUBTRACT, s32(17), s32(17)),
+    binary(Opcode.MULTIPLY, f32(2, 3, 4), f32(2, 3, 4)),
+    binary(Opcode.DIVIDE, f32(33), f32(33, lo=0.5, hi=3.0)),
+    binary(Opcode.DIVIDE, INT_EDGES, np.array([2, 0, 2, -1, -1, 3, -2, 5], np.int32)),
+    binary(Opcode.DIVIDE, np.array([7, 9, 200, 0], np.uint8), np.array([2, 0, 7, 0], np.uint8)),
+    binary(Opcode.REMAINDER, INT_EDGES, np.array([2, 0, 3, -1, -1, 3, -2, 5], np.int32)),
+    binary(Opcode.REMAINDER, f32(12), np.array([1.5, -2, 3, 0.7] * 3, np.float32)),
+    binary(Opcode.MAXIMUM, SPECIALS, SPECIALS[::-1].copy()),
+    binary(Opcode.MINIMUM, SPECIALS, SPECIALS[::-1].copy()),
+    binary(Opcode.MAXIMUM, s32(9), s32(9)),
+    binary(Opcode.MINIMUM, np.array([0, 200, 3], np.uint8), np.array([255, 100, 4], np.uint8)),
+    binary(Opcode.POWER, s32(10, lo=-3, hi=4), s32(10, lo=-2, hi=6)),
+    binary(Opcode.AND, s32(8), s32(8)),
+    binary(Opcode.OR, np.array([True, False, True, False]), np.array([True, True, False, False])),
+    binary(Opcode.XOR, s32(8), s32(8)),
+    binary(Opcode.SHIFT_LEFT, s32(8), np.array([0, 1, 31, 32, 33, -1, 5, 100], np.int32)),
+    binary(Opcode.SHIFT_RIGHT_ARITHMETIC, INT_EDGES, np.array([0, 1, 31, 32, 40, -1, 2, 3],
+                                                              np.int32)),
+    binary(Opcode.SHIFT_RIGHT_LOGICAL, INT_EDGES, np.array([0, 1, 31, 32, 40, -1, 2, 3],
+                                                           np.int32)),
+    *[compare(d, SPECIALS, np.roll(SPECIALS, 3)) for d in ("EQ", "NE", "LT", "LE", "GT", "GE")],
+    compare("LT", s32(10), s32(10)),
+    compare("LT", np.array([0, 1 << 31, 5], np.uint32), np.array([1, 3, 5], np.uint32)),
+    # element-wise unary
+    unary(Opcode.ABS, SPECIALS),
+    unary(Opcode.ABS, INT_EDGES),
+    unary(Opcode.NEGATE, SPECIALS),
+    unary(Opcode.NEGATE, s32(6)),
+    # XLA: sign(-0) = -0; the evaluator's np.sign gives +0, so zero signs are not compared.
+    Case("sign_f32", [SPECIALS], lambda b, p: b.op(Opcode.SIGN, p), zero_sign=False),
+    unary(Opcode.SIGN, INT_EDGES),
+    unary(Opcode.NOT, np.array([True, False])),
+    unary(Opcode.NOT, s32(5)),
+    unary(Opcode.FLOOR, SPECIALS),
+    unary(Opcode.CEIL, SPECIALS),
+    # round(-0) is -0 (C round, XLA); the evaluator gives +0: zero signs not compared.
+    Case("round_nearest_afz_f32", [SPECIALS], lambda b, p: b.op(Opcode.ROUND_NEAREST_AFZ, p),
+         zero_sign=False),
+    unary(Opcode.ROUND_NEAREST_EVEN, SPECIALS),
+    unary(Opcode.SQRT, f32(20, lo=0, hi=9)),
+    unary(Opcode.RSQRT, f32(20, lo=0.1, hi=9), tol=1e-6),
+    unary(Opcode.IS_FINITE, SPECIALS),
+    *[unary(op, f32(40, lo=lo, hi=hi), tol=2e-6, mathlib=True)
+      for op, lo, hi in ((Opcode.EXP, -20, 20), (Opcode.LOG, 0.01, 50), (Opcode.TANH, -6, 6),
+                         (Opcode.LOGISTIC, -10, 10), (Opcode.SINE, -6, 6),
+                         (Opcode.COSINE, -6, 6), (Opcode.ERF, -3, 3))],
+    binary(Opcode.POWER, f32(16, lo=0.1, hi=3), f32(16, lo=-2, hi=2), name="power_f32",
+           tol=1e-5, mathlib=True),
+    # convert
+    convert(np.array([1.5, -2.7, 3e9, -3e9, np.nan, 0.0], np.float32), S32),
+    convert(np.array([1.5, -2.7, 300.0, -1.0, np.nan], np.float32), U8),
+    convert(s32(7), F32),
+    convert(np.array([1.0, 1.00390625, 1.01171875, -3.3e38, np.nan, 1e-40], np.float32),
+            dtypes.BF16),
+    convert(f32(9).astype(dtypes.BF16.np), F32),
+    convert(np.array([1.0, 65504.0, 1e6, -2.5e-8, 0.1], np.float32), dtypes.F16),
+    convert(f32(9).astype(np.float16), F32),
+    convert(SPECIALS, PRED),
+    convert(np.array([True, False, True]), F32),
+    convert(np.array([300, -129, 5], np.int64), dtypes.S8),
+    convert(np.array([-1, 5], np.int8), U32),
+    convert(np.array([200, 5], np.uint8), S32),
+    convert(f32(5), F64),
+    Case("add_bf16", [f32(6).astype(dtypes.BF16.np)] * 2, lambda b, p, q: b.op(Opcode.ADD, p, q)),
+    Case("multiply_f16", [f32(6).astype(np.float16), f32(6).astype(np.float16)],
+         lambda b, p, q: b.op(Opcode.MULTIPLY, p, q)),
+    # ternary and sources
+    Case("select", [np.array([True, False, True]), f32(3), f32(3)],
+         lambda b, c, p, q: b.op(Opcode.SELECT, c, p, q)),
+    Case("clamp_scalar_bounds", [SPECIALS],
+         lambda b, p: b.op(Opcode.CLAMP, b.constant(np.float32(-1)), p,
+                           b.constant(np.float32(2)))),
+    Case("clamp_s32", [s32(6), s32(6), s32(6, lo=20, hi=30)],
+         lambda b, lo, p, hi: b.op(Opcode.CLAMP, lo, p, hi)),
+    Case("iota_f32", [], lambda b: b.iota(Shape.array(F32, (3, 4)), 1)),
+    Case("constant_table", [f32(2, 3)],
+         lambda b, p: b.op(Opcode.ADD, p, b.constant(f32(2, 3)))),
+    # movement
+    Case("broadcast", [f32(3)], lambda b, p: b.broadcast(p, (2, 3, 4), (1,))),
+    Case("broadcast_degenerate", [f32(1, 4)], lambda b, p: b.broadcast(p, (3, 4), (0, 1))),
+    Case("reshape", [f32(2, 3, 4)], lambda b, p: b.op(Opcode.NEGATE,
+                                                       b.reshape(p, (4, 6)))),
+    Case("reshape_materialized", [f32(6, 4)],
+         lambda b, p: b.tuple([b.reshape(p, (2, 12)), b.op(Opcode.NEGATE, p)])),
+    Case("bitcast", [f32(4, 6)],
+         lambda b, p: b.op(Opcode.BITCAST, p, shape=Shape.array(F32, (24,)))),
+    Case("transpose", [f32(2, 3, 4)], lambda b, p: b.transpose(p, (2, 0, 1))),
+    Case("slice", [f32(10, 9)], lambda b, p: b.slice(p, (1, 2), (9, 9), (3, 2))),
+    Case("reverse", [f32(3, 5)], lambda b, p: b.reverse(p, (1,))),
+    Case("pad", [f32(3, 4)],
+         lambda b, p: b.pad(p, b.constant(np.float32(9)), (2, -1), (1, 2), (1, 2))),
+    Case("concatenate", [f32(2, 3), f32(2, 1), f32(2, 4)],
+         lambda b, p, q, r: b.concatenate([p, q, r], 1)),
+    Case("copy", [s32(4, 4)], lambda b, p: b.op(Opcode.COPY, p)),
+    Case("gather_rows", [f32(5, 3), np.array([[4], [0], [7], [-2]], np.int32)],
+         lambda b, t, i: b.gather(t, i, GatherDimensionNumbers((1,), (0,), (0,), 1), (1, 3))),
+    # reductions
+    Case("reduce_sum", [f32(3, 4, 5)],
+         lambda b, p: b.reduce(p, b.constant(np.float32(0)), (0, 2), _ADD_F32), tol=1e-6),
+    Case("reduce_max_all", [f32(7, 3)],
+         lambda b, p: b.reduce(p, b.constant(np.float32(-np.inf)), (0, 1), _MAX_F32)),
+    Case("reduce_argmax", [f32(4, 6)], _argmax),
+    Case("reduce_window_maxpool", [f32(1, 1, 5, 6)],
+         lambda b, p: b.reduce_window(p, b.constant(np.float32(-np.inf)),
+                                      Window.make((1, 1, 2, 2), (1, 1, 2, 2), (0, 0, 0, 1),
+                                                  (0, 0, 1, 0)), _MAX_F32)),
+    Case("reduce_window_dilated_sum", [f32(7, 6)],
+         lambda b, p: b.reduce_window(p, b.constant(np.float32(0)),
+                                      Window.make((2, 3), (2, 1), (1, 0), (0, 1), (2, 1),
+                                                  (1, 2)), _ADD_F32), tol=1e-6),
+    # fusion and the kernels behind dot / convolution
+    Case("fusion", [f32(4, 8), f32(4, 8)], _fused_axpy),
+    Case("dot", [f32(5, 7), f32(7, 3)],
+         lambda b, p, q: b.dot(p, q, DotDimensionNumbers((), (1,), (), (0,))), tol=1e-5),
+    Case("convolution", [f32(1, 2, 5, 5), f32(3, 2, 3, 3)],
+         lambda b, x, k: b.convolution(x, k, Window.make((3, 3), pad_low=(1, 1),
+                                                         pad_high=(1, 1)),
+                                       ConvDimensionNumbers.nchw(2)), tol=1e-5),
+    # outputs: a parameter returned directly and one value returned twice are copied
+    Case("outputs_copied", [f32(3)],
+         lambda b, p: (lambda n: b.tuple([n, p, n]))(b.op(Opcode.NEGATE, p))),
+]
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    modules = {c.name: _module(c) for c in CASES if HAVE_MATHLIB or not c.needs_mathlib}
+    return compile_modules(modules, tmp_path_factory.mktemp("ops"))
+
+
+def test_case_names_are_unique():
+    names = [c.name for c in CASES]
+    assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_op_matches_evaluator(case, compiled):
+    if case.needs_mathlib and not HAVE_MATHLIB:
+        pytest.skip("emitter/mathlib.py not written yet")
+    model = compiled[case.name]
+    got = model(*case.inputs)
+    want = evaluate(model.module, case.inputs)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        if g.dtype.kind == "f" or g.dtype == dtypes.BF16.np:
+            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64),
+                                       rtol=case.tol, atol=case.tol, equal_nan=True)
+            if case.tol == 0 and case.zero_sign:
+                assert np.array_equal(np.signbit(g.astype(np.float64)),
+                                      np.signbit(w.astype(np.float64)))
+        else:
+            np.testing.assert_array_equal(g, w)
