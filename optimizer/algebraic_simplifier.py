@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from ..hlo import Computation, Instruction, Module, Opcode
+from .rewrite import apply_replacements
 
 Rule = Callable[[Instruction], "Instruction | None"]
 
@@ -27,17 +28,23 @@ class AlgebraicSimplifier:
 
 
 def _simplify_computation(comp: Computation) -> bool:
-    changed = False
+    replaced: dict[Instruction, Instruction] = {}
+    present = set(comp.instructions)
+    # One walk in def-before-use order. Operands are redirected to their
+    # replacements first, so rules see the current graph; new instructions are
+    # appended (not visited again this walk) and put in order at the end.
     for instr in list(comp.instructions):
-        if instr not in comp.instructions:       # dropped by an earlier rewrite
-            continue
+        instr.operands = [replaced.get(o, o) for o in instr.operands]
         for rule in RULES.get(instr.opcode, ()):
             new = rule(instr)
             if new is not None:
-                comp.replace_instruction(instr, new)
-                changed = True
+                if new not in present:
+                    comp.add(new)
+                replaced[instr] = new
                 break
-    return changed
+    if replaced:
+        apply_replacements(comp, replaced)
+    return bool(replaced)
 
 
 # --- recognising constants ------------------------------------------------------

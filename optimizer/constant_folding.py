@@ -26,6 +26,7 @@ import numpy as np
 
 from ..hlo import Computation, Instruction, Module, Opcode
 from ..hlo.evaluator import evaluate_instruction
+from .rewrite import apply_replacements
 
 SMALL_BYTES = 64 * 1024
 _KERNELS = (Opcode.DOT, Opcode.CONVOLUTION)
@@ -88,9 +89,11 @@ def _fold_computation(comp: Computation) -> bool:
             args = [o.literal if o.opcode is Opcode.CONSTANT else values[o]
                     for o in instr.operands]
             values[instr] = evaluate_instruction(instr, args)
+    replaced: dict[Instruction, Instruction] = {}
     for v in chosen:
         # A copy: evaluated values may be views of operands (transpose), in any order.
         literal = np.array(values[v], dtype=v.shape.dtype.np, order="C").reshape(v.shape.dims)
-        comp.replace_instruction(v, Instruction(Opcode.CONSTANT, v.shape, literal=literal,
-                                                name=v.name))
+        replaced[v] = comp.add(Instruction(Opcode.CONSTANT, v.shape, literal=literal,
+                                           name=v.name))
+    apply_replacements(comp, replaced)
     return True

@@ -2,11 +2,14 @@
 
 Two instructions are the same value when they have the same opcode, shape
 (layout included), operands, attributes and called computations, or, for
-constants, the same literal. Constants are keyed by a hash of their bytes and
-confirmed by a byte comparison, so weights are hashed once and never compared
-element by element. Parameters are never merged (each is a distinct input).
+constants, the same bytes. Constants are keyed by a hash of a sample of their
+bytes and confirmed by a full byte comparison only when the keys match, so
+large weights are neither copied nor hashed whole. Parameters are never merged
+(each is a distinct input).
 """
 from __future__ import annotations
+
+import numpy as np
 
 from ..hlo import Computation, Instruction, Module, Opcode
 
@@ -23,14 +26,28 @@ class CommonSubexpressionElimination:
 
 def _key(instr: Instruction) -> tuple:
     if instr.opcode is Opcode.CONSTANT:
-        data = instr.literal.tobytes()
-        return (Opcode.CONSTANT, instr.shape, hash(data))
+        return (Opcode.CONSTANT, instr.shape, _fingerprint(instr.literal))
     return (instr.opcode, instr.shape, tuple(id(o) for o in instr.operands),
             tuple(sorted(instr.attrs.items())), tuple(id(c) for c in instr.called))
 
 
+_SAMPLE = 4096     # bytes of a literal that go into its hash key
+
+
+def _bytes_of(literal: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(literal).reshape(-1).view(np.uint8)
+
+
+def _fingerprint(literal: np.ndarray) -> int:
+    """A hash of an evenly spaced sample of the literal's bytes: weights of hundreds of
+    MB are keyed without copying them; equal keys are confirmed by ``_same_literal``."""
+    data = _bytes_of(literal)
+    step = max(1, data.size // _SAMPLE)
+    return hash(data[::step].tobytes())
+
+
 def _same_literal(a: Instruction, b: Instruction) -> bool:
-    return a.literal.tobytes() == b.literal.tobytes()
+    return np.array_equal(_bytes_of(a.literal), _bytes_of(b.literal))
 
 
 def _cse_computation(comp: Computation) -> bool:

@@ -92,9 +92,15 @@ class _Fuser:
         by_operand = dict(zip(operands, params))
         fused.root = fused.add(_clone(consumer, [by_operand[o] for o in consumer.operands]))
         self.module.add_computation(fused)
-        fusion = Instruction(Opcode.FUSION, consumer.shape, operands, {"kind": "kLoop"},
-                             [fused], name="fusion")
-        self.comp.replace_instruction(consumer, fusion)
+        fusion = self.comp.add(Instruction(Opcode.FUSION, consumer.shape, operands,
+                                           {"kind": "kLoop"}, [fused], name="fusion"))
+        # The fusion takes the consumer's place in the order (it has the same operands).
+        instrs = self.comp.instructions
+        instrs[instrs.index(consumer)] = instrs.pop()
+        for u in self.users[consumer]:
+            u.operands = [fusion if o is consumer else o for o in u.operands]
+        if self.comp.root is consumer:
+            self.comp.root = fusion
         for o in operands:
             self.users[o].discard(consumer)
             self.users[o].add(fusion)
