@@ -16,7 +16,7 @@ from xlac.emitter.kernels import conv as conv_mod
 from xlac.emitter.kernels import dot as dot_mod
 from xlac.emitter.kernels import emit_kernel, scratch_bytes
 from xlac.emitter.kernels.gemm import tiling_for
-from xlac.emitter.kernels.jit import CompiledKernel, host_target
+from xlac.emitter.kernels.jit import CompiledKernel, HostTarget, host_target
 
 F32, F64, F16, S32 = dtypes.F32, dtypes.F64, dtypes.F16, dtypes.S32
 RNG = np.random.default_rng(1234)
@@ -234,6 +234,34 @@ def test_conv_reference_matches_direct_sum():
                for c in range(2) for kh in range(3) for kw in range(2)
                for ih, iw in [(oh * 2 + kh - 1, ow + 2 * kw)] if 0 <= ih < 6 and 0 <= iw < 5)
     assert conv_reference(instr, x, w)[0, o, oh, ow] == pytest.approx(want)
+
+
+# --- other vector widths ------------------------------------------------------------------
+
+OTHER_WIDTH_CASES = [
+    make_dot((37, 53), (53, 29), (), (1,), (), (0,)),
+    make_dot((1, 301), (45, 301), (), (1,), (), (1,)),
+    make_dot((1, 301), (301, 45), (), (1,), (), (0,)),
+    make_conv((1, 5, 11, 13), (19, 5, 3, 3), stride=(2, 1), pad=((1, 1), (1, 1))),
+    make_conv((1, 6, 9, 9), (6, 1, 3, 3), pad=((1, 1), (1, 1)), groups=6),
+]
+
+
+@pytest.mark.parametrize("vector_bytes", [16, 64])
+@pytest.mark.parametrize("index", range(len(OTHER_WIDTH_CASES)))
+def test_other_vector_widths(vector_bytes, index):
+    """SSE- and AVX-512-sized tiles (LLVM legalizes the vectors for this machine)."""
+    instr = OTHER_WIDTH_CASES[index]
+    x, y = (_random(o.shape.dims, F32) for o in instr.operands)
+    got = CompiledKernel(instr, HostTarget(vector_bytes))(x, y)
+    want = (dot_reference(instr, x, y) if instr.opcode is Opcode.DOT
+            else conv_reference(instr, x, w=y))
+    _check(got, want, F32)
+
+
+def test_tiling_follows_vector_width():
+    assert [tiling_for(HostTarget(v)).nr for v in (16, 32, 64)] == [8, 16, 32]
+    assert tiling_for(HostTarget(32)).mr * tiling_for(HostTarget(32)).nv <= 16 - 3
 
 
 # --- the function contract ---------------------------------------------------------------

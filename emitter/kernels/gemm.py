@@ -45,7 +45,7 @@ def tiling_for(target) -> Tiling:
 
     16 vector registers below AVX-512 (6 x 16 on AVX2, the classic Haswell kernel), 32 with it.
     """
-    lanes = max(1, target.vector_bytes // 4)
+    lanes = 1 << max(0, (target.vector_bytes // 4).bit_length() - 1)   # a power of two
     regs = 32 if target.vector_bytes >= 64 else 16
     nv = 2
     mr = min(8, (regs - nv - 1) // nv)
