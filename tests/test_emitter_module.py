@@ -1,0 +1,238 @@
+"""Whole-model emission: IR structure, targets, symbols, header, NAME_info, entry checks."""
+from __future__ import annotations
+
+import re
+import subprocess
+import threading
+
+import cffi
+import numpy as np
+import pytest
+
+from emit_util import RUNTIME_DIR, compile_module
+from xlac.emitter import EmitOptions, emit
+from xlac.emitter.names import c_identifier, c_identifier_for_model, unique_c_identifiers
+from xlac.emitter.target import make_target, vector_bytes_for
+from xlac.hlo import Builder, Module, Opcode, Shape, Signature, TensorSpec, XlacError, dtypes
+from xlac.optimizer import assign_buffers
+
+F32 = dtypes.F32
+# Big enough that LLVM keeps the loops (and so the weights global) instead of unrolling.
+WEIGHTS = np.arange(4000, dtype=np.float32).reshape(16, 250) * 0.5
+
+
+def small_model(name="small") -> Module:
+    """y = max(x * W + W, 0), z = x with a tuple root; W a 16000-byte constant used twice
+    through two identical literals (stored once)."""
+    b = Builder("main")
+    x = b.parameter(0, Shape.array(F32, (16, 250)), "x")
+    w1, w2 = b.constant(WEIGHTS), b.constant(WEIGHTS.copy())
+    y = b.op(Opcode.ADD, b.op(Opcode.MULTIPLY, x, w1), w2)
+    zero = b.broadcast(b.constant(np.float32(0)), (16, 250), ())
+    y = b.op(Opcode.MAXIMUM, y, zero)
+    m = Module(name)
+    m.add_computation(b.build(b.tuple([y, x])), entry=True)
+    m.signature = Signature([TensorSpec("input:0", F32, (16, 250))],
+                            [TensorSpec("relu/out", F32, (16, 250)),
+                             TensorSpec("int", F32, (16, 250))])
+    return m
+
+
+def _emit(module, **kw):
+    kinds = kw.pop("kinds", ("obj",))
+    return emit(module, assign_buffers(module), EmitOptions(module.name, **kw), kinds=kinds)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    work = tmp_path_factory.mktemp("small")
+    return compile_module(small_model(), work, name="small"), work
+
+
+def expected(x):
+    return [np.maximum(x * WEIGHTS + WEIGHTS, 0), x]
+
+
+# --- LLVM IR ---------------------------------------------------------------
+
+def test_ir_has_entry_points_and_byte_string_constants():
+    ir_text = _emit(small_model(), kinds=("llvm",)).llvm_ir
+    for sym in ("@small_run(", "@small_run_v(", "@small_info ="):
+        assert sym in ir_text
+    consts = re.findall(r"private unnamed_addr constant \[(\d+) x i8\] c\"", ir_text)
+    assert consts.count("16000") == 1, "identical weights are stored once, as one byte string"
+    assert not re.search(r"\[\d+ x float\] \[float", ir_text), "no per-element constant arrays"
+    assert re.search(r"constant \[16000 x i8\] c\"[^\"]*\", align 64", ir_text)
+
+
+def test_inner_loop_is_vectorized():
+    ir_text = _emit(small_model(), kinds=("llvm",)).llvm_ir
+    assert re.search(r"<\d+ x float>", ir_text)
+
+
+# --- targets and symbols ---------------------------------------------------
+
+@pytest.mark.parametrize("triple,cpu,elf_class,machine", [
+    ("aarch64-unknown-linux-gnu", None, 2, 183),
+    ("thumbv7em-none-eabihf", "cortex-m4", 1, 40),
+    ("riscv64-unknown-linux-gnu", None, 2, 243),
+])
+def test_cross_targets_produce_elf_objects(triple, cpu, elf_class, machine):
+    art = _emit(small_model(), triple=triple, cpu=cpu)
+    obj = art.object_code
+    assert obj[:4] == b"\x7fELF" and obj[4] == elf_class
+    assert int.from_bytes(obj[18:20], "little") == machine
+    assert f"Target triple: {triple}" in art.header
+
+
+def test_unknown_triple_is_a_clear_error():
+    with pytest.raises(XlacError, match="unknown target triple"):
+        make_target("nosucharch-unknown-none")
+
+
+def test_vector_width_follows_features():
+    assert vector_bytes_for("x86_64-pc-linux-gnu", "+avx512f,+avx2") == 64
+    assert vector_bytes_for("x86_64-pc-linux-gnu", "+avx2,-avx512f") == 32
+    assert vector_bytes_for("x86_64-pc-linux-gnu", "") == 16
+    assert vector_bytes_for("aarch64-unknown-linux-gnu", "") == 16
+    assert vector_bytes_for("thumbv7em-none-eabihf", "") == 4
+
+
+def test_object_needs_only_memcpy_memset_and_runtime(tmp_path):
+    obj = tmp_path / "small.o"
+    obj.write_bytes(_emit(small_model()).object_code)
+    undefined = subprocess.run(["nm", "-u", str(obj)], capture_output=True, text=True,
+                               check=True).stdout.split()
+    names = [s for s in undefined if s not in ("U", "w")]
+    assert all(n in ("memcpy", "memset") or n.startswith("xlac_") for n in names), names
+
+
+# --- header ----------------------------------------------------------------
+
+def test_header_declares_the_interface(built):
+    header = built[0].artifact.header
+    assert "#define small_ARENA_SIZE" in header and "#define small_ARENA_ALIGN 64u" in header
+    assert "#define small_NUM_INPUTS 1" in header and "#define small_NUM_OUTPUTS 2" in header
+    assert "#define small_input_0_SIZE 16000u" in header
+    assert "int small_run(const float *input_0, float *relu_out, float *int_, void *arena);" \
+        in header
+    assert "extern const xlac_model_info small_info;" in header
+    assert '"relu/out", f32[16x250]' in header
+
+
+@pytest.mark.parametrize("compiler,flags", [
+    ("cc", ["-x", "c", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]),
+    ("g++", ["-x", "c++", "-std=c++11", "-Wall", "-Wextra", "-Werror"]),
+])
+def test_header_compiles_standalone(built, compiler, flags):
+    _, work = built
+    src = work / f"include_{compiler}.c"
+    src.write_text('#include "small.h"\nint main(void) { return (int)small_NUM_INPUTS - 1; }\n')
+    subprocess.run([compiler, *flags, f"-I{RUNTIME_DIR}", f"-I{work}", "-c", str(src),
+                    "-o", str(work / f"include_{compiler}.o")], check=True)
+
+
+def test_c_program_links_and_runs(built):
+    """The typed entry from a real C program: the cffi path alone can hide a bad header."""
+    _, work = built
+    src = work / "main.c"
+    src.write_text(r'''
+#include <stdio.h>
+#include <string.h>
+#include "small.h"
+static _Alignas(64) unsigned char arena[small_ARENA_SIZE + 1];
+int main(void) {
+  static float x[small_input_0_COUNT], y[small_relu_out_COUNT], z[small_int__COUNT];
+  for (unsigned i = 0; i < small_input_0_COUNT; i++) x[i] = (float)i - 500.0f;
+  int status = small_run(x, y, z, arena);
+  double sum = 0;
+  for (unsigned i = 0; i < small_relu_out_COUNT; i++) sum += y[i];
+  printf("%d %.1f %d %s\n", status, sum, memcmp(x, z, sizeof x) == 0,
+         xlac_status_string(small_run(x, y, z, NULL)));
+  return 0;
+}
+''')
+    exe = work / "main"
+    subprocess.run(["cc", "-std=c11", f"-I{RUNTIME_DIR}", f"-I{work}", str(src),
+                    str(work / "small.o"), str(RUNTIME_DIR / "xlac_runtime.c"), "-o", str(exe)],
+                   check=True)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
+    x = np.arange(4000, dtype=np.float32).reshape(16, 250) - 500
+    want = float(expected(x)[0].astype(np.float64).sum())
+    assert out[0] == "0" and abs(float(out[1]) - want) <= 1e-6 * abs(want) and out[2] == "1"
+    assert " ".join(out[3:]) == "a required pointer argument is NULL"
+
+
+# --- calling conventions ---------------------------------------------------
+
+def test_outputs_and_status_codes(built):
+    model, _ = built
+    x = np.random.default_rng(1).standard_normal((16, 250)).astype(np.float32)
+    for got, want in zip(model(x), expected(x)):
+        np.testing.assert_array_equal(got, want)
+    ffi = model.ffi
+    keep, arena = model.arena()
+    misaligned = ffi.cast("void *", int(ffi.cast("uintptr_t", arena)) + 4)
+    assert model.call([x], misaligned)[0] == 2
+    assert model.call([x], ffi.NULL)[0] == 1
+    in_null = ffi.new("void *[]", [ffi.NULL])
+    outs = ffi.new("void *[]", 2)
+    assert model.run_v(in_null, outs, arena) == 1
+    assert model.run_v(ffi.NULL, outs, arena) == 1
+
+
+def test_two_threads_with_two_arenas_agree(built):
+    model, _ = built
+    xs = [np.random.default_rng(s).standard_normal((16, 250)).astype(np.float32)
+          for s in (2, 3)]
+    results = {}
+
+    def worker(k):
+        keep, arena = model.arena()
+        results[k] = [model.call([xs[k]], arena)[1] for _ in range(50)]
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k in range(2):
+        for outs in results[k]:
+            np.testing.assert_array_equal(outs[0], expected(xs[k])[0])
+
+
+def test_model_info_describes_the_model(built):
+    model, work = built
+    ffi = cffi.FFI()
+    ffi.cdef((RUNTIME_DIR / "xlac_runtime.h").read_text().split("extern \"C\" {\n#endif")[1]
+             .split("/* Helpers")[0] + "extern xlac_model_info small_info;")   # const: cffi cannot read it
+    lib = ffi.dlopen(str(work / "libmodels.so"))
+    info = lib.small_info
+    assert ffi.string(info.name) == b"small"
+    assert info.arena_size == model.assignment.arena_size and info.arena_align == 64
+    assert (info.num_inputs, info.num_outputs) == (1, 2)
+    out = info.outputs[0]
+    assert ffi.string(out.name) == b"relu/out" and ffi.string(out.c_name) == b"relu_out"
+    assert out.dtype == 11 and out.rank == 2 and list(out.dims[0:2]) == [16, 250]
+    assert out.size_bytes == 16000
+    assert ffi.string(info.target_triple) == model.artifact.target.triple.encode()
+
+
+# --- names -----------------------------------------------------------------
+
+@pytest.mark.parametrize("name,ident", [
+    ("input:0", "input_0"), ("0abc", "t0abc"), ("_x", "t_x"), ("int", "int_"),
+    ("class", "class_"), ("arena", "arena_"), ("ARENA", "ARENA_"), ("size_t", "size_t_"),
+    ("INT8_MAX", "INT8_MAX_"), ("", "t"), ("ok_name", "ok_name"),
+])
+def test_c_identifier_rule(name, ident):
+    assert c_identifier(name) == ident
+
+
+def test_c_identifiers_are_unique():
+    assert unique_c_identifiers(["a.b", "a:b", "a_b", "x"]) == ["a_b", "a_b_2", "a_b_3", "x"]
+
+
+def test_model_name_identifier():
+    assert c_identifier_for_model("my-model.v2") == "my_model_v2"
+    assert c_identifier_for_model("3net") == "m3net"
