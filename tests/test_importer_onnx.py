@@ -195,6 +195,31 @@ def test_input_shapes_conflicting_static_dims():
         import_onnx(_two_output_model(), input_shapes={"x": (4, 3)})
 
 
+def test_input_shapes_wrong_rank():
+    with pytest.raises(XlacError, match="--input-shape x=2x3x1 has rank 3, but input 'x' has "
+                                        "rank 2"):
+        import_onnx(_two_output_model(), input_shapes={"x": (2, 3, 1)})
+
+
+def test_garbage_bytes():
+    with pytest.raises(XlacError, match="cannot read ONNX model '<bytes>'"):
+        import_onnx(b"\x08\x07\xff\xff not a model")
+
+
+def test_broadcast_mismatch_names_the_node():
+    model = make_model([node("PRelu", ["x", "s"])], {"x": np.zeros((2, 3), np.float32)},
+                       inits={"s": np.zeros(2, np.float32)}, outputs=[("y", np.float32, (2, 3))])
+    with pytest.raises(XlacError, match=r"PRelu node 'prelu_0': cannot broadcast f32\[2\]"):
+        import_onnx(model)
+
+
+def test_dropout_training_mode_is_rejected():
+    model = make_model([node("Dropout", ["x", "r", "t"])], {"x": np.zeros(3, np.float32)},
+                       inits={"r": np.float32(0.5), "t": np.array(True)})
+    with pytest.raises(XlacError, match="Dropout node 'dropout_0': training_mode=true"):
+        import_onnx(model)
+
+
 def test_unknown_attribute_names_the_node():
     # ONNX's checker rejects attributes outside the schema...
     model = make_model([node("Relu", ["x"])], {"x": np.zeros(3, np.float32)})

@@ -12,8 +12,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ...hlo import Builder, Computation, Instruction, Module, Opcode, XlacError, dtypes
-from ...hlo import scalar_computation
+from ...hlo import (Builder, Computation, Instruction, Module, Opcode, ShapeError, XlacError,
+                    dtypes, scalar_computation)
 
 # Results bigger than this are never folded in Python: compile-time values
 # exist for shapes, axes and indices, not for weights (the optimizer's constant
@@ -162,7 +162,7 @@ class ImportContext:
             return x
         offset = len(dims) - x.shape.rank
         if offset < 0 or any(n not in (1, dims[offset + i]) for i, n in enumerate(x.shape.dims)):
-            raise ValueError(f"cannot broadcast {x.shape} to {dims}")
+            raise ShapeError(f"cannot broadcast {x.shape} to {dims}")
         kept = [i for i, n in enumerate(x.shape.dims) if n == dims[offset + i]]
         x = self.b.reshape(x, [x.shape.dims[i] for i in kept])
         return self.b.broadcast(x, dims, [offset + i for i in kept])

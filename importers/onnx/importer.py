@@ -98,6 +98,7 @@ def _dims_text(dims) -> str:
 
 
 def _pin_input_shapes(model: onnx.ModelProto, input_shapes: dict) -> onnx.ModelProto:
+    """Write ``input_shapes`` into the model's inputs; every input dim must end up static."""
     inputs = {i.name: i for i in _graph_inputs(model.graph)}
     for n in input_shapes:
         if n not in inputs:
@@ -108,26 +109,14 @@ def _pin_input_shapes(model: onnx.ModelProto, input_shapes: dict) -> onnx.ModelP
             raise XlacError(f"input '{n}' is not a tensor, which xlac does not support")
         tt = vi.type.tensor_type
         hlo_dtype(tt.elem_type, f"input '{n}'")
-        known = tt.HasField("shape")
         dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
-                for d in tt.shape.dim]
+                for d in tt.shape.dim] if tt.HasField("shape") else None
         if n in input_shapes:
-            pinned = [int(d) for d in input_shapes[n]]
-            if any(d < 0 for d in pinned):
-                raise XlacError(f"--input-shape {n}={_dims_text(pinned)} has a negative "
-                                "dimension")
-            if known and len(pinned) != len(dims):
-                raise XlacError(f"--input-shape {n}={_dims_text(pinned)} has rank "
-                                f"{len(pinned)}, but input '{n}' has rank {len(dims)} "
-                                f"(shape {_dims_text(dims)})")
-            for d, p in zip(dims, pinned):
-                if isinstance(d, int) and d != p:
-                    raise XlacError(f"--input-shape {n}={_dims_text(pinned)} conflicts with "
-                                    f"the static shape {_dims_text(dims)} of input '{n}'")
+            pinned = _check_pin(n, dims, [int(d) for d in input_shapes[n]])
             tt.shape.Clear()
             for p in pinned:
                 tt.shape.dim.add().dim_value = p
-        elif not known:
+        elif dims is None:
             raise XlacError(f"input '{n}' has no shape; pin it with --input-shape "
                             f"{n}=D0xD1x...")
         else:
@@ -137,6 +126,22 @@ def _pin_input_shapes(model: onnx.ModelProto, input_shapes: dict) -> onnx.ModelP
                 raise XlacError(f"input '{n}' has dynamic dimension '{dynamic[0]}' (shape "
                                 f"{_dims_text(dims)}); pin it with --input-shape {n}={fix}")
     return model
+
+
+def _check_pin(name: str, dims: list | None, pinned: list[int]) -> list[int]:
+    """``pinned`` if it fits the declared ``dims`` (None: unknown rank)."""
+    flag = f"--input-shape {name}={_dims_text(pinned)}"
+    if any(d < 0 for d in pinned):
+        raise XlacError(f"{flag} has a negative dimension")
+    if dims is None:
+        return pinned
+    if len(pinned) != len(dims):
+        raise XlacError(f"{flag} has rank {len(pinned)}, but input '{name}' has rank "
+                        f"{len(dims)} (shape {_dims_text(dims)})")
+    if any(isinstance(d, int) and d != p for d, p in zip(dims, pinned)):
+        raise XlacError(f"{flag} conflicts with the static shape {_dims_text(dims)} of "
+                        f"input '{name}'")
+    return pinned
 
 
 def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
