@@ -24,7 +24,7 @@ from ..hlo import Computation, Instruction, Opcode, XlacError, dtypes
 from .constants import ConstantPool
 from .indexing import delinearize, linearize, reshape_index
 from .irutil import I1, alloca_once, for_range, gep_elem, i64, llvm_type
-from .scalar import (compute_type, convert, from_compute, i1_to_pred, immediate, intrinsic,
+from .scalar import (convert, from_compute, i1_to_pred, immediate, intrinsic,
                      is_unsigned_like, pred_to_i1, to_compute)
 
 Index = list

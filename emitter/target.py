@@ -48,10 +48,6 @@ class TargetInfo:
     data_layout: str
     is_host: bool
 
-    @property
-    def arch(self) -> str:
-        return self.triple.split("-", 1)[0]
-
 
 def vector_bytes_for(triple: str, features: str) -> int:
     enabled = {f[1:] for f in features.split(",") if f.startswith("+")}

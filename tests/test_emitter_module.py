@@ -204,8 +204,9 @@ def test_two_threads_with_two_arenas_agree(built):
 def test_model_info_describes_the_model(built):
     model, work = built
     ffi = cffi.FFI()
-    ffi.cdef((RUNTIME_DIR / "xlac_runtime.h").read_text().split("extern \"C\" {\n#endif")[1]
-             .split("/* Helpers")[0] + "extern xlac_model_info small_info;")   # const: cffi cannot read it
+    types = (RUNTIME_DIR / "xlac_runtime.h").read_text().split("extern \"C\" {\n#endif")[1]
+    # Declared without const: cffi's ABI mode cannot read const globals.
+    ffi.cdef(types.split("/* Helpers")[0] + "extern xlac_model_info small_info;")
     lib = ffi.dlopen(str(work / "libmodels.so"))
     info = lib.small_info
     assert ffi.string(info.name) == b"small"
