@@ -94,9 +94,9 @@ def _pool_window(ctx, node, x):
                 # onnxruntime and PyTorch; onnx 1.23's shape inference omits it).
                 out -= 1
             padded_high[i] += max(0, (out - 1) * s - span)
-    ones = (1, 1)
-    window = Window(ones + kernel, ones + strides, (0, 0) + low, (0, 0) + tuple(padded_high),
-                    (1,) * (nsp + 2), ones + dilations)
+    unit = (1, 1)      # the N and C dims: windows of one element, no padding
+    window = Window(unit + kernel, unit + strides, (0, 0) + low, (0, 0) + tuple(padded_high),
+                    (1,) * (nsp + 2), unit + dilations)
     return window, low, high
 
 
