@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Protocol
 
+import numpy as np
+
 from ..hlo import Instruction, Module
 from .aliasing import align_up, arena_buffers, buffers_of
 
@@ -149,25 +151,36 @@ class BestFitHeap:
         self.closed.append(iv)
 
     def finish(self) -> HeapResult:
-        placed: list[_Interval] = []
-        for iv in sorted(self.closed, key=self.sort_key):
-            busy = sorted((p.offset, p.offset + p.size) for p in placed
-                          if p.start < iv.end and iv.start < p.end)
-            iv.offset = self._best_fit(busy, iv.size)
-            placed.append(iv)
-        size = max((iv.offset + iv.size for iv in placed), default=0)
+        intervals = sorted(self.closed, key=self.sort_key)
+        n = len(intervals)
+        # Placed buffers as arrays, so the time-overlap test is one vector operation.
+        starts, ends = np.empty(n, np.int64), np.empty(n, np.int64)
+        lows, highs = np.empty(n, np.int64), np.empty(n, np.int64)
+        for k, iv in enumerate(intervals):
+            overlap = (starts[:k] < iv.end) & (iv.start < ends[:k])
+            iv.offset = self._best_fit(lows[:k][overlap], highs[:k][overlap], iv.size)
+            starts[k], ends[k] = iv.start, iv.end
+            lows[k], highs[k] = iv.offset, iv.offset + iv.size
+        size = int(highs.max()) if n else 0
         return HeapResult(align_up(size, self.alignment),
-                          {iv.buffer: iv.offset for iv in placed})
+                          {iv.buffer: iv.offset for iv in intervals})
 
-    def _best_fit(self, busy: list[tuple[int, int]], size: int) -> int:
-        best: tuple[int, int] | None = None          # (gap length, offset)
-        top = 0
-        for lo, hi in busy:
-            start = align_up(top, self.alignment)
-            if lo - start >= size and (best is None or lo - start < best[0]):
-                best = (lo - start, start)
-            top = max(top, hi)
-        return best[1] if best is not None else align_up(top, self.alignment)
+    def _best_fit(self, lows: np.ndarray, highs: np.ndarray, size: int) -> int:
+        """The lowest offset of the smallest gap of at least ``size`` bytes between the
+        busy ranges [lows, highs), or the aligned top of them all."""
+        a = self.alignment
+        if lows.size == 0:
+            return 0
+        by_low = np.argsort(lows, kind="stable")
+        lows, highs = lows[by_low], highs[by_low]
+        # A gap ends at each busy range's low and starts above every range below it.
+        below = np.concatenate(([0], np.maximum.accumulate(highs)[:-1]))
+        gap_starts = (below + a - 1) // a * a
+        gaps = lows - gap_starts
+        fits = gaps >= size
+        if fits.any():
+            return int(gap_starts[np.argmin(np.where(fits, gaps, np.iinfo(np.int64).max))])
+        return align_up(int(highs.max()), a)
 
 
 # Orders in which BestFitHeap places buffers; buffer assignment keeps the best.

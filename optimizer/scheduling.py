@@ -7,6 +7,7 @@ lowest, as XLA does; ties go to the earlier scheduler.
 """
 from __future__ import annotations
 
+import heapq
 from typing import Protocol, Sequence
 
 from ..hlo import Instruction, Module
@@ -72,29 +73,40 @@ class ListScheduler:
         position = {i: n for n, i in enumerate(comp.instructions)}
         uses = {i: {b for o in i.operands for b in buffers_of(o) if b in sizes}
                 for i in comp.instructions}
-        remaining_users: dict[Instruction, int] = {b: 0 for b in sizes}
-        for bs in uses.values():
-            for b in bs:
-                remaining_users[b] += 1
         users = comp.users()
+        unscheduled_users: dict[Instruction, set[Instruction]] = {b: set() for b in sizes}
+        for i, bs in uses.items():
+            for b in bs:
+                unscheduled_users[b].add(i)
         waiting = {i: len(set(i.operands)) for i in comp.instructions}
-        ready = {i for i, n in waiting.items() if n == 0}
         order: list[Instruction] = []
+        scheduled: set[Instruction] = set()
 
-        def priority(i: Instruction) -> tuple[int, int]:
-            freed = sum(sizes[b] for b in uses[i] if remaining_users[b] == 1)
-            return (freed - sizes.get(i, 0), -position[i])
+        def priority(i: Instruction) -> int:
+            freed = sum(sizes[b] for b in uses[i] if len(unscheduled_users[b]) == 1)
+            return freed - sizes.get(i, 0)
 
-        while ready:
-            best = max(ready, key=priority)
-            ready.remove(best)
+        # A max-heap of (priority, position). A waiting instruction's priority only
+        # grows (when it becomes the last user of a buffer), and then it is pushed
+        # again, so the top entry that is still current is the best ready one.
+        heap = [(-priority(i), position[i], i) for i, n in waiting.items() if n == 0]
+        heapq.heapify(heap)
+        while heap:
+            neg, _, best = heapq.heappop(heap)
+            if best in scheduled or -neg != priority(best):
+                continue                                    # stale entry
+            scheduled.add(best)
             order.append(best)
             for b in uses[best]:
-                remaining_users[b] -= 1
+                unscheduled_users[b].discard(best)
+                if len(unscheduled_users[b]) == 1:
+                    (last,) = unscheduled_users[b]
+                    if waiting[last] == 0:
+                        heapq.heappush(heap, (-priority(last), position[last], last))
             for u in users[best]:
                 waiting[u] -= 1
                 if waiting[u] == 0:
-                    ready.add(u)
+                    heapq.heappush(heap, (-priority(u), position[u], u))
         return order
 
 

@@ -115,7 +115,8 @@ def test_transpose_of_transpose_non_inverse():
 
 
 def test_splat_recognised_through_reshape_of_constant():
-    build = lambda b, x: b.op(Opcode.ADD, x, b.reshape(b.constant(np.zeros(6, np.float32)), (2, 3)))  # noqa: E731,E501
+    def build(b, x):
+        return b.op(Opcode.ADD, x, b.reshape(b.constant(np.zeros(6, np.float32)), (2, 3)))
     m, x = make_module(build)
     assert simplify(m)
     assert m.entry.root is x

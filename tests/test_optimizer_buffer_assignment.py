@@ -10,8 +10,8 @@ from hypothesis import given, settings, strategies as st
 
 from xlac.hlo import Builder, Module, Opcode, Shape, dtypes, scalar_computation
 from xlac.hlo.evaluator import evaluate, evaluate_instruction
-from xlac.optimizer import (DEFAULT_SCHEDULERS, BufferLocation, assign_buffers, check_order, schedule,
-                            simulate_peak)
+from xlac.optimizer import (DEFAULT_SCHEDULERS, BufferLocation, assign_buffers, check_order,
+                            schedule, simulate_peak)
 from xlac.optimizer.aliasing import VIEW_OPCODES, buffers_of, tuple_element_offset
 
 F32 = dtypes.F32
