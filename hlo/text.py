@@ -1,0 +1,704 @@
+"""XLA's HLO text: ``print_module`` and ``parse_module`` round-trip.
+
+    HloModule m
+
+    %add (x: f32[]{}, y: f32[]{}) -> f32[]{} {
+      %x = f32[]{} parameter(0)
+      %y = f32[]{} parameter(1)
+      ROOT %add = f32[]{} add(f32[]{} %x, f32[]{} %y)
+    }
+
+    ENTRY %main (p0: f32[2,3]{1,0}) -> f32[2]{0} {
+      %p0 = f32[2,3]{1,0} parameter(0)
+      %c = f32[]{} constant(0)
+      ROOT %r = f32[2]{0} reduce(f32[2,3]{1,0} %p0, f32[]{} %c), dimensions={1}, to_apply=%add
+    }
+
+Shapes print one way everywhere, as ``str(Shape)`` (with layout; ``{}`` for
+scalars); the parser also reads XLA's forms without layouts. Attributes are in
+XLA's syntax, in the order XLA prints them, fields at their defaults left out;
+the parser takes them in any order. Names are kept, so print -> parse -> print
+is identical. The parser also reads what XLA dumps carry beyond that and means
+nothing here: ``/*index=5*/`` comments, ``metadata={...}`` and module-line
+attributes such as ``entry_computation_layout``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple
+
+from . import dtypes
+from .attributes import (ConvDimensionNumbers, DotDimensionNumbers, GatherDimensionNumbers,
+                         PaddingConfig, SliceSpec, Window)
+from .errors import XlacError
+from .ir import Computation, Instruction, Module
+from .literal_text import format_literal, parse_literal
+from .opcodes import COMPARISON_DIRECTIONS, Opcode
+from .shape import Shape
+from .shape_inference import infer_shape
+from .verifier import VerifierError, compatible, verify
+
+_SMALL_CONSTANT = 64        # elements; larger ones print as {...} in human dumps
+_FUSION_KINDS = ("kLoop", "kInput", "kOutput")
+
+
+class HloParseError(ValueError, XlacError):
+    """Malformed HLO text; the message starts with ``line L, column C``."""
+
+
+# --- attribute values: how each kind is written and read --------------------
+
+def _join(values, sep=",") -> str:
+    return sep.join(str(v) for v in values)
+
+
+def _print_window(w: Window) -> str:
+    fields = [f"size={_join(w.size, 'x')}"]
+    if any(s != 1 for s in w.stride):
+        fields.append(f"stride={_join(w.stride, 'x')}")
+    if any(w.pad_low) or any(w.pad_high):
+        fields.append("pad=" + "x".join(f"{lo}_{hi}" for lo, hi in zip(w.pad_low, w.pad_high)))
+    if any(d != 1 for d in w.lhs_dilation):
+        fields.append(f"lhs_dilate={_join(w.lhs_dilation, 'x')}")
+    if any(d != 1 for d in w.rhs_dilation):
+        fields.append(f"rhs_dilate={_join(w.rhs_dilation, 'x')}")
+    return "{" + " ".join(fields) + "}"
+
+
+def _print_padding(p: PaddingConfig) -> str:
+    if any(p.interior):
+        return "x".join(f"{lo}_{hi}_{i}" for lo, hi, i in zip(p.low, p.high, p.interior))
+    return "x".join(f"{lo}_{hi}" for lo, hi in zip(p.low, p.high))
+
+
+def _print_slice(s: SliceSpec) -> str:
+    parts = [f"[{a}:{b}]" if st == 1 else f"[{a}:{b}:{st}]"
+             for a, b, st in zip(s.starts, s.limits, s.strides)]
+    return "{" + ", ".join(parts) + "}"
+
+
+def _labels(rank: int, named: dict[int, str], spatial) -> str:
+    chars = ["?"] * rank
+    for dim, ch in named.items():
+        chars[dim] = ch
+    for i, dim in enumerate(spatial):
+        chars[dim] = str(i)
+    return "".join(chars)
+
+
+def _print_dim_labels(dn: ConvDimensionNumbers) -> str:
+    rank = 2 + len(dn.input_spatial)
+    lhs = _labels(rank, {dn.input_batch: "b", dn.input_feature: "f"}, dn.input_spatial)
+    rhs = _labels(rank, {dn.kernel_output: "o", dn.kernel_input: "i"}, dn.kernel_spatial)
+    out = _labels(rank, {dn.output_batch: "b", dn.output_feature: "f"}, dn.output_spatial)
+    return f"{lhs}_{rhs}->{out}"
+
+
+@dataclass(frozen=True)
+class _Syntax:
+    print: Callable[[Any], str]
+    parse: Callable[["_Parser"], Any]
+
+
+def _choice(options):
+    def parse(p: "_Parser"):
+        tok = p.expect("word")
+        if tok.text not in options:
+            raise p.error(f"expected one of {', '.join(options)}, found '{tok.text}'", tok)
+        return tok.text
+    return _Syntax(str, parse)
+
+
+_INT = _Syntax(str, lambda p: p.integer())
+_INTS = _Syntax(lambda v: "{" + _join(v) + "}", lambda p: p.int_list())
+_ONE_INT = _Syntax(lambda v: "{" + str(v) + "}", lambda p: p.one_int())
+_SLICE = _Syntax(_print_slice, lambda p: p.slice_spec())
+_PADDING = _Syntax(_print_padding, lambda p: p.padding())
+_WINDOW = _Syntax(_print_window, lambda p: p.window())
+_DIM_LABELS = _Syntax(_print_dim_labels, lambda p: p.dim_labels())
+_DIRECTION = _choice(COMPARISON_DIRECTIONS)
+_FUSION_KIND = _choice(_FUSION_KINDS)
+
+_REQUIRED = object()
+_NO_WINDOW = Window.make(())
+
+
+@dataclass(frozen=True)
+class _Field:
+    """One ``key=value`` of the text and the ``Instruction.attrs`` entry it holds.
+    ``member`` names a field of a composite attribute of type ``of`` (dot and gather
+    dimension numbers are several keys in XLA's text)."""
+    key: str
+    syntax: _Syntax
+    attr: str
+    default: Any = _REQUIRED        # left out of the text when equal; assumed when absent
+    member: str | None = None
+    of: type | None = None
+
+
+def _dot_field(side: str, kind: str) -> _Field:
+    return _Field(f"{side}_{kind}_dims", _INTS, "dimension_numbers", (), f"{side}_{kind}",
+                  DotDimensionNumbers)
+
+
+def _gather_field(key: str, syntax: _Syntax) -> _Field:
+    return _Field(key, syntax, "dimension_numbers", member=key, of=GatherDimensionNumbers)
+
+
+# The text attributes of each opcode, in XLA's print order.
+_FIELDS: dict[Opcode, tuple[_Field, ...]] = {
+    Opcode.IOTA: (_Field("iota_dimension", _INT, "iota_dimension"),),
+    Opcode.COMPARE: (_Field("direction", _DIRECTION, "direction"),),
+    Opcode.BROADCAST: (_Field("dimensions", _INTS, "dimensions"),),
+    Opcode.CONCATENATE: (_Field("dimensions", _ONE_INT, "dimension"),),
+    Opcode.GATHER: (_gather_field("offset_dims", _INTS),
+                    _gather_field("collapsed_slice_dims", _INTS),
+                    _gather_field("start_index_map", _INTS),
+                    _gather_field("index_vector_dim", _INT),
+                    _Field("slice_sizes", _INTS, "slice_sizes")),
+    Opcode.PAD: (_Field("padding", _PADDING, "padding"),),
+    Opcode.REVERSE: (_Field("dimensions", _INTS, "dimensions"),),
+    Opcode.SLICE: (_Field("slice", _SLICE, "slice"),),
+    Opcode.TRANSPOSE: (_Field("dimensions", _INTS, "dimensions"),),
+    Opcode.CONVOLUTION: (_Field("window", _WINDOW, "window", _NO_WINDOW),
+                         _Field("dim_labels", _DIM_LABELS, "dimension_numbers"),
+                         _Field("feature_group_count", _INT, "feature_group_count", 1),
+                         _Field("batch_group_count", _INT, "batch_group_count", 1)),
+    Opcode.DOT: tuple(_dot_field(side, kind) for side in ("lhs", "rhs")
+                      for kind in ("batch", "contracting")),
+    Opcode.REDUCE: (_Field("dimensions", _INTS, "dimensions"),),
+    Opcode.REDUCE_WINDOW: (_Field("window", _WINDOW, "window", _NO_WINDOW),),
+    Opcode.FUSION: (_Field("kind", _FUSION_KIND, "kind"),),
+    Opcode.GET_TUPLE_ELEMENT: (_Field("index", _INT, "index"),),
+}
+# The key that names the called computation, printed after the attributes.
+_CALLED_KEY = {Opcode.REDUCE: "to_apply", Opcode.REDUCE_WINDOW: "to_apply",
+               Opcode.FUSION: "calls"}
+# Carried by XLA dumps, meaningless here: read and dropped.
+_IGNORED_KEYS = frozenset({"metadata"})
+
+
+# --- printer -----------------------------------------------------------------
+
+def print_module(module: Module, large_constants: bool = True) -> str:
+    """The module as HLO text. ``large_constants=False`` abbreviates constants over
+    64 elements to ``{...}`` for human dumps; such text does not parse back."""
+    parts = [f"HloModule {module.name}"]
+    for comp in module.computations:
+        parts.append(("ENTRY " if comp is module.entry else "")
+                     + _computation_text(comp, large_constants))
+    return "\n\n".join(parts) + "\n"
+
+
+def print_computation(comp: Computation, large_constants: bool = True) -> str:
+    return _computation_text(comp, large_constants) + "\n"
+
+
+def _computation_text(comp: Computation, large_constants: bool) -> str:
+    if comp.root is None:
+        raise ValueError(f"computation %{comp.name} has no root")
+    params = ", ".join(f"{p.name}: {p.shape}" for p in comp.parameters)
+    lines = [f"%{comp.name} ({params}) -> {comp.root.shape} {{"]
+    lines += ["  " + instruction_text(i, i is comp.root, large_constants)
+              for i in comp.instructions]
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def instruction_text(instr: Instruction, root: bool = False,
+                     large_constants: bool = True) -> str:
+    """One instruction line, without indentation."""
+    op = instr.opcode
+    if op is Opcode.PARAMETER:
+        args = str(instr.attrs["number"])
+    elif op is Opcode.CONSTANT:
+        if not large_constants and instr.literal.size > _SMALL_CONSTANT:
+            args = "{...}"
+        else:
+            args = format_literal(instr.literal, instr.shape.dtype)
+    else:
+        args = ", ".join(f"{o.shape} %{o.name}" for o in instr.operands)
+    text = f"{'ROOT ' if root else ''}%{instr.name} = {instr.shape} {op.text}({args})"
+    attrs = _attribute_text(instr)
+    return f"{text}, {attrs}" if attrs else text
+
+
+def _attribute_text(instr: Instruction) -> str:
+    parts = []
+    for f in _FIELDS.get(instr.opcode, ()):
+        value = instr.attrs.get(f.attr, f.default)
+        if f.member is not None:
+            value = getattr(value, f.member)
+        if value != f.default:
+            parts.append(f"{f.key}={f.syntax.print(value)}")
+    if instr.opcode in _CALLED_KEY:
+        parts.append(f"{_CALLED_KEY[instr.opcode]}=%{instr.called[0].name}")
+    return ", ".join(parts)
+
+
+# --- lexer -------------------------------------------------------------------
+
+class _Token(NamedTuple):
+    kind: str      # name, word, string, arrow, eof, or the punctuation character itself
+    text: str
+    pos: int
+
+
+_TOKEN = re.compile(r"""
+    (?P<skip>\s+|/\*.*?\*/)
+  | (?P<name>%[A-Za-z0-9_.\-]+)
+  | (?P<arrow>->)
+  | (?P<string>"(?:[^"\\]|\\.)*")
+  | (?P<punct>[(){}\[\],=:])
+  | (?P<word>(?:[A-Za-z0-9_.+]|-(?!>))+)
+""", re.X | re.S)
+
+
+class _Lexer:
+    def __init__(self, text: str):
+        self.text = text
+        self.pos = 0
+        self._peeked: _Token | None = None
+
+    def peek(self) -> _Token:
+        if self._peeked is None:
+            self._peeked = self._scan()
+        return self._peeked
+
+    def next(self) -> _Token:
+        tok = self.peek()
+        self._peeked = None
+        return tok
+
+    def _scan(self) -> _Token:
+        while True:
+            if self.pos >= len(self.text):
+                return _Token("eof", "", self.pos)
+            m = _TOKEN.match(self.text, self.pos)
+            if m is None:
+                raise _error(self.text, self.pos, f"unexpected character "
+                                                  f"'{self.text[self.pos]}'")
+            self.pos = m.end()
+            if m.lastgroup != "skip":
+                kind = m.lastgroup if m.lastgroup != "punct" else m.group()
+                return _Token(kind, m.group(), m.start())
+
+    def raw_until(self, close: str) -> tuple[str, int]:
+        """The raw text up to the next ``close`` character (consumed); literals are
+        read this way, bypassing the tokenizer, since they can hold millions of values."""
+        assert self._peeked is None
+        end = self.text.find(close, self.pos)
+        if end < 0:
+            raise _error(self.text, self.pos, f"missing '{close}'")
+        start, self.pos = self.pos, end + 1
+        return self.text[start:end], start
+
+    def mark(self):
+        return self.pos, self._peeked
+
+    def reset(self, mark) -> None:
+        self.pos, self._peeked = mark
+
+
+def _error(text: str, pos: int, msg: str) -> HloParseError:
+    line = text.count("\n", 0, pos) + 1
+    column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+    return HloParseError(f"line {line}, column {column}: {msg}")
+
+
+# --- parser ------------------------------------------------------------------
+
+def parse_module(text: str) -> Module:
+    """The module written by ``text``; raises HloParseError (with line and column)
+    for malformed text or instructions whose declared shape is not their shape."""
+    return _Parser(text).module()
+
+
+def _describe(tok: _Token) -> str:
+    return "end of input" if tok.kind == "eof" else f"'{tok.text}'"
+
+
+class _Parser:
+    def __init__(self, text: str):
+        self.lex = _Lexer(text)
+
+    # -- tokens --
+    def error(self, msg: str, tok: _Token | None = None) -> HloParseError:
+        return _error(self.lex.text, (tok or self.lex.peek()).pos, msg)
+
+    def expect(self, kind: str, what: str | None = None) -> _Token:
+        tok = self.lex.next()
+        if tok.kind != kind:
+            raise self.error(f"expected {what or repr(kind)}, found {_describe(tok)}", tok)
+        return tok
+
+    def accept(self, kind: str, text: str | None = None) -> _Token | None:
+        tok = self.lex.peek()
+        if tok.kind == kind and (text is None or tok.text == text):
+            return self.lex.next()
+        return None
+
+    def keyword(self, text: str) -> None:
+        tok = self.lex.next()
+        if tok.kind != "word" or tok.text != text:
+            raise self.error(f"expected '{text}', found {_describe(tok)}", tok)
+
+    # -- values --
+    def integer(self) -> int:
+        tok = self.expect("word", "an integer")
+        try:
+            return int(tok.text)
+        except ValueError:
+            raise self.error(f"expected an integer, found '{tok.text}'", tok) from None
+
+    def int_list(self) -> tuple[int, ...]:
+        self.expect("{")
+        values = []
+        if not self.accept("}"):
+            values.append(self.integer())
+            while self.accept(","):
+                values.append(self.integer())
+            self.expect("}")
+        return tuple(values)
+
+    def one_int(self) -> int:
+        tok = self.lex.peek()
+        values = self.int_list()
+        if len(values) != 1:
+            raise self.error("expected exactly one dimension", tok)
+        return values[0]
+
+    def _int_word(self, tok: _Token, text: str, what: str) -> int:
+        try:
+            return int(text)
+        except ValueError:
+            raise self.error(f"bad {what} '{tok.text}'", tok) from None
+
+    def _x_separated(self, tok: _Token, parts: int | tuple[int, ...], what: str):
+        """``1_1x2_2``-style values: per dimension, ``parts`` integers joined by '_'."""
+        dims = []
+        for item in tok.text.split("x"):
+            fields = item.split("_")
+            if len(fields) not in ((parts,) if isinstance(parts, int) else parts):
+                raise self.error(f"bad {what} '{tok.text}'", tok)
+            dims.append([self._int_word(tok, f, what) for f in fields])
+        return dims
+
+    def slice_spec(self) -> SliceSpec:
+        self.expect("{")
+        starts, limits, strides = [], [], []
+        while not self.accept("}"):
+            if starts:
+                self.expect(",")
+            self.expect("[")
+            starts.append(self.integer())
+            self.expect(":")
+            limits.append(self.integer())
+            strides.append(self.integer() if self.accept(":") else 1)
+            self.expect("]")
+        return SliceSpec(starts, limits, strides)
+
+    def padding(self) -> PaddingConfig:
+        if self.lex.peek().kind != "word":            # a scalar's padding is empty
+            return PaddingConfig((), (), ())
+        tok = self.lex.next()
+        dims = self._x_separated(tok, (2, 3), "padding")
+        if len({len(d) for d in dims}) != 1:
+            raise self.error(f"bad padding '{tok.text}': mixed interior", tok)
+        return PaddingConfig([d[0] for d in dims], [d[1] for d in dims],
+                             [d[2] if len(d) == 3 else 0 for d in dims])
+
+    def window(self) -> Window:
+        start = self.expect("{")
+        fields: dict[str, tuple[_Token, list]] = {}
+        while not self.accept("}"):
+            key = self.expect("word", "a window field")
+            self.expect("=")
+            value = self.expect("word", "a window value")
+            if key.text in fields:
+                raise self.error(f"duplicate window field '{key.text}'", key)
+            if key.text == "pad":
+                fields["pad"] = (value, self._x_separated(value, 2, "window pad"))
+            elif key.text in ("size", "stride", "lhs_dilate", "rhs_dilate"):
+                fields[key.text] = (value, [d[0] for d in
+                                            self._x_separated(value, 1, key.text)])
+            else:
+                raise self.error(f"unknown window field '{key.text}'", key)
+        size = fields.get("size", (start, []))[1]
+        for key, (tok, values) in fields.items():
+            if len(values) != len(size):
+                raise self.error(f"window {key} has {len(values)} dimensions, size has "
+                                 f"{len(size)}", tok)
+        pad = fields.get("pad", (None, None))[1]
+        return Window.make(size, fields.get("stride", (0, None))[1],
+                           [lo for lo, _ in pad] if pad else None,
+                           [hi for _, hi in pad] if pad else None,
+                           fields.get("lhs_dilate", (0, None))[1],
+                           fields.get("rhs_dilate", (0, None))[1])
+
+    def dim_labels(self) -> ConvDimensionNumbers:
+        first = self.expect("word", "dim_labels")
+        self.expect("arrow", "'->'")
+        out = self.expect("word", "output dim_labels")
+        sides = first.text.split("_")
+        if len(sides) != 2:
+            raise self.error(f"bad dim_labels '{first.text}'", first)
+        rank = len(out.text)
+        lhs = self._labels(first, sides[0], "bf", rank)
+        rhs = self._labels(first, sides[1], "oi", rank)
+        res = self._labels(out, out.text, "bf", rank)
+        return ConvDimensionNumbers(lhs["b"], lhs["f"], lhs["spatial"], rhs["o"], rhs["i"],
+                                    rhs["spatial"], res["b"], res["f"], res["spatial"])
+
+    def _labels(self, tok: _Token, text: str, letters: str, rank: int) -> dict:
+        spatial = sorted((ch, i) for i, ch in enumerate(text) if ch.isdigit())
+        ok = (len(text) == rank and all(text.count(c) == 1 for c in letters)
+              and [ch for ch, _ in spatial] == [str(i) for i in range(rank - 2)])
+        if not ok:
+            raise self.error(f"bad dim_labels '{text}' (want {letters} and spatial digits "
+                             f"0..{rank - 3}, rank {rank})", tok)
+        return {letters[0]: text.index(letters[0]), letters[1]: text.index(letters[1]),
+                "spatial": [i for _, i in spatial]}
+
+    def skip_value(self) -> None:
+        """A value we do not keep (``metadata={...}``): one token or a braced group."""
+        if not self.accept("{"):
+            self.lex.next()
+            return
+        depth = 1
+        while depth:
+            tok = self.lex.next()
+            if tok.kind == "eof":
+                raise self.error("unbalanced '{'", tok)
+            depth += {"{": 1, "}": -1}.get(tok.kind, 0)
+
+    # -- shapes --
+    def shape(self) -> Shape:
+        if self.accept("("):
+            shapes = []
+            if not self.accept(")"):
+                shapes.append(self.shape())
+                while self.accept(","):
+                    shapes.append(self.shape())
+                self.expect(")")
+            return Shape.tuple_(shapes)
+        tok = self.expect("word", "a shape")
+        if tok.text not in dtypes.BY_NAME:
+            raise self.error(f"unknown element type '{tok.text}'", tok)
+        self.expect("[")
+        dims = []
+        if not self.accept("]"):
+            dims.append(self.integer())
+            while self.accept(","):
+                dims.append(self.integer())
+            self.expect("]")
+        layout = self.int_list() if self._layout_follows() else None
+        try:
+            return Shape.array(dtypes.BY_NAME[tok.text], dims, layout)
+        except ValueError as e:
+            raise self.error(str(e), tok) from None
+
+    def _layout_follows(self) -> bool:
+        """After a shape, '{' opens a layout unless it opens a computation body (its
+        first token is then an instruction name or ROOT, not a number or '}')."""
+        if self.lex.peek().kind != "{":
+            return False
+        mark = self.lex.mark()
+        self.lex.next()
+        nxt = self.lex.peek()
+        self.lex.reset(mark)
+        return nxt.kind == "}" or (nxt.kind == "word" and nxt.text != "ROOT")
+
+    # -- structure --
+    def module(self) -> Module:
+        self.keyword("HloModule")
+        module = Module(self.expect("word", "a module name").text)
+        while self.accept(","):               # e.g. entry_computation_layout={...}
+            self.expect("word", "a module attribute")
+            self.expect("=")
+            self.skip_value()
+        entry_seen = False
+        while self.lex.peek().kind != "eof":
+            entry = self.accept("word", "ENTRY") is not None
+            if entry and entry_seen:
+                raise self.error("second ENTRY computation")
+            entry_seen |= entry
+            self.computation(module, entry)
+        if not module.computations:
+            raise self.error("module has no computations")
+        if not entry_seen:                    # as XLA: the last one is the entry
+            module.entry = module.computations[-1]
+        try:
+            verify(module)
+        except VerifierError as e:
+            raise HloParseError(f"invalid module: {e}") from None
+        return module
+
+    def computation(self, module: Module, entry: bool) -> None:
+        name_tok = self.expect("name", "a computation name")
+        name = name_tok.text[1:]
+        if any(c.name == name for c in module.computations):
+            raise self.error(f"duplicate computation %{name}", name_tok)
+        header = self.header()
+        self.expect("{")
+        comp = Computation(name)
+        names: dict[str, Instruction] = {}
+        roots = []
+        while not self.accept("}"):
+            if self.accept("word", "ROOT"):
+                roots.append(self.instruction(module, comp, names))
+            else:
+                self.instruction(module, comp, names)
+        if not comp.instructions:
+            raise self.error(f"computation %{name} is empty", name_tok)
+        if len(roots) > 1:
+            raise self.error(f"computation %{name} has {len(roots)} ROOT instructions",
+                             name_tok)
+        comp.root = roots[0] if roots else comp.instructions[-1]
+        self.check_header(comp, header, name_tok)
+        module.add_computation(comp, entry=entry)
+
+    def header(self) -> tuple[list[tuple[_Token, Shape]], Shape]:
+        self.expect("(")
+        params = []
+        while not self.accept(")"):
+            if params:
+                self.expect(",")
+            tok = self.expect("word", "a parameter name")
+            self.expect(":")
+            params.append((tok, self.shape()))
+        self.expect("arrow", "'->'")
+        return params, self.shape()
+
+    def check_header(self, comp: Computation, header, name_tok: _Token) -> None:
+        params, result = header
+        numbers = [p.attrs["number"] for p in comp.parameters]
+        if numbers != list(range(len(numbers))):
+            raise self.error(f"computation %{comp.name} has parameter numbers {numbers}, "
+                             f"not 0..{len(numbers) - 1}", name_tok)
+        if len(params) != len(numbers):
+            raise self.error(f"header of %{comp.name} lists {len(params)} parameters, the "
+                             f"body has {len(numbers)}", name_tok)
+        for (tok, shape), p in zip(params, comp.parameters):
+            if tok.text != p.name or not compatible(shape, p.shape):
+                raise self.error(f"header parameter {tok.text}: {shape} does not match "
+                                 f"parameter({p.attrs['number']}) %{p.name}: {p.shape}", tok)
+        if not compatible(result, comp.root.shape):
+            raise self.error(f"header result {result} does not match ROOT %{comp.root.name}: "
+                             f"{comp.root.shape}", name_tok)
+
+    def instruction(self, module: Module, comp: Computation,
+                    names: dict[str, Instruction]) -> Instruction:
+        name_tok = self.expect("name", "an instruction name")
+        name = name_tok.text[1:]
+        if name in names:
+            raise self.error(f"duplicate instruction %{name}", name_tok)
+        self.expect("=")
+        shape = self.shape()
+        op_tok = self.expect("word", "an opcode")
+        try:
+            opcode = Opcode(op_tok.text)
+        except ValueError:
+            raise self.error(f"unknown opcode '{op_tok.text}'", op_tok) from None
+        attrs: dict[str, Any] = {}
+        literal = None
+        operands: list[Instruction] = []
+        self.expect("(")
+        if opcode is Opcode.PARAMETER:
+            attrs["number"] = self.integer()
+            self.expect(")")
+        elif opcode is Opcode.CONSTANT:
+            literal = self.literal(shape, op_tok)
+        else:
+            operands = self.operands(names)
+        called = self.attributes(module, opcode, attrs, op_tok)
+        instr = Instruction(opcode, shape, operands, attrs, called, literal, name)
+        self.check_shape(instr, op_tok)
+        names[name] = comp.add(instr)
+        return instr
+
+    def literal(self, shape: Shape, op_tok: _Token):
+        text, pos = self.lex.raw_until(")")
+        at = _Token("word", text, pos)
+        if shape.is_tuple:
+            raise self.error("tuple constants are not supported", op_tok)
+        if text.strip() == "{...}":
+            raise self.error("constant value was left out ({...}: printed with "
+                             "large_constants=False); this text cannot be parsed", at)
+        try:
+            return parse_literal(text, shape.dims, shape.dtype)
+        except ValueError as e:
+            raise self.error(f"bad {shape} constant: {e}", at) from None
+
+    def operands(self, names: dict[str, Instruction]) -> list[Instruction]:
+        operands = []
+        while not self.accept(")"):
+            if operands:
+                self.expect(",")
+            shape = None if self.lex.peek().kind == "name" else self.shape()
+            tok = self.expect("name", "an operand name")
+            operand = names.get(tok.text[1:])
+            if operand is None:
+                raise self.error(f"unknown operand {tok.text} (operands must be defined "
+                                 f"before use)", tok)
+            if shape is not None and not compatible(shape, operand.shape):
+                raise self.error(f"operand {tok.text} is {operand.shape}, not {shape}", tok)
+            operands.append(operand)
+        return operands
+
+    def attributes(self, module: Module, opcode: Opcode, attrs: dict,
+                   op_tok: _Token) -> list[Computation]:
+        """Reads ``, key=value`` pairs into ``attrs``; returns the called computations."""
+        fields = {f.key: f for f in _FIELDS.get(opcode, ())}
+        called_key = _CALLED_KEY.get(opcode)
+        values: dict[str, Any] = {}
+        called: list[Computation] = []
+        while self.accept(","):
+            key = self.expect("word", "an attribute name")
+            self.expect("=")
+            if key.text in _IGNORED_KEYS:
+                self.skip_value()
+            elif key.text in values or (key.text == called_key and called):
+                raise self.error(f"duplicate attribute '{key.text}'", key)
+            elif key.text == called_key:
+                called.append(self.computation_ref(module))
+            elif key.text in fields:
+                values[key.text] = fields[key.text].syntax.parse(self)
+            else:
+                raise self.error(f"unknown attribute '{key.text}' for {opcode.text}", key)
+        if called_key and not called:
+            raise self.error(f"{opcode.text} needs {called_key}=%computation", op_tok)
+        composites: dict[str, dict] = {}
+        for f in fields.values():
+            value = values.get(f.key, f.default)
+            if value is _REQUIRED:
+                raise self.error(f"{opcode.text} needs attribute '{f.key}'", op_tok)
+            if f.member is None:
+                attrs[f.attr] = value
+            else:
+                composites.setdefault(f.attr, {"_of": f.of})[f.member] = value
+        for attr, members in composites.items():
+            attrs[attr] = members.pop("_of")(**members)
+        return called
+
+    def computation_ref(self, module: Module) -> Computation:
+        tok = self.expect("name", "a computation name")
+        for comp in module.computations:
+            if comp.name == tok.text[1:]:
+                return comp
+        raise self.error(f"unknown computation {tok.text} (callees come first)", tok)
+
+    def check_shape(self, instr: Instruction, op_tok: _Token) -> None:
+        try:
+            inferred = _infer(instr)
+        except (ValueError, IndexError, KeyError) as e:
+            raise self.error(f"invalid {instr.opcode.text}: {e}", op_tok) from None
+        if not compatible(inferred, instr.shape):
+            raise self.error(f"{instr.opcode.text} has shape {inferred}, not the declared "
+                             f"{instr.shape}", op_tok)
+
+
+def _infer(instr: Instruction) -> Shape:
+    return infer_shape(instr.opcode, [o.shape for o in instr.operands], instr.attrs,
+                       instr.called, instr.shape)
