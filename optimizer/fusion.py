@@ -87,7 +87,7 @@ class _Fuser:
         operands = list(dict.fromkeys(consumer.operands))
         fused = Computation("fused_computation")
         params = [fused.add(Instruction(Opcode.PARAMETER, o.shape, attrs={"number": n},
-                                        name=f"param_{n}"))
+                                        name=_param_name(o)))
                   for n, o in enumerate(operands)]
         by_operand = dict(zip(operands, params))
         fused.root = fused.add(_clone(consumer, [by_operand[o] for o in consumer.operands]))
@@ -116,7 +116,7 @@ class _Fuser:
         for o in producer.operands:
             if o not in param_of:
                 param_of[o] = fused.add(Instruction(
-                    Opcode.PARAMETER, o.shape, attrs={"number": -1}, name="param"))
+                    Opcode.PARAMETER, o.shape, attrs={"number": -1}, name=_param_name(o)))
                 new_operands.append(o)
         clone = fused.add(_clone(producer, [param_of[o] for o in producer.operands]))
         old_param = param_of.pop(producer)
@@ -134,6 +134,12 @@ class _Fuser:
             for o in set(producer.operands):
                 self.users[o].discard(producer)
             del self.users[producer]
+
+
+def _param_name(operand: Instruction) -> str:
+    # Named after the operand it binds, for readable dumps; the prefix keeps the
+    # name free for the operand itself should it be fused in later.
+    return f"param_{operand.name}"
 
 
 def _clone(instr: Instruction, operands: list[Instruction]) -> Instruction:

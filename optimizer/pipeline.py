@@ -3,14 +3,15 @@
 A pass is any object with a ``name`` and ``run(module) -> bool`` (True when it
 changed the module). A ``Pipeline`` is itself a pass: it runs its passes in
 order, optionally to a fixed point, and after every pass that changed the
-module it can run the verifier and call a ``dump(pass_name, module)`` hook
-(the CLI uses it to print the module after each pass).
+module it can run the verifier and call a ``dump(name, module)`` hook with
+``name`` = "pipeline/pass" (the CLI uses it to print the module after each pass).
 """
 from __future__ import annotations
 
 from typing import Callable, Protocol, Sequence
 
 from ..hlo import Module
+from ..hlo.verifier import verify
 
 DumpHook = Callable[[str, Module], None]
 
@@ -51,7 +52,6 @@ class Pipeline:
 
     def _after(self, pass_name: str, module: Module) -> None:
         if self.verify:
-            from ..hlo.verifier import verify
             verify(module)
         if self.dump is not None:
             self.dump(f"{self.name}/{pass_name}", module)

@@ -151,3 +151,32 @@ def test_existing_fusion_grows():
     changed, ops = fuse_and_check(m)
     assert changed and ops == [Opcode.PARAMETER, Opcode.FUSION] and m.entry.root is fusion
     assert Opcode.ABS in fused_opcodes(fusion)
+
+
+def test_fusion_on_hlo_text():
+    from xlac.hlo.text import parse_module, print_module
+    m = parse_module("""HloModule m
+
+ENTRY %main (x: f32[4], y: f32[4]) -> f32[4] {
+  %x = f32[4]{0} parameter(0)
+  %y = f32[4]{0} parameter(1)
+  %e = f32[4]{0} exponential(f32[4]{0} %x)
+  ROOT %m = f32[4]{0} multiply(f32[4]{0} %e, f32[4]{0} %y)
+}
+""")
+    assert InstructionFusion().run(m)
+    assert print_module(m) == """HloModule m
+
+%fused_computation (param_y: f32[4]{0}, param_x: f32[4]{0}) -> f32[4]{0} {
+  %param_y = f32[4]{0} parameter(0)
+  %param_x = f32[4]{0} parameter(1)
+  %e = f32[4]{0} exponential(f32[4]{0} %param_x)
+  ROOT %m = f32[4]{0} multiply(f32[4]{0} %e, f32[4]{0} %param_y)
+}
+
+ENTRY %main (x: f32[4]{0}, y: f32[4]{0}) -> f32[4]{0} {
+  %x = f32[4]{0} parameter(0)
+  %y = f32[4]{0} parameter(1)
+  ROOT %fusion = f32[4]{0} fusion(f32[4]{0} %y, f32[4]{0} %x), kind=kLoop, calls=%fused_computation
+}
+"""
