@@ -23,9 +23,6 @@ from .dtypes import DType
 
 # Significant digits that always suffice to round-trip a value of the type.
 _MAX_DIGITS = {"f16": 5, "bf16": 4, "f32": 9}
-# Magnitudes whose decimal scaling by 10**k stays exact in f64 (|k| <= 22) for
-# every digit count above; the rest take the per-element path.
-_FAST_MIN, _FAST_MAX = 1e-13, 1e13
 _POW10_INT = 10 ** np.arange(19, dtype=np.int64)
 _POW10_ZERO = 40
 _POW10 = 10.0 ** np.arange(-_POW10_ZERO, _POW10_ZERO + 1)   # exact for 0..22
@@ -184,12 +181,16 @@ def _magnitude_text(ax: np.ndarray, typed: np.ndarray, max_digits: int):
 
 def _float_matrix(flat: np.ndarray, dtype: DType) -> np.ndarray:
     """Zero-padded byte rows, one per element."""
-    x = flat.astype(np.float64)
+    with np.errstate(invalid="ignore"):      # NaNs of narrow types widen quietly
+        x = flat.astype(np.float64)
     ax = np.abs(x)
     rows = np.zeros(0, np.int64)
     body = np.zeros((0, 0), np.uint8)
     if dtype.name in _MAX_DIGITS:      # f64 needs up to 17 digits: D would not be exact
-        rows = np.flatnonzero((ax >= _FAST_MIN) & (ax < _FAST_MAX))
+        # Where scaling by 10**k stays exact in f64 (|k| <= 22, a digit of margin
+        # for e0); the rest take the per-element path.
+        low, high = 10.0 ** (_MAX_DIGITS[dtype.name] - 21), 1e21
+        rows = np.flatnonzero((ax >= low) & (ax < high))
     if rows.size:
         found, body = _magnitude_text(ax[rows], np.abs(flat[rows]), _MAX_DIGITS[dtype.name])
         rows, body = rows[found], body[found]
