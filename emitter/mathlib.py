@@ -100,9 +100,9 @@ _LN2_SPLIT = {F32: _split(_LN2, F32, 14, 2), F64: _split(_LN2, F64, 41, 2)}
 # pi/2 in chunks for sin/cos/tan: q * chunk is exact for |q| < 2**16 (f32) / 2**30 (f64),
 # i.e. |x| < 1e5 / 1e9; the chunks carry 64 / 122 bits of pi/2 in all.
 _PIO2_CHUNKS = {F32: _split(_PI / 2, F32, 8, 6), F64: _split(_PI / 2, F64, 23, 4)}
-_PIO2 = _per_format(lambda fmt: _split(_PI / 2, fmt, fmt.precision, 2))
-_PIO4 = _per_format(lambda fmt: _split(_PI / 4, fmt, fmt.precision, 2))
-_PI_HL = _per_format(lambda fmt: _split(_PI, fmt, fmt.precision, 2))
+_PIO2_SPLIT = _per_format(lambda fmt: _split(_PI / 2, fmt, fmt.precision, 2))
+_PIO4_SPLIT = _per_format(lambda fmt: _split(_PI / 4, fmt, fmt.precision, 2))
+_PI_SPLIT = _per_format(lambda fmt: _split(_PI, fmt, fmt.precision, 2))
 
 # Taylor coefficients. Degrees keep the truncation error below 2**-(precision + 2)
 # relative over the reduced ranges (|r| <= 0.35 for exp, |r| <= 0.85 for sin/cos).
@@ -299,6 +299,37 @@ def _ldexp(o: _Ops, p, k):
     return o.mul(o.mul(p, _pow2(o, half)), _pow2(o, o.isub(k, half)))
 
 
+# --- double-word arithmetic (sin/cos reduction, pow) -----------------------------------
+
+def _two_sum(o: _Ops, a, c):
+    """(s, e) with s = fl(a + c) and a + c = s + e exactly (Knuth)."""
+    s = o.add(a, c)
+    cc = o.sub(s, a)
+    return s, o.add(o.sub(a, o.sub(s, cc)), o.sub(c, cc))
+
+
+def _fast_two_sum(o: _Ops, a, c):
+    """_two_sum for |a| >= |c| (Dekker)."""
+    s = o.add(a, c)
+    return s, o.sub(c, o.sub(s, a))
+
+
+def _split_half(o: _Ops, a):
+    """a = hi + lo with each half of the significand (Veltkamp), so products are exact."""
+    c = o.mul(a, o.f(2.0 ** ((o.fmt.precision + 1) // 2) + 1))
+    hi = o.sub(c, o.sub(c, a))
+    return hi, o.sub(a, hi)
+
+
+def _two_prod(o: _Ops, a, c):
+    """(p, e) with p = fl(a * c) and a * c = p + e exactly (Dekker; no FMA needed)."""
+    p = o.mul(a, c)
+    ah, al = _split_half(o, a)
+    ch, cl = _split_half(o, c)
+    e = o.add(o.add(o.add(o.sub(o.mul(ah, ch), p), o.mul(ah, cl)), o.mul(al, ch)), o.mul(al, cl))
+    return p, e
+
+
 def _reduce_ln2(o: _Ops, x):
     """x = k * ln2 + r with k = rint(x / ln2) (as float and integer), |r| <= ln2/2."""
     kf, k = _round_small(o, o.mul(x, o.f(float(1 / _LN2))))
@@ -399,41 +430,10 @@ def _atan_unit(o: _Ops, t):
     """atan(t) for t in [0, 1]: above tan(pi/8), atan(t) = pi/4 + atan((t-1)/(t+1))."""
     upper = o.cmp(">", t, o.f(math.tan(math.pi / 8)))
     t = o.sel(upper, o.div(o.sub(t, o.f(1.0)), o.add(t, o.f(1.0))), t)
-    hi, lo = _PIO4[o.fmt]
+    hi, lo = _PIO4_SPLIT[o.fmt]
     u = o.mul(t, t)
     core = o.fma(o.mul(t, u), o.poly(u, _ATAN_TAIL[o.fmt]), o.sel(upper, o.f(lo), o.f(0.0)))
     return o.add(o.sel(upper, o.f(hi), o.f(0.0)), o.add(t, core))
-
-
-# --- double-word arithmetic (for pow) ---------------------------------------------------
-
-def _two_sum(o: _Ops, a, c):
-    """(s, e) with s = fl(a + c) and a + c = s + e exactly (Knuth)."""
-    s = o.add(a, c)
-    cc = o.sub(s, a)
-    return s, o.add(o.sub(a, o.sub(s, cc)), o.sub(c, cc))
-
-
-def _fast_two_sum(o: _Ops, a, c):
-    """_two_sum for |a| >= |c| (Dekker)."""
-    s = o.add(a, c)
-    return s, o.sub(c, o.sub(s, a))
-
-
-def _split_half(o: _Ops, a):
-    """a = hi + lo with each half of the significand (Veltkamp), so products are exact."""
-    c = o.mul(a, o.f(2.0 ** ((o.fmt.precision + 1) // 2) + 1))
-    hi = o.sub(c, o.sub(c, a))
-    return hi, o.sub(a, hi)
-
-
-def _two_prod(o: _Ops, a, c):
-    """(p, e) with p = fl(a * c) and a * c = p + e exactly (Dekker; no FMA needed)."""
-    p = o.mul(a, c)
-    ah, al = _split_half(o, a)
-    ch, cl = _split_half(o, c)
-    e = o.add(o.add(o.add(o.sub(o.mul(ah, ch), p), o.mul(ah, cl)), o.mul(al, ch)), o.mul(al, cl))
-    return p, e
 
 
 def _log_dw(o: _Ops, x):
@@ -563,6 +563,7 @@ def tan(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 
 
 def atan2(b: ir.IRBuilder, y: ir.Value, x: ir.Value) -> ir.Value:
+    """The angle of (x, y) in [-pi, pi], with C's signed zeros and infinities."""
     o = _Ops(b, y.type)
     ax, ay = o.fabs(x), o.fabs(y)
     steep = o.cmp(">", ay, ax)
@@ -571,14 +572,16 @@ def atan2(b: ir.IRBuilder, y: ir.Value, x: ir.Value) -> ir.Value:
     t = o.sel(o.cmp("==", big, o.f(0.0)), o.f(0.0), t)      # atan2(+-0, +-0)
     t = o.sel(o.cmp("==", small, o.f(_INF)), o.f(1.0), t)   # both infinite
     a = _atan_unit(o, t)
-    pio2_hi, pio2_lo = _PIO2[o.fmt]
+    pio2_hi, pio2_lo = _PIO2_SPLIT[o.fmt]
     a = o.sel(steep, o.add(o.sub(o.f(pio2_hi), a), o.f(pio2_lo)), a)
-    pi_hi, pi_lo = _PI_HL[o.fmt]
+    pi_hi, pi_lo = _PI_SPLIT[o.fmt]
     a = o.sel(o.signbit(x), o.add(o.sub(o.f(pi_hi), a), o.f(pi_lo)), a)  # x < 0 or x = -0
     return o.sel(o.isnan(x, y), o.add(x, y), o.copysign(a, y))
 
 
 def pow(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """x ** y with C99's special cases (pow(x, 0) = pow(1, y) = 1 even for NaN, odd
+    integer y keeps the sign of x, negative x with non-integer y is NaN)."""
     o = _Ops(b, x.type)
     fmt = o.fmt
     one, zero, inf = o.f(1.0), o.f(0.0), o.f(_INF)
