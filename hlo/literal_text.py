@@ -151,13 +151,13 @@ _ALPHABET = b"\0.e+-0123456789"       # characters templates may hold besides di
 def _magnitude_text(ax: np.ndarray, typed: np.ndarray, max_digits: int):
     """(found, byte rows) of the shortest decimals of positive magnitudes."""
     D, K, found = _shortest_digits(ax, typed, max_digits)
-    # Strip trailing zeros; then the value is D * 10**(e - nd + 1), nd digits in D.
-    for _ in range(max_digits):
-        z = (D % 10 == 0) & found
-        if not z.any():
-            break
-        D[z] //= 10
-        K[z] -= 1
+    # Strip trailing zeros (a rounding carry: 9.7 -> 10); then the value is
+    # D * 10**(e - nd + 1) with nd digits in D.
+    zeros = np.flatnonzero((D % 10 == 0) & found)
+    while zeros.size:
+        D[zeros] //= 10
+        K[zeros] -= 1
+        zeros = zeros[D[zeros] % 10 == 0]
     nd = np.searchsorted(_POW10_INT, D, side="right")
     e = nd - 1 - K
     # One template per (e, nd) pair: render_decimal over placeholder digits

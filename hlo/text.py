@@ -37,10 +37,9 @@ from .literal_text import format_literal, parse_literal
 from .opcodes import COMPARISON_DIRECTIONS, Opcode
 from .shape import Shape
 from .shape_inference import infer_shape
-from .verifier import VerifierError, compatible, verify
+from .verifier import FUSION_KINDS, VerifierError, compatible, verify
 
 _SMALL_CONSTANT = 64        # elements; larger ones print as {...} in human dumps
-_FUSION_KINDS = ("kLoop", "kInput", "kOutput")
 
 
 class HloParseError(ValueError, XlacError):
@@ -118,7 +117,7 @@ _PADDING = _Syntax(_print_padding, lambda p: p.padding())
 _WINDOW = _Syntax(_print_window, lambda p: p.window())
 _DIM_LABELS = _Syntax(_print_dim_labels, lambda p: p.dim_labels())
 _DIRECTION = _choice(COMPARISON_DIRECTIONS)
-_FUSION_KIND = _choice(_FUSION_KINDS)
+_FUSION_KIND = _choice(FUSION_KINDS)
 
 _REQUIRED = object()
 _NO_WINDOW = Window.make(())
@@ -375,12 +374,13 @@ class _Parser:
         except ValueError:
             raise self.error(f"bad {what} '{tok.text}'", tok) from None
 
-    def _x_separated(self, tok: _Token, parts: int | tuple[int, ...], what: str):
-        """``1_1x2_2``-style values: per dimension, ``parts`` integers joined by '_'."""
+    def _x_separated(self, tok: _Token, counts: tuple[int, ...], what: str):
+        """``1_1x2_2``-style values: per dimension, integers joined by '_' (as many
+        as one of ``counts``)."""
         dims = []
         for item in tok.text.split("x"):
             fields = item.split("_")
-            if len(fields) not in ((parts,) if isinstance(parts, int) else parts):
+            if len(fields) not in counts:
                 raise self.error(f"bad {what} '{tok.text}'", tok)
             dims.append([self._int_word(tok, f, what) for f in fields])
         return dims
@@ -419,10 +419,10 @@ class _Parser:
             if key.text in fields:
                 raise self.error(f"duplicate window field '{key.text}'", key)
             if key.text == "pad":
-                fields["pad"] = (value, self._x_separated(value, 2, "window pad"))
+                fields["pad"] = (value, self._x_separated(value, (2,), "window pad"))
             elif key.text in ("size", "stride", "lhs_dilate", "rhs_dilate"):
                 fields[key.text] = (value, [d[0] for d in
-                                            self._x_separated(value, 1, key.text)])
+                                            self._x_separated(value, (1,), key.text)])
             else:
                 raise self.error(f"unknown window field '{key.text}'", key)
         size = fields.get("size", (start, []))[1]

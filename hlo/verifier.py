@@ -15,7 +15,7 @@ from .opcodes import Opcode
 from .shape import Shape
 from .shape_inference import infer_shape
 
-_FUSION_KINDS = ("kLoop", "kInput", "kOutput")
+FUSION_KINDS = ("kLoop", "kInput", "kOutput")
 _REDUCTIONS = (Opcode.REDUCE, Opcode.REDUCE_WINDOW)
 
 
@@ -99,9 +99,9 @@ def _verify_instruction(comp: Computation, instr: Instruction) -> None:
         raise _fail(comp, instr, f"shape {instr.shape} is not the inferred {inferred}")
     if instr.opcode is Opcode.CONSTANT:
         _verify_literal(comp, instr)
-    elif instr.opcode is Opcode.FUSION and instr.attrs["kind"] not in _FUSION_KINDS:
+    elif instr.opcode is Opcode.FUSION and instr.attrs["kind"] not in FUSION_KINDS:
         raise _fail(comp, instr, f"fusion kind {instr.attrs['kind']!r} is not one of "
-                                 f"{', '.join(_FUSION_KINDS)}")
+                                 f"{', '.join(FUSION_KINDS)}")
     elif instr.opcode in _REDUCTIONS:
         _verify_reducer(comp, instr)
 
