@@ -323,8 +323,10 @@ class _Parser:
         self.lex = _Lexer(text)
 
     # -- tokens --
-    def error(self, msg: str, tok: _Token | None = None) -> HloParseError:
-        return _error(self.lex.text, (tok or self.lex.peek()).pos, msg)
+    def error(self, msg: str, at: _Token | int | None = None) -> HloParseError:
+        """An error at a token, a text position, or (by default) the next token."""
+        pos = at if isinstance(at, int) else (at or self.lex.peek()).pos
+        return _error(self.lex.text, pos, msg)
 
     def expect(self, kind: str, what: str | None = None) -> _Token:
         tok = self.lex.next()
@@ -619,8 +621,7 @@ class _Parser:
         return instr
 
     def literal(self, shape: Shape, op_tok: _Token):
-        text, pos = self.lex.raw_until(")")
-        at = _Token("word", text, pos)
+        text, at = self.lex.raw_until(")")
         if shape.is_tuple:
             raise self.error("tuple constants are not supported", op_tok)
         if text.strip() == "{...}":
@@ -669,7 +670,7 @@ class _Parser:
                 raise self.error(f"unknown attribute '{key.text}' for {opcode.text}", key)
         if called_key and not called:
             raise self.error(f"{opcode.text} needs {called_key}=%computation", op_tok)
-        composites: dict[str, dict] = {}
+        composites: dict[str, tuple[type, dict]] = {}
         for f in fields.values():
             value = values.get(f.key, f.default)
             if value is _REQUIRED:
@@ -677,9 +678,9 @@ class _Parser:
             if f.member is None:
                 attrs[f.attr] = value
             else:
-                composites.setdefault(f.attr, {"_of": f.of})[f.member] = value
-        for attr, members in composites.items():
-            attrs[attr] = members.pop("_of")(**members)
+                composites.setdefault(f.attr, (f.of, {}))[1][f.member] = value
+        for attr, (of, members) in composites.items():
+            attrs[attr] = of(**members)
         return called
 
     def computation_ref(self, module: Module) -> Computation:
