@@ -1,7 +1,6 @@
 """HLO text: print(parse(t)) == t over a table of snippets, literals, parse errors."""
 import textwrap
 
-import ml_dtypes
 import numpy as np
 import pytest
 

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from xlac.hlo import Computation, Instruction, Opcode, Shape, dtypes
+from xlac.hlo import Computation, Instruction, Shape, dtypes
 from xlac.hlo.text import parse_module
 from xlac.hlo.verifier import VerifierError, verify
 
