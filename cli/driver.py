@@ -1,0 +1,149 @@
+"""The compile pipeline behind both ``xlac`` and ``xlac.compile``.
+
+    import -> optimize -> schedule -> assign -> emit -> write
+
+Every stage is timed (``Progress``). User errors surface as ``XlacError`` from
+whichever stage finds them; the output files are written last, together, so a
+failure anywhere leaves no output behind.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .emitter import EmitOptions, emit, make_target, scratch_bytes
+from .emitter.names import c_identifier_for_model
+from .hlo import Module, XlacError
+from .hlo.text import print_module
+from .importers.onnx import import_onnx
+from .optimizer import assign_buffers, optimize, schedule
+from .outputs import write_files
+from .progress import Progress
+from .report import build_report, op_counts
+
+EMIT_KINDS = ("obj", "asm", "llvm", "hlo")
+OPT_LEVELS = (0, 1, 2, 3)
+# NAME prefixes every exported symbol; a leading underscore would make reserved C names.
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    paths: tuple[Path, ...]      # the written files: the -o output, then the header
+    name: str                    # NAME, the C symbol prefix
+    arena_size: int              # NAME_ARENA_SIZE
+    report: dict | None          # build_report's dict, when asked for
+
+    @property
+    def output(self) -> Path:
+        return self.paths[0]
+
+    @property
+    def header(self) -> Path:
+        return self.paths[1]
+
+
+def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """``"x=1x3x224x224"`` -> ``("x", (1, 3, 224, 224))``; the name may itself hold '='."""
+    name, eq, dims = text.rpartition("=")
+    if not eq or not name or not re.fullmatch(r"\d+(x\d+)*", dims):
+        raise XlacError(f"bad --input-shape '{text}': expected NAME=DIMxDIMx..., "
+                        "e.g. input=1x3x224x224")
+    return name, tuple(int(d) for d in dims.split("x"))
+
+
+def _check_options(name: str, emit_kind: str, opt_level: int) -> None:
+    if not _NAME.fullmatch(name):
+        raise XlacError(f"bad model name '{name}': it must be a C identifier starting with "
+                        "a letter (letters, digits, underscores)")
+    if emit_kind not in EMIT_KINDS:
+        raise XlacError(f"unknown output kind '{emit_kind}'; choose from {', '.join(EMIT_KINDS)}")
+    if opt_level not in OPT_LEVELS:
+        raise XlacError(f"bad optimization level {opt_level}; choose from 0, 1, 2, 3")
+
+
+def _pass_dumper(folder: Path):
+    """A ``dump(name, module)`` hook writing numbered HLO files into ``folder``."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise XlacError(f"cannot create --dump-passes folder '{folder}': "
+                        f"{e.strerror or e}") from None
+    count = 0
+
+    def dump(pass_name: str, module: Module) -> None:
+        nonlocal count
+        path = folder / f"{count:03d}-{pass_name.replace('/', '.')}.hlo"
+        count += 1
+        try:
+            path.write_text(print_module(module, large_constants=False))
+        except OSError as e:
+            raise XlacError(f"cannot write '{path}': {e.strerror or e}") from None
+    return dump
+
+
+def compile(model, output, *, name: str | None = None, target: str | None = None,
+            cpu: str | None = None, emit: str = "obj", input_shapes: dict | None = None,
+            opt_level: int = 2, report: bool = False, dump_passes=None,
+            progress: Progress | None = None) -> CompileResult:
+    """Compile ``model`` (an ONNX path, bytes or ModelProto) into ``output`` and the
+    header beside it (``output`` with suffix ``.h``).
+
+    ``emit`` picks what ``output`` holds: an object file (``obj``), assembly (``asm``),
+    optimized LLVM IR (``llvm``) or the optimized HLO text (``hlo``). ``input_shapes``
+    maps input names to dims that pin dynamic dimensions. ``dump_passes`` names a
+    folder that receives the HLO after each pass. Raises ``XlacError`` for bad input.
+    """
+    return _compile(model, output, name=name, target=target, cpu=cpu, emit_kind=emit,
+                    input_shapes=input_shapes, opt_level=opt_level, want_report=report,
+                    dump_passes=dump_passes, progress=progress or Progress())
+
+
+def _compile(model, output, *, name, target, cpu, emit_kind, input_shapes, opt_level,
+             want_report, dump_passes, progress: Progress) -> CompileResult:
+    output = Path(os.fspath(output))
+    header = output.with_suffix(".h")
+    if header == output:
+        raise XlacError(f"output '{output}' would be overwritten by its own header; "
+                        "name the output file with another suffix, e.g. model.o")
+    name = name if name is not None else c_identifier_for_model(output.stem)
+    _check_options(name, emit_kind, opt_level)
+    dump = _pass_dumper(Path(dump_passes)) if dump_passes is not None else None
+
+    with progress:
+        with progress.stage("import"):
+            module = import_onnx(model, input_shapes=input_shapes, name=name)
+            imported_ops = op_counts(module)
+            if dump is not None:
+                dump("imported", module)
+        with progress.stage("optimize"):
+            optimize(module, opt_level=opt_level, dump=dump)
+        with progress.stage("schedule"):
+            order = schedule(module)
+        with progress.stage("assign"):
+            target_info, _ = make_target(target, cpu, None, opt_level)
+            assignment = assign_buffers(module, order,
+                                        scratch=lambda i: scratch_bytes(i, target_info))
+        with progress.stage("emit"):
+            kinds = {"obj": ("obj",), "asm": ("asm",), "llvm": ("llvm",), "hlo": ()}[emit_kind]
+            artifact = emit(module, assignment,
+                            EmitOptions(name, triple=target, cpu=cpu, opt_level=opt_level),
+                            kinds=kinds)
+            body = {
+                "obj": lambda: artifact.object_code,
+                "asm": lambda: artifact.assembly.encode(),
+                "llvm": lambda: artifact.llvm_ir.encode(),
+                "hlo": lambda: print_module(module).encode(),
+            }[emit_kind]()
+        with progress.stage("write"):
+            write_files({output: body, header: artifact.header.encode()})
+
+    paths = (output, header)
+    built = None
+    if want_report:
+        built = build_report(name=name, target=artifact.target, imported_ops=imported_ops,
+                             module=module, assignment=assignment, times=progress.times,
+                             files=[str(p) for p in paths])
+    return CompileResult(paths, name, assignment.arena_size, built)

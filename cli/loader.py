@@ -1,0 +1,332 @@
+"""``xlac.load``: call a compiled model from Python through cffi.
+
+    m = xlac.load("build/model.o")
+    y, = m(x)                                 # checks dtypes / shapes, allocates outputs
+    m.inputs, m.outputs, m.arena_size         # from NAME_info
+    m.run([x], [y], m.new_arena())            # caller-managed memory
+
+The object and ``runtime_c/xlac_runtime.c`` are linked by the system C compiler
+(``cc -shared -fPIC``) into a shared library kept in a cache folder, keyed by a
+hash of the object, the runtime sources and NAME, so loading the same object
+again costs no link. The library is opened in cffi's ABI mode (no C compiler at
+import, only at link) and called through ``NAME_run_v``; cffi releases the GIL
+during the call, so threads with their own arenas run in parallel.
+
+NAME and the target come from the header beside the object (``OUT.h``): NAME from
+its ``#define NAME_ARENA_SIZE`` line, the target from its opening comment, so an
+object built for another architecture or for CPU features this machine lacks is
+refused before it is linked or run.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import cffi
+import llvmlite.binding as llvm
+import numpy as np
+
+from . import runtime_c
+from .hlo import XlacError, dtypes
+
+RUNTIME_DIR = Path(os.path.dirname(runtime_c.__file__))
+
+# enum xlac_dtype of xlac_runtime.h (the numbering is ABI) -> numpy.
+_NUMPY_DTYPES = {
+    0: dtypes.PRED, 1: dtypes.S8, 2: dtypes.S16, 3: dtypes.S32, 4: dtypes.S64,
+    5: dtypes.U8, 6: dtypes.U16, 7: dtypes.U32, 8: dtypes.U64,
+    9: dtypes.F16, 10: dtypes.BF16, 11: dtypes.F32, 12: dtypes.F64,
+}
+
+# The declarations of xlac_runtime.h that cffi needs (cffi's cdef takes no
+# preprocessor lines, so the header cannot be fed to it as is).
+_RUNTIME_CDEF = """
+typedef struct xlac_tensor_info {
+  const char *name; const char *c_name; int32_t dtype; int32_t rank;
+  const int64_t *dims; uint64_t size_bytes;
+} xlac_tensor_info;
+typedef struct xlac_model_info {
+  const char *name; const char *target_triple; const char *target_cpu;
+  const char *target_features; uint64_t arena_size; uint64_t arena_align;
+  int32_t num_inputs; int32_t num_outputs;
+  const xlac_tensor_info *inputs; const xlac_tensor_info *outputs;
+} xlac_model_info;
+const char *xlac_status_string(int status);
+"""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str                  # name in the source model
+    c_name: str                # parameter name of NAME_run
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """NAME_info, read into Python values."""
+    name: str
+    target_triple: str
+    target_cpu: str
+    target_features: str
+    arena_size: int
+    arena_align: int
+    inputs: tuple[TensorInfo, ...]
+    outputs: tuple[TensorInfo, ...]
+
+
+@dataclass(frozen=True)
+class HeaderFacts:
+    """What ``load`` needs from OUT.h before it links anything."""
+    name: str
+    triple: str | None
+    features: tuple[str, ...] | None   # LLVM features, "+avx2", "-avx512f", ...
+
+
+def read_header(path: Path) -> HeaderFacts:
+    """NAME and the target of the model header at ``path``."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as e:
+        raise XlacError(f"cannot read the model header '{path}' (xlac writes it beside the "
+                        f"object): {e.strerror or e}") from None
+    m = re.search(r"^#define (\w+)_ARENA_SIZE\b", text, re.MULTILINE)
+    if m is None:
+        raise XlacError(f"'{path}' is not a header written by xlac (no NAME_ARENA_SIZE)")
+    triple = re.search(r"^ \* Target triple: *(\S+)", text, re.MULTILINE)
+    # The features follow their title line, one or more " *   +a,+b,..." lines.
+    features = re.search(r"^ \* Features[^\n]*\n((?: \*   \S.*\n)+)", text, re.MULTILINE)
+    feature_list = None
+    if features is not None:
+        # Wrapped lines of space-separated features, or "(none)".
+        words = features.group(1).replace("*", " ").split()
+        feature_list = tuple(w for w in words if w != "(none)")
+    return HeaderFacts(m.group(1), triple.group(1) if triple else None, feature_list)
+
+
+def _arch(triple: str) -> str:
+    arch = triple.split("-", 1)[0]
+    return {"arm64": "aarch64", "amd64": "x86_64"}.get(arch, arch)
+
+
+def check_runs_here(facts: HeaderFacts, object_path: Path) -> None:
+    """Refuse an object built for another architecture or for CPU features this host lacks."""
+    if facts.triple is None:
+        return
+    host = llvm.get_process_triple()
+    if _arch(facts.triple) != _arch(host):
+        raise XlacError(f"'{object_path}' was built for {facts.triple}, which cannot run on "
+                        f"this machine ({host}); compile it without --target to load it here")
+    if facts.features:
+        have = {f for f in llvm.get_host_cpu_features().flatten().split(",") if f.startswith("+")}
+        missing = sorted({f for f in facts.features if f.startswith("+")} - have)
+        if missing:
+            shown = ",".join(missing[:8]) + (",..." if len(missing) > 8 else "")
+            raise XlacError(f"'{object_path}' needs CPU features this machine lacks "
+                            f"({shown}); compile it here, or with a --cpu this machine has")
+
+
+def cache_dir() -> Path:
+    """Where linked libraries are kept: $XLAC_CACHE_DIR, else the user cache folder."""
+    if os.environ.get("XLAC_CACHE_DIR"):
+        return Path(os.environ["XLAC_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "xlac" / "lib"
+
+
+def _runtime_sources() -> list[Path]:
+    return [RUNTIME_DIR / "xlac_runtime.c", RUNTIME_DIR / "xlac_runtime.h"]
+
+
+def link_shared_library(object_path: Path, name: str) -> Path:
+    """The cached shared library of the object plus the C runtime (linked on first use)."""
+    try:
+        obj = object_path.read_bytes()
+    except OSError as e:
+        raise XlacError(f"cannot read '{object_path}': {e.strerror or e}") from None
+    digest = hashlib.sha256(obj)
+    for src in _runtime_sources():
+        digest.update(src.read_bytes())
+    digest.update(name.encode())
+    folder = cache_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        folder = Path(tempfile.gettempdir()) / f"xlac-cache-{os.getuid()}"
+        folder.mkdir(parents=True, exist_ok=True)
+    library = folder / f"{name}-{digest.hexdigest()[:24]}.so"
+    if library.exists():
+        return library
+    # Link to a private name, then rename: another process linking the same object at
+    # the same time never sees (or dlopens) a half-written library.
+    temp = folder / f".{library.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    cmd = [os.environ.get("CC", "cc"), "-shared", "-fPIC", "-o", str(temp), str(object_path),
+           str(RUNTIME_DIR / "xlac_runtime.c"), f"-I{RUNTIME_DIR}", "-lm"]
+    if sys.platform.startswith("linux"):
+        # The model's calls into its own symbols stay inside this library even when
+        # another loaded library exports the same NAME_* symbols.
+        cmd.append("-Wl,-Bsymbolic")
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as e:
+        raise XlacError(f"cannot run the C compiler '{cmd[0]}' to link '{object_path}': "
+                        f"{e.strerror or e}") from None
+    if done.returncode != 0:
+        temp.unlink(missing_ok=True)
+        first = next((line for line in done.stderr.splitlines() if line.strip()), "")
+        raise XlacError(f"linking '{object_path}' failed: {first.strip()}")
+    os.replace(temp, library)
+    return library
+
+
+def _tensor_infos(ffi, array, count: int) -> tuple[TensorInfo, ...]:
+    out = []
+    for k in range(count):
+        t = array[k]
+        out.append(TensorInfo(ffi.string(t.name).decode(), ffi.string(t.c_name).decode(),
+                              _NUMPY_DTYPES[t.dtype].np, tuple(t.dims[d] for d in range(t.rank)),
+                              t.size_bytes))
+    return tuple(out)
+
+
+def _model_info(ffi, info) -> ModelInfo:
+    return ModelInfo(
+        ffi.string(info.name).decode(), ffi.string(info.target_triple).decode(),
+        ffi.string(info.target_cpu).decode(), ffi.string(info.target_features).decode(),
+        info.arena_size, info.arena_align,
+        _tensor_infos(ffi, info.inputs, info.num_inputs),
+        _tensor_infos(ffi, info.outputs, info.num_outputs))
+
+
+class Model:
+    """A loaded model: ``m(*inputs) -> [outputs]`` or ``m.run(inputs, outputs, arena)``."""
+
+    def __init__(self, library_path: Path, name: str):
+        self.name = name
+        self.library_path = library_path
+        self._ffi = ffi = cffi.FFI()
+        ffi.cdef(_RUNTIME_CDEF)
+        # Declared without const: cffi's ABI mode reads a "const" global as a constant,
+        # which it supports only for integers. Python only reads it.
+        ffi.cdef(f"int {name}_run_v(const void *const *inputs, void *const *outputs, "
+                 f"void *arena);\nextern xlac_model_info {name}_info;")
+        try:
+            self._lib = ffi.dlopen(str(library_path))
+            self._run_v = getattr(self._lib, f"{name}_run_v")
+            self.info = _model_info(ffi, getattr(self._lib, f"{name}_info"))
+        except (OSError, AttributeError) as e:
+            raise XlacError(f"cannot load model {name} from '{library_path}': {e}") from None
+        self._arenas = threading.local()
+
+    @property
+    def arena_size(self) -> int:
+        return self.info.arena_size
+
+    @property
+    def inputs(self) -> tuple[TensorInfo, ...]:
+        return self.info.inputs
+
+    @property
+    def outputs(self) -> tuple[TensorInfo, ...]:
+        return self.info.outputs
+
+    def __repr__(self) -> str:
+        ports = lambda ts: ", ".join(f"{t.name}: {t.dtype}{list(t.shape)}" for t in ts)  # noqa: E731
+        return f"<xlac.Model {self.name} ({ports(self.inputs)}) -> ({ports(self.outputs)})>"
+
+    def new_arena(self) -> np.ndarray:
+        """A fresh arena: ``arena_size`` bytes (uint8) at an ``arena_align``-aligned address."""
+        size, align = self.info.arena_size, self.info.arena_align
+        raw = np.zeros(size + align, dtype=np.uint8)
+        skip = (-raw.ctypes.data) % align
+        return raw[skip:skip + size]     # a view: keeps ``raw`` alive
+
+    def _thread_arena(self) -> np.ndarray:
+        arena = getattr(self._arenas, "arena", None)
+        if arena is None:
+            arena = self._arenas.arena = self.new_arena()
+        return arena
+
+    def __call__(self, *inputs) -> list[np.ndarray]:
+        """Run on ``inputs`` (array-likes, in graph order) with this thread's arena;
+        returns new output arrays."""
+        arrays = self._check_inputs(inputs)
+        outputs = [np.empty(t.shape, dtype=t.dtype) for t in self.outputs]
+        self._call(arrays, outputs, self._thread_arena())
+        return outputs
+
+    def run(self, inputs, outputs, arena) -> None:
+        """Run with caller-provided memory: ``outputs`` are C-contiguous, writable arrays
+        of the output dtypes and shapes; ``arena`` is an array of at least ``arena_size``
+        bytes at an ``arena_align``-aligned address (``new_arena()`` makes one)."""
+        arrays = self._check_inputs(inputs)
+        outputs = list(outputs)
+        if len(outputs) != len(self.outputs):
+            raise XlacError(f"{self.name} has {len(self.outputs)} output(s), "
+                            f"got {len(outputs)} output array(s)")
+        for t, o in zip(self.outputs, outputs):
+            if not isinstance(o, np.ndarray) or o.dtype != t.dtype or o.shape != t.shape:
+                got = f"{o.dtype}{list(o.shape)}" if isinstance(o, np.ndarray) else type(o).__name__
+                raise XlacError(f"output '{t.name}' must be a {t.dtype}{list(t.shape)} array, "
+                                f"got {got}")
+            if not (o.flags.c_contiguous and o.flags.writeable):
+                raise XlacError(f"output '{t.name}' must be a C-contiguous, writable array")
+        self._check_arena(arena)
+        self._call(arrays, outputs, arena)
+
+    def _check_inputs(self, inputs) -> list[np.ndarray]:
+        if len(inputs) != len(self.inputs):
+            raise XlacError(f"{self.name} takes {len(self.inputs)} input(s) "
+                            f"({', '.join(t.name for t in self.inputs)}), got {len(inputs)}")
+        arrays = []
+        for t, x in zip(self.inputs, inputs):
+            # Arrays must already have the model's dtype (a silent float64 -> float32 cast
+            # hides bugs); plain Python values are converted to it.
+            a = x if isinstance(x, np.ndarray) else np.asarray(x, dtype=t.dtype)
+            if a.dtype != t.dtype:
+                raise XlacError(f"input '{t.name}' must have dtype {t.dtype}, got {a.dtype}")
+            if a.shape != t.shape:
+                raise XlacError(f"input '{t.name}' must have shape {t.shape}, got {a.shape}")
+            arrays.append(np.ascontiguousarray(a))
+        return arrays
+
+    def _check_arena(self, arena) -> None:
+        if not isinstance(arena, np.ndarray) or not arena.flags.c_contiguous:
+            raise XlacError("the arena must be a C-contiguous numpy array (see new_arena())")
+        if arena.nbytes < self.info.arena_size:
+            raise XlacError(f"the arena has {arena.nbytes} bytes; {self.name} needs "
+                            f"{self.info.arena_size}")
+        if arena.ctypes.data % self.info.arena_align:
+            raise XlacError(f"the arena must be aligned to {self.info.arena_align} bytes "
+                            "(see new_arena())")
+        if not arena.flags.writeable:
+            raise XlacError("the arena must be writable")
+
+    def _call(self, inputs, outputs, arena) -> None:
+        ffi = self._ffi
+        # cffi cannot make a zero-length array; the callee never reads an empty list.
+        in_ptrs = ffi.new("void *[]", [ffi.cast("void *", a.ctypes.data) for a in inputs] or 1)
+        out_ptrs = ffi.new("void *[]", [ffi.cast("void *", o.ctypes.data) for o in outputs] or 1)
+        status = self._run_v(in_ptrs, out_ptrs, ffi.cast("void *", arena.ctypes.data))
+        if status != 0:
+            reason = ffi.string(self._lib.xlac_status_string(status)).decode()
+            raise XlacError(f"{self.name}_run_v failed with status {status}: {reason}")
+
+
+def load(path) -> Model:
+    """Load the object at ``path``; its header (same name, suffix ``.h``) must be beside it."""
+    object_path = Path(os.fspath(path))
+    if not object_path.is_file():
+        raise XlacError(f"no compiled model at '{object_path}'")
+    facts = read_header(object_path.with_suffix(".h"))
+    check_runs_here(facts, object_path)
+    return Model(link_shared_library(object_path, facts.name), facts.name)

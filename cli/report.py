@@ -1,0 +1,94 @@
+"""``--report``: what the compiler did to a model, as a dict (``--report-json``) and as text.
+
+The numbers come from the compiled module and its buffer assignment, never from
+estimates: ``arena_bytes`` is the header's NAME_ARENA_SIZE; ``naive_activation_bytes``
+is what the arena would take with no buffer reuse; ``lower_bound_bytes`` is the
+most bytes live at once in the chosen order, which no packing of that order can beat.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from .hlo import Module, Opcode
+from .optimizer import BufferAssignment
+
+
+def op_counts(module: Module) -> dict[str, int]:
+    """Instructions of the entry computation per opcode (parameters excluded), most first."""
+    counts = Counter(i.opcode.text for i in module.entry.instructions
+                     if i.opcode is not Opcode.PARAMETER)
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def fusion_summary(module: Module) -> list[dict]:
+    """One record per fusion instruction of the entry: its kind, root op and the ops it fused."""
+    out = []
+    for i in module.entry.instructions:
+        if i.opcode is Opcode.FUSION:
+            fused = i.called[0]
+            ops = Counter(f.opcode.text for f in fused.instructions
+                          if f.opcode is not Opcode.PARAMETER)
+            out.append({"name": i.name, "kind": i.attrs["kind"], "root": fused.root.opcode.text,
+                        "ops": dict(sorted(ops.items()))})
+    return out
+
+
+def weight_bytes(module: Module) -> int:
+    """Bytes of every constant left after optimization: the read-only data of the object."""
+    return sum(i.shape.byte_size for comp in module.computations for i in comp.instructions
+               if i.opcode is Opcode.CONSTANT)
+
+
+def build_report(*, name: str, target, imported_ops: dict[str, int], module: Module,
+                 assignment: BufferAssignment, times: dict[str, float],
+                 files: list[str]) -> dict:
+    return {
+        "name": name,
+        "target": {"triple": target.triple, "cpu": target.cpu, "features": target.features},
+        "files": files,
+        "imported_ops": imported_ops,
+        "ops": op_counts(module),
+        "fusions": fusion_summary(module),
+        "weight_bytes": weight_bytes(module),
+        "arena_bytes": assignment.arena_size,
+        "arena_alignment": assignment.alignment,
+        "naive_activation_bytes": assignment.naive_bytes,
+        "lower_bound_bytes": assignment.lower_bound,
+        "packing": assignment.stats.get("packing"),
+        "times_s": {stage: round(seconds, 4) for stage, seconds in times.items()},
+    }
+
+
+def _counts_text(counts: dict[str, int]) -> str:
+    return ", ".join(f"{op} {n}" for op, n in counts.items()) or "none"
+
+
+def _bytes_text(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n:,} bytes ({n / size:.1f} {unit})"
+    return f"{n:,} bytes"
+
+
+def format_report(report: dict) -> str:
+    t = report["target"]
+    fusions = report["fusions"]
+    fused_ops = sum(sum(f["ops"].values()) for f in fusions)
+    naive, arena = report["naive_activation_bytes"], report["arena_bytes"]
+    saving = f" ({100 * (1 - arena / naive):.0f}% less)" if naive else ""
+    lines = [
+        f"xlac report for {report['name']} ({t['triple']}, cpu {t['cpu']})",
+        f"  output files        {', '.join(report['files'])}",
+        f"  imported ops        {sum(report['imported_ops'].values())}: "
+        f"{_counts_text(report['imported_ops'])}",
+        f"  optimized ops       {sum(report['ops'].values())}: {_counts_text(report['ops'])}",
+        f"  fusions             {len(fusions)}, holding {fused_ops} ops",
+        f"  weight bytes        {_bytes_text(report['weight_bytes'])}",
+        f"  arena bytes         {_bytes_text(arena)}{saving}",
+        f"  naive activations   {_bytes_text(naive)}",
+        f"  lower bound (order) {_bytes_text(report['lower_bound_bytes'])}",
+        "  compile time        " + ", ".join(f"{stage} {s:.2f} s"
+                                             for stage, s in report["times_s"].items())
+        + f"; total {sum(report['times_s'].values()):.2f} s",
+    ]
+    return "\n".join(lines) + "\n"
