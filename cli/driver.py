@@ -110,6 +110,11 @@ def _compile(model, output, *, name, target, cpu, emit_kind, input_shapes, opt_l
                         "name the output file with another suffix, e.g. model.o")
     name = name if name is not None else c_identifier_for_model(output.stem)
     _check_options(name, emit_kind, opt_level)
+    # Fail before a long compile rather than after it; write_files still reports
+    # whatever else goes wrong when writing.
+    folder = output.parent
+    if not folder.is_dir():
+        raise XlacError(f"cannot write '{output}': folder '{folder}' does not exist")
     dump = _pass_dumper(Path(dump_passes)) if dump_passes is not None else None
 
     with progress:

@@ -1,0 +1,130 @@
+"""The ``xlac`` command.
+
+    xlac MODEL.onnx -o OUT.o [--name NAME] [--target TRIPLE] [--cpu CPU]
+         [--emit obj|asm|llvm|hlo] [--input-shape NAME=1x3x224x224 ...]
+         [--report] [--report-json FILE] [--dump-passes DIR] [-O0|-O1|-O2|-O3]
+    xlac --runtime-dir
+
+Exit status: 0 on success; 1 for anything the user can fix (bad model, bad
+option, unwritable output), reported as one ``xlac: error: ...`` line on stderr;
+2 for a bug in xlac, also one line (the traceback too with XLAC_DEBUG=1).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+
+from . import runtime_c
+from .driver import EMIT_KINDS, compile, parse_input_shape
+from .hlo import XlacError
+from .progress import Progress
+from .report import format_report
+
+EXIT_USER_ERROR = 1
+EXIT_INTERNAL_ERROR = 2
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    # argparse prints the whole usage and exits with 2; a usage mistake is a user
+    # error like any other: one line, exit status 1.
+    def error(self, message):
+        raise _UsageError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="xlac", description="Compile an ONNX model into an object file and a "
+                "C header (weights embedded, one caller-provided arena, no malloc).")
+    p.add_argument("model", nargs="?", metavar="MODEL.onnx", help="the ONNX model")
+    p.add_argument("-o", dest="output", metavar="OUT.o",
+                   help="output file; the header OUT.h is written beside it")
+    p.add_argument("--name", help="C symbol prefix (default: OUT's stem as a C identifier)")
+    p.add_argument("--target", metavar="TRIPLE", help="LLVM target triple (default: this machine)")
+    p.add_argument("--cpu", help="target CPU (default: this machine's for the host target, "
+                   "a generic CPU otherwise)")
+    p.add_argument("--emit", choices=EMIT_KINDS, default="obj",
+                   help="what OUT holds: object code (default), assembly, LLVM IR or HLO text")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMxDIM...",
+                   help="pin the shape of an input with dynamic dimensions (repeatable)")
+    p.add_argument("--report", action="store_true",
+                   help="print op counts, fusions, memory and compile times to stdout")
+    p.add_argument("--report-json", metavar="FILE", help="write the report as JSON to FILE")
+    p.add_argument("--dump-passes", metavar="DIR",
+                   help="write the HLO after import and after each optimization pass to DIR")
+    p.add_argument("-O", dest="opt_level", type=int, choices=range(4), default=2,
+                   metavar="LEVEL", help="optimization level -O0 .. -O3 (default -O2)")
+    p.add_argument("--runtime-dir", action="store_true",
+                   help="print the folder holding xlac_runtime.h and xlac_runtime.c, and exit")
+    return p
+
+
+def _input_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
+    shapes: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        name, dims = parse_input_shape(spec)
+        if name in shapes:
+            raise XlacError(f"--input-shape gives input '{name}' twice")
+        shapes[name] = dims
+    return shapes
+
+
+def _write_json(path: str, report: dict) -> None:
+    try:
+        with open(path, "w") as f:
+            json.dump(report, f, indent=2)
+            f.write("\n")
+    except OSError as e:
+        raise XlacError(f"cannot write '{path}': {e.strerror or e}") from None
+
+
+def _run(argv) -> int:
+    args = _parser().parse_args(argv)
+    if args.runtime_dir:
+        print(os.path.dirname(os.path.abspath(runtime_c.__file__)))
+        return 0
+    if args.model is None:
+        raise _UsageError("no model given (usage: xlac MODEL.onnx -o OUT.o)")
+    if args.output is None:
+        raise _UsageError("no output given: add -o OUT.o")
+    want_report = args.report or args.report_json is not None
+    result = compile(args.model, args.output, name=args.name, target=args.target,
+                     cpu=args.cpu, emit=args.emit, input_shapes=_input_shapes(args.input_shape),
+                     opt_level=args.opt_level, report=want_report,
+                     dump_passes=args.dump_passes, progress=Progress(sys.stderr))
+    if args.report_json is not None:
+        _write_json(args.report_json, result.report)
+    if args.report:
+        sys.stdout.write(format_report(result.report))
+    return 0
+
+
+def _one_line(text: str) -> str:
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+def main(argv=None) -> int:
+    try:
+        return _run(sys.argv[1:] if argv is None else argv)
+    except (XlacError, _UsageError) as e:
+        print(f"xlac: error: {_one_line(e)}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("xlac: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:   # noqa: BLE001  (anything else is a bug in xlac)
+        if os.environ.get("XLAC_DEBUG") == "1":
+            traceback.print_exc()
+        print(f"xlac: internal error in xlac ({type(e).__name__}: {_one_line(e)}); "
+              "rerun with XLAC_DEBUG=1 for the traceback and please report it",
+              file=sys.stderr)
+        return EXIT_INTERNAL_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())
