@@ -5,7 +5,9 @@
 """
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import llvmlite.binding as llvm
 from llvmlite import ir
@@ -48,23 +50,28 @@ def emit(module: Module, assignment: BufferAssignment, options: EmitOptions,
         raise XlacError(f"unknown output kind(s) {sorted(unknown)}; choose from {list(KINDS)}")
     target, tm = make_target(options.triple, options.cpu, options.features, options.opt_level)
     interface = model_interface(module, options.name)
-    llvm_module = ir.Module(name=options.name)
-    llvm_module.triple = target.triple
-    llvm_module.data_layout = target.data_layout
-    constants = ConstantPool(llvm_module, f"{options.name}.")
-    libcalls = emit_entry(llvm_module, module, assignment, interface, target, constants)
-    emit_model_info(llvm_module, interface, target, assignment.arena_size, assignment.alignment)
-    parsed = llvm.parse_assembly(str(llvm_module))
-    parsed.verify()
-    optimize_ir(parsed, tm, options.opt_level)
-    return Artifact(
-        llvm_ir=str(parsed) if "llvm" in kinds else None,
-        object_code=emit_object(tm, parsed) if "obj" in kinds else None,
-        assembly=emit_assembly(tm, parsed) if "asm" in kinds else None,
-        header=render_header(interface, target, assignment.arena_size, assignment.alignment,
-                             libcalls),
-        target=target,
-    )
+    # .incbin only where nothing textual is asked for: the text would name a temp file.
+    use_incbin = set(kinds) == {"obj"} and target.is_host and "linux" in target.triple
+    with tempfile.TemporaryDirectory(prefix="xlac-") as tmp:
+        llvm_module = ir.Module(name=options.name)
+        llvm_module.triple = target.triple
+        llvm_module.data_layout = target.data_layout
+        constants = ConstantPool(llvm_module, f"{options.name}.",
+                                 Path(tmp) if use_incbin else None)
+        libcalls = emit_entry(llvm_module, module, assignment, interface, target, constants)
+        emit_model_info(llvm_module, interface, target, assignment.arena_size,
+                        assignment.alignment)
+        parsed = llvm.parse_assembly(str(llvm_module) + constants.module_asm())
+        parsed.verify()
+        optimize_ir(parsed, tm, options.opt_level)
+        return Artifact(
+            llvm_ir=str(parsed) if "llvm" in kinds else None,
+            object_code=emit_object(tm, parsed) if "obj" in kinds else None,
+            assembly=emit_assembly(tm, parsed) if "asm" in kinds else None,
+            header=render_header(interface, target, assignment.arena_size,
+                                 assignment.alignment, libcalls),
+            target=target,
+        )
 
 
 def scratch_bytes(instr: Instruction, target: TargetInfo) -> int:

@@ -103,6 +103,7 @@ class _ComputeEmitter:
         self.constants = constants
         self.places = _Places(assignment)
         self.libcalls: set[str] = set()
+        self._kernels: dict[tuple, ir.Function] = {}
         fnty = ir.FunctionType(VOID, [PTR, PTR, PTR])
         self.fn = ir.Function(llvm_module, fnty, f"{interface.name}_compute")
         self.fn.linkage = "internal"
@@ -173,8 +174,15 @@ class _ComputeEmitter:
         self.b.call(fn, [self.pointer(out)] + [self.pointer(p) for p, _ in operands])
 
     def _emit_kernel_call(self, instr: Instruction) -> None:
-        fn = kernels.emit_kernel(self.llvm_module, instr, self._function_name(instr),
-                                 self.target)
+        # A kernel depends only on shapes and attributes: ops alike share one function
+        # (ResNet-50's 53 convolutions need 20), which saves most of LLVM's time.
+        key = (instr.opcode, instr.shape, tuple(o.shape for o in instr.operands),
+               tuple(sorted(instr.attrs.items())))
+        fn = self._kernels.get(key)
+        if fn is None:
+            fn = kernels.emit_kernel(self.llvm_module, instr, self._function_name(instr),
+                                     self.target)
+            self._kernels[key] = fn
         args = [self.pointer(self.places[instr])]
         args += [self.pointer(self.places[o]) for o in instr.operands]
         if kernels.scratch_bytes(instr, self.target) > 0:

@@ -13,9 +13,11 @@ import llvmlite.binding as llvm
 from ..hlo import XlacError
 
 # llvmlite 0.50 initializes the LLVM core by itself; the non-native targets and their
-# assembly printers must still be registered once for cross compilation.
+# assembly printers must still be registered once for cross compilation, and the host's
+# assembly parser for module-level assembly.
 llvm.initialize_all_targets()
 llvm.initialize_all_asmprinters()
+llvm.initialize_native_asmparser()     # module-level asm (constants.py's .incbin)
 
 # CPU and features for a foreign triple, keyed by the triple's architecture. Anything not
 # listed gets LLVM's "generic" CPU and no extra features.
