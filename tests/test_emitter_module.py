@@ -65,6 +65,24 @@ def test_ir_has_entry_points_and_byte_string_constants():
     assert re.search(r"constant \[16000 x i8\] c\"[^\"]*\", align 64", ir_text)
 
 
+def test_large_constants_embed_through_incbin_in_host_objects(tmp_path):
+    """Weights over 64 KiB skip the IR (.incbin of a temp file); the object must still
+    carry them itself, as local read-only data, once the temp file is gone."""
+    big = np.random.default_rng(0).standard_normal((300, 250)).astype(np.float32)
+    b = Builder("main")
+    x = b.parameter(0, Shape.array(F32, (300, 250)), "x")
+    y = b.op(Opcode.MULTIPLY, x, b.constant(big))
+    m = Module("big")
+    m.add_computation(b.build(y), entry=True)
+    m.signature = Signature([TensorSpec("x", F32, (300, 250))], [TensorSpec("y", F32, (300, 250))])
+    model = compile_module(m, tmp_path, name="big")
+    x0 = np.random.default_rng(1).standard_normal((300, 250)).astype(np.float32)
+    np.testing.assert_array_equal(model(x0)[0], x0 * big)
+    syms = subprocess.run(["nm", str(tmp_path / "big.o")], capture_output=True, text=True).stdout
+    const_lines = [line for line in syms.splitlines() if "const" in line]
+    assert const_lines and all(line.split()[1] == "r" for line in const_lines), syms
+
+
 def test_inner_loop_is_vectorized():
     ir_text = _emit(small_model(), kinds=("llvm",)).llvm_ir
     assert re.search(r"<\d+ x float>", ir_text)
