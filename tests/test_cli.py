@@ -1,0 +1,292 @@
+"""The xlac command: outputs per --emit kind, options, the report, and user errors.
+
+Most cases call ``xlac.main.main(argv)`` in process (fast); a few run the installed
+console script to check what a shell user sees.
+"""
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import xlac
+import xlac.driver
+from xlac.hlo.text import parse_module
+from xlac.main import main
+from xlac.outputs import write_files
+from xlac.progress import Progress
+
+EM_X86_64, EM_AARCH64 = 62, 183
+
+
+def make_model(nodes, inputs, outputs, initializers=()) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def f32(name, dims):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, dims)
+
+
+def net_model(batch="N") -> onnx.ModelProto:
+    """A dense layer and an element-wise tail (fusable): y = relu(x @ w) * x2 + x2."""
+    w = numpy_helper.from_array(np.random.default_rng(1).standard_normal((8, 8))
+                                .astype(np.float32), "w")
+    return make_model(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]),
+         helper.make_node("Relu", ["h"], ["r"]),
+         helper.make_node("Mul", ["x", "x"], ["x2"]),
+         helper.make_node("Mul", ["r", "x2"], ["p"]),
+         helper.make_node("Add", ["p", "x2"], ["y"])],
+        [f32("x", [batch, 8])], [f32("y", [batch, 8])], [w])
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    monkeypatch.setenv("XLAC_CACHE_DIR", str(tmp_path / "cache"))
+    onnx.save(net_model(), tmp_path / "net.onnx")
+    onnx.save(net_model(batch=2), tmp_path / "static.onnx")
+    return tmp_path
+
+
+def xlac_cli(capsys, *args) -> tuple[int, str, str]:
+    status = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def files_in(folder: Path) -> set[str]:
+    return {p.name for p in folder.iterdir() if p.name != "cache"}
+
+
+def header_define(header: Path, macro: str) -> int:
+    for line in header.read_text().splitlines():
+        if line.startswith(f"#define {macro} "):
+            return int(line.split()[2].rstrip("u"))
+    raise AssertionError(f"{macro} not in {header}")
+
+
+def elf_machine(path: Path) -> int:
+    data = path.read_bytes()
+    assert data[:4] == b"\x7fELF"
+    return int.from_bytes(data[18:20], "little")
+
+
+# -- user errors: one line, status 1, no output files ---------------------------
+
+def _truncated(d: Path) -> list:
+    (d / "cut.onnx").write_bytes((d / "static.onnx").read_bytes()[:40])
+    return [d / "cut.onnx", "-o", d / "out.o"]
+
+
+def _unsupported(d: Path) -> list:
+    model = make_model([helper.make_node("NonZero", ["x"], ["y"], name="nz")],
+                       [f32("x", [4])], [helper.make_tensor_value_info("y", TensorProto.INT64,
+                                                                       [1, None])])
+    onnx.save(model, d / "nz.onnx")
+    return [d / "nz.onnx", "-o", d / "out.o"]
+
+
+BAD_INPUTS = {
+    "truncated model": (_truncated, "cannot read ONNX model"),
+    "unsupported op": (_unsupported, "NonZero (node 'nz')"),
+    "unpinned dynamic dim": (lambda d: [d / "net.onnx", "-o", d / "out.o"],
+                             "--input-shape x=1x8"),
+    "missing output folder": (lambda d: [d / "static.onnx", "-o", d / "no" / "out.o"],
+                              "does not exist"),
+    "bad --input-shape": (lambda d: [d / "net.onnx", "-o", d / "out.o", "--input-shape", "x=2,8"],
+                          "bad --input-shape 'x=2,8'"),
+    "unknown --input-shape name": (lambda d: [d / "net.onnx", "-o", d / "out.o",
+                                              "--input-shape", "z=2x8"], "not a model input"),
+    "unknown --target": (lambda d: [d / "static.onnx", "-o", d / "out.o", "--target", "nope-x-y"],
+                         "unknown target triple 'nope-x-y'"),
+    "bad --name": (lambda d: [d / "static.onnx", "-o", d / "out.o", "--name", "9lives"],
+                   "bad model name '9lives'"),
+    "no -o": (lambda d: [d / "static.onnx"], "no output given"),
+    "header is a folder": (lambda d: (d / "out.h").mkdir() or [d / "static.onnx", "-o", d / "out.o"],
+                           "it is a folder"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=list(BAD_INPUTS))
+def test_user_errors_print_one_line_and_leave_no_output(workdir, capsys, case):
+    make_args, message = BAD_INPUTS[case]
+    args = make_args(workdir)
+    before = files_in(workdir)
+    status, out, err = xlac_cli(capsys, *args)
+    assert status == 1
+    assert out == ""
+    assert err.startswith("xlac: error: ") and err.count("\n") == 1, err
+    assert message in err
+    assert files_in(workdir) == before
+
+
+def test_console_script_reports_bad_input_without_traceback(workdir):
+    (workdir / "cut.onnx").write_bytes(b"not a model")
+    done = subprocess.run([shutil.which("xlac") or "xlac", workdir / "cut.onnx",
+                           "-o", workdir / "out.o"], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert done.stderr.startswith("xlac: error: cannot read ONNX model")
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert not (workdir / "out.o").exists() and not (workdir / "out.h").exists()
+
+
+def test_internal_errors_exit_2_with_one_line(workdir, capsys, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("pass exploded")
+    monkeypatch.setattr(xlac.driver, "optimize", broken)
+    args = [workdir / "static.onnx", "-o", workdir / "out.o"]
+    status, _, err = xlac_cli(capsys, *args)
+    assert status == 2
+    assert err.count("\n") == 1 and "internal error in xlac" in err and "pass exploded" in err
+    assert "Traceback" not in err
+    monkeypatch.setenv("XLAC_DEBUG", "1")
+    status, _, err = xlac_cli(capsys, *args)
+    assert status == 2 and "Traceback" in err
+    assert not (workdir / "out.o").exists()
+
+
+# -- outputs ---------------------------------------------------------------------
+
+def test_object_and_header_run_like_onnxruntime(workdir, capsys):
+    out = workdir / "net.o"
+    status, _, err = xlac_cli(capsys, workdir / "net.onnx", "-o", out, "--input-shape", "x=3x8")
+    assert (status, err) == (0, "")
+    assert files_in(workdir) == {"net.onnx", "static.onnx", "net.o", "net.h"}
+    assert elf_machine(out) in (EM_X86_64, EM_AARCH64)
+    x = np.random.default_rng(2).standard_normal((3, 8)).astype(np.float32)
+    (y,) = xlac.load(out)(x)
+    want = ort.InferenceSession(str(workdir / "net.onnx")).run(None, {"x": x})[0]
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind, suffix, marker", [
+    ("asm", ".s", "static_run_v:"),
+    ("llvm", ".ll", "i32 @static_run_v(ptr"),
+    ("hlo", ".hlo", "HloModule static"),
+])
+def test_emit_kinds_write_text_at_the_output_path(workdir, capsys, kind, suffix, marker):
+    out = workdir / f"static{suffix}"
+    status, _, _ = xlac_cli(capsys, workdir / "static.onnx", "-o", out, "--emit", kind)
+    assert status == 0
+    text = out.read_text()
+    assert marker in text
+    assert "#define static_ARENA_SIZE" in (workdir / "static.h").read_text()
+    if kind == "hlo":
+        assert parse_module(text).entry.root is not None     # full text: parses back
+
+
+def test_aarch64_target_writes_an_aarch64_object(workdir, capsys):
+    out = workdir / "arm.o"
+    status, _, _ = xlac_cli(capsys, workdir / "static.onnx", "-o", out,
+                            "--target", "aarch64-unknown-linux-gnu")
+    assert status == 0
+    assert elf_machine(out) == EM_AARCH64
+    assert "Target triple: aarch64-unknown-linux-gnu" in (workdir / "arm.h").read_text()
+
+
+def test_name_option_and_default_name(workdir, capsys):
+    assert xlac_cli(capsys, workdir / "static.onnx", "-o", workdir / "a.o", "--name", "mynet")[0] == 0
+    assert "mynet_ARENA_SIZE" in (workdir / "a.h").read_text()
+    assert xlac.load(workdir / "a.o").name == "mynet"
+    assert xlac_cli(capsys, workdir / "static.onnx", "-o", workdir / "my-model.v2.o")[0] == 0
+    assert "int my_model_v2_run_v(" in (workdir / "my-model.v2.h").read_text()
+
+
+def test_O0_compiles_without_fusion_and_still_computes(workdir, capsys):
+    out = workdir / "o0.o"
+    status, _, _ = xlac_cli(capsys, workdir / "static.onnx", "-o", out, "-O0",
+                            "--report-json", workdir / "o0.json")
+    assert status == 0
+    assert json.loads((workdir / "o0.json").read_text())["fusions"] == []
+    x = np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8)
+    want = ort.InferenceSession(str(workdir / "static.onnx")).run(None, {"x": x})[0]
+    np.testing.assert_allclose(xlac.load(out)(x)[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_report_and_report_json(workdir, capsys):
+    out = workdir / "r.o"
+    status, text, _ = xlac_cli(capsys, workdir / "static.onnx", "-o", out, "--report",
+                               "--report-json", workdir / "r.json")
+    assert status == 0
+    report = json.loads((workdir / "r.json").read_text())
+    arena = header_define(workdir / "r.h", "r_ARENA_SIZE")
+    assert report["arena_bytes"] == arena
+    assert report["naive_activation_bytes"] >= arena >= report["lower_bound_bytes"]
+    # The 8x8 f32 weight, plus whatever constants the optimizer materialized.
+    assert report["weight_bytes"] >= 8 * 8 * 4
+    assert report["imported_ops"]["multiply"] == 2
+    assert report["fusions"] and report["ops"]["fusion"] == len(report["fusions"])
+    assert set(report["times_s"]) == {"import", "optimize", "schedule", "assign", "emit", "write"}
+    for line in ("arena bytes", "naive activations", "lower bound", "weight bytes", "fusions",
+                 "compile time"):
+        assert line in text
+    assert f"{arena:,} bytes" in text
+
+
+def test_runtime_dir_holds_the_runtime(capsys):
+    status, out, _ = xlac_cli(capsys, "--runtime-dir")
+    folder = Path(out.strip())
+    assert status == 0
+    assert (folder / "xlac_runtime.h").is_file() and (folder / "xlac_runtime.c").is_file()
+
+
+def test_dump_passes_writes_hlo_after_each_pass(workdir, capsys):
+    dumps = workdir / "dumps"
+    assert xlac_cli(capsys, workdir / "static.onnx", "-o", workdir / "d.o",
+                    "--dump-passes", dumps)[0] == 0
+    names = sorted(p.name for p in dumps.iterdir())
+    assert names[0] == "000-imported.hlo" and any("fusion" in n for n in names)
+    assert all((dumps / n).read_text().startswith("HloModule") for n in names)
+
+
+# -- pieces of the driver ----------------------------------------------------------
+
+def test_write_files_keeps_old_outputs_when_one_write_fails(tmp_path):
+    (tmp_path / "m.o").write_bytes(b"old")
+    (tmp_path / "m.h").mkdir()
+    with pytest.raises(xlac.XlacError):
+        write_files({tmp_path / "m.o": b"new", tmp_path / "m.h": b"new"})
+    assert (tmp_path / "m.o").read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.h", "m.o"]   # no temp files
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_shows_stages_on_a_slow_terminal_compile_only():
+    shown = _Terminal()
+    with Progress(shown, delay=0.0) as progress:
+        progress._timer.join()                 # the reveal has happened
+        for stage in ("import", "emit"):
+            with progress.stage(stage):
+                pass
+    assert "xlac: import" in shown.getvalue() and "xlac: emit" in shown.getvalue()
+    assert set(progress.times) == {"import", "emit"}
+
+    for stream, delay in ((_Terminal(), 60.0), (io.StringIO(), 0.0)):
+        with Progress(stream, delay=delay) as progress:
+            with progress.stage("import"):
+                pass
+        assert stream.getvalue() == ""
+
+
+def test_python_api_returns_the_written_files(workdir):
+    result = xlac.compile(workdir / "net.onnx", workdir / "api.o", input_shapes={"x": (5, 8)},
+                          report=True)
+    assert result.paths == (workdir / "api.o", workdir / "api.h")
+    assert result.name == "api" and result.report["arena_bytes"] == result.arena_size
+    assert xlac.compile(workdir / "static.onnx", workdir / "b.o").report is None
+    with pytest.raises(xlac.XlacError, match="unknown output kind"):
+        xlac.compile(workdir / "static.onnx", workdir / "c.o", emit="ptx")
+
