@@ -8,8 +8,8 @@
 Every stage is timed (``--report`` prints the times). The stages are shown on
 ``stream`` only when it is a terminal and the compile has run for ``delay``
 seconds: a quick compile stays quiet, a slow one shows where the time goes. A
-timer thread reveals the stage in progress at that moment; later stages print
-as they start and overwrite their line with the time when they end.
+timer thread then prints the stages already done and the one in progress; later
+stages print as they start and overwrite their line with the time when they end.
 """
 from __future__ import annotations
 
@@ -66,6 +66,8 @@ class Progress:
     def _reveal(self) -> None:
         with self._lock:
             self._visible = True
+            for name, seconds in self.times.items():     # the stages already done
+                self._write(_done(name, seconds) + "\n")
             if self._current is not None:
                 self._write(_running(self._current))
 

@@ -9,6 +9,7 @@ import io
 import json
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -266,18 +267,24 @@ class _Terminal(io.StringIO):
 
 def test_progress_shows_stages_on_a_slow_terminal_compile_only():
     shown = _Terminal()
-    with Progress(shown, delay=0.0) as progress:
-        progress._timer.join()                 # the reveal has happened
-        for stage in ("import", "emit"):
-            with progress.stage(stage):
-                pass
-    assert "xlac: import" in shown.getvalue() and "xlac: emit" in shown.getvalue()
-    assert set(progress.times) == {"import", "emit"}
+    with Progress(shown, delay=0.05) as progress:
+        with progress.stage("import"):
+            pass
+        with progress.stage("emit"):
+            time.sleep(0.3)                    # the reveal comes during this stage
+        with progress.stage("write"):
+            pass
+    lines = shown.getvalue().split("\n")[:-1]
+    assert lines[0].startswith("xlac: import") and lines[0].endswith(" s")   # done before
+    assert lines[1].startswith("xlac: emit      ...\rxlac: emit")
+    assert lines[2].startswith("xlac: write") and len(lines) == 3
+    assert set(progress.times) == {"import", "emit", "write"}
+    assert progress.times["emit"] >= 0.3
 
     for stream, delay in ((_Terminal(), 60.0), (io.StringIO(), 0.0)):
         with Progress(stream, delay=delay) as progress:
             with progress.stage("import"):
-                pass
+                time.sleep(0.05)
         assert stream.getvalue() == ""
 
 
