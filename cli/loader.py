@@ -38,8 +38,8 @@ from .hlo import XlacError, dtypes
 
 RUNTIME_DIR = Path(os.path.dirname(runtime_c.__file__))
 
-# enum xlac_dtype of xlac_runtime.h (the numbering is ABI) -> numpy.
-_NUMPY_DTYPES = {
+# enum xlac_dtype of xlac_runtime.h (the numbering is ABI) -> our DType (.np: numpy).
+_XLAC_DTYPES = {
     0: dtypes.PRED, 1: dtypes.S8, 2: dtypes.S16, 3: dtypes.S32, 4: dtypes.S64,
     5: dtypes.U8, 6: dtypes.U16, 7: dtypes.U32, 8: dtypes.U64,
     9: dtypes.F16, 10: dtypes.BF16, 11: dtypes.F32, 12: dtypes.F64,
@@ -193,7 +193,7 @@ def _tensor_infos(ffi, array, count: int) -> tuple[TensorInfo, ...]:
     for k in range(count):
         t = array[k]
         out.append(TensorInfo(ffi.string(t.name).decode(), ffi.string(t.c_name).decode(),
-                              _NUMPY_DTYPES[t.dtype].np, tuple(t.dims[d] for d in range(t.rank)),
+                              _XLAC_DTYPES[t.dtype].np, tuple(t.dims[d] for d in range(t.rank)),
                               t.size_bytes))
     return tuple(out)
 
@@ -205,6 +205,10 @@ def _model_info(ffi, info) -> ModelInfo:
         info.arena_size, info.arena_align,
         _tensor_infos(ffi, info.inputs, info.num_inputs),
         _tensor_infos(ffi, info.outputs, info.num_outputs))
+
+
+def _ports_text(tensors: tuple[TensorInfo, ...]) -> str:
+    return ", ".join(f"{t.name}: {t.dtype}{list(t.shape)}" for t in tensors)
 
 
 class Model:
@@ -240,8 +244,8 @@ class Model:
         return self.info.outputs
 
     def __repr__(self) -> str:
-        ports = lambda ts: ", ".join(f"{t.name}: {t.dtype}{list(t.shape)}" for t in ts)  # noqa: E731
-        return f"<xlac.Model {self.name} ({ports(self.inputs)}) -> ({ports(self.outputs)})>"
+        return (f"<xlac.Model {self.name} ({_ports_text(self.inputs)}) -> "
+                f"({_ports_text(self.outputs)})>")
 
     def new_arena(self) -> np.ndarray:
         """A fresh arena: ``arena_size`` bytes (uint8) at an ``arena_align``-aligned address."""

@@ -112,8 +112,8 @@ BAD_INPUTS = {
     "bad --name": (lambda d: [d / "static.onnx", "-o", d / "out.o", "--name", "9lives"],
                    "bad model name '9lives'"),
     "no -o": (lambda d: [d / "static.onnx"], "no output given"),
-    "header is a folder": (lambda d: (d / "out.h").mkdir() or [d / "static.onnx", "-o", d / "out.o"],
-                           "it is a folder"),
+    "header is a folder": (lambda d: (d / "out.h").mkdir()
+                           or [d / "static.onnx", "-o", d / "out.o"], "it is a folder"),
 }
 
 
@@ -195,7 +195,9 @@ def test_aarch64_target_writes_an_aarch64_object(workdir, capsys):
 
 
 def test_name_option_and_default_name(workdir, capsys):
-    assert xlac_cli(capsys, workdir / "static.onnx", "-o", workdir / "a.o", "--name", "mynet")[0] == 0
+    status, _, _ = xlac_cli(capsys, workdir / "static.onnx", "-o", workdir / "a.o",
+                            "--name", "mynet")
+    assert status == 0
     assert "mynet_ARENA_SIZE" in (workdir / "a.h").read_text()
     assert xlac.load(workdir / "a.o").name == "mynet"
     assert xlac_cli(capsys, workdir / "static.onnx", "-o", workdir / "my-model.v2.o")[0] == 0
