@@ -93,6 +93,9 @@ def _run(argv) -> int:
     if args.output is None:
         raise _UsageError("no output given: add -o OUT.o")
     want_report = args.report or args.report_json is not None
+    # Checked before compiling, so a bad report path does not fail after the outputs exist.
+    if args.report_json is not None and not os.path.isdir(os.path.dirname(args.report_json) or "."):
+        raise XlacError(f"cannot write '{args.report_json}': its folder does not exist")
     result = compile(args.model, args.output, name=args.name, target=args.target,
                      cpu=args.cpu, emit=args.emit, input_shapes=_input_shapes(args.input_shape),
                      opt_level=args.opt_level, report=want_report,

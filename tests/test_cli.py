@@ -112,6 +112,9 @@ BAD_INPUTS = {
     "bad --name": (lambda d: [d / "static.onnx", "-o", d / "out.o", "--name", "9lives"],
                    "bad model name '9lives'"),
     "no -o": (lambda d: [d / "static.onnx"], "no output given"),
+    "report in a missing folder": (lambda d: [d / "static.onnx", "-o", d / "out.o",
+                                              "--report-json", d / "no" / "r.json"],
+                                   "its folder does not exist"),
     "header is a folder": (lambda d: (d / "out.h").mkdir()
                            or [d / "static.onnx", "-o", d / "out.o"], "it is a folder"),
 }
