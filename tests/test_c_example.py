@@ -108,3 +108,13 @@ def test_bundled_model_is_what_the_script_makes(tmp_path):
     out = tmp_path / "lenet.onnx"
     run([sys.executable, EXAMPLE / "make_lenet.py", "-o", out])
     assert out.read_bytes() == (EXAMPLE / "lenet.onnx").read_bytes()
+
+
+def test_ci_runs_the_readme_quick_start_commands():
+    """.ci/run runs the README's two quick-start commands exactly as written."""
+    quick_start = (ROOT / "README.md").read_text().split("## Quick start")[1].split("\n## ")[0]
+    commands = re.findall(r"```sh\n(.*?)\n```", quick_start, re.DOTALL)
+    assert len(commands) == 2
+    ci_lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    for command in commands:
+        assert command in ci_lines

@@ -1,0 +1,94 @@
+"""Models written in PyTorch, exported to ONNX, compiled by xlac, against onnxruntime.
+
+Exported with torch's TorchScript exporter (``dynamo=False``): the torch.export-based
+one needs onnxscript, which the test extras do not install. The whole module is
+skipped where torch is not installed.
+"""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import xlac
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+OPSET = 13        # LayerNormalization (opset 17) is exported as its primitive ops here
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2, self.fc3 = nn.Linear(32, 64), nn.Linear(64, 64), nn.Linear(64, 10)
+        self.norm = nn.LayerNorm(64)
+
+    def forward(self, x):
+        h = nn.functional.gelu(self.fc1(x))          # erf GELU
+        h = self.norm(torch.tanh(self.fc2(h)) + h)
+        return torch.log_softmax(self.fc3(h), dim=-1)
+
+
+class SmallCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                                  nn.MaxPool2d(2))
+        self.depthwise = nn.Conv2d(16, 16, 3, padding=1, groups=16)
+        self.pointwise = nn.Conv2d(16, 32, 1)
+        self.bn = nn.BatchNorm2d(32)
+        self.project = nn.Conv2d(16, 32, 1, stride=1, bias=False)
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x):
+        h = self.stem(x)
+        h = nn.functional.relu(self.bn(self.pointwise(self.depthwise(h))) + self.project(h))
+        h = nn.functional.adaptive_avg_pool2d(nn.functional.avg_pool2d(h, 2), 1).flatten(1)
+        return self.head(h)
+
+
+def _randomize_batch_norms(model: nn.Module, gen: torch.Generator) -> None:
+    """Running statistics away from (0, 1), so folding them into the graph is tested."""
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.copy_(torch.randn(m.num_features, generator=gen) * 0.1)
+            m.running_var.copy_(torch.rand(m.num_features, generator=gen) + 0.5)
+            m.weight.data.copy_(1 + 0.1 * torch.randn(m.num_features, generator=gen))
+
+
+def export(model: nn.Module, example: torch.Tensor) -> onnx.ModelProto:
+    buffer = io.BytesIO()
+    torch.onnx.export(model, (example,), buffer, dynamo=False, opset_version=OPSET,
+                      input_names=["input"], output_names=["output"])
+    return onnx.load_from_string(buffer.getvalue())
+
+
+CASES = {"mlp": (MLP, (4, 32)), "small_cnn": (SmallCNN, (2, 3, 32, 32))}
+
+
+@pytest.fixture(params=sorted(CASES))
+def exported(request):
+    make, shape = CASES[request.param]
+    gen = torch.Generator().manual_seed(0)
+    torch.manual_seed(0)
+    model = make().eval()
+    with torch.no_grad():
+        _randomize_batch_norms(model, gen)
+        x = torch.randn(*shape, generator=gen)
+        want_torch = model(x).numpy()
+    return request.param, export(model, x), x.numpy(), want_torch
+
+
+def test_exported_model_matches_onnxruntime(exported, tmp_path):
+    name, model, x, want_torch = exported
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (want,) = sess.run(None, {"input": x})
+    np.testing.assert_allclose(want, want_torch, rtol=1e-4, atol=1e-5)   # the export is sound
+    result = xlac.compile(model, tmp_path / f"{name}.o")
+    (got,) = xlac.load(result.output)(x)
+    assert got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
