@@ -17,6 +17,8 @@ import xlac
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
+# torch warns that the TorchScript exporter is deprecated, on every export.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 OPSET = 13        # LayerNormalization (opset 17) is exported as its primitive ops here
 
