@@ -44,6 +44,8 @@ PASS_THROUGH = {"Unsqueeze", "Reshape", "Identity"}
 # A batch-norm scale feeding a residual sum is damped, as in Fixup / zero-init-gamma
 # training, so that activations do not double at every residual block.
 RESIDUAL_SCALE = 0.5
+# Ops after which a layer's output goes on without a nonlinearity.
+LINEAR_USERS = {"Sum", "Conv", "Gemm", "Softmax"}
 RTOL = 1e-4
 
 
@@ -104,14 +106,14 @@ def _random_weight(rng, shape, node, slot, users) -> np.ndarray:
     normal = rng.standard_normal(shape)
     op = node.op_type
     if (op, slot) in (("Conv", 1), ("Gemm", 1)):
-        # He: variance 2 / fan-in before a ReLU (which halves it), 1 / fan-in otherwise.
         if op == "Conv":
             fan_in = int(np.prod(shape[1:]))
         else:
             trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
             fan_in = shape[1] if trans_b else shape[0]
-        gain = 2.0 if "Relu" in _next_ops(node, users) or op == "Conv" and not (
-            _next_ops(node, users) <= {"Sum", "Conv"}) else 1.0
+        # He: variance 2 / fan-in where a ReLU follows (it halves the variance),
+        # 1 / fan-in where the output goes on linearly (or is the model's output).
+        gain = 1.0 if _next_ops(node, users) <= LINEAR_USERS else 2.0
         return normal * np.sqrt(gain / fan_in)
     if (op, slot) == ("BatchNormalization", 1) or (op, slot) == ("Mul", 1):  # scales ~ 1
         damp = RESIDUAL_SCALE if "Sum" in {n.op_type for n, _ in users.get(node.output[0], [])} \
