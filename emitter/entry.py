@@ -174,10 +174,10 @@ class _ComputeEmitter:
         self.b.call(fn, [self.pointer(out)] + [self.pointer(p) for p, _ in operands])
 
     def _emit_kernel_call(self, instr: Instruction) -> None:
-        # A kernel depends only on shapes and attributes: ops alike share one function
-        # (ResNet-50's 53 convolutions need 20), which saves most of LLVM's time.
-        key = (instr.opcode, instr.shape, tuple(o.shape for o in instr.operands),
-               tuple(sorted(instr.attrs.items())))
+        # Kernels take the sizes that vary between layers as i64 arguments: ops with one
+        # kernel key (e.g. all 1x1 convolutions) share one function, which saves most of
+        # LLVM's time (DenseNet-121's 121 convolutions need 3 functions).
+        key = kernels.kernel_key(instr, self.target)
         fn = self._kernels.get(key)
         if fn is None:
             fn = kernels.emit_kernel(self.llvm_module, instr, self._function_name(instr),
@@ -188,6 +188,7 @@ class _ComputeEmitter:
         if kernels.scratch_bytes(instr, self.target) > 0:
             loc = self.assignment.scratch[instr]
             args.append(self.pointer(Place(loc.space, loc.index, loc.offset)))
+        args += [i64(v) for v in kernels.kernel_arguments(instr, self.target)]
         self.b.call(fn, args)
 
     def _emit_output_copies(self) -> None:

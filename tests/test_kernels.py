@@ -6,6 +6,7 @@ actually takes it, so a change in path selection cannot silently drop coverage.
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from xlac.hlo import (Builder, ConvDimensionNumbers, DotDimensionNumbers, Opcode
                       XlacError, dtypes)
 from xlac.emitter.kernels import conv as conv_mod
 from xlac.emitter.kernels import dot as dot_mod
-from xlac.emitter.kernels import emit_kernel, scratch_bytes
+from xlac.emitter.kernels import emit_kernel, kernel_arguments, kernel_key, scratch_bytes
 from xlac.emitter.kernels.gemm import tiling_for
 from xlac.emitter.kernels.jit import CompiledKernel, HostTarget, host_target
 
@@ -272,12 +273,114 @@ def test_kernel_signature_and_attributes():
     conv = make_conv((1, 4, 8, 8), (8, 4, 3, 3), pad=((1, 1), (1, 1)))
     target = host_target()
     fn = emit_kernel(module, conv, "k_conv", target)
-    assert scratch_bytes(conv, target) > 0 and len(fn.args) == 4
+    # out, x, w, scratch, then batch, groups, cin_g, cout_g, in spatial, out spatial
+    assert scratch_bytes(conv, target) > 0
+    assert kernel_arguments(conv, target) == [1, 1, 4, 8, 8, 8, 8, 8]
+    assert [str(a.type) for a in fn.args] == ["ptr"] * 4 + ["i64"] * 8
     assert fn.linkage == "internal" and "nounwind" in fn.attributes
-    assert all("noalias" in a.attributes for a in fn.args)
+    assert all("noalias" in a.attributes for a in fn.args[:4])
     dw = make_conv((1, 8, 8, 8), (8, 1, 3, 3), groups=8)
     assert scratch_bytes(dw, target) == 0
-    assert len(emit_kernel(module, dw, "k_dw", target).args) == 3
+    assert len(emit_kernel(module, dw, "k_dw", target).args) == 3 + 8
+    naive = make_dot((2, 3), (3, 4), (), (1,), (), (0,), F64)
+    assert kernel_arguments(naive, target) == []
+    assert len(emit_kernel(module, naive, "k_naive", target).args) == 3
+
+
+# --- sharing one function between instructions ----------------------------------------------
+
+SHARING_CASES = [
+    # id, two instructions, whether they share a kernel
+    ("3x3_channels_and_size", make_conv((1, 8, 12, 10), (16, 8, 3, 3), pad=((1, 1), (1, 1))),
+     make_conv((2, 13, 7, 9), (5, 13, 3, 3), pad=((1, 1), (1, 1))), True),
+    ("1x1_channels_and_size", make_conv((1, 24, 9, 9), (16, 24, 1, 1)),
+     make_conv((1, 40, 5, 6), (32, 40, 1, 1)), True),
+    ("3x3_stride2_groups", make_conv((1, 8, 11, 11), (8, 4, 3, 3), stride=(2, 2),
+                                     pad=((1, 1), (1, 1)), groups=2),
+     make_conv((1, 12, 15, 15), (6, 4, 3, 3), stride=(2, 2), pad=((1, 1), (1, 1)), groups=3),
+     True),
+    ("depthwise_channels_and_size", make_conv((1, 8, 12, 10), (8, 1, 3, 3),
+                                              pad=((1, 1), (1, 1)), groups=8),
+     make_conv((2, 5, 6, 7), (10, 1, 3, 3), pad=((1, 1), (1, 1)), groups=5), True),
+    ("gemm_sizes", make_dot((37, 53), (53, 29), (), (1,), (), (0,)),
+     make_dot((8, 20), (20, 50), (), (1,), (), (0,)), True),
+    ("batched_gemm_sizes", make_dot((2, 9, 7), (2, 7, 20), (0,), (2,), (0,), (1,)),
+     make_dot((3, 17, 5), (3, 5, 6), (0,), (2,), (0,), (1,)), True),
+    ("gemv_sizes", make_dot((1, 301), (45, 301), (), (1,), (), (1,)),
+     make_dot((1, 64), (7, 64), (), (1,), (), (1,)), True),
+    ("padding_differs", make_conv((1, 8, 12, 10), (16, 8, 3, 3), pad=((1, 1), (1, 1))),
+     make_conv((1, 8, 12, 10), (16, 8, 3, 3)), False),
+    ("stride_differs", make_conv((1, 8, 12, 10), (16, 8, 3, 3)),
+     make_conv((1, 8, 12, 10), (16, 8, 3, 3), stride=(2, 1)), False),
+    ("window_differs", make_conv((1, 8, 12, 10), (16, 8, 3, 3)),
+     make_conv((1, 8, 12, 10), (16, 8, 5, 5)), False),
+    ("gemm_vs_gemv", make_dot((37, 53), (53, 29), (), (1,), (), (0,)),
+     make_dot((1, 53), (53, 29), (), (1,), (), (0,)), False),
+    ("naive_shapes_differ", make_dot((2, 3), (3, 4), (), (1,), (), (0,), F64),
+     make_dot((2, 5), (5, 4), (), (1,), (), (0,), F64), False),
+]
+
+
+@pytest.mark.parametrize("case", SHARING_CASES, ids=[c[0] for c in SHARING_CASES])
+def test_kernel_key_shares_code_between_sizes(case):
+    _, first, second, shared = case
+    target = host_target()
+    assert (kernel_key(first, target) == kernel_key(second, target)) == shared
+    if shared:
+        assert kernel_arguments(first, target) != kernel_arguments(second, target)
+        assert scratch_bytes(first, target) == scratch_bytes(second, target)
+
+
+@pytest.mark.parametrize("case", [c for c in SHARING_CASES if c[3]],
+                         ids=[c[0] for c in SHARING_CASES if c[3]])
+def test_shared_kernel_computes_both_instructions(case):
+    """One compiled function, called with each instruction's own sizes."""
+    _, first, second, _ = case
+    kernel = CompiledKernel(first)
+    for instr in (first, second):
+        x, y = (_random(o.shape.dims, F32) for o in instr.operands)
+        want = (dot_reference(instr, x, y) if instr.opcode is Opcode.DOT
+                else conv_reference(instr, x, y))
+        _check(kernel(x, y, instr=instr), want, F32)
+
+
+def test_kernel_rejects_an_instruction_with_another_key():
+    kernel = CompiledKernel(SHARING_CASES[-3][1])
+    other = SHARING_CASES[-3][2]
+    with pytest.raises(ValueError, match="does not share"):
+        kernel(*(_random(o.shape.dims, F32) for o in other.operands), instr=other)
+
+
+def test_model_emits_one_function_for_convolutions_of_different_sizes(tmp_path):
+    """Two 3x3 pad-1 convolutions differing in channels and image size: one kernel
+    function in the model's IR, two calls, and both outputs right."""
+    from emit_util import compile_module
+    from xlac.emitter import EmitOptions, emit, make_target
+    from xlac.emitter import scratch_bytes as model_scratch_bytes
+    from xlac.hlo import Module
+    from xlac.optimizer import assign_buffers
+
+    b = Builder("main")
+    dims = [(1, 8, 12, 10), (16, 8, 3, 3), (1, 13, 7, 9), (5, 13, 3, 3)]
+    params = [b.parameter(i, Shape.array(F32, d)) for i, d in enumerate(dims)]
+    nchw = ConvDimensionNumbers.nchw(2)
+    win = Window.make((3, 3), None, (1, 1), (1, 1))
+    convs = [b.convolution(params[0], params[1], win, nchw, 1, 1),
+             b.convolution(params[2], params[3], win, nchw, 1, 1)]
+    module = Module("two_convs")
+    module.add_computation(b.build(b.tuple(convs)), entry=True)
+
+    target, _ = make_target(None, None, None, 0)
+    assignment = assign_buffers(module, scratch=lambda i: model_scratch_bytes(i, target))
+    art = emit(module, assignment, EmitOptions("two", opt_level=0), kinds=("llvm",))
+    kernels = re.findall(r'define internal void @"?(two\.convolution[\w.]*)', art.llvm_ir)
+    assert len(kernels) == 1
+    assert len(re.findall(rf'call void @"?{re.escape(kernels[0])}"?\(', art.llvm_ir)) == 2
+
+    args = [_random(d, F32) for d in dims]
+    got = compile_module(module, tmp_path, name="two")(*args)
+    for out, instr, (x, w) in zip(got, convs, (args[:2], args[2:])):
+        _check(out, conv_reference(instr, x, w), F32)
 
 
 def test_scratch_is_small():

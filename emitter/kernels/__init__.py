@@ -1,36 +1,55 @@
 """Kernels for the compute-bound ops (dot, convolution), generated as LLVM IR.
 
-Each kernel is one internal function ``void name(ptr out, ptr op0, ptr op1[, ptr scratch])``
-over dense row-major arrays; the scratch argument exists iff ``scratch_bytes`` > 0.
+Each kernel is one internal function
+``void name(ptr out, ptr op0, ptr op1[, ptr scratch], i64 size...)`` over dense row-major
+arrays; the scratch argument exists iff ``scratch_bytes`` > 0, and the trailing i64
+arguments are ``kernel_arguments(instr, target)``. Instructions with equal
+``kernel_key`` run the same function with their own arguments (function.py).
 ``target`` needs only ``.vector_bytes`` (the SIMD register width that sizes the tiles).
 """
 from __future__ import annotations
 
+from typing import Hashable
+
 from llvmlite import ir
 
 from ...hlo import Instruction, Opcode, XlacError
-from .conv import conv_scratch_bytes, emit_conv
-from .dot import dot_scratch_bytes, emit_dot
+from .conv import plan_conv
+from .dot import plan_dot
+from .function import KernelPlan, kernel_function
 
-_EMITTERS = {Opcode.DOT: (emit_dot, dot_scratch_bytes),
-             Opcode.CONVOLUTION: (emit_conv, conv_scratch_bytes)}
+_EMITTERS = {Opcode.DOT: plan_dot, Opcode.CONVOLUTION: plan_conv}
 
 
-def _rule(instr: Instruction):
+def plan_kernel(instr: Instruction, target) -> KernelPlan:
+    """The shared code (``spec``) and the run-time sizes of the kernel of ``instr``."""
     try:
-        return _EMITTERS[instr.opcode]
+        plan = _EMITTERS[instr.opcode]
     except KeyError:
         raise XlacError(f"no kernel for opcode '{instr.opcode.text}' (%{instr.name})") from None
+    return plan(instr, target)
+
+
+def kernel_key(instr: Instruction, target) -> tuple[Opcode, Hashable]:
+    """Instructions with equal keys can call one function (with their own arguments):
+    the opcode and the spec the code is compiled from."""
+    return instr.opcode, plan_kernel(instr, target).spec
 
 
 def emit_kernel(llvm_module: ir.Module, instr: Instruction, name: str, target) -> ir.Function:
-    """Add the function ``name`` computing ``instr`` (a dot or a convolution)."""
-    return _rule(instr)[0](llvm_module, instr, name, target)
+    """Add the function ``name`` computing ``instr`` (a dot or a convolution) and every
+    instruction with the same ``kernel_key``."""
+    return kernel_function(llvm_module, name, plan_kernel(instr, target).spec)
+
+
+def kernel_arguments(instr: Instruction, target) -> list[int]:
+    """The i64 values a call passes after the pointers (the sizes of ``instr``)."""
+    return plan_kernel(instr, target).arguments
 
 
 def scratch_bytes(instr: Instruction, target) -> int:
     """Bytes of scratch memory the kernel of ``instr`` needs (0 if none)."""
-    return _rule(instr)[1](instr, target)
+    return plan_kernel(instr, target).spec.scratch_bytes
 
 
-__all__ = ["emit_kernel", "scratch_bytes"]
+__all__ = ["emit_kernel", "kernel_arguments", "kernel_key", "plan_kernel", "scratch_bytes"]

@@ -14,8 +14,15 @@ feature groups and number of spatial dims:
 - depthwise (one input channel per group, few outputs per group): direct convolution
   vectorized over output pixels, the R weights of a channel broadcast once.
 
+Both are compiled from the window alone (``ConvWindow``: size, stride, padding,
+dilation, slack); batch, groups, channels and image sizes are run-time arguments, so e.g.
+every 1x1 convolution of a model shares one function, and every 3x3 pad-1 one another.
+The coordinates of a vector of output pixels come from one scalar division of its first
+pixel plus the precomputed mixed-radix digits of the lane offsets (``PixelLanes``), so
+no vector division runs in the inner loops.
+
 Everything else (other dimension numbers, base dilation, batch groups, other element
-types) goes through ``emit_naive_conv``, a loop nest over output elements.
+types) goes through ``emit_naive_conv``, a loop nest compiled for the exact shapes.
 """
 from __future__ import annotations
 
@@ -26,53 +33,40 @@ from math import prod
 
 from llvmlite import ir
 
-from ...hlo import ConvDimensionNumbers, Instruction, dtypes
+from ...hlo import ConvDimensionNumbers, Instruction, Shape, Window, dtypes
 from ..irutil import I32, alloca_once, for_range, i64, llvm_type
 from . import scalar
 from .dot import row_major_strides
-from .function import kernel_function
+from .function import Frame, KernelPlan
 from .gemm import GemmShape, MatrixPacker, Tiling, emit_gemm, scratch_floats, tiling_for
+from .sizes import first_lanes, product as size_product, splat_i32
 from .vec import (F32, const_vec, fma, lane_mask, load_vec, masked_gather, masked_load,
                   masked_store, offset_ptr, splat, store_vec, vec_type, zeros)
 
 
 @dataclass(frozen=True)
-class Geometry:
-    """A convolution in ONNX layout: N C spatial... / O I spatial..."""
-    batch: int
-    cin: int
-    cout: int
-    groups: int
-    in_sp: tuple[int, ...]
-    out_sp: tuple[int, ...]
+class ConvWindow:
+    """What the fast kernels are compiled from: the window, per spatial dim."""
     size: tuple[int, ...]
     stride: tuple[int, ...]
-    pad: tuple[int, ...]        # low padding (high padding is implied by the output size)
+    pad_low: tuple[int, ...]
+    pad_high: tuple[int, ...]
     dil: tuple[int, ...]
+    # Padded input rows the last window of a strided dim never reaches: (in + pad_low +
+    # pad_high - span) % stride. Layers of one model almost always agree on it, and it
+    # tells which window positions can fall off the high edge.
+    slack: tuple[int, ...]
 
     @staticmethod
-    def of(instr: Instruction) -> "Geometry":
-        x, k = (o.shape for o in instr.operands)
-        w = instr.attrs["window"]
-        return Geometry(x.dims[0], x.dims[1], k.dims[0], instr.attrs["feature_group_count"],
-                        x.dims[2:], instr.shape.dims[2:], w.size, w.stride, w.pad_low,
-                        w.rhs_dilation)
+    def of(w: Window, in_sp: tuple[int, ...]) -> "ConvWindow":
+        span = [(k - 1) * d + 1 for k, d in zip(w.size, w.rhs_dilation)]
+        slack = tuple((n + lo + hi - sp) % s for n, lo, hi, sp, s in
+                      zip(in_sp, w.pad_low, w.pad_high, span, w.stride))
+        return ConvWindow(w.size, w.stride, w.pad_low, w.pad_high, w.rhs_dilation, slack)
 
     @property
-    def cin_g(self) -> int:
-        return self.cin // self.groups
-
-    @property
-    def cout_g(self) -> int:
-        return self.cout // self.groups
-
-    @property
-    def in_pixels(self) -> int:
-        return prod(self.in_sp)
-
-    @property
-    def out_pixels(self) -> int:
-        return prod(self.out_sp)
+    def rank(self) -> int:
+        return len(self.size)
 
     @property
     def window(self) -> int:
@@ -83,67 +77,161 @@ class Geometry:
         """Window positions in the kernel's row-major order (the K order of the GEMM)."""
         return list(product(*(range(s) for s in self.size)))
 
-    @cached_property
-    def in_strides(self) -> list[int]:
-        return row_major_strides(self.in_sp)
-
-    @cached_property
+    @property
     def contiguous(self) -> bool:
         """Consecutive output pixels read consecutive input elements for every window
-        position (stride 1 and an output as wide as the input in all but the outer dim)."""
-        out_strides = row_major_strides(self.out_sp)
-        return all(s * si == so for s, si, so in zip(self.stride, self.in_strides, out_strides))
+        position: stride 1, and each inner dim padded to keep the output as wide as the
+        input (pad_low + pad_high = (size - 1) * dil)."""
+        return all(s == 1 for s in self.stride) and all(
+            lo + hi == (k - 1) * d for lo, hi, k, d in
+            zip(self.pad_low[1:], self.pad_high[1:], self.size[1:], self.dil[1:]))
 
     @property
     def is_pointwise(self) -> bool:
-        return all(v == 1 for v in self.size + self.stride) and not any(self.pad) \
-            and self.in_sp == self.out_sp
+        return all(v == 1 for v in self.size + self.stride) and not any(self.pad_low) \
+            and not any(self.pad_high)
+
+    def may_leave(self, i: int, k: int) -> bool:
+        """Whether window position k of dim i reads outside the image for some output:
+        below it when k * dil < pad_low; above it when the last output reads past in - 1,
+        at (out - 1) * stride + k * dil - pad_low
+        = in - 1 + pad_high - (size - 1 - k) * dil - slack."""
+        return (k * self.dil[i] < self.pad_low[i]
+                or self.pad_high[i] - (self.size[i] - 1 - k) * self.dil[i] - self.slack[i] > 0)
+
+    def k_block(self, t: Tiling) -> int:
+        """GEMM K block: whole channels, so the window loop is unrolled at compile time."""
+        return t.kc if self.is_pointwise else max(1, t.kc // self.window) * self.window
 
 
-class WindowLanes:
-    """``lanes`` consecutive output pixels from ``n0`` (``valid`` of them real): their
-    coordinates are computed once, then ``load`` reads the input under any window position."""
+def _size_params(rank: int) -> tuple[str, ...]:
+    return (("batch", "groups", "cin_g", "cout_g") + tuple(f"in{i}" for i in range(rank))
+            + tuple(f"out{i}" for i in range(rank)))
 
-    def __init__(self, b: ir.IRBuilder, g: Geometry, n0: ir.Value, lanes: int, valid: int):
-        self.g, self.n0, self.lanes = g, n0, lanes
-        ivec = vec_type(I32, lanes)
-        rem = b.add(splat(b, b.trunc(n0, I32), lanes), const_vec(I32, range(lanes)))
-        self.pos = [None] * len(g.out_sp)      # o_i * stride_i - pad_i, per lane
-        for i in reversed(range(len(g.out_sp))):
-            extent = ir.Constant(ivec, [ir.Constant(I32, g.out_sp[i])] * lanes)
-            coord = b.urem(rem, extent) if i else rem
-            rem = b.udiv(rem, extent)
-            self.pos[i] = b.sub(b.mul(coord, _ivec(g.stride[i], lanes)), _ivec(g.pad[i], lanes))
-        self.valid = lane_mask(lanes, valid) if valid < lanes else None
+
+def _sizes_of(instr: Instruction) -> dict[str, int]:
+    x, k = (o.shape for o in instr.operands)
+    groups = instr.attrs["feature_group_count"]
+    sizes = {"batch": x.dims[0], "groups": groups, "cin_g": x.dims[1] // groups,
+             "cout_g": k.dims[0] // groups}
+    sizes.update({f"in{i}": d for i, d in enumerate(x.dims[2:])})
+    sizes.update({f"out{i}": d for i, d in enumerate(instr.shape.dims[2:])})
+    return sizes
+
+
+class Geometry:
+    """The run-time sizes of one call, and the products the loops need."""
+
+    def __init__(self, b: ir.IRBuilder, size: dict[str, ir.Value], rank: int):
+        self.batch, self.groups = size["batch"], size["groups"]
+        self.cin_g, self.cout_g = size["cin_g"], size["cout_g"]
+        self.in_sp = [size[f"in{i}"] for i in range(rank)]
+        self.out_sp = [size[f"out{i}"] for i in range(rank)]
+        self.cin = b.mul(self.cin_g, self.groups)
+        self.cout = b.mul(self.cout_g, self.groups)
+        self.in_pixels = size_product(b, self.in_sp)
+        self.out_pixels = size_product(b, self.out_sp)
+        self.in_strides = [size_product(b, self.in_sp[i + 1:]) for i in range(rank)]
+
+
+def _digits(b: ir.IRBuilder, value: ir.Value, extents: list[ir.Value]) -> list[ir.Value]:
+    """Mixed-radix digits of ``value`` (scalar or vector) over ``extents`` (same shape),
+    outermost first; the outermost digit is the unbounded quotient."""
+    digits = [None] * len(extents)
+    for i in reversed(range(1, len(extents))):
+        digits[i] = b.urem(value, extents[i])
+        value = b.udiv(value, extents[i])
+    digits[0] = value
+    return digits
+
+
+def _add_digits(b: ir.IRBuilder, x: list[ir.Value], y: list[ir.Value],
+                extents: list[ir.Value]) -> list[ir.Value]:
+    """Mixed-radix ``x + y`` digit by digit (each inner digit < its extent, so one
+    conditional subtraction per digit handles the carry)."""
+    out, carry = [None] * len(x), None
+    for i in reversed(range(len(x))):
+        s = b.add(x[i], y[i])
+        if carry is not None:
+            s = b.add(s, carry)
+        if i == 0:
+            out[i] = s
+            break
+        over = b.icmp_unsigned(">=", s, extents[i])
+        out[i] = b.select(over, b.sub(s, extents[i]), s)
+        carry = b.zext(over, s.type)
+    return out
+
+
+class LaneCoords:
+    """Output-pixel coordinates for vectors of ``lanes`` pixels, without vector division:
+    ``digits[v]`` are the coordinates of the lane offsets ``v * lanes + j``, computed
+    once per call; a vector's coordinates are its first pixel's plus these."""
+
+    def __init__(self, b: ir.IRBuilder, geo: Geometry, lanes: int, vectors: int):
+        self.lanes = lanes
+        self.extents = [splat_i32(b, e, lanes) for e in geo.out_sp]
+        self.scalar_extents = [b.trunc(e, I32) for e in geo.out_sp]
+        self.digits = [_digits(b, const_vec(I32, range(v * lanes, (v + 1) * lanes)),
+                               self.extents) for v in range(vectors)]
+        self.step = [splat(b, d, lanes) for d in
+                     _digits(b, ir.Constant(I32, lanes), self.scalar_extents)]
+
+    def at(self, b: ir.IRBuilder, n0: ir.Value, v: int = 0) -> list[ir.Value]:
+        """Coordinates (i32 vectors) of pixels ``n0 + v * lanes + j``."""
+        first = [splat(b, c, self.lanes)
+                 for c in _digits(b, b.trunc(n0, I32), self.scalar_extents)]
+        return _add_digits(b, first, self.digits[v], self.extents)
+
+    def advance(self, b: ir.IRBuilder, coords: list[ir.Value]) -> list[ir.Value]:
+        """The coordinates ``lanes`` pixels further on."""
+        return _add_digits(b, coords, self.step, self.extents)
+
+
+class PixelLanes:
+    """``lanes`` consecutive output pixels from ``n0`` at ``coords``; ``load`` reads the
+    input under any window position. ``valid``: the lanes that are real (None: all)."""
+
+    def __init__(self, b: ir.IRBuilder, w: ConvWindow, geo: Geometry, coords, n0: ir.Value,
+                 lanes: int, valid: ir.Value | None):
+        self.w, self.geo, self.n0, self.lanes, self.valid = w, geo, n0, lanes, valid
+        # o_i * stride_i - pad_i, per lane
+        self.pos = [b.sub(b.mul(c, _ivec(s, lanes)), _ivec(p, lanes))
+                    for c, s, p in zip(coords, w.stride, w.pad_low)]
+        self.in_sp = [splat_i32(b, e, lanes) for e in geo.in_sp]
         self.offsets = None
-        if not g.contiguous:
+        if not w.contiguous:
             off = _ivec(0, lanes)
-            for p, s in zip(self.pos, g.in_strides):
-                off = b.add(off, b.mul(p, _ivec(s, lanes)))
+            for p, s in zip(self.pos, geo.in_strides):
+                off = b.add(off, b.mul(p, splat_i32(b, s, lanes)))
             self.offsets = off
 
     def load(self, b: ir.IRBuilder, chan: ir.Value, kpos: tuple[int, ...]) -> ir.Value:
         """in[pixel * stride + kpos * dil - pad] for each lane, 0 outside the image."""
-        g, lanes = self.g, self.lanes
+        w, lanes = self.w, self.lanes
         mask = self.valid
         for i, k in enumerate(kpos):
-            shift = k * g.dil[i]
-            lowest = shift - g.pad[i]
-            highest = (g.out_sp[i] - 1) * g.stride[i] + lowest
-            if lowest >= 0 and highest < g.in_sp[i]:
-                continue                    # this window position never leaves the image
-            inside = b.icmp_unsigned("<", b.add(self.pos[i], _ivec(shift, lanes)),
-                                     _ivec(g.in_sp[i], lanes))
+            if not w.may_leave(i, k):
+                continue
+            inside = b.icmp_unsigned("<", b.add(self.pos[i], _ivec(k * w.dil[i], lanes)),
+                                     self.in_sp[i])
             mask = inside if mask is None else b.and_(mask, inside)
         vty = vec_type(F32, lanes)
-        shift = sum(k * d * s for k, d, s in zip(kpos, g.dil, g.in_strides))
+        strides = self.geo.in_strides
         if self.offsets is None:
-            # Contiguous: lane j reads element n0 + j + shift - sum(pad_i * stride_i).
-            start = shift - sum(p * s for p, s in zip(g.pad, g.in_strides))
-            ptr = offset_ptr(b, chan, F32, b.add(self.n0, i64(start)))
+            # Contiguous: lane j reads element n0 + j + sum((k_i*dil_i - pad_i) * stride_i).
+            start = self.n0
+            for k, d, p, s in zip(kpos, w.dil, w.pad_low, strides):
+                if k * d - p:
+                    start = b.add(start, b.mul(i64(k * d - p), s))
+            ptr = offset_ptr(b, chan, F32, start)
             return load_vec(b, ptr, vty) if mask is None else masked_load(b, ptr, vty, mask)
+        shift = _ivec(0, lanes)
+        for k, d, s in zip(kpos, w.dil, strides):
+            if k * d:
+                shift = b.add(shift, b.mul(_ivec(k * d, lanes), splat_i32(b, s, lanes)))
         all_lanes = lane_mask(lanes, lanes)
-        return masked_gather(b, chan, F32, b.add(self.offsets, _ivec(shift, lanes)),
+        return masked_gather(b, chan, F32, b.add(self.offsets, shift),
                              all_lanes if mask is None else mask)
 
 
@@ -158,25 +246,134 @@ class Im2colPacker:
     Row ``c * R + r`` is input channel c under window position r, column n is output
     pixel n. K blocks hold whole channels so the window loop is unrolled at compile time.
     """
-    g: Geometry
+    w: ConvWindow
+    geo: Geometry
+    coords: LaneCoords
     base: ir.Value          # channel 0 of the group in this image
     tiling: Tiling
     k_block: int
 
     def pack(self, b, dst, k0, kc, n0, valid):
-        t, g = self.tiling, self.g
-        rows = [WindowLanes(b, g, b.add(n0, i64(v * t.lanes)), t.lanes,
-                            max(0, min(t.lanes, valid - v * t.lanes))) for v in range(t.nv)]
-        c0 = b.udiv(k0, i64(g.window))
-        with for_range(b, b.udiv(kc, i64(g.window)), "pc") as c:
-            chan = offset_ptr(b, self.base, F32, b.mul(b.add(c0, c), i64(g.in_pixels)))
-            row0 = b.mul(c, i64(g.window * t.nr))
-            for r, kpos in enumerate(g.positions):
+        t, w = self.tiling, self.w
+        rows = [PixelLanes(b, w, self.geo, self.coords.at(b, n0, v),
+                           b.add(n0, i64(v * t.lanes)), t.lanes,
+                           None if valid is None else first_lanes(b, t.lanes, v * t.lanes, valid))
+                for v in range(t.nv)]
+        c0 = b.udiv(k0, i64(w.window))
+        with for_range(b, b.udiv(kc, i64(w.window)), "pc") as c:
+            chan = offset_ptr(b, self.base, F32, b.mul(b.add(c0, c), self.geo.in_pixels))
+            row0 = b.mul(c, i64(w.window * t.nr))
+            for r, kpos in enumerate(w.positions):
                 for v, lanes in enumerate(rows):
-                    val = (zeros(vec_type(F32, t.lanes)) if v * t.lanes >= valid
-                           else lanes.load(b, chan, kpos))
                     dst_idx = b.add(row0, i64(r * t.nr + v * t.lanes))
-                    store_vec(b, val, offset_ptr(b, dst, F32, dst_idx))
+                    store_vec(b, lanes.load(b, chan, kpos), offset_ptr(b, dst, F32, dst_idx))
+
+
+# --- the kernels ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ConvGemm:
+    """Implicit GEMM per image and group (see the module docstring)."""
+    window: ConvWindow
+    tiling: Tiling
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        return _size_params(self.window.rank)
+
+    @property
+    def scratch_bytes(self) -> int:
+        return scratch_floats(self.tiling, self.window.k_block(self.tiling)) * 4
+
+    def emit(self, f: Frame) -> None:
+        b, w, t = f.b, self.window, self.tiling
+        geo = Geometry(b, f.size, w.rank)
+        coords = None if w.is_pointwise else LaneCoords(b, geo, t.lanes, t.nv)
+        kg = b.mul(geo.cin_g, i64(w.window))
+        shape = GemmShape(geo.cout_g, geo.out_pixels, kg, a_sm=kg, a_sk=i64(1),
+                          c_sm=geo.out_pixels)
+        with for_range(b, geo.batch, "img") as img:
+            with for_range(b, geo.groups, "grp") as grp:
+                chan0 = b.add(b.mul(img, geo.cin), b.mul(grp, geo.cin_g))
+                base = offset_ptr(b, f.lhs, F32, b.mul(chan0, geo.in_pixels))
+                a = offset_ptr(b, f.rhs, F32, b.mul(grp, b.mul(geo.cout_g, kg)))
+                ochan0 = b.add(b.mul(img, geo.cout), b.mul(grp, geo.cout_g))
+                c = offset_ptr(b, f.out, F32, b.mul(ochan0, geo.out_pixels))
+                if w.is_pointwise:
+                    packer = MatrixPacker(base, geo.in_pixels, i64(1), True, t, w.k_block(t))
+                else:
+                    packer = Im2colPacker(w, geo, coords, base, t, w.k_block(t))
+                emit_gemm(b, shape, a, c, packer, f.scratch, t)
+
+
+@dataclass(frozen=True)
+class Depthwise:
+    """Direct convolution, one input channel per group, vectorized over output pixels."""
+    window: ConvWindow
+    lanes: int
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        return _size_params(self.window.rank)
+
+    scratch_bytes = 0
+
+    def emit(self, f: Frame) -> None:
+        b, w, lanes = f.b, self.window, self.lanes
+        geo = Geometry(b, f.size, w.rank)
+        coords = LaneCoords(b, geo, lanes, 1)
+        vty = vec_type(F32, lanes)
+        p = geo.out_pixels
+        state = [alloca_once(b, vec_type(I32, lanes), f"coord{i}") for i in range(w.rank)]
+        with for_range(b, geo.batch, "img") as img:
+            with for_range(b, geo.cout, "oc") as oc:
+                ic = b.add(b.mul(img, geo.cin), b.udiv(oc, geo.cout_g))
+                chan = offset_ptr(b, f.lhs, F32, b.mul(ic, geo.in_pixels))
+                dst = offset_ptr(b, f.out, F32, b.mul(b.add(b.mul(img, geo.cout), oc), p))
+                wrow = offset_ptr(b, f.rhs, F32, b.mul(oc, i64(w.window)))
+                ws = [splat(b, b.load(offset_ptr(b, wrow, F32, r), typ=F32), lanes)
+                      for r in range(w.window)]
+                for s, d in zip(state, coords.digits[0]):
+                    b.store(d, s)
+
+                def pixels(n0, valid):
+                    here = [b.load(s, typ=vec_type(I32, lanes)) for s in state]
+                    px = PixelLanes(b, w, geo, here, n0, lanes, valid)
+                    acc = zeros(vty)
+                    for r, kpos in enumerate(w.positions):
+                        acc = fma(b, ws[r], px.load(b, chan, kpos), acc)
+                    ptr = offset_ptr(b, dst, F32, n0)
+                    if valid is None:
+                        store_vec(b, acc, ptr)
+                    else:
+                        masked_store(b, acc, ptr, valid)
+                    for s, c in zip(state, coords.advance(b, here)):
+                        b.store(c, s)
+
+                full = b.sub(p, b.urem(p, i64(lanes)))
+                with for_range(b, full, "px", step=lanes) as n0:
+                    pixels(n0, None)
+                rem = b.sub(p, full)
+                with b.if_then(b.icmp_signed(">", rem, i64(0))):
+                    pixels(full, first_lanes(b, lanes, 0, rem))
+
+
+@dataclass(frozen=True)
+class NaiveConv:
+    """Any dimension numbers, groups and element type, compiled for these exact shapes."""
+    x: Shape
+    k: Shape
+    out: Shape
+    dn: ConvDimensionNumbers
+    window: Window
+    feature_groups: int
+    batch_groups: int
+
+    params = ()
+    scratch_bytes = 0
+
+    def emit(self, f: Frame) -> None:
+        emit_naive_conv(f.b, self, f.out, f.lhs, f.rhs)
 
 
 # --- path selection -------------------------------------------------------------------
@@ -189,97 +386,36 @@ def _path(instr: Instruction, t: Tiling) -> str:
             and instr.shape.num_elements > 0)
     if not fast:
         return "naive"
-    g = Geometry.of(instr)
-    if g.cin_g == 1 and g.cout_g < t.mr:
+    sizes = _sizes_of(instr)
+    if sizes["cin_g"] == 1 and sizes["cout_g"] < t.mr:
         return "depthwise"
     return "gemm"
 
 
-def _k_block(g: Geometry, t: Tiling) -> int:
-    if g.is_pointwise:
-        return t.kc
-    return max(1, t.kc // g.window) * g.window
-
-
-def conv_scratch_bytes(instr: Instruction, target) -> int:
-    t = tiling_for(target)
-    if _path(instr, t) != "gemm":
-        return 0
-    return scratch_floats(t, _k_block(Geometry.of(instr), t)) * 4
-
-
-def emit_conv(module: ir.Module, instr: Instruction, name: str, target) -> ir.Function:
+def plan_conv(instr: Instruction, target) -> KernelPlan:
     t = tiling_for(target)
     path = _path(instr, t)
-    fn, b = kernel_function(module, name, with_scratch=path == "gemm")
-    out, x, k = fn.args[:3]
+    window = ConvWindow.of(instr.attrs["window"], instr.operands[0].shape.dims[2:])
     if path == "gemm":
-        _emit_implicit_gemm(b, Geometry.of(instr), t, out, x, k, fn.args[3])
-    elif path == "depthwise":
-        _emit_depthwise(b, Geometry.of(instr), t, out, x, k)
-    else:
-        emit_naive_conv(b, instr, out, x, k)
-    b.ret_void()
-    return fn
-
-
-def _emit_implicit_gemm(b, g: Geometry, t: Tiling, out, x, k, scratch):
-    kg = g.cin_g * g.window
-    shape = GemmShape(g.cout_g, g.out_pixels, kg, a_sm=kg, a_sk=1, c_sm=g.out_pixels)
-    with for_range(b, g.batch, "img") as img:
-        with for_range(b, g.groups, "grp") as grp:
-            chan0 = b.add(b.mul(img, i64(g.cin)), b.mul(grp, i64(g.cin_g)))
-            base = offset_ptr(b, x, F32, b.mul(chan0, i64(g.in_pixels)))
-            a = offset_ptr(b, k, F32, b.mul(grp, i64(g.cout_g * kg)))
-            ochan0 = b.add(b.mul(img, i64(g.cout)), b.mul(grp, i64(g.cout_g)))
-            c = offset_ptr(b, out, F32, b.mul(ochan0, i64(g.out_pixels)))
-            if g.is_pointwise:
-                packer = MatrixPacker(base, g.in_pixels, 1, t, _k_block(g, t))
-            else:
-                packer = Im2colPacker(g, base, t, _k_block(g, t))
-            emit_gemm(b, shape, a, c, packer, scratch, t)
-
-
-def _emit_depthwise(b, g: Geometry, t: Tiling, out, x, k):
-    vty = vec_type(F32, t.lanes)
-    p = g.out_pixels
-    with for_range(b, g.batch, "img") as img:
-        with for_range(b, g.cout, "oc") as oc:
-            ic = b.add(b.mul(img, i64(g.cin)), b.udiv(oc, i64(g.cout_g)))
-            chan = offset_ptr(b, x, F32, b.mul(ic, i64(g.in_pixels)))
-            dst = offset_ptr(b, out, F32, b.mul(b.add(b.mul(img, i64(g.cout)), oc), i64(p)))
-            wrow = offset_ptr(b, k, F32, b.mul(oc, i64(g.window)))
-            ws = [splat(b, b.load(offset_ptr(b, wrow, F32, r), typ=F32), t.lanes)
-                  for r in range(g.window)]
-
-            def pixels(n0, valid):
-                lanes = WindowLanes(b, g, n0, t.lanes, valid)
-                acc = zeros(vty)
-                for r, kpos in enumerate(g.positions):
-                    acc = fma(b, ws[r], lanes.load(b, chan, kpos), acc)
-                ptr = offset_ptr(b, dst, F32, n0)
-                if valid == t.lanes:
-                    store_vec(b, acc, ptr)
-                else:
-                    masked_store(b, acc, ptr, lane_mask(t.lanes, valid))
-
-            full = p - p % t.lanes
-            with for_range(b, full, "px", step=t.lanes) as n0:
-                pixels(n0, t.lanes)
-            if p % t.lanes:
-                pixels(i64(full), p % t.lanes)
+        return KernelPlan(ConvGemm(window, t), _sizes_of(instr))
+    if path == "depthwise":
+        return KernelPlan(Depthwise(window, t.lanes), _sizes_of(instr))
+    a = instr.attrs
+    x, k = (o.shape for o in instr.operands)
+    return KernelPlan(NaiveConv(x, k, instr.shape, a["dimension_numbers"], a["window"],
+                                a.get("feature_group_count", 1), a.get("batch_group_count", 1)),
+                      {})
 
 
 # --- reference loop nest ----------------------------------------------------------------
 
-def emit_naive_conv(b: ir.IRBuilder, instr: Instruction, out, x, k) -> None:
+def emit_naive_conv(b: ir.IRBuilder, spec: NaiveConv, out, x, k) -> None:
     """Any dimension numbers, window, feature / batch groups and element type (XLA's
     semantics: output feature f uses feature group f // (Cout/fg) and batch group
     f // (Cout/bg); batch group j reads input images j*(N/bg) ...)."""
-    xs, ks = (o.shape for o in instr.operands)
-    os_ = instr.shape
-    dn, w = instr.attrs["dimension_numbers"], instr.attrs["window"]
-    fg, bg = instr.attrs.get("feature_group_count", 1), instr.attrs.get("batch_group_count", 1)
+    xs, ks, os_ = spec.x, spec.k, spec.out
+    dn, w = spec.dn, spec.window
+    fg, bg = spec.feature_groups, spec.batch_groups
     dtype = os_.dtype
     ety, aty = llvm_type(dtype), scalar.acc_type(dtype)
     sx, sk = row_major_strides(xs.dims), row_major_strides(ks.dims)
@@ -301,23 +437,23 @@ def emit_naive_conv(b: ir.IRBuilder, instr: Instruction, out, x, k) -> None:
         with for_range(b, cin_g, "ci") as ci:
             xo = b.add(x_base, b.mul(ci, i64(sx[dn.input_feature])))
             ko = b.add(k_base, b.mul(ci, i64(sk[dn.kernel_input])))
-            _window(b, instr, 0, [coord[dn.output_spatial[i]] for i in range(nsp)], xo, ko,
+            _window(b, spec, 0, [coord[dn.output_spatial[i]] for i in range(nsp)], xo, ko,
                     ir.Constant(ir.IntType(1), 1), x, k, acc, sx, sk, ety, aty)
         b.store(scalar.narrow(b, b.load(acc, typ=aty), dtype),
                 b.gep(out, [flat], source_etype=ety, inbounds=True))
 
 
-def _window(b, instr, i, out_pos, xo, ko, inside, x, k, acc, sx, sk, ety, aty):
+def _window(b, spec: NaiveConv, i, out_pos, xo, ko, inside, x, k, acc, sx, sk, ety, aty):
     """Loop over window dim i; at the innermost level accumulate when all dims are inside."""
-    dn, w = instr.attrs["dimension_numbers"], instr.attrs["window"]
-    dtype = instr.shape.dtype
+    dn, w = spec.dn, spec.window
+    dtype = spec.out.dtype
     if i == w.rank:
         with b.if_then(inside):
             xv = b.load(b.gep(x, [xo], source_etype=ety, inbounds=True), typ=ety)
             kv = b.load(b.gep(k, [ko], source_etype=ety, inbounds=True), typ=ety)
             b.store(scalar.mul_add(b, b.load(acc, typ=aty), xv, kv, dtype), acc)
         return
-    extent = instr.operands[0].shape.dims[dn.input_spatial[i]]
+    extent = spec.x.dims[dn.input_spatial[i]]
     dilated = (extent - 1) * w.lhs_dilation[i] + 1
     with for_range(b, w.size[i], f"w{i}") as kk:
         # position in the (base-dilated, padded) input
@@ -327,6 +463,6 @@ def _window(b, instr, i, out_pos, xo, ko, inside, x, k, acc, sx, sk, ety, aty):
         if w.lhs_dilation[i] > 1:
             ok = b.and_(ok, b.icmp_signed("==", b.srem(pos, i64(w.lhs_dilation[i])), i64(0)))
             pos = b.sdiv(pos, i64(w.lhs_dilation[i]))
-        _window(b, instr, i + 1, out_pos, b.add(xo, b.mul(pos, i64(sx[dn.input_spatial[i]]))),
+        _window(b, spec, i + 1, out_pos, b.add(xo, b.mul(pos, i64(sx[dn.input_spatial[i]]))),
                 b.add(ko, b.mul(kk, i64(sk[dn.kernel_spatial[i]]))), b.and_(inside, ok),
                 x, k, acc, sx, sk, ety, aty)

@@ -10,8 +10,10 @@ batch loops. The f32 product then takes one of three paths:
     M == 1 or N == 1, matrix contiguous along N  -> gemv.emit_row_stream
     otherwise                                     -> gemm.emit_gemm (packed B sliver)
 
-Other element types, and contracting dims that cannot be merged into one stride,
-use a plain loop nest (``emit_naive_dot``) accumulating in the element type.
+The fast paths (``FastDot``) take M, N, K, the strides and the batch loops as run-time
+arguments: dots of one path and batch depth share one function. Other element types,
+and contracting dims that cannot be merged into one stride, use a plain loop nest
+(``NaiveDot``, compiled for the exact shapes) accumulating in the element type.
 """
 from __future__ import annotations
 
@@ -20,10 +22,10 @@ from math import prod
 
 from llvmlite import ir
 
-from ...hlo import Instruction, dtypes
+from ...hlo import DotDimensionNumbers, Instruction, Shape, dtypes
 from ..irutil import alloca_once, for_range, i64, llvm_type
 from . import scalar
-from .function import kernel_function
+from .function import Frame, KernelPlan
 from .gemm import GemmShape, MatrixPacker, Tiling, emit_gemm, scratch_floats, tiling_for
 from .gemv import emit_row_dot, emit_row_stream
 from .vec import F32, offset_ptr
@@ -136,61 +138,102 @@ def _path(instr: Instruction, plan: DotPlan | None) -> str:
     return "gemm"
 
 
-def dot_scratch_bytes(instr: Instruction, target) -> int:
-    plan = canonicalize(instr)
-    if _path(instr, plan) != "gemm":
-        return 0
-    t = tiling_for(target)
-    return scratch_floats(t, t.kc) * 4
+_MATMUL_PARAMS = ("m", "n", "k", "a_sm", "a_sk", "b_sk", "b_sn", "c_sm", "c_sn")
 
 
-def emit_dot(module: ir.Module, instr: Instruction, name: str, target) -> ir.Function:
+@dataclass(frozen=True)
+class FastDot:
+    """An f32 dot on the gemm / gemv paths; every size and stride is a run-time argument,
+    so dots that differ only in sizes share it."""
+    path: str               # "gemm" | "row_dot" | "row_stream"
+    batch_loops: int
+    vector_lhs: bool        # gemv: A is the vector (M == 1), else B is (N == 1)
+    unit_bn: bool           # gemm: B's columns are contiguous, packed with vector loads
+    tiling: Tiling
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        batch = tuple(f"batch{i}.{f}" for i in range(self.batch_loops)
+                      for f in ("extent", "sa", "sb", "sc"))
+        return batch + _MATMUL_PARAMS
+
+    @property
+    def scratch_bytes(self) -> int:
+        return scratch_floats(self.tiling, self.tiling.kc) * 4 if self.path == "gemm" else 0
+
+    def emit(self, f: Frame) -> None:
+        b, s = f.b, f.size
+        loops = [tuple(s[f"batch{i}.{x}"] for x in ("extent", "sa", "sb", "sc"))
+                 for i in range(self.batch_loops)]
+        _batch_loops(b, loops, f.lhs, f.rhs, f.out,
+                     lambda a, bb, c: self._emit_one(b, s, a, bb, c, f.scratch))
+
+    def _emit_one(self, b, s, a, bb, c, scratch):
+        t = self.tiling
+        if self.path == "gemm":
+            g = GemmShape(s["m"], s["n"], s["k"], s["a_sm"], s["a_sk"], s["c_sm"])
+            packer = MatrixPacker(bb, s["b_sk"], s["b_sn"], self.unit_bn, t, t.kc)
+            emit_gemm(b, g, a, c, packer, scratch, t)
+            return
+        if self.vector_lhs:     # out row = B^T a
+            rows, sr, sk, sv, so, mat, vec = s["n"], s["b_sn"], s["b_sk"], s["a_sk"], \
+                s["c_sn"], bb, a
+        else:                   # out column = A b
+            rows, sr, sk, sv, so, mat, vec = s["m"], s["a_sm"], s["a_sk"], s["b_sk"], \
+                s["c_sm"], a, bb
+        if self.path == "row_dot":
+            emit_row_dot(b, t.lanes, rows, s["k"], mat, sr, vec, c, so)
+        else:
+            emit_row_stream(b, t.lanes, rows, s["k"], mat, sk, vec, sv, c)
+
+
+@dataclass(frozen=True)
+class NaiveDot:
+    """Any element type and dimension numbers, compiled for these exact shapes."""
+    lhs: Shape
+    rhs: Shape
+    out: Shape
+    dn: DotDimensionNumbers
+
+    params = ()
+    scratch_bytes = 0
+
+    def emit(self, f: Frame) -> None:
+        emit_naive_dot(f.b, self, f.out, f.lhs, f.rhs)
+
+
+def plan_dot(instr: Instruction, target) -> KernelPlan:
     plan = canonicalize(instr)
     path = _path(instr, plan)
-    fn, b = kernel_function(module, name, with_scratch=path == "gemm")
-    out, lhs, rhs = fn.args[:3]
     if path == "naive":
-        emit_naive_dot(b, instr, out, lhs, rhs)
-    else:
-        t = tiling_for(target)
-        scratch = fn.args[3] if path == "gemm" else None
-        _batch_loops(b, plan.batch, lhs, rhs, out,
-                     lambda a, bb, c: _emit_one(b, path, plan, t, a, bb, c, scratch))
-    b.ret_void()
-    return fn
+        lhs, rhs = (o.shape for o in instr.operands)
+        return KernelPlan(NaiveDot(lhs, rhs, instr.shape, instr.attrs["dimension_numbers"]), {})
+    sizes = {name: getattr(plan, name) for name in _MATMUL_PARAMS}
+    for i, loop in enumerate(plan.batch):
+        sizes.update({f"batch{i}.extent": loop.extent, f"batch{i}.sa": loop.sa,
+                      f"batch{i}.sb": loop.sb, f"batch{i}.sc": loop.sc})
+    spec = FastDot(path, len(plan.batch), vector_lhs=path != "gemm" and plan.m == 1,
+                   unit_bn=path == "gemm" and plan.b_sn == 1, tiling=tiling_for(target))
+    return KernelPlan(spec, sizes)
 
 
 def _batch_loops(b, loops, a, bb, c, body):
     if not loops:
         body(a, bb, c)
         return
-    first, rest = loops[0], loops[1:]
-    with for_range(b, first.extent, "batch") as i:
-        _batch_loops(b, rest, offset_ptr(b, a, F32, b.mul(i, i64(first.sa))),
-                     offset_ptr(b, bb, F32, b.mul(i, i64(first.sb))),
-                     offset_ptr(b, c, F32, b.mul(i, i64(first.sc))), body)
-
-
-def _emit_one(b, path, plan: DotPlan, t: Tiling, a, bb, c, scratch):
-    if path == "gemm":
-        g = GemmShape(plan.m, plan.n, plan.k, plan.a_sm, plan.a_sk, plan.c_sm)
-        emit_gemm(b, g, a, c, MatrixPacker(bb, plan.b_sk, plan.b_sn, t, t.kc), scratch, t)
-        return
-    rows, sr, sk, sv, so = _gemv(plan)
-    mat, vec = (bb, a) if plan.m == 1 else (a, bb)
-    if path == "row_dot":
-        emit_row_dot(b, t.lanes, rows, plan.k, mat, sr, vec, c, so)
-    else:
-        emit_row_stream(b, t.lanes, rows, plan.k, mat, sk, vec, sv, c)
+    (extent, sa, sb, sc), rest = loops[0], loops[1:]
+    with for_range(b, extent, "batch") as i:
+        _batch_loops(b, rest, offset_ptr(b, a, F32, b.mul(i, sa)),
+                     offset_ptr(b, bb, F32, b.mul(i, sb)),
+                     offset_ptr(b, c, F32, b.mul(i, sc)), body)
 
 
 # --- reference loop nest ------------------------------------------------------------
 
-def emit_naive_dot(b: ir.IRBuilder, instr: Instruction, out, lhs, rhs) -> None:
+def emit_naive_dot(b: ir.IRBuilder, spec: NaiveDot, out, lhs, rhs) -> None:
     """One loop over the output elements, one loop per contracting dim; any element type."""
-    a_shape, b_shape = (o.shape for o in instr.operands)
-    dn = instr.attrs["dimension_numbers"]
-    dtype = instr.shape.dtype
+    a_shape, b_shape, dn = spec.lhs, spec.rhs, spec.dn
+    dtype = spec.out.dtype
     ety = llvm_type(dtype)
     sa, sb = row_major_strides(a_shape.dims), row_major_strides(b_shape.dims)
     lhs_free = [d for d in range(a_shape.rank) if d not in dn.lhs_batch + dn.lhs_contracting]
@@ -202,7 +245,7 @@ def emit_naive_dot(b: ir.IRBuilder, instr: Instruction, out, lhs, rhs) -> None:
     k_dims = [(a_shape.dims[la], sa[la], sb[rb])
               for la, rb in zip(dn.lhs_contracting, dn.rhs_contracting)]
     acc = alloca_once(b, scalar.acc_type(dtype), "acc")
-    with for_range(b, prod(instr.shape.dims), "o") as flat:
+    with for_range(b, prod(spec.out.dims), "o") as flat:
         a_off, b_off, rem = i64(0), i64(0), flat
         for ext, s_a, s_b in reversed(out_dims):
             idx = b.urem(rem, i64(ext))

@@ -1,25 +1,78 @@
-"""The kernel function frame shared by dot and convolution."""
+"""The kernel function frame and the plan that decides which instructions share one.
+
+A kernel is ``void name(ptr out, ptr lhs, ptr rhs[, ptr scratch], i64 size...)``. The
+``spec`` of a plan is everything its code is compiled from (path, window, tiling...):
+a hashable value, so instructions with equal specs call one function. The sizes that
+vary between layers (M/N/K, channels, image sizes, strides) are the trailing i64
+arguments, so e.g. every 1x1 convolution of a model runs the same code.
+
+Spec classes implement ``params`` (the names of the i64 arguments, in order),
+``scratch_bytes`` and ``emit(frame)``; ``emit`` sees the spec and the frame only,
+never the instruction, so nothing shape-specific can leak into a shared function.
+"""
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Hashable, Protocol
 
 from llvmlite import ir
 
-from ..irutil import PTR, VOID
+from ..irutil import I64, PTR, VOID
 
 
-def kernel_function(module: ir.Module, name: str, with_scratch: bool
-                    ) -> tuple[ir.Function, ir.IRBuilder]:
-    """``void name(ptr out, ptr op0, ptr op1[, ptr scratch])``: internal, nounwind, noalias
-    pointers. The builder sits in the body; the caller emits ``ret void`` at the end."""
-    nargs = 4 if with_scratch else 3
-    fn = ir.Function(module, ir.FunctionType(VOID, [PTR] * nargs), name)
+class KernelSpec(Hashable, Protocol):
+    @property
+    def params(self) -> tuple[str, ...]: ...
+
+    @property
+    def scratch_bytes(self) -> int: ...
+
+    def emit(self, frame: "Frame") -> None: ...
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """One instruction's kernel: the shared code (``spec``) and its own sizes."""
+    spec: KernelSpec
+    sizes: dict[str, int]
+
+    @property
+    def arguments(self) -> list[int]:
+        return [self.sizes[p] for p in self.spec.params]
+
+
+@dataclass(frozen=True)
+class Frame:
+    """The function being emitted: the builder sits in its body."""
+    fn: ir.Function
+    b: ir.IRBuilder
+    out: ir.Value
+    lhs: ir.Value
+    rhs: ir.Value
+    scratch: ir.Value | None
+    size: dict[str, ir.Value]       # the i64 size arguments by name
+
+
+def kernel_function(module: ir.Module, name: str, spec: KernelSpec) -> ir.Function:
+    """Define ``name`` from ``spec``: internal, nounwind, noalias pointers."""
+    with_scratch = spec.scratch_bytes > 0
+    pointers = 4 if with_scratch else 3
+    fn = ir.Function(module, ir.FunctionType(VOID, [PTR] * pointers + [I64] * len(spec.params)),
+                     name)
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
-    for arg, label in zip(fn.args, ("out", "lhs", "rhs", "scratch")):
+    for arg, label in zip(fn.args[:pointers], ("out", "lhs", "rhs", "scratch")):
         arg.name = label
         arg.add_attribute("noalias")
+    sizes = fn.args[pointers:]
+    for arg, label in zip(sizes, spec.params):
+        arg.name = label
     entry = fn.append_basic_block("entry")
     body = fn.append_basic_block("body")
     b = ir.IRBuilder(entry)
     b.branch(body)          # allocas go in entry (alloca_once), code in body
     b.position_at_end(body)
-    return fn, b
+    spec.emit(Frame(fn, b, *fn.args[:3], fn.args[3] if with_scratch else None,
+                    dict(zip(spec.params, sizes))))
+    b.ret_void()
+    return fn

@@ -1,4 +1,4 @@
-"""The f32 GEMM core: ``C (M x N) = A (M x K) * B (K x N)`` with static strides.
+"""The f32 GEMM core: ``C (M x N) = A (M x K) * B (K x N)``, sizes and strides at run time.
 
 Blocking (GotoBLAS, shrunk so the scratch stays small):
 
@@ -12,8 +12,14 @@ Blocking (GotoBLAS, shrunk so the scratch stays small):
 Only one sliver is packed at a time, so the scratch is KC x NR floats (16 KiB for
 AVX2) whatever the problem size. The packer is a parameter: a strided matrix here,
 an on-the-fly im2col in conv.py. A's elements are broadcast straight from memory
-(any strides). M, N, K are compile-time constants, so remainder tiles are separate
-straight-line variants chosen in Python rather than run-time masks.
+(any strides).
+
+M, N, K and the strides are run-time values, so one function serves every layer with
+the same tiling. Remainders are handled at run time: the last rows of M take the
+shortest tile height that covers them (``tile_heights``), with rows past M clamped to
+row M-1 (their duplicate results are stored first, then overwritten by the real row);
+the last sliver of N is zero-padded by the packer, computed one vector wide when it is
+that narrow, and stored through run-time lane masks (full slivers keep plain stores).
 """
 from __future__ import annotations
 
@@ -23,8 +29,9 @@ from typing import Protocol
 from llvmlite import ir
 
 from ..irutil import alloca_once, for_range, i64
-from .vec import (F32, fma, lane_mask, load_vec, masked_load, masked_store, offset_ptr,
-                  splat, store_vec, vec_type, zeros)
+from .sizes import ceil_div, first_lanes, imin
+from .vec import (F32, fma, load_vec, masked_load, masked_store, offset_ptr, splat, store_vec,
+                  vec_type, zeros)
 
 
 @dataclass(frozen=True)
@@ -53,59 +60,65 @@ def tiling_for(target) -> Tiling:
 
 
 class Packer(Protocol):
-    """Writes rows ``k0 .. k0+kc`` of columns ``n0 .. n0+valid`` of B as kc rows of NR
-    contiguous floats at ``dst`` (columns past ``valid`` are zeros)."""
+    """Writes rows ``k0 .. k0+kc`` of columns ``n0 .. n0+NR`` of B as kc rows of NR
+    contiguous floats at ``dst``. ``valid`` (run time) < NR columns are real in the last
+    sliver, the rest are written as zeros; None means all NR are real."""
 
     k_block: int    # rows per K block (the packer may need whole groups of rows)
 
     def pack(self, b: ir.IRBuilder, dst: ir.Value, k0: ir.Value, kc: ir.Value, n0: ir.Value,
-             valid: int) -> None: ...
+             valid: ir.Value | None) -> None: ...
 
 
 @dataclass(frozen=True)
 class MatrixPacker:
-    """Packs a strided matrix B: element (k, n) at ``base[k*sk + n*sn]``."""
+    """Packs a strided matrix B: element (k, n) at ``base[k*sk + n*sn]``; ``unit_n``
+    (compile time) says sn == 1, which allows vector loads."""
     base: ir.Value
-    sk: int
-    sn: int
+    sk: ir.Value
+    sn: ir.Value
+    unit_n: bool
     tiling: Tiling
     k_block: int
 
     def pack(self, b, dst, k0, kc, n0, valid):
         t = self.tiling
         vty = vec_type(F32, t.lanes)
+        masks = [None if valid is None else first_lanes(b, t.lanes, v * t.lanes, valid)
+                 for v in range(t.nv)]
         with for_range(b, kc, "pk") as k:
-            row = b.mul(b.add(k0, k), i64(self.sk))
-            src = b.add(row, b.mul(n0, i64(self.sn)))
+            row = b.mul(b.add(k0, k), self.sk)
+            src = b.add(row, b.mul(n0, self.sn))
             out = b.mul(k, i64(t.nr))
             for v in range(t.nv):
-                lanes = min(t.lanes, valid - v * t.lanes)
-                val = self._load(b, b.add(src, i64(v * t.lanes * self.sn)), lanes, vty)
+                start = b.add(src, b.mul(i64(v * t.lanes), self.sn))
+                val = self._load(b, start, vty, masks[v])
                 store_vec(b, val, offset_ptr(b, dst, F32, b.add(out, i64(v * t.lanes))))
 
-    def _load(self, b, index, lanes, vty):
-        if lanes <= 0:
-            return zeros(vty)
-        if self.sn == 1:
+    def _load(self, b, index, vty, mask):
+        if self.unit_n:
             ptr = offset_ptr(b, self.base, F32, index)
-            if lanes == vty.count:
-                return load_vec(b, ptr, vty)
-            return masked_load(b, ptr, vty, lane_mask(vty.count, lanes))
+            return load_vec(b, ptr, vty) if mask is None else masked_load(b, ptr, vty, mask)
         val = zeros(vty)
-        for j in range(lanes):
-            ptr = offset_ptr(b, self.base, F32, b.add(index, i64(j * self.sn)))
+        for j in range(vty.count):
+            # columns past N read column 0 of this row (in bounds), then are masked to 0
+            col = i64(j) if mask is None else b.select(b.extract_element(mask, i64(j)),
+                                                       i64(j), i64(0))
+            ptr = offset_ptr(b, self.base, F32, b.add(index, b.mul(col, self.sn)))
             val = b.insert_element(val, b.load(ptr, typ=F32), i64(j))
-        return val
+        return val if mask is None else b.select(mask, val, zeros(vty))
 
 
 @dataclass(frozen=True)
 class GemmShape:
-    m: int
-    n: int
-    k: int
-    a_sm: int       # A element (m, k) at a[m*a_sm + k*a_sk]
-    a_sk: int
-    c_sm: int       # C element (m, n) at c[m*c_sm + n] (columns contiguous)
+    """Run-time sizes: A element (m, k) at a[m*a_sm + k*a_sk], C element (m, n) at
+    c[m*c_sm + n] (columns contiguous)."""
+    m: ir.Value
+    n: ir.Value
+    k: ir.Value
+    a_sm: ir.Value
+    a_sk: ir.Value
+    c_sm: ir.Value
 
 
 def scratch_floats(tiling: Tiling, k_block: int) -> int:
@@ -115,76 +128,139 @@ def scratch_floats(tiling: Tiling, k_block: int) -> int:
 def emit_gemm(b: ir.IRBuilder, g: GemmShape, a: ir.Value, c: ir.Value, packer: Packer,
               scratch: ir.Value, t: Tiling) -> None:
     """Emit ``C = A * B`` at the builder's position (B comes through ``packer``)."""
-    m_full = g.m - g.m % t.mr
     # Equal M blocks, a multiple of MR each: a 4-row leftover block would repack every
     # B sliver for a quarter-empty micro-kernel.
-    blocks = -(-g.m // t.mc)
-    rows_per_block = -(-g.m // blocks)
-    mc = -(-rows_per_block // t.mr) * t.mr
-    n_full = g.n - g.n % t.nr
+    blocks = ceil_div(b, g.m, t.mc)
+    mc = b.mul(ceil_div(b, ceil_div(b, g.m, blocks), t.mr), i64(t.mr))
     kb = packer.k_block
-    with for_range(b, g.m, "m0", step=mc) as m0:
-        m_hi = b.add(m0, i64(mc))
-        m_hi = b.select(b.icmp_signed("<", m_hi, i64(m_full)), m_hi, i64(m_full))
-        last_block = b.icmp_signed(">=", b.add(m0, i64(mc)), i64(g.m))
+    with for_range(b, blocks, "mb") as block:
+        m0 = b.mul(block, mc)
+        m_hi = imin(b, b.add(m0, mc), g.m)
         with for_range(b, g.k, "k0", step=kb) as k0:
-            left = b.sub(i64(g.k), k0)
-            kc = b.select(b.icmp_signed("<", left, i64(kb)), left, i64(kb))
+            kc = imin(b, b.sub(g.k, k0), kb)
             first = b.icmp_signed("==", k0, i64(0))
+            with for_range(b, g.n, "n0", step=t.nr) as n0:
+                valid = b.sub(g.n, n0)
+                full = b.icmp_signed(">=", valid, i64(t.nr))
+                with b.if_else(full) as (whole, tail):
+                    with whole:
+                        packer.pack(b, scratch, k0, kc, n0, None)
+                    with tail:
+                        packer.pack(b, scratch, k0, kc, n0, valid)
+                sliver = _Sliver(b, g, t, a, c, scratch, n0, k0, kc, first, valid)
+                # A tail of at most one vector of columns gets one-vector tiles: half the
+                # work where N is small (7x7 = 3 x 16 + 1 pixels).
+                with b.if_else(b.icmp_signed(">", valid, i64(t.lanes))) as (wide, thin):
+                    with wide:
+                        sliver.tiles(m0, m_hi, t.nv, full)
+                    with thin:
+                        sliver.tiles(m0, m_hi, 1, None)
 
-            def sliver(n0, valid):
-                packer.pack(b, scratch, k0, kc, n0, valid)
-                with for_range(b, m_hi, "m", start=m0, step=t.mr) as m:
-                    _micro(b, g, t, a, c, scratch, m, n0, k0, kc, first, t.mr, valid)
-                if g.m % t.mr:
-                    with b.if_then(last_block):
-                        _micro(b, g, t, a, c, scratch, i64(m_full), n0, k0, kc, first,
-                               g.m % t.mr, valid)
 
-            with for_range(b, n_full, "n0", step=t.nr) as n0:
-                sliver(n0, t.nr)
-            if g.n % t.nr:
-                sliver(i64(n_full), g.n % t.nr)
+def tile_heights(t: Tiling) -> tuple[int, ...]:
+    """Micro-tile heights, tallest first: MR, then the powers of two below it (down to 2)
+    for the last rows of M. Channel counts are mostly multiples of 8, which leave 2 or 4
+    rows after MR = 6; a full-height tile there would do up to 3x the work."""
+    shorter = [1 << j for j in range((t.mr - 1).bit_length() - 1, 0, -1)]
+    return (t.mr, *shorter)
 
 
-def _micro(b, g: GemmShape, t: Tiling, a, c, bp, m, n0, k0, kc, first, rows: int, valid: int):
-    """``rows`` x ``valid`` tile of C at (m, n0) (+)= A rows . packed sliver."""
-    vty = vec_type(F32, t.lanes)
-    nvec = -(-valid // t.lanes)
-    tail = valid - (nvec - 1) * t.lanes      # lanes of the last vector
-    tail_mask = lane_mask(t.lanes, tail)
-    c_rows = [offset_ptr(b, c, F32, b.add(b.mul(b.add(m, i64(i)), i64(g.c_sm)), n0))
-              for i in range(rows)]
-    c_ptr = [[offset_ptr(b, row, F32, v * t.lanes) for v in range(nvec)] for row in c_rows]
-    acc = [[alloca_once(b, vty, f"acc{i}.{v}") for v in range(nvec)] for i in range(rows)]
-    with b.if_else(first) as (zero, keep):
-        with zero:
-            for i in range(rows):
+@dataclass(frozen=True)
+class _Sliver:
+    """The micro-tiles over one packed sliver (columns n0 .. n0+NR, K block k0 .. k0+kc)."""
+    b: ir.IRBuilder
+    g: GemmShape
+    t: Tiling
+    a: ir.Value
+    c: ir.Value
+    bp: ir.Value            # the packed sliver
+    n0: ir.Value
+    k0: ir.Value
+    kc: ir.Value
+    first: ir.Value         # first K block: C starts at zero
+    valid: ir.Value         # columns of C left from n0 (>= NR when the sliver is full)
+
+    def tiles(self, m0, m_hi, nvec: int, full: ir.Value | None) -> None:
+        """Rows m0 .. m_hi in tiles ``nvec`` vectors wide; ``full`` (run time) says that
+        all their columns are real, None that the last ones are masked."""
+        with for_range(self.b, m_hi, "m", start=m0, step=self.t.mr) as m:
+            self._tile(m, self.b.sub(m_hi, m), tile_heights(self.t), nvec, full)
+
+    def _tile(self, m, left, heights, nvec, full):
+        """The shortest tile of ``heights`` covering ``left`` rows (at most MR of them)."""
+        b = self.b
+        if len(heights) == 1:
+            self._micro(m, heights[0], nvec, full)
+            return
+        with b.if_else(b.icmp_signed(">", left, i64(heights[1]))) as (tall, short):
+            with tall:
+                self._micro(m, heights[0], nvec, full)
+            with short:
+                self._tile(m, left, heights[1:], nvec, full)
+
+    def _micro(self, m, height: int, nvec: int, full):
+        """The ``height`` x ``nvec`` vectors tile of C at (m, n0) (+)= A rows . packed
+        sliver; rows past M are clamped to M-1."""
+        b, g, t = self.b, self.g, self.t
+        vty = vec_type(F32, t.lanes)
+        last_row = b.sub(g.m, i64(1))
+        rows = [imin(b, b.add(m, i64(i)), last_row) if i else m for i in range(height)]
+        c_ptr = [[offset_ptr(b, self.c, F32, b.add(b.add(b.mul(r, g.c_sm), self.n0),
+                                                   i64(v * t.lanes)))
+                  for v in range(nvec)] for r in rows]
+        acc = [[alloca_once(b, vty, f"acc{i}.{v}") for v in range(nvec)]
+               for i in range(height)]
+
+        def masked(each):
+            masks = [first_lanes(b, t.lanes, v * t.lanes, self.valid) for v in range(nvec)]
+            for i in range(height):
                 for v in range(nvec):
-                    b.store(zeros(vty), acc[i][v])
-        with keep:
-            for i in range(rows):
+                    each(i, v, masks[v])
+
+        def over_c(each):
+            """``each(i, v, mask)`` for every vector of the tile, masks only in the tail."""
+            if full is None:
+                masked(each)
+                return
+            with b.if_else(full) as (whole, tail):
+                with whole:
+                    for i in range(height):
+                        for v in range(nvec):
+                            each(i, v, None)
+                with tail:
+                    masked(each)
+
+        def load_c(i, v, mask):
+            ptr = c_ptr[i][v]
+            b.store(load_vec(b, ptr, vty) if mask is None else masked_load(b, ptr, vty, mask),
+                    acc[i][v])
+
+        with b.if_else(self.first) as (zero, keep):
+            with zero:
+                for i in range(height):
+                    for v in range(nvec):
+                        b.store(zeros(vty), acc[i][v])
+            with keep:
+                over_c(load_c)
+        a_start = b.mul(self.k0, g.a_sk)
+        a_rows = [offset_ptr(b, self.a, F32, b.add(b.mul(r, g.a_sm), a_start)) for r in rows]
+        with for_range(b, self.kc, "k") as k:
+            bk = b.mul(k, i64(t.nr))
+            bvec = [load_vec(b, offset_ptr(b, self.bp, F32, b.add(bk, i64(v * t.lanes))), vty)
+                    for v in range(nvec)]
+            ak = b.mul(k, g.a_sk)
+            for i in range(height):
+                s = splat(b, b.load(offset_ptr(b, a_rows[i], F32, ak), typ=F32), t.lanes)
                 for v in range(nvec):
-                    part = v == nvec - 1 and tail < t.lanes
-                    val = (masked_load(b, c_ptr[i][v], vty, tail_mask) if part
-                           else load_vec(b, c_ptr[i][v], vty))
-                    b.store(val, acc[i][v])
-    a_start = b.mul(k0, i64(g.a_sk))
-    a_rows = [offset_ptr(b, a, F32, b.add(b.mul(b.add(m, i64(i)), i64(g.a_sm)), a_start))
-              for i in range(rows)]
-    with for_range(b, kc, "k") as k:
-        bk = b.mul(k, i64(t.nr))
-        bvec = [load_vec(b, offset_ptr(b, bp, F32, b.add(bk, i64(v * t.lanes))), vty)
-                for v in range(nvec)]
-        ak = b.mul(k, i64(g.a_sk))
-        for i in range(rows):
-            s = splat(b, b.load(offset_ptr(b, a_rows[i], F32, ak), typ=F32), t.lanes)
-            for v in range(nvec):
-                b.store(fma(b, s, bvec[v], b.load(acc[i][v], typ=vty)), acc[i][v])
-    for i in range(rows):
-        for v in range(nvec):
+                    b.store(fma(b, s, bvec[v], b.load(acc[i][v], typ=vty)), acc[i][v])
+
+        def store_c(i, v, mask):
+            # Rows in reverse: clamped duplicates of row M-1 are overwritten by the real one.
+            i = height - 1 - i
             val = b.load(acc[i][v], typ=vty)
-            if v == nvec - 1 and tail < t.lanes:
-                masked_store(b, val, c_ptr[i][v], tail_mask)
-            else:
+            if mask is None:
                 store_vec(b, val, c_ptr[i][v])
+            else:
+                masked_store(b, val, c_ptr[i][v], mask)
+
+        over_c(store_c)

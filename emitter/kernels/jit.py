@@ -1,7 +1,10 @@
 """Compile one kernel for this machine and call it from Python (tests, benchmarks).
 
-The kernel is internal, so a small external ``entry`` forwards to it; the module is
-optimized with the new pass manager (O3) and loaded with MCJIT for the host CPU.
+The kernel is internal, so a small external ``entry(out, lhs, rhs, scratch, sizes)``
+forwards to it, loading the i64 size arguments from an array at run time: the compiled
+code is the generic code a model shares between layers, not a copy specialized by
+constant propagation. The module is optimized with the new pass manager (O3) and loaded
+with MCJIT for the host CPU.
 """
 from __future__ import annotations
 
@@ -13,8 +16,8 @@ from llvmlite import binding as llvm
 from llvmlite import ir
 
 from ...hlo import Instruction
-from ..irutil import PTR, VOID
-from . import emit_kernel, scratch_bytes
+from ..irutil import I64, PTR, VOID, i64
+from . import emit_kernel, kernel_arguments, kernel_key, scratch_bytes
 
 _ready = False
 
@@ -54,14 +57,19 @@ class CompiledKernel:
 
     def __init__(self, instr: Instruction, target=None):
         target = target or host_target()
-        self.instr = instr
+        self.instr, self.target = instr, target
         self.scratch = scratch_bytes(instr, target)
         module = ir.Module("kernel")
         module.triple = llvm.get_process_triple()
         kernel = emit_kernel(module, instr, "kernel", target)
-        entry = ir.Function(module, ir.FunctionType(VOID, [PTR] * 4), "entry")
+        arguments = kernel_arguments(instr, target)
+        self.sizes = np.array(arguments or [0], np.int64)
+        nsizes = len(arguments)
+        entry = ir.Function(module, ir.FunctionType(VOID, [PTR] * 5), "entry")
         b = ir.IRBuilder(entry.append_basic_block())
-        b.call(kernel, entry.args[:len(kernel.args)])
+        sizes = [b.load(b.gep(entry.args[4], [i64(j)], source_etype=I64), typ=I64)
+                 for j in range(nsizes)]
+        b.call(kernel, list(entry.args[:len(kernel.args) - nsizes]) + sizes)
         b.ret_void()
         self.llvm_ir = str(module)
         tm = host_machine()
@@ -71,20 +79,31 @@ class CompiledKernel:
         pb.getModulePassManager().run(mod, pb)
         self._engine = llvm.create_mcjit_compiler(mod, tm)
         self._engine.finalize_object()
-        self._fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 4)(
+        self._fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 5)(
             self._engine.get_function_address("entry"))
         self._scratch = np.empty(max(self.scratch, 1) + 64, np.uint8)
 
-    def __call__(self, *operands: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        shape = self.instr.shape
+    def __call__(self, *operands: np.ndarray, out: np.ndarray | None = None,
+                 instr: Instruction | None = None) -> np.ndarray:
+        """Run on ``operands``; ``instr``: run this code for another instruction with the
+        same kernel key (its own shapes and sizes), as a model sharing the kernel does."""
+        sizes = self.sizes
+        if instr is None:
+            instr = self.instr
+        elif kernel_key(instr, self.target) != kernel_key(self.instr, self.target):
+            raise ValueError(f"%{instr.name} does not share the kernel of %{self.instr.name}")
+        else:
+            sizes = np.array(kernel_arguments(instr, self.target) or [0], np.int64)
+        shape = instr.shape
         args = [np.ascontiguousarray(x, dtype=o.shape.dtype.np)
-                for x, o in zip(operands, self.instr.operands)]
-        for x, o in zip(args, self.instr.operands):
+                for x, o in zip(operands, instr.operands)]
+        for x, o in zip(args, instr.operands):
             if x.shape != o.shape.dims:
                 raise ValueError(f"operand shape {x.shape} != {o.shape.dims}")
         if out is None:
             out = np.empty(shape.dims, shape.dtype.np)
         scratch = self._scratch.ctypes.data
         scratch += -scratch % 64            # the arena gives 64-byte aligned slots
-        self._fn(out.ctypes.data, args[0].ctypes.data, args[1].ctypes.data, scratch)
+        self._fn(out.ctypes.data, args[0].ctypes.data, args[1].ctypes.data, scratch,
+                 sizes.ctypes.data)
         return out
