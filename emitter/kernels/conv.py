@@ -38,7 +38,8 @@ from ..irutil import I32, alloca_once, for_range, i64, llvm_type
 from . import scalar
 from .dot import row_major_strides
 from .function import Frame, KernelPlan
-from .gemm import GemmShape, MatrixPacker, Tiling, emit_gemm, scratch_floats, tiling_for
+from .gemm import (GemmShape, MatrixPacker, Tiling, emit_gemm, scratch_floats, tiling_for,
+                   whole_or_tail)
 from .sizes import first_lanes, product as size_product, splat_i32
 from .vec import (F32, const_vec, fma, lane_mask, load_vec, masked_gather, masked_load,
                   masked_store, offset_ptr, splat, store_vec, vec_type, zeros)
@@ -254,11 +255,28 @@ class Im2colPacker:
     k_block: int
 
     def pack(self, b, dst, k0, kc, n0, valid):
+        if self.w.contiguous:
+            whole_or_tail(b, valid, self.tiling,
+                          lambda v: self._pack(b, dst, k0, kc, n0, v, True))
+        else:
+            # Gathers read any lane anywhere: lanes past the last pixel re-read pixel n0,
+            # so one copy of the (large, unrolled) window loop serves the tail too.
+            self._pack(b, dst, k0, kc, n0, valid, False)
+
+    def _pack(self, b, dst, k0, kc, n0, valid, mask_tail: bool):
+        """``mask_tail``: lanes past ``valid`` load zeros; else they read pixel n0 (or,
+        ``valid`` None, all lanes are real)."""
         t, w = self.tiling, self.w
-        rows = [PixelLanes(b, w, self.geo, self.coords.at(b, n0, v),
-                           b.add(n0, i64(v * t.lanes)), t.lanes,
-                           None if valid is None else first_lanes(b, t.lanes, v * t.lanes, valid))
-                for v in range(t.nv)]
+        rows = []
+        for v in range(t.nv):
+            coords = self.coords.at(b, n0, v)
+            real = None if valid is None else first_lanes(b, t.lanes, v * t.lanes, valid)
+            if real is not None and not mask_tail:
+                coords = [b.select(real, c, splat(b, b.extract_element(c0, i64(0)), t.lanes))
+                          for c, c0 in zip(coords, self.coords.at(b, n0, 0))]
+                real = None
+            rows.append(PixelLanes(b, w, self.geo, coords, b.add(n0, i64(v * t.lanes)),
+                                   t.lanes, real))
         c0 = b.udiv(k0, i64(w.window))
         with for_range(b, b.udiv(kc, i64(w.window)), "pc") as c:
             chan = offset_ptr(b, self.base, F32, b.mul(b.add(c0, c), self.geo.in_pixels))

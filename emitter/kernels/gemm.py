@@ -61,13 +61,24 @@ def tiling_for(target) -> Tiling:
 
 class Packer(Protocol):
     """Writes rows ``k0 .. k0+kc`` of columns ``n0 .. n0+NR`` of B as kc rows of NR
-    contiguous floats at ``dst``. ``valid`` (run time) < NR columns are real in the last
-    sliver, the rest are written as zeros; None means all NR are real."""
+    contiguous floats at ``dst``. ``valid`` (run time): the columns left from n0, fewer
+    than NR in the last sliver; the columns past them may hold any finite values (their
+    results are never stored) but must not be read from past the end of B."""
 
     k_block: int    # rows per K block (the packer may need whole groups of rows)
 
     def pack(self, b: ir.IRBuilder, dst: ir.Value, k0: ir.Value, kc: ir.Value, n0: ir.Value,
-             valid: ir.Value | None) -> None: ...
+             valid: ir.Value) -> None: ...
+
+
+def whole_or_tail(b: ir.IRBuilder, valid: ir.Value, t: Tiling, pack_columns) -> None:
+    """``pack_columns(None)`` for full slivers, ``pack_columns(valid)`` for the last one:
+    the full ones keep unmasked loads."""
+    with b.if_else(b.icmp_signed(">=", valid, i64(t.nr))) as (whole, tail):
+        with whole:
+            pack_columns(None)
+        with tail:
+            pack_columns(valid)
 
 
 @dataclass(frozen=True)
@@ -82,6 +93,10 @@ class MatrixPacker:
     k_block: int
 
     def pack(self, b, dst, k0, kc, n0, valid):
+        whole_or_tail(b, valid, self.tiling, lambda v: self._pack(b, dst, k0, kc, n0, v))
+
+    def _pack(self, b, dst, k0, kc, n0, valid):
+        """``valid`` None: all NR columns; else columns past it are written as zeros."""
         t = self.tiling
         vty = vec_type(F32, t.lanes)
         masks = [None if valid is None else first_lanes(b, t.lanes, v * t.lanes, valid)
@@ -142,11 +157,7 @@ def emit_gemm(b: ir.IRBuilder, g: GemmShape, a: ir.Value, c: ir.Value, packer: P
             with for_range(b, g.n, "n0", step=t.nr) as n0:
                 valid = b.sub(g.n, n0)
                 full = b.icmp_signed(">=", valid, i64(t.nr))
-                with b.if_else(full) as (whole, tail):
-                    with whole:
-                        packer.pack(b, scratch, k0, kc, n0, None)
-                    with tail:
-                        packer.pack(b, scratch, k0, kc, n0, valid)
+                packer.pack(b, scratch, k0, kc, n0, valid)
                 sliver = _Sliver(b, g, t, a, c, scratch, n0, k0, kc, first, valid)
                 # A tail of at most one vector of columns gets one-vector tiles: half the
                 # work where N is small (7x7 = 3 x 16 + 1 pixels).
