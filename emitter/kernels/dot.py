@@ -1,7 +1,7 @@
 """Dot (XLA dot_general) kernels.
 
 Any dimension numbers are first canonicalized into a batched matrix product
-``C[batch] (M x N) = A[batch] (M x K) * B[batch] (K x N)`` with static element
+``C[batch] (M x N) = A[batch] (M x K) * B[batch] (K x N)`` with element
 strides (``canonicalize``): size-1 dims are dropped, the free and contracting dims
 are merged where their strides allow, and free dims that do not merge become extra
 batch loops. The f32 product then takes one of three paths:
