@@ -54,14 +54,16 @@ def render_header(interface: ModelInterface, target: TargetInfo, arena_size: int
     name = interface.name
     guard = f"XLAC_MODEL_{name}_H"
     c_library = ", ".join(["memcpy", "memset", *sorted(libcalls)])
-    features = _wrap(target.features.split(",") if target.features else ["(none)"],
-                     " *   ", first=" *   ")
+    # Only what the object relies on: the "-feature" entries of a host feature string
+    # are the many extensions this CPU lacks, which say nothing about where it runs.
+    enabled = [f for f in target.features.split(",") if f.startswith("+")]
+    features = _wrap(enabled or ["(none)"], " *   ", first=" *   ")
     out = [
         f"/* {name}: model compiled by xlac.",
         " *",
         f" * Target triple: {target.triple}",
         f" * CPU:           {target.cpu}",
-        " * Features (the object may fault on a CPU without them):",
+        " * Features it was built with (it may fault on a CPU without them):",
         *features,
         " *",
         " * Runtime symbols the object needs: none from xlac_runtime.c;",
