@@ -11,7 +11,7 @@ identifiers that cannot be hijacked by the headers the model header includes:
 3. a C99/C11/C++ keyword, ``arena`` (the last parameter of ``NAME_run``), ``ARENA``
    (``NAME_ARENA_SIZE`` is taken) or a name
    that ``<stddef.h>``/``<stdint.h>`` define (``NULL``, ``size_t``, ``INT8_MAX``...)
-   gets a ``_`` suffix;
+   gets a ``t_`` prefix (``int`` -> ``t_int``);
 4. names are made unique in order of appearance with ``_2``, ``_3``...
 """
 from __future__ import annotations
@@ -50,7 +50,7 @@ def c_identifier(name: str) -> str:
     """One tensor name as a C identifier (rules 1-3 above; not yet unique)."""
     ident = _sanitize(name, "t")
     if ident in _RESERVED or _RESERVED_PATTERN.match(ident):
-        ident += "_"
+        ident = "t_" + ident
     return ident
 
 

@@ -132,7 +132,7 @@ def test_header_declares_the_interface(built):
     assert "#define small_ARENA_SIZE" in header and "#define small_ARENA_ALIGN 64u" in header
     assert "#define small_NUM_INPUTS 1" in header and "#define small_NUM_OUTPUTS 2" in header
     assert "#define small_input_0_SIZE 16000u" in header
-    assert "int small_run(const float *input_0, float *relu_out, float *int_, void *arena);" \
+    assert "int small_run(const float *input_0, float *relu_out, float *t_int, void *arena);" \
         in header
     assert "extern const xlac_model_info small_info;" in header
     assert '"relu/out", f32[16x250]' in header
@@ -160,7 +160,7 @@ def test_c_program_links_and_runs(built):
 #include "small.h"
 static _Alignas(64) unsigned char arena[small_ARENA_SIZE + 1];
 int main(void) {
-  static float x[small_input_0_COUNT], y[small_relu_out_COUNT], z[small_int__COUNT];
+  static float x[small_input_0_COUNT], y[small_relu_out_COUNT], z[small_t_int_COUNT];
   for (unsigned i = 0; i < small_input_0_COUNT; i++) x[i] = (float)i - 500.0f;
   int status = small_run(x, y, z, arena);
   double sum = 0;
@@ -240,9 +240,9 @@ def test_model_info_describes_the_model(built):
 # --- names -----------------------------------------------------------------
 
 @pytest.mark.parametrize("name,ident", [
-    ("input:0", "input_0"), ("0abc", "t0abc"), ("_x", "t_x"), ("int", "int_"),
-    ("class", "class_"), ("arena", "arena_"), ("ARENA", "ARENA_"), ("size_t", "size_t_"),
-    ("INT8_MAX", "INT8_MAX_"), ("", "t"), ("ok_name", "ok_name"),
+    ("input:0", "input_0"), ("0abc", "t0abc"), ("_x", "t_x"), ("int", "t_int"),
+    ("class", "t_class"), ("arena", "t_arena"), ("ARENA", "t_ARENA"), ("size_t", "t_size_t"),
+    ("INT8_MAX", "t_INT8_MAX"), ("", "t"), ("ok_name", "ok_name"),
 ])
 def test_c_identifier_rule(name, ident):
     assert c_identifier(name) == ident
