@@ -15,13 +15,17 @@ Rules (XLA's instruction fusion, for one-output loop fusions):
   - a producer with one user is moved into it; a producer with several users is
     fused only when it is cheap to duplicate (broadcast, iota, reshape, bitcast,
     scalar constant), so no arithmetic, transcendental or not, is ever computed twice.
+  - an expensive producer (a transcendental: exp, log, tanh, pow, ...) is not fused into
+    a consumer that reads each of its elements several times (overlapping reduce-window
+    windows, an expanding broadcast, gather), nor into a fusion whose parameter reaches
+    such a reader: it would be recomputed per read (LRN's pow under a 3x3 max pool).
 Consumers are visited from the root up, and each absorbs producers until none
 qualifies, so a chain collapses into the fusion of its last instruction.
 """
 from __future__ import annotations
 
 from ..hlo import Computation, Instruction, Module, Opcode
-from ..hlo.opcodes import ELEMENTWISE
+from ..hlo.opcodes import ELEMENTWISE, TRANSCENDENTAL
 
 FUSIBLE_MOVEMENT = frozenset({
     Opcode.BROADCAST, Opcode.RESHAPE, Opcode.TRANSPOSE, Opcode.SLICE, Opcode.PAD,
@@ -58,11 +62,13 @@ class _Fuser:
             changed |= self._grow(consumer)
         return changed
 
-    def _fusible_producer(self, p: Instruction) -> bool:
+    def _fusible_producer(self, p: Instruction, consumer: Instruction) -> bool:
         if p in self.pinned or p.shape.is_tuple:
             return False
         if not (p.opcode in ELEMENTWISE or p.opcode in FUSIBLE_MOVEMENT
                 or _is_scalar_constant(p)):
+            return False
+        if p.opcode in TRANSCENDENTAL and _reuses_operand(consumer, p):
             return False
         return len(self.users[p]) == 1 or p.opcode in CHEAP_TO_DUPLICATE \
             or _is_scalar_constant(p)
@@ -72,7 +78,8 @@ class _Fuser:
         changed = False
         while True:
             current = fusion or consumer
-            producer = next((o for o in current.operands if self._fusible_producer(o)), None)
+            producer = next((o for o in current.operands
+                             if self._fusible_producer(o, current)), None)
             if producer is None:
                 return changed
             if fusion is None:
@@ -134,6 +141,33 @@ class _Fuser:
             for o in set(producer.operands):
                 self.users[o].discard(producer)
             del self.users[producer]
+
+
+def _reuses_operand(consumer: Instruction, operand: Instruction) -> bool:
+    """Whether computing all of ``consumer`` reads some element of ``operand`` (one of
+    its operands) more than once."""
+    ks = [k for k, o in enumerate(consumer.operands) if o is operand]
+    if consumer.opcode is Opcode.REDUCE_WINDOW:
+        w = consumer.attrs["window"]
+        overlap = any((size - 1) * dil + 1 > stride
+                      for size, stride, dil in zip(w.size, w.stride, w.rhs_dilation))
+        return overlap and min(ks) < len(consumer.operands) // 2   # not just the init
+    if consumer.opcode is Opcode.BROADCAST:
+        return consumer.shape.num_elements > operand.shape.num_elements
+    if consumer.opcode is Opcode.GATHER:
+        return 0 in ks
+    if consumer.opcode is Opcode.FUSION:
+        fused = consumer.called[0]
+        users = fused.users()
+        return any(_value_reused(fused.parameters[k], users) for k in ks)
+    return False
+
+
+def _value_reused(value: Instruction, users: dict) -> bool:
+    """Whether the fused ``value`` is read more than once per element: a user reuses
+    it, or reads it once per element of its own value and that value is reused."""
+    return any(_reuses_operand(u, value) or _value_reused(u, users)
+               for u in users.get(value, ()))
 
 
 def _param_name(operand: Instruction) -> str:

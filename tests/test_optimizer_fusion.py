@@ -1,7 +1,7 @@
 """Loop fusion: what fuses, what must not, and that values do not change."""
 import numpy as np
 
-from xlac.hlo import (Builder, DotDimensionNumbers, Module, Opcode, Shape, dtypes,
+from xlac.hlo import (Builder, DotDimensionNumbers, Module, Opcode, Shape, Window, dtypes,
                       scalar_computation)
 from xlac.hlo.evaluator import evaluate
 from xlac.optimizer import DeadCodeElimination, InstructionFusion
@@ -97,6 +97,47 @@ def test_does_not_duplicate_expensive_producers():
     m = module_with(b, root)
     changed, ops = fuse_and_check(m)
     assert not changed and ops.count(Opcode.EXP) == 1
+
+
+def pool_of_lrn_like(window):
+    """max-pool(x / (x * x + 1) ** 0.75): the divide is cheap, the power expensive."""
+    b = Builder("main")
+    x = b.parameter(0, Shape.array(F32, (1, 2, 9, 9)))
+    sq = b.op(Opcode.ADD, b.op(Opcode.MULTIPLY, x, x),
+              b.broadcast(b.constant(1.0), x.shape.dims, ()))
+    p = b.op(Opcode.POWER, sq, b.broadcast(b.constant(0.75), x.shape.dims, ()))
+    mx = scalar_computation("max", Opcode.MAXIMUM, F32)
+    root = b.reduce_window(b.op(Opcode.DIVIDE, x, p), b.constant(float("-inf")), window, mx)
+    return module_with(b, root, mx)
+
+
+def test_expensive_producer_stays_out_of_overlapping_windows():
+    # 3x3 stride 2 windows read most elements twice or four times: the power would be
+    # recomputed per read, so it gets a loop of its own; the cheap divide still fuses.
+    m = pool_of_lrn_like(Window.make((1, 1, 3, 3), (1, 1, 2, 2)))
+    _, ops = fuse_and_check(m)
+    assert ops.count(Opcode.FUSION) == 2
+    pool, = [i for i in m.entry.instructions if i.opcode is Opcode.FUSION
+             and i.called[0].root.opcode is Opcode.REDUCE_WINDOW]
+    assert Opcode.POWER not in fused_opcodes(pool)
+    assert Opcode.DIVIDE in fused_opcodes(pool)
+
+
+def test_expensive_producer_fuses_into_disjoint_windows():
+    m = pool_of_lrn_like(Window.make((1, 1, 3, 3), (1, 1, 3, 3)))
+    _, ops = fuse_and_check(m)
+    assert ops == [Opcode.PARAMETER, Opcode.FUSION]
+    assert Opcode.POWER in fused_opcodes(m.entry.root)
+
+
+def test_expensive_producer_stays_out_of_an_expanding_broadcast():
+    b = Builder("main")
+    y = b.parameter(0, Shape.array(F32, (8,)))
+    root = b.op(Opcode.NEGATE, b.broadcast(b.op(Opcode.TANH, y), (4, 8), (1,)))
+    m = module_with(b, root)
+    _, ops = fuse_and_check(m)
+    assert ops == [Opcode.PARAMETER, Opcode.TANH, Opcode.FUSION]
+    assert Opcode.TANH not in fused_opcodes(m.entry.root)
 
 
 def test_does_not_fuse_into_or_out_of_dot():
