@@ -175,16 +175,15 @@ def _convert(em, instr, ops, index):
 
 
 def _float_max(em, x, y):
-    # NaN-propagating: if either is NaN, x + y is that NaN.
+    # NaN-propagating: a NaN x is taken, and a NaN y fails x > y so y is taken. One
+    # compare and blend fewer than testing both for NaN: pooling runs this per element.
     b = em.b
-    m = b.select(b.fcmp_ordered(">", x, y), x, y)
-    return b.select(b.fcmp_unordered("uno", x, y), b.fadd(x, y), m)
+    return b.select(b.or_(b.fcmp_ordered(">", x, y), b.fcmp_unordered("uno", x, x)), x, y)
 
 
 def _float_min(em, x, y):
     b = em.b
-    m = b.select(b.fcmp_ordered("<", x, y), x, y)
-    return b.select(b.fcmp_unordered("uno", x, y), b.fadd(x, y), m)
+    return b.select(b.or_(b.fcmp_ordered("<", x, y), b.fcmp_unordered("uno", x, x)), x, y)
 
 
 def _int_max(em, x, y, dt):
