@@ -523,9 +523,29 @@ def _reduce(em, instr, ops, index):
     return _results(em, accs)
 
 
+# Reducers for which folding the init value in once more changes nothing, whatever it is:
+# the accumulator starts at init and these are idempotent (max(acc, init) == acc).
+_IDEMPOTENT_REDUCERS = frozenset({Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.AND, Opcode.OR})
+_IDENTITY = {Opcode.ADD: 0, Opcode.MULTIPLY: 1}
+
+
+def _padding_is_neutral(instr) -> bool:
+    """Whether window positions in the padding (or between dilated base elements) may be
+    skipped. XLA pads with the init value, so each such position folds init in once
+    more: a no-op for idempotent reducers and for add/multiply whose init is 0/1."""
+    n = len(instr.operands) // 2
+    root = instr.called[0].root
+    if n != 1 or root.opcode not in _IDEMPOTENT_REDUCERS | set(_IDENTITY):
+        return False
+    if root.opcode in _IDEMPOTENT_REDUCERS:
+        return True
+    init = instr.operands[1]
+    return init.opcode is Opcode.CONSTANT and bool(init.literal == _IDENTITY[root.opcode])
+
+
 def _reduce_window(em, instr, ops, index):
     """Loop over the window; positions in the padding or between dilated base elements
-    contribute nothing (the accumulator keeps the init value's effect)."""
+    hold the init value (skipped where that cannot change the result)."""
     b = em.b
     n = len(instr.operands) // 2
     w = instr.attrs["window"]
@@ -546,8 +566,15 @@ def _reduce_window(em, instr, ops, index):
                 p = b.sdiv(p, dil)
             inside = b.and_(inside, b.icmp_unsigned("<", p, i64(shape.dims[d])))
             src.append(p)
-        with b.if_then(inside):
-            _accumulate(em, instr.called[0], accs, [ops[k](src) for k in range(n)])
+        if _padding_is_neutral(instr):
+            with b.if_then(inside):
+                _accumulate(em, instr.called[0], accs, [ops[k](src) for k in range(n)])
+        else:
+            with b.if_else(inside) as (then, padding):
+                with then:
+                    _accumulate(em, instr.called[0], accs, [ops[k](src) for k in range(n)])
+                with padding:
+                    _accumulate(em, instr.called[0], accs, [ops[n + k]([]) for k in range(n)])
     return _results(em, accs)
 
 

@@ -235,6 +235,11 @@ CASES = [
          lambda b, p: b.reduce_window(p, b.constant(np.float32(0)),
                                       Window.make((2, 3), (2, 1), (1, 0), (0, 1), (2, 1),
                                                   (1, 2)), _ADD_F32), tol=1e-6),
+    # XLA pads with the init value: a non-identity init counts once per padded position
+    Case("reduce_window_padded_sum_nonzero_init", [f32(5, 6)],
+         lambda b, p: b.reduce_window(p, b.constant(np.float32(0.5)),
+                                      Window.make((3, 2), (2, 1), (1, 0), (2, 1), (2, 1),
+                                                  (1, 1)), _ADD_F32), tol=1e-6),
     # fusion and the kernels behind dot / convolution
     Case("fusion", [f32(4, 8), f32(4, 8)], _fused_axpy),
     Case("dot", [f32(5, 7), f32(7, 3)],
