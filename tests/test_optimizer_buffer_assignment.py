@@ -8,21 +8,14 @@ that wrongly share bytes corrupt the result.
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from xlac.hlo import Builder, Module, Opcode, Shape, dtypes, scalar_computation
+from xlac.hlo import Builder, Opcode, Shape, dtypes, scalar_computation
 from xlac.hlo.evaluator import evaluate, evaluate_instruction
 from xlac.optimizer import (DEFAULT_SCHEDULERS, BufferLocation, assign_buffers, check_order,
                             schedule, simulate_peak)
 from xlac.optimizer.aliasing import VIEW_OPCODES, buffers_of, tuple_element_offset
+from hlo_util import module_with
 
 F32 = dtypes.F32
-
-
-def module_with(b, root, *callees):
-    m = Module("m")
-    for c in callees:
-        m.add_computation(c)
-    m.add_computation(b.build(root), entry=True)
-    return m
 
 
 # --- random DAGs ------------------------------------------------------------------

@@ -1,18 +1,13 @@
 """Constant folding, and its rule for broadcasts and iotas (see constant_folding.py)."""
 import numpy as np
 
-from xlac.hlo import (Builder, ConvDimensionNumbers, DotDimensionNumbers, Module, Opcode, Shape,
+from xlac.hlo import (Builder, ConvDimensionNumbers, DotDimensionNumbers, Opcode, Shape,
                       Window, dtypes)
 from xlac.hlo.evaluator import evaluate
 from xlac.optimizer import ConstantFolding, DeadCodeElimination
+from hlo_util import module_with
 
 F32, S32 = dtypes.F32, dtypes.S32
-
-
-def module_with(b, root):
-    m = Module("m")
-    m.add_computation(b.build(root), entry=True)
-    return m
 
 
 def fold(m):

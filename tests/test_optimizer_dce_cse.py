@@ -1,20 +1,13 @@
 """Dead code elimination and common subexpression elimination."""
 import numpy as np
 
-from xlac.hlo import Builder, Module, Opcode, Shape, dtypes, scalar_computation
+from xlac.hlo import Builder, Opcode, Shape, dtypes, scalar_computation
 from xlac.hlo.evaluator import evaluate
 from xlac.optimizer import CommonSubexpressionElimination, DeadCodeElimination
+from hlo_util import module_with
 
 F32 = dtypes.F32
 X = Shape.array(F32, (4,))
-
-
-def module_with(b, root, *callees):
-    m = Module("m")
-    for c in callees:
-        m.add_computation(c)
-    m.add_computation(b.build(root), entry=True)
-    return m
 
 
 # --- DCE --------------------------------------------------------------------------

@@ -1,21 +1,14 @@
 """Loop fusion: what fuses, what must not, and that values do not change."""
 import numpy as np
 
-from xlac.hlo import (Builder, DotDimensionNumbers, Module, Opcode, Shape, Window, dtypes,
+from xlac.hlo import (Builder, DotDimensionNumbers, Opcode, Shape, Window, dtypes,
                       scalar_computation)
 from xlac.hlo.evaluator import evaluate
 from xlac.optimizer import DeadCodeElimination, InstructionFusion
+from hlo_util import module_with
 
 F32 = dtypes.F32
 X = Shape.array(F32, (4, 8))
-
-
-def module_with(b, root, *callees):
-    m = Module("m")
-    for c in callees:
-        m.add_computation(c)
-    m.add_computation(b.build(root), entry=True)
-    return m
 
 
 def fuse_and_check(m, nargs=1):

@@ -131,21 +131,13 @@ def test_onnx_op_case_survives_the_whole_middle_end(case):
         pytest.skip(f"does not import: {e}")
     args = list(case.inputs)
     want = evaluate(m, args)
-    optimize(m, verify=_have_verifier())
+    optimize(m, verify=True)
     for got, w in zip(evaluate(m, args), want):
         np.testing.assert_allclose(got, w, rtol=case.rtol, atol=case.atol)
     ba = assign_buffers(m, schedule(m))
     check_assignment(m, ba)
     for got, w in zip(run_on_assigned_memory(m, ba, args), want):
         np.testing.assert_allclose(got, w, rtol=case.rtol, atol=case.atol)
-
-
-def _have_verifier():
-    try:
-        import xlac.hlo.verifier  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light")
