@@ -7,12 +7,12 @@ from .dce import DeadCodeElimination
 from .fusion import InstructionFusion
 from .heap_simulator import simulate_peak
 from .optimize import make_pipeline, optimize
-from .pipeline import Pass, Pipeline
+from .pipeline import ComputationPass, Pass, Pipeline
 from .scheduling import (DEFAULT_SCHEDULERS, DefinitionOrderScheduler, ListScheduler,
                          PostOrderScheduler, Scheduler, check_order, schedule)
 
 __all__ = [
-    "Pass", "Pipeline", "optimize", "make_pipeline",
+    "ComputationPass", "Pass", "Pipeline", "optimize", "make_pipeline",
     "AlgebraicSimplifier", "ConstantFolding", "CommonSubexpressionElimination",
     "DeadCodeElimination", "InstructionFusion",
     "schedule", "Scheduler", "DefinitionOrderScheduler", "PostOrderScheduler",

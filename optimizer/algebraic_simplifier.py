@@ -11,20 +11,18 @@ from typing import Callable
 
 import numpy as np
 
-from ..hlo import Computation, Instruction, Module, Opcode
+from ..hlo import Computation, Instruction, Opcode
+from .pipeline import ComputationPass
 from .rewrite import apply_replacements
 
 Rule = Callable[[Instruction], "Instruction | None"]
 
 
-class AlgebraicSimplifier:
+class AlgebraicSimplifier(ComputationPass):
     name = "algsimp"
 
-    def run(self, module: Module) -> bool:
-        changed = False
-        for comp in module.computations:
-            changed |= _simplify_computation(comp)
-        return changed
+    def run_on_computation(self, comp: Computation) -> bool:
+        return _simplify_computation(comp)
 
 
 def _simplify_computation(comp: Computation) -> bool:

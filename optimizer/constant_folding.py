@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..hlo import Computation, Instruction, Module, Opcode
+from ..hlo import Computation, Instruction, Opcode
 from ..hlo.evaluator import evaluate_instruction
+from .pipeline import ComputationPass
 from .rewrite import apply_replacements
 
 SMALL_BYTES = 64 * 1024
@@ -33,14 +34,11 @@ _KERNELS = (Opcode.DOT, Opcode.CONVOLUTION)
 _NEVER_FOLDED = (Opcode.PARAMETER, Opcode.CONSTANT, Opcode.TUPLE, Opcode.GET_TUPLE_ELEMENT)
 
 
-class ConstantFolding:
+class ConstantFolding(ComputationPass):
     name = "constant-folding"
 
-    def run(self, module: Module) -> bool:
-        changed = False
-        for comp in module.computations:
-            changed |= _fold_computation(comp)
-        return changed
+    def run_on_computation(self, comp: Computation) -> bool:
+        return _fold_computation(comp)
 
 
 def _fold_computation(comp: Computation) -> bool:

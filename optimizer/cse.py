@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..hlo import Computation, Instruction, Module, Opcode
+from ..hlo import Computation, Instruction, Opcode
+from .pipeline import ComputationPass
 
 
-class CommonSubexpressionElimination:
+class CommonSubexpressionElimination(ComputationPass):
     name = "cse"
 
-    def run(self, module: Module) -> bool:
-        changed = False
-        for comp in module.computations:
-            changed |= _cse_computation(comp)
-        return changed
+    def run_on_computation(self, comp: Computation) -> bool:
+        return _cse_computation(comp)
 
 
 def _key(instr: Instruction) -> tuple:

@@ -6,17 +6,18 @@ a called computation's parameters must match its caller's operands.
 from __future__ import annotations
 
 from ..hlo import Computation, Module
+from .pipeline import ComputationPass
 
 
-class DeadCodeElimination:
+class DeadCodeElimination(ComputationPass):
     name = "dce"
 
+    def run_on_computation(self, comp: Computation) -> bool:
+        return remove_dead_instructions(comp)
+
     def run(self, module: Module) -> bool:
-        changed = False
-        for comp in module.computations:
-            changed |= remove_dead_instructions(comp)
-        changed |= remove_dead_computations(module)
-        return changed
+        changed = super().run(module)
+        return remove_dead_computations(module) or changed
 
 
 def remove_dead_instructions(comp: Computation) -> bool:

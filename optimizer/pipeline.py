@@ -22,6 +22,18 @@ class Pass(Protocol):
     def run(self, module: Module) -> bool: ...
 
 
+class ComputationPass:
+    """A pass that rewrites every computation on its own: subclasses define
+    ``run_on_computation(comp) -> bool``."""
+    name: str
+
+    def run(self, module: Module) -> bool:
+        changed = False
+        for comp in module.computations:
+            changed |= self.run_on_computation(comp)
+        return changed
+
+
 class Pipeline:
     # A fixed-point pipeline that still changes the module after this many rounds
     # has two rules undoing each other; stop rather than loop forever.
