@@ -61,9 +61,11 @@ def emit(module: Module, assignment: BufferAssignment, options: EmitOptions,
         libcalls = emit_entry(llvm_module, module, assignment, interface, target, constants)
         emit_model_info(llvm_module, interface, target, assignment.arena_size,
                         assignment.alignment)
-        parsed = llvm.parse_assembly(str(llvm_module) + constants.module_asm())
-        parsed.verify()
-        optimize_ir(parsed, tm, options.opt_level)
+        parsed = None
+        if kinds:   # the header alone (--emit hlo) needs the IR built, not compiled
+            parsed = llvm.parse_assembly(str(llvm_module) + constants.module_asm())
+            parsed.verify()
+            optimize_ir(parsed, tm, options.opt_level)
         return Artifact(
             llvm_ir=str(parsed) if "llvm" in kinds else None,
             object_code=emit_object(tm, parsed) if "obj" in kinds else None,
