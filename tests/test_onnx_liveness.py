@@ -71,6 +71,14 @@ def test_unread_output_lives_one_step():
     assert onnx_order_lower_bound(m) == 32
 
 
+def test_unread_output_onnx_cannot_type_is_left_out():
+    graph = helper.make_graph([helper.make_node("Dropout", ["x"], ["d", "mask"]),
+                               helper.make_node("Relu", ["d"], ["y"])],
+                              "g", [f32("x", [1, 4])], [f32("y", [1, 4])])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    assert lives(m) == {TensorLife("d", 16, 0, 1)}      # Dropout-7's mask has no type
+
+
 def test_shape_subgraph_on_constants_is_weight_but_shape_of_input_counts():
     w = numpy_helper.from_array(np.zeros((4, 2), np.float32), "w")
     minus_one = numpy_helper.from_array(np.array([-1], np.int64), "minus_one")

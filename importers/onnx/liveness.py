@@ -41,7 +41,9 @@ def onnx_order_intervals(model, input_shapes: dict[str, tuple[int, ...]] | None 
     inputs and outputs, initializers, and weights-only tensors (outputs of Constant
     nodes and of nodes whose inputs are all weights-only, such as a Shape->Gather->
     Concat chain on constants). A tensor computed from a graph input counts however
-    small it is. Raises ``XlacError`` when a counted tensor's size is unknown.
+    small it is. An output nobody reads lives one step, unless ONNX's shape inference
+    gives it no type (Dropout-7's mask): then it is left out. Raises ``XlacError``
+    when any other tensor's size is unknown.
     """
     model, _ = load_model(model)
     _pin_inputs(model.graph, input_shapes or {})
@@ -62,9 +64,14 @@ def onnx_order_intervals(model, input_shapes: dict[str, tuple[int, ...]] | None 
     lives = []
     for step, node in enumerate(graph.node):
         for name in node.output:
-            if name and name not in weights and name not in outputs:
-                lives.append(TensorLife(name, _size_bytes(name, step, node, types.get(name)),
-                                        step, max(step, last_read.get(name, step))))
+            if not name or name in weights or name in outputs:
+                continue
+            if name not in last_read and not _has_shape(types.get(name)):
+                # An unread output ONNX cannot type (Dropout-7's mask): runtimes skip
+                # computing it, and nothing could tell its size.
+                continue
+            lives.append(TensorLife(name, _size_bytes(name, step, node, types.get(name)),
+                                    step, max(step, last_read.get(name, step))))
     return lives
 
 
@@ -127,12 +134,16 @@ def _captured(node: onnx.NodeProto) -> set[str]:
     return names
 
 
+def _has_shape(type_: onnx.TypeProto | None) -> bool:
+    return type_ is not None and type_.HasField("tensor_type") \
+        and type_.tensor_type.HasField("shape")
+
+
 def _size_bytes(name: str, step: int, node: onnx.NodeProto,
                 type_: onnx.TypeProto | None) -> int:
     label = f" '{node.name}'" if node.name else ""
     where = f"tensor '{name}' (output of node {step}, {node.op_type}{label})"
-    if type_ is None or not type_.HasField("tensor_type") \
-            or not type_.tensor_type.HasField("shape"):
+    if not _has_shape(type_):
         raise XlacError(f"{where} has an unknown shape; pin the graph inputs' dynamic "
                         "dimensions with input_shapes")
     tt = type_.tensor_type
