@@ -2,10 +2,11 @@
 path, and its TensorFlow Lite Micro baseline (benchmarks/memory.py: greedy_by_size).
 
 Each model is compiled once to an object (a module-scoped fixture shared by the two
-tests per model), run through xlac.load on a seeded random input and compared with onnxruntime on its logits (the input of a final Softmax is made an
-extra graph output): rtol 1e-4, atol 1e-4 x the largest |logit| (the logits of the
-ImageNet models reach ~20, and their 4608-term sums round differently in xlac's
-kernels and onnxruntime's). Its arena must also be no larger than the ONNX-order
+tests per model), run through xlac.load on a seeded random input and compared with
+onnxruntime on its logits (the input of a final Softmax is made an extra graph
+output): rtol 1e-4, atol 1e-4 x the largest |logit| (the logits of the ImageNet
+models reach ~20, and their 4608-term sums round differently in xlac's kernels and
+onnxruntime's). Its arena must also be no larger than the ONNX-order
 lower bound: xlac fuses and reorders, so it must not need more than the file's order.
 """
 from __future__ import annotations
