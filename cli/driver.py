@@ -1,6 +1,6 @@
 """The compile pipeline behind both ``xlac`` and ``xlac.compile``.
 
-    import -> optimize -> schedule -> assign -> emit -> write
+    import -> optimize -> plan memory (schedule + assign buffers) -> emit -> write
 
 Every stage is timed (``Progress``). User errors surface as ``XlacError`` from
 whichever stage finds them; the output files are written last, together, so a
@@ -18,11 +18,13 @@ from .emitter.names import c_identifier_for_model
 from .hlo import Module, XlacError
 from .hlo.text import print_module
 from .importers.onnx import import_onnx
-from .optimizer import assign_buffers, optimize, schedule
+from .importers.onnx.liveness import onnx_order_lower_bound
+from .optimizer import optimize, plan_memory
 from .outputs import write_files
 from .progress import Progress
 from .report import build_report, op_counts
 
+EXACT_SCHEDULE_BUDGET = 0
 EMIT_KINDS = ("obj", "asm", "llvm", "hlo")
 OPT_LEVELS = (0, 1, 2, 3)
 # NAME prefixes every exported symbol; a leading underscore would make reserved C names.
@@ -125,12 +127,10 @@ def _compile(model, output, *, name, target, cpu, emit_kind, input_shapes, opt_l
                 dump("imported", module)
         with progress.stage("optimize"):
             optimize(module, opt_level=opt_level, dump=dump)
-        with progress.stage("schedule"):
-            order = schedule(module)
-        with progress.stage("assign"):
+        with progress.stage("plan"):
             target_info, _ = make_target(target, cpu, None, opt_level)
-            assignment = assign_buffers(module, order,
-                                        scratch=lambda i: scratch_bytes(i, target_info))
+            assignment = plan_memory(module, scratch=lambda i: scratch_bytes(i, target_info),
+                                     exact_budget=EXACT_SCHEDULE_BUDGET if opt_level >= 2 else 0)
         with progress.stage("emit"):
             kinds = {"obj": ("obj",), "asm": ("asm",), "llvm": ("llvm",), "hlo": ()}[emit_kind]
             artifact = emit(module, assignment,
@@ -149,6 +149,7 @@ def _compile(model, output, *, name, target, cpu, emit_kind, input_shapes, opt_l
     built = None
     if want_report:
         built = build_report(name=name, target=artifact.target, imported_ops=imported_ops,
-                             module=module, assignment=assignment, times=progress.times,
-                             files=[str(p) for p in paths])
+                             module=module, assignment=assignment,
+                             onnx_order_bound=onnx_order_lower_bound(model, input_shapes),
+                             times=progress.times, files=[str(p) for p in paths])
     return CompileResult(paths, name, assignment.arena_size, built)

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from ..hlo import Instruction, Module, Opcode, XlacError
-from ..optimizer.buffer_assignment import VIEW_OPCODES, BufferAssignment
+from ..optimizer.aliasing import view_offset
+from ..optimizer.buffer_assignment import BufferAssignment
 from . import kernels
 from .constants import CONSTANT_ALIGN, ConstantPool
 from .elemental import ElementalEmitter
@@ -58,11 +59,6 @@ class _Places:
     def __getitem__(self, instr: Instruction) -> Place:
         return self._places[instr]
 
-    def is_view(self, instr: Instruction) -> bool:
-        """A reshape / bitcast the assignment placed on its operand's bytes."""
-        loc = self._assignment.location
-        return instr.opcode in VIEW_OPCODES and loc(instr) == loc(instr.operands[0])
-
     def resolve(self, instr: Instruction) -> None:
         op = instr.opcode
         if op is Opcode.PARAMETER:
@@ -79,8 +75,9 @@ class _Places:
                 base = self._places[t]
                 offset = leaf_offsets(t.shape, self._assignment.alignment)[k]
                 place = Place(base.space, base.index, base.offset + offset, base.key)
-        elif self.is_view(instr):
-            place = self._places[instr.operands[0]]
+        elif view_offset(instr) is not None:       # reshape, bitcast, contiguous slice
+            base = self._places[instr.operands[0]]
+            place = Place(base.space, base.index, base.offset + view_offset(instr), base.key)
         else:
             loc = self._assignment.location(instr)
             if loc.space not in ("input", "output", "arena"):
@@ -120,7 +117,7 @@ class _ComputeEmitter:
     # -- places as pointers --
     def pointer(self, place: Place) -> ir.Value:
         if place.space == "constant":
-            return self.constants.global_for(place.key)
+            return gep_bytes(self.b, self.constants.global_for(place.key), place.offset)
         base = {"input": lambda: self.inputs[place.index],
                 "output": lambda: self.outputs[place.index],
                 "arena": lambda: self.arena}[place.space]()
@@ -145,11 +142,13 @@ class _ComputeEmitter:
     def emit(self) -> None:
         for instr in self.assignment.order:
             self.places.resolve(instr)
-            if instr.opcode in _NO_CODE or self.places.is_view(instr):
+            if instr.opcode in _NO_CODE or view_offset(instr) is not None:
                 continue
             if instr.shape.num_elements == 0 and not instr.shape.is_tuple:
                 continue
-            if instr.opcode in KERNEL_OPCODES:
+            if instr in self.assignment.concats_in_place:
+                self._emit_concat_copies(instr)
+            elif instr.opcode in KERNEL_OPCODES:
                 self._emit_kernel_call(instr)
             else:
                 self._emit_loop_call(instr)
@@ -164,8 +163,12 @@ class _ComputeEmitter:
         size = instr.shape.byte_size
         operands = [(self.places[instr.operands[k]], instr.operands[k].shape.byte_size)
                     for k in passed_operands(instr)]
-        out_arg = self.pointer_arg(out, size, operands)
-        operand_args = [self.pointer_arg(p, s, [(out, size)]) for p, s in operands]
+        in_place = [p == out and s == size for p, s in operands]
+        out_arg = self.pointer_arg(out, size, [o for o, same in zip(operands, in_place)
+                                               if not same])
+        operand_args = [PointerArg(out_arg.align, False, True) if same
+                        else self.pointer_arg(p, s, [(out, size)])
+                        for (p, s), same in zip(operands, in_place)]
         fn, libcalls = emit_elemental_function(
             self.llvm_module, instr, self._function_name(instr),
             lambda b: ElementalEmitter(b, self.constants), out_arg, operand_args,
@@ -191,16 +194,29 @@ class _ComputeEmitter:
         args += [i64(v) for v in kernels.kernel_arguments(instr, self.target)]
         self.b.call(fn, args)
 
+    def _memcpy(self, dst: ir.Value, src: ir.Value, size: int) -> None:
+        memcpy = self.llvm_module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
+        self.b.call(memcpy, [dst, src, i64(size), ir.Constant(I1, 0)])
+
+    def _emit_concat_copies(self, instr: Instruction) -> None:
+        """A concatenation built in place: its operands' producers wrote into their
+        slices; copy in only the operands that live elsewhere (inputs, constants,
+        values that could not take a slot)."""
+        out = self.places[instr]
+        offset = 0
+        for o in instr.operands:
+            size = o.shape.byte_size
+            slot = Place(out.space, out.index, out.offset + offset)
+            if size and self.places[o] != slot:
+                self._memcpy(self.pointer(slot), self.pointer(self.places[o]), size)
+            offset += size
+
     def _emit_output_copies(self) -> None:
-        memcpy = None
         for k, instr in enumerate(self.module.output_instructions):
             place = self.places[instr]
             if place == Place("output", k) or instr.shape.byte_size == 0:
                 continue
-            if memcpy is None:
-                memcpy = self.llvm_module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
-            self.b.call(memcpy, [self.outputs[k], self.pointer(place),
-                                 i64(instr.shape.byte_size), ir.Constant(I1, 0)])
+            self._memcpy(self.outputs[k], self.pointer(place), instr.shape.byte_size)
 
 
 def _emit_run_v(llvm_module: ir.Module, interface: ModelInterface, compute: ir.Function,

@@ -46,9 +46,12 @@ def access_align(offset: int, base_align: int, itemsize: int) -> int:
 @dataclass(frozen=True)
 class PointerArg:
     """How the function may treat one pointer: ``align`` of its base for element accesses,
-    ``noalias`` if no other pointer of the call touches the bytes it writes or reads."""
+    ``noalias`` if no other pointer of the call touches the bytes it writes or reads,
+    ``is_output`` for an operand the result overwrites in place: it is read through the
+    output pointer, so LLVM sees element j read before it is written and still vectorizes."""
     align: int
     noalias: bool
+    is_output: bool = False
 
 
 def buffer_reader(b: ir.IRBuilder, ptr: ir.Value, shape: Shape, align: int) -> Generator:
@@ -97,7 +100,8 @@ def emit_elemental_function(llvm_module: ir.Module, instr: Instruction, name: st
             pos = passed.index(k)
             if o.shape.is_tuple:
                 raise XlacError(f"%{instr.name}: tuple-shaped operand %{o.name} is not supported")
-            gens.append(buffer_reader(b, fn.args[1 + pos], o.shape, operands[pos].align))
+            ptr = fn.args[0] if operands[pos].is_output else fn.args[1 + pos]
+            gens.append(buffer_reader(b, ptr, o.shape, operands[pos].align))
         else:
             gens.append(em.generator(o, []))
     generate = em.generator(instr, gens)

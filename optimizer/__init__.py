@@ -6,16 +6,19 @@ from .cse import CommonSubexpressionElimination
 from .dce import DeadCodeElimination
 from .fusion import InstructionFusion
 from .heap_simulator import simulate_peak
+from .memory_model import MemoryModel
+from .memory_plan import plan_memory
 from .optimize import make_pipeline, optimize
 from .pipeline import ComputationPass, Pass, Pipeline
 from .scheduling import (DEFAULT_SCHEDULERS, DefinitionOrderScheduler, ListScheduler,
-                         PostOrderScheduler, Scheduler, check_order, schedule)
+                         PostOrderScheduler, ScheduleResult, Scheduler, check_order, schedule,
+                         schedule_model)
 
 __all__ = [
     "ComputationPass", "Pass", "Pipeline", "optimize", "make_pipeline",
     "AlgebraicSimplifier", "ConstantFolding", "CommonSubexpressionElimination",
     "DeadCodeElimination", "InstructionFusion",
-    "schedule", "Scheduler", "DefinitionOrderScheduler", "PostOrderScheduler",
+    "MemoryModel", "schedule", "schedule_model", "ScheduleResult", "Scheduler", "DefinitionOrderScheduler", "PostOrderScheduler",
     "ListScheduler", "DEFAULT_SCHEDULERS", "check_order", "simulate_peak",
-    "assign_buffers", "BufferAssignment", "BufferLocation",
+    "assign_buffers", "BufferAssignment", "BufferLocation", "plan_memory",
 ]

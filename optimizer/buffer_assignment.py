@@ -27,17 +27,15 @@ Contract with the emitter (xlac.emitter):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Hashable
 
 from ..hlo import Instruction, Module, Opcode
-from .aliasing import (VIEW_OPCODES, align_up, output_slots, root_of_view,
-                       tuple_element_offset)
-from .heap_simulator import (PACKING_ORDERS, BestFitHeap, HeapResult, PeakHeap, Scratch,
-                             ScratchFn, heap_events, simulate)
+from .aliasing import align_up, tuple_element_offset, view_offset
+from .heap_simulator import PACKING_ORDERS, BestFitHeap, HeapResult, PeakHeap, simulate
+from .memory_model import MemoryModel, Scratch, ScratchFn
+from .packing import improve_packing
 from .scheduling import check_order
 
-__all__ = ["BufferLocation", "BufferAssignment", "assign_buffers", "align_up",
-           "root_of_view", "VIEW_OPCODES"]
+__all__ = ["BufferLocation", "BufferAssignment", "assign_buffers"]
 
 
 @dataclass(frozen=True)
@@ -57,50 +55,67 @@ class BufferAssignment:
     lower_bound: int = 0          # max bytes live at once for ``order``
     stats: dict = field(default_factory=dict)
     scratch: dict[Instruction, BufferLocation] = field(default_factory=dict)
+    # Concatenations whose operands' producers wrote straight into their slices:
+    # the emitter copies in only the operands that live elsewhere.
+    concats_in_place: set[Instruction] = field(default_factory=set)
+    in_place: dict[Instruction, Instruction] = field(default_factory=dict)   # -> overwritten owner
 
     def location(self, instr: Instruction) -> BufferLocation:
         return self.locations[instr]
 
 
 def assign_buffers(module: Module, order: list[Instruction] | None = None,
-                   alignment: int = 64, scratch: ScratchFn | None = None) -> BufferAssignment:
+                   alignment: int = 64, scratch: ScratchFn | None = None,
+                   model: MemoryModel | None = None) -> BufferAssignment:
     """Place every value of ``order`` (default: the entry's order) and pack the arena.
 
-    The arena is packed by global best fit under each of ``PACKING_ORDERS``;
-    the smallest result is kept (``stats['packing']`` names it).
+    The arena is packed by global best fit under each of ``PACKING_ORDERS``; the
+    smallest is kept, then improved by local search (packing.py) until it equals
+    the peak of live bytes or stops improving (``stats['packing']`` names the
+    winner). ``model`` (built for ``alignment`` and ``scratch``) may be passed in
+    when the caller already has it.
     """
     order = list(order if order is not None else module.entry.instructions)
     check_order(module, order)
-    events = heap_events(module, order, alignment, scratch)
-    packings = {name: simulate(events, BestFitHeap(alignment, key))
+    model = model or MemoryModel(module, alignment, scratch)
+    sim = model.events(order)
+    lower_bound = simulate(sim.events, PeakHeap()).size
+    packings = {name: simulate(sim.events, BestFitHeap(alignment, key))
                 for name, key in PACKING_ORDERS.items()}
     best = min(packings, key=lambda name: packings[name].size)
     heap: HeapResult = packings[best]
-    lower_bound = simulate(events, PeakHeap()).size
+    if align_up(lower_bound, alignment) < heap.size:
+        improved = improve_packing(sim.events, alignment, PACKING_ORDERS[best], lower_bound)
+        if improved.size < heap.size:
+            heap, best = improved, f"{best}+local-search"
 
-    slots = output_slots(module)
     locs: dict[Instruction, BufferLocation] = {}
     for i in order:
-        locs[i] = _location(i, locs, slots, heap.offsets, alignment)
+        locs[i] = _location(i, locs, model, sim.storage, heap.offsets, alignment)
     scratch_locs = {key.instr: BufferLocation("arena", 0, off)
                     for key, off in heap.offsets.items() if isinstance(key, Scratch)}
-    stats = {"packing": best, **{f"arena_{name}": r.size for name, r in packings.items()}}
-    naive = sum(e.size for e in events if e.kind == "alloc")
+    stats = {"packing": best, **{f"arena_{name}": r.size for name, r in packings.items()},
+             "views": sum(1 for i in order if view_offset(i) is not None),
+             "concat_slots": len(model.concat_slots), "in_place": len(sim.in_place)}
+    naive = sum(b.size for b in model.arena) + sum(model.scratch.values())
+    concats = {c for c, _ in model.concat_slots.values()}
     return BufferAssignment(order, locs, heap.size, alignment, naive_bytes=naive,
-                            lower_bound=lower_bound, stats=stats, scratch=scratch_locs)
+                            lower_bound=lower_bound, stats=stats, scratch=scratch_locs,
+                            concats_in_place=concats, in_place=dict(sim.in_place))
 
 
-def _location(i: Instruction, locs: dict[Instruction, BufferLocation],
-              slots: dict[Instruction, int], offsets: dict[Hashable, int],
-              alignment: int) -> BufferLocation:
+def _location(i: Instruction, locs: dict[Instruction, BufferLocation], model: MemoryModel,
+              storage: dict, offsets: dict, alignment: int) -> BufferLocation:
     if i.opcode is Opcode.PARAMETER:
         return BufferLocation("input", i.number)
     if i.opcode is Opcode.CONSTANT:
         return BufferLocation("constant")
     if i.opcode is Opcode.TUPLE:
         return BufferLocation("none")
-    if i.opcode in VIEW_OPCODES:
-        return locs[i.operands[0]]
+    view = view_offset(i)
+    if view is not None:
+        base = locs[i.operands[0]]
+        return BufferLocation(base.space, base.index, base.offset + view)
     if i.opcode is Opcode.GET_TUPLE_ELEMENT:
         t, k = i.operands[0], i.attrs["index"]
         if t.opcode is Opcode.TUPLE:
@@ -108,7 +123,8 @@ def _location(i: Instruction, locs: dict[Instruction, BufferLocation],
         base = locs[t]
         return BufferLocation(base.space, base.index,
                               base.offset + tuple_element_offset(t.shape, k, alignment))
-    if i in slots:
-        return BufferLocation("output", slots[i])
+    buf, off = model.placement[i]
+    if buf.output is not None:
+        return BufferLocation("output", buf.output, off)
     # Zero-byte buffers take no part in packing; any offset will do.
-    return BufferLocation("arena", 0, offsets.get(i, 0))
+    return BufferLocation("arena", 0, offsets.get(storage.get(buf, buf), 0) + off)

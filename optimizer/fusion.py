@@ -7,7 +7,10 @@ instructions and writes only the root.
 
 Rules (XLA's instruction fusion, for one-output loop fusions):
   - consumers: element-wise, movement, reduce, reduce-window, or a fusion.
-    Never a dot or convolution: their kernels read operands from memory.
+    Never a dot or convolution: their kernels read operands from memory. Never a
+    concatenation of contiguous blocks: buffer assignment builds it in place, its
+    producers writing straight into their slices (aliasing.concat_slots), which
+    saves the copy a fused concatenation makes.
   - producers: element-wise or movement ops (gather excluded: it is data
     dependent), iota, and scalar constants. Never dot, convolution, reduce,
     reduce-window, gather, parameters, tuples, or a model output (its value
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 from ..hlo import Computation, Instruction, Module, Opcode
 from ..hlo.opcodes import ELEMENTWISE, TRANSCENDENTAL
+from .aliasing import concat_of_blocks
 
 FUSIBLE_MOVEMENT = frozenset({
     Opcode.BROADCAST, Opcode.RESHAPE, Opcode.TRANSPOSE, Opcode.SLICE, Opcode.PAD,
@@ -59,6 +63,8 @@ class _Fuser:
         for consumer in reversed(list(self.comp.instructions)):
             if consumer not in self.users or consumer.opcode not in CONSUMERS:
                 continue                        # fused away already, or not a consumer
+            if concat_of_blocks(consumer):
+                continue                        # built in place (aliasing.concat_slots)
             changed |= self._grow(consumer)
         return changed
 

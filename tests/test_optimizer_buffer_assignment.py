@@ -2,18 +2,19 @@
 
 The strongest check runs the schedule on real memory laid out as assigned (an
 arena byte array, the caller's output buffers, scratch scribbled over while an
-instruction runs) and compares with the reference evaluator: any two values
-that wrongly share bytes corrupt the result.
+instruction runs; memory_util.py) and compares with the reference evaluator: any
+two values that wrongly share bytes corrupt the result.
 """
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from xlac.hlo import Builder, Opcode, Shape, dtypes, scalar_computation
-from xlac.hlo.evaluator import evaluate, evaluate_instruction
-from xlac.optimizer import (DEFAULT_SCHEDULERS, BufferLocation, assign_buffers, check_order,
-                            schedule, simulate_peak)
-from xlac.optimizer.aliasing import VIEW_OPCODES, buffers_of, tuple_element_offset
+from xlac.hlo.evaluator import evaluate
+from xlac.optimizer import (DEFAULT_SCHEDULERS, BufferLocation, InstructionFusion, MemoryModel,
+                            assign_buffers, check_order, schedule, simulate_peak)
+from xlac.optimizer.aliasing import tuple_element_offset
 from hlo_util import module_with
+from memory_util import args_for, check_assignment, run_on_assigned_memory
 
 F32 = dtypes.F32
 
@@ -22,14 +23,15 @@ F32 = dtypes.F32
 
 @st.composite
 def random_dags(draw):
-    """A module of element-wise, view, broadcast and slice ops over 1-3 parameters."""
+    """A module of element-wise, view, broadcast, slice and concatenate ops over 1-3
+    parameters, loop-fused or not."""
     b = Builder("main")
     nparams = draw(st.integers(1, 3))
     values = [b.parameter(n, Shape.array(F32, (draw(st.sampled_from([4, 16, 64])),)))
               for n in range(nparams)]
     for _ in range(draw(st.integers(1, 14))):
         x = draw(st.sampled_from(values))
-        kind = draw(st.sampled_from(["unary", "binary", "view", "widen", "narrow"]))
+        kind = draw(st.sampled_from(["unary", "binary", "view", "widen", "narrow", "concat"]))
         if kind == "unary":
             v = b.op(draw(st.sampled_from([Opcode.NEGATE, Opcode.ABS, Opcode.EXP])), x)
         elif kind == "binary":
@@ -39,8 +41,14 @@ def random_dags(draw):
             v = b.reshape(x, (1,) + x.shape.dims if x.shape.rank == 1 else (x.shape.num_elements,))
         elif kind == "widen" and x.shape.rank == 1:
             v = b.broadcast(x, (3, x.shape.dims[0]), (1,))
-        elif x.shape.rank == 1 and x.shape.dims[0] > 4:
-            v = b.slice(x, (0,), (x.shape.dims[0] // 4,))
+        elif kind == "narrow" and x.shape.rank == 1 and x.shape.dims[0] > 4:
+            start = draw(st.sampled_from([0, 1, x.shape.dims[0] // 4]))
+            v = b.slice(x, (start,), (start + x.shape.dims[0] // 4,))
+        elif kind == "concat":
+            parts = draw(st.lists(st.sampled_from([v for v in values if v.shape.rank == x.shape.rank
+                                                   and v.shape.dims[1:] == x.shape.dims[1:]]),
+                                  min_size=1, max_size=3))
+            v = b.op(Opcode.CONCATENATE, x, *parts, dimension=0)
         else:
             v = b.op(Opcode.NEGATE, x)
         values.append(v)
@@ -48,92 +56,20 @@ def random_dags(draw):
     outs = [draw(st.sampled_from(values[nparams:] if draw(st.booleans()) else values))
             for _ in range(nout)]
     root = outs[0] if nout == 1 else b.tuple(outs)
-    return module_with(b, root)
-
-
-def live_intervals(m, order):
-    """Independent liveness: [def, last reader] in schedule positions, readers of views
-    included; outputs not in output buffers live to the end."""
-    pos = {i: t for t, i in enumerate(order)}
-    ranges = {}
-    for t, i in enumerate(order):
-        for o in i.operands:
-            for owner in buffers_of(o):
-                lo, hi = ranges.get(owner, (pos[owner], pos[owner]))
-                ranges[owner] = (lo, max(hi, t))
-    for owner in (o for out in m.output_instructions for o in buffers_of(out)):
-        ranges[owner] = (ranges.get(owner, (pos[owner],))[0], len(order))
-    return ranges
-
-
-def check_assignment(m, ba, scratch_of=lambda i: 0):
-    order = ba.order
-    check_order(m, order)
-    intervals = live_intervals(m, order)
-    boxes = []                     # (first step, last step, first byte, end byte)
-    for i in order:
-        loc = ba.location(i)
-        if loc.space == "arena":
-            assert loc.offset % ba.alignment == 0
-            assert loc.offset + i.shape.byte_size <= ba.arena_size
-            if i.opcode not in VIEW_OPCODES and i.shape.byte_size:
-                lo, hi = intervals.get(i, (order.index(i), order.index(i)))
-                boxes.append((lo, hi, loc.offset, loc.offset + i.shape.byte_size))
-        if i.opcode in VIEW_OPCODES:
-            assert loc == ba.location(i.operands[0])
-    for i, loc in ba.scratch.items():
-        t = order.index(i)
-        assert loc.offset % ba.alignment == 0
-        boxes.append((t, t, loc.offset, loc.offset + scratch_of(i)))
-    for n, (a0, a1, b0, b1) in enumerate(boxes):
-        for c0, c1, d0, d1 in boxes[:n]:
-            assert not (a0 <= c1 and c0 <= a1 and b0 < d1 and d0 < b1), "overlapping buffers"
-    assert ba.lower_bound <= ba.arena_size
-    assert ba.lower_bound <= ba.naive_bytes
-    assert ba.lower_bound == simulate_peak(m, order, ba.alignment, scratch_of)
-
-
-def run_on_assigned_memory(m, ba, args, scratch_of=lambda i: 0):
-    """Execute ``ba.order`` with every value stored where ``ba`` says; return the outputs."""
-    arena = np.zeros(ba.arena_size, np.uint8)
-    outs = [np.zeros(o.shape.byte_size, np.uint8) for o in m.output_instructions]
-    ins = [np.ascontiguousarray(a).view(np.uint8).reshape(-1) for a in args]
-
-    def memory(instr):
-        loc = ba.location(instr)
-        space = {"arena": arena, "input": ins[loc.index] if loc.space == "input" else None,
-                 "output": outs[loc.index] if loc.space == "output" else None}[loc.space]
-        return space[loc.offset:loc.offset + instr.shape.byte_size]
-
-    def read(instr):
-        if instr.opcode is Opcode.CONSTANT:
-            return instr.literal
-        return memory(instr).view(instr.shape.dtype.np).reshape(instr.shape.dims)
-
-    for i in ba.order:
-        if i.opcode in (Opcode.PARAMETER, Opcode.CONSTANT, Opcode.TUPLE) or \
-                i.opcode in VIEW_OPCODES:
-            continue
-        if i in ba.scratch:                           # the kernel scribbles on its scratch
-            off = ba.scratch[i].offset
-            arena[off:off + scratch_of(i)] = 0xA5
-        value = evaluate_instruction(i, [read(o) for o in i.operands])
-        memory(i)[:] = np.ascontiguousarray(value, i.shape.dtype.np).view(np.uint8).reshape(-1)
-    return [read(o).copy() for o in m.output_instructions]
-
-
-def args_for(m, seed=0):
-    rng = np.random.default_rng(seed)
-    return [rng.standard_normal(p.shape.dims).astype(np.float32) for p in m.entry.parameters]
+    m = module_with(b, root)
+    if draw(st.booleans()):
+        InstructionFusion().run(m)
+    return m
 
 
 @settings(max_examples=150, deadline=None)
 @given(random_dags(), st.sampled_from([1, 16, 64]), st.data())
 def test_random_dags_assignment_is_sound(m, alignment, data):
     sched = data.draw(st.sampled_from(DEFAULT_SCHEDULERS))
-    order = sched(m)
-    scratch_sizes = {id(i): data.draw(st.sampled_from([0, 0, 24, 100])) for i in order}
+    scratch_sizes = {id(i): data.draw(st.sampled_from([0, 0, 24, 100]))
+                     for i in m.entry.instructions}
     scratch_of = lambda i: scratch_sizes[id(i)]   # noqa: E731
+    order = sched(MemoryModel(m, alignment, scratch_of))
     ba = assign_buffers(m, order, alignment=alignment, scratch=scratch_of)
     check_assignment(m, ba, scratch_of)
     args = args_for(m)
@@ -146,7 +82,7 @@ def test_random_dags_assignment_is_sound(m, alignment, data):
 def test_schedule_is_valid_and_no_worse_than_any_scheduler(m):
     order = schedule(m)
     check_order(m, order)
-    peaks = [simulate_peak(m, s(m)) for s in DEFAULT_SCHEDULERS]
+    peaks = [simulate_peak(m, s(MemoryModel(m))) for s in DEFAULT_SCHEDULERS]
     assert simulate_peak(m, order) == min(peaks)
 
 
@@ -175,8 +111,9 @@ def test_outputs_land_in_output_buffers_and_views_share():
     np.testing.assert_array_equal(outs[0], evaluate(m, args)[0])
 
 
-def test_chain_reuses_memory():
-    # x -> a -> b -> c -> d -> output: two arena buffers ping-pong.
+def test_chain_runs_in_place():
+    # x -> a -> b -> c -> d -> output: each element-wise op overwrites its operand at its
+    # last use, so the three arena values share one buffer.
     b = Builder("main")
     v = b.parameter(0, X)
     for op in (Opcode.EXP, Opcode.NEGATE, Opcode.ABS, Opcode.EXP, Opcode.NEGATE):
@@ -184,19 +121,33 @@ def test_chain_reuses_memory():
     m = module_with(b, v)
     ba = assign_buffers(m, schedule(m))
     assert ba.naive_bytes == 4 * 1024
-    assert ba.lower_bound == 2 * 1024 == ba.arena_size
+    assert ba.lower_bound == 1024 == ba.arena_size
+    assert len(ba.in_place) == 3
     check_assignment(m, ba)
 
 
-def test_result_never_shares_bytes_with_its_operand():
+def test_result_never_overwrites_an_operand_read_later():
     b = Builder("main")
     x = b.parameter(0, X)
     a = b.op(Opcode.EXP, x)
     c = b.op(Opcode.NEGATE, a)
-    root = b.op(Opcode.ADD, b.op(Opcode.ABS, c), x)
+    root = b.op(Opcode.ADD, b.op(Opcode.ABS, c), a)     # a is read after c
     m = module_with(b, root)
     ba = assign_buffers(m)
     assert ba.location(a).offset != ba.location(c).offset
+    assert c not in ba.in_place
+    check_assignment(m, ba)
+
+
+def test_non_elementwise_result_never_overwrites_its_operand():
+    b = Builder("main")
+    x = b.parameter(0, Shape.array(F32, (16, 16)))
+    a = b.op(Opcode.EXP, x)
+    t = b.transpose(a, (1, 0))                          # reads a at other indices
+    m = module_with(b, b.op(Opcode.NEGATE, t))
+    ba = assign_buffers(m)
+    assert ba.location(a).offset != ba.location(t).offset
+    check_assignment(m, ba)
 
 
 def test_view_extends_the_life_of_its_operand():
@@ -223,7 +174,7 @@ def test_scratch_is_placed_and_reused():
     exps = [i for i in m.entry.instructions if i.opcode is Opcode.EXP]
     assert set(ba.scratch) == set(exps)
     assert ba.naive_bytes == 3 * 1024 + 4 * 128
-    assert ba.lower_bound == 2 * 1024 + 128
+    assert ba.lower_bound == 1024 + 128          # in place, plus one kernel's scratch
     check_assignment(m, ba, lambda i: 128 if i.opcode is Opcode.EXP else 0)
 
 
@@ -261,7 +212,7 @@ def test_default_schedulers_are_all_valid_on_a_wide_graph():
     m = module_with(b, v, add)
     peaks = {}
     for s in DEFAULT_SCHEDULERS:
-        order = s(m)
+        order = s(MemoryModel(m))
         check_order(m, order)
         peaks[s.name] = simulate_peak(m, order)
     # Building all four 8 KiB broadcasts before reducing any (definition order) costs

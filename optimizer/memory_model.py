@@ -1,0 +1,163 @@
+"""The memory model of the entry computation: logical buffers, and how a schedule
+turns them into alloc/free events.
+
+A *logical buffer* is storage some owners share for good (aliasing.py): one
+owner alone, or a concatenation together with the producers written into its
+slices (``concat_slots``). It is allocated when the first of its definers runs
+and freed after the last instruction that reads any of its bytes (through views
+and tuples); a model output that is copied out at the end stays live to the
+end. Owners written straight into the caller's outputs are placed there, not in
+the arena.
+
+In-place writes depend on the order, so ``MemoryModel.events(order)`` decides
+them as XLA's heap simulator shares buffers: an instruction that may overwrite
+an operand (``aliasing.in_place_operands``) takes over that operand's storage
+when it is the storage's last reader, instead of allocating its own.
+
+Events at step t (instruction ``order[t]``): alloc the storage it defines (if
+not shared), alloc then free its kernel's scratch, then free every storage whose
+last reader is t. A result is allocated before its operands are freed because
+kernels read operands while writing the result.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Hashable
+
+from ..hlo import Instruction, Module, Opcode
+from .aliasing import (buffer_size, buffers_of, concat_slots, in_place_operands, output_slots,
+                       owns_buffer)
+
+ScratchFn = Callable[[Instruction], int]
+
+
+@dataclass(frozen=True)
+class Scratch:
+    """Heap key of the temporary memory of one instruction's kernel."""
+    instr: Instruction
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str            # 'alloc' | 'free'
+    buffer: Hashable     # a LogicalBuffer (the storage), or Scratch(instr)
+    size: int
+
+
+@dataclass(eq=False)
+class LogicalBuffer:
+    root: Instruction                    # the owner whose storage it is
+    size: int
+    definers: list[Instruction]          # owners writing into it (the root included)
+    readers: set[Instruction] = field(default_factory=set)
+    live_out: bool = False               # copied into an output at the end
+    output: int | None = None            # in the caller's output buffer k, not the arena
+
+    def __repr__(self) -> str:
+        return f"LogicalBuffer(%{self.root.name}, {self.size})"
+
+
+@dataclass
+class Simulation:
+    """What ``MemoryModel.events`` made of one order."""
+    events: list[Event]
+    storage: dict[LogicalBuffer, LogicalBuffer]   # arena buffer -> the storage it ended up in
+    in_place: dict[Instruction, Instruction]      # instruction -> operand owner it overwrote
+
+
+class MemoryModel:
+    """Logical buffers of ``module``'s entry and the in-place options of each instruction."""
+
+    def __init__(self, module: Module, alignment: int = 1, scratch: ScratchFn | None = None,
+                 concat_in_place: bool = True):
+        comp = module.entry
+        self.module = module
+        self.alignment = alignment
+        slots = output_slots(module)
+        self.concat_slots = concat_slots(comp, excluded=slots) if concat_in_place else {}
+        # owner -> (logical buffer, byte offset in it), for computed owners.
+        self.placement: dict[Instruction, tuple[LogicalBuffer, int]] = {}
+        self.buffers: list[LogicalBuffer] = []
+        for i in reversed(comp.instructions):       # a concat before its operands
+            if not owns_buffer(i) or i.opcode in (Opcode.PARAMETER, Opcode.CONSTANT):
+                continue
+            if i in self.concat_slots:
+                concat, off = self.concat_slots[i]
+                buf, base = self.placement[concat]
+                buf.definers.append(i)
+                self.placement[i] = (buf, base + off)
+            else:
+                buf = LogicalBuffer(i, buffer_size(i.shape, alignment), [i], output=slots.get(i))
+                self.buffers.append(buf)
+                self.placement[i] = (buf, 0)
+        for i in comp.instructions:
+            for o in i.operands:
+                for owner in buffers_of(o):
+                    if owner in self.placement:
+                        self.placement[owner][0].readers.add(i)
+        for out in module.output_instructions:
+            for owner in buffers_of(out):
+                if owner in self.placement:
+                    buf = self.placement[owner][0]
+                    buf.live_out |= buf.output is None
+        self.arena = [b for b in self.buffers if b.output is None and b.size > 0]
+        # Instruction -> the arena buffers it may overwrite when it is their last reader.
+        self.in_place: dict[Instruction, list[LogicalBuffer]] = {}
+        for i in comp.instructions:
+            own = self.placement.get(i)
+            if own is None or own[0].root is not i or len(own[0].definers) != 1 \
+                    or own[0].output is not None:
+                continue
+            options = []
+            for k in in_place_operands(i):
+                (owner,) = buffers_of(i.operands[k])
+                buf, off = self.placement.get(owner, (None, 0))
+                if (buf is not None and buf.output is None and not buf.live_out and off == 0
+                        and buf.size == own[0].size and buf not in options):
+                    options.append(buf)
+            if options:
+                self.in_place[i] = options
+        # Overwrites fixed by the slots: an instruction -> the operand it overwrites there.
+        users = comp.users()
+        self.slot_in_place = {users[q][0]: q for q, (c, _) in self.concat_slots.items()
+                              if q not in c.operands}
+        self.scratch = {i: scratch(i) for i in comp.instructions} if scratch else {}
+
+    def buffer_of(self, owner: Instruction) -> LogicalBuffer:
+        return self.placement[owner][0]
+
+    def events(self, order: list[Instruction]) -> Simulation:
+        """Replay ``order`` (every entry instruction once, operands first)."""
+        end = len(order)
+        pos = {i: t for t, i in enumerate(order)}
+        first = {b: min(pos[d] for d in b.definers) for b in self.arena}
+        last = {b: end if b.live_out else max((pos[r] for r in b.readers), default=first[b])
+                for b in self.arena}
+        storage = {b: b for b in self.arena}
+        storage_end = dict(last)                     # per storage: its last reader
+        in_place: dict[Instruction, Instruction] = dict(self.slot_in_place)
+        for t, i in enumerate(order):
+            for victim in self.in_place.get(i, ()):
+                s = storage[victim]
+                if last[victim] == t and storage_end[s] == t:
+                    mine = self.placement[i][0]
+                    storage[mine] = s
+                    storage_end[s] = last[mine]
+                    in_place[i] = victim.root
+                    break
+        allocs: dict[int, list[LogicalBuffer]] = {}
+        frees: dict[int, list[LogicalBuffer]] = {}
+        for b, s in storage.items():
+            if s is b:
+                allocs.setdefault(first[b], []).append(b)
+                frees.setdefault(storage_end[b], []).append(b)
+        events: list[Event] = []
+        for t, instr in enumerate(order):
+            events += [Event("alloc", b, b.size) for b in allocs.get(t, ())]
+            extra = self.scratch.get(instr, 0)
+            if extra > 0:
+                events += [Event("alloc", Scratch(instr), extra),
+                           Event("free", Scratch(instr), extra)]
+            events += [Event("free", b, b.size) for b in frees.get(t, ())]
+        events += [Event("free", b, b.size) for b in frees.get(end, ())]
+        return Simulation(events, storage, in_place)
