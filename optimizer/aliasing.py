@@ -115,6 +115,8 @@ def output_slots(module: Module) -> dict[Instruction, int]:
     model (not a parameter or constant), is an array, is the whole of the
     output's bytes (not a slice of a larger value), and has not already been
     given an earlier output (one value returned twice is copied by the emitter).
+    A producer that such an owner overwrites in place and nothing else reads
+    computes into the output too (``_sole_in_place_operand``).
     """
     slots: dict[Instruction, int] = {}
     for k, out in enumerate(module.output_instructions):
@@ -126,6 +128,15 @@ def output_slots(module: Module) -> dict[Instruction, int]:
                 or owner.shape.byte_size != out.shape.byte_size or owner in slots):
             continue
         slots[owner] = k
+    # Down a chain of in-place producers (a bias add after a matrix product): the first
+    # computes into the output and the rest overwrite it there.
+    users = module.entry.users()
+    for owner, k in list(slots.items()):
+        p = owner
+        while (q := _sole_in_place_operand(p, users)) is not None and q not in slots \
+                and _produced_in_slot(q, {}):
+            slots[q] = k
+            p = q
     return slots
 
 

@@ -18,7 +18,8 @@ Rules (XLA's instruction fusion, for one-output loop fusions):
   - a producer with one user is moved into it; a producer with several users is
     fused only when it is cheap to duplicate (broadcast, iota, reshape, bitcast,
     scalar constant), so no arithmetic, transcendental or not, is ever computed twice.
-  - an expensive producer (a transcendental: exp, log, tanh, pow, ...) is not fused into
+  - an expensive producer (a transcendental: exp, log, tanh, pow, ...; a division or
+    square root) is not fused into
     a consumer that reads each of its elements several times (overlapping reduce-window
     windows, an expanding broadcast, gather), nor into a fusion whose parameter reaches
     such a reader: it would be recomputed per read (LRN's pow under a 3x3 max pool).
@@ -38,6 +39,8 @@ FUSIBLE_MOVEMENT = frozenset({
 CONSUMERS = ELEMENTWISE | FUSIBLE_MOVEMENT | {
     Opcode.GATHER, Opcode.REDUCE, Opcode.REDUCE_WINDOW, Opcode.FUSION}
 CHEAP_TO_DUPLICATE = frozenset({Opcode.BROADCAST, Opcode.IOTA, Opcode.RESHAPE, Opcode.BITCAST})
+# Too costly to recompute per read (XLA's IsExpensive): transcendentals and divisions.
+EXPENSIVE = TRANSCENDENTAL | {Opcode.DIVIDE, Opcode.REMAINDER, Opcode.SQRT}
 
 
 class InstructionFusion:
@@ -74,7 +77,7 @@ class _Fuser:
         if not (p.opcode in ELEMENTWISE or p.opcode in FUSIBLE_MOVEMENT
                 or _is_scalar_constant(p)):
             return False
-        if p.opcode in TRANSCENDENTAL and _reuses_operand(consumer, p):
+        if p.opcode in EXPENSIVE and _reuses_operand(consumer, p):
             return False
         return len(self.users[p]) == 1 or p.opcode in CHEAP_TO_DUPLICATE \
             or _is_scalar_constant(p)

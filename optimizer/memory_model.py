@@ -121,6 +121,9 @@ class MemoryModel:
         users = comp.users()
         self.slot_in_place = {users[q][0]: q for q, (c, _) in self.concat_slots.items()
                               if q not in c.operands}
+        outputs = {out for out in module.output_instructions}
+        self.slot_in_place.update((users[q][0], q) for q in slots
+                                  if not any(q in buffers_of(out) for out in outputs))
         self.scratch = {i: scratch(i) for i in comp.instructions} if scratch else {}
 
     def buffer_of(self, owner: Instruction) -> LogicalBuffer:

@@ -45,6 +45,7 @@ def check_assignment(m, ba, scratch_of=lambda i: 0):
     pos = {i: t for t, i in enumerate(order)}
     intervals = live_intervals(m, order)
     containers = slot_containers(ba)
+    slots = {ba.location(o) for o in containers}        # may sit at any element offset
 
     def group(i):                    # i and the concatenations holding it
         chain = [i]
@@ -58,7 +59,7 @@ def check_assignment(m, ba, scratch_of=lambda i: 0):
         if loc.space == "arena":
             assert loc.offset + i.shape.byte_size <= ba.arena_size
             if owns_buffer(i) and i.shape.byte_size:
-                if i not in containers:
+                if loc not in slots:
                     assert loc.offset % ba.alignment == 0
                 lo, hi = intervals.get(i, (pos[i], pos[i]))
                 boxes.append((lo, hi, loc.offset, loc.offset + i.shape.byte_size, i))

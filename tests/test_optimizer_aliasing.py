@@ -63,7 +63,8 @@ def test_no_overwrite_of_an_operand_read_later():
   %x = f32[256]{0} parameter(0)
   %t = f32[256]{0} reverse(f32[256]{0} %x), dimensions={0}
   %e = f32[256]{0} exponential(f32[256]{0} %t)
-  ROOT %a = f32[256]{0} add(f32[256]{0} %e, f32[256]{0} %t)
+  %a = f32[256]{0} add(f32[256]{0} %e, f32[256]{0} %t)
+  ROOT %r = f32[256]{0} reverse(f32[256]{0} %a), dimensions={0}
 }
 """)
     t, e = named(m, "t"), named(m, "e")
@@ -102,7 +103,7 @@ ENTRY %main (x: f32[16,16], y: f32[16]) -> f32[16,16] {
   %r = f32[16,16]{1,0} reverse(f32[16,16]{1,0} %x), dimensions={0}
   %f = f32[16,16]{1,0} fusion(f32[16,16]{1,0} %r, f32[16]{0} %y), kind=kLoop, calls=%fused
   %g = f32[16,16]{1,0} fusion(f32[16,16]{1,0} %f), kind=kLoop, calls=%fused_t
-  ROOT %o = f32[16,16]{1,0} negate(f32[16,16]{1,0} %g)
+  ROOT %o = f32[16,16]{1,0} reverse(f32[16,16]{1,0} %g), dimensions={0}
 }
 """
 
@@ -164,7 +165,8 @@ def test_concat_producers_write_into_their_slices():
     m, ba = plan(CONCAT.replace("ROOT %o", "%o").replace("exponential(f32[1,12,8]{2,1,0} %c)",
                                                           "exponential(f32[1,12,8]{2,1,0} %c)\n"
                                                           "  ROOT %n = f32[1,12,8]{2,1,0} "
-                                                          "negate(f32[1,12,8]{2,1,0} %o)"))
+                                                          "reverse(f32[1,12,8]{2,1,0} %o), "
+                                                          "dimensions={2}"))
     loc = lambda name: ba.location(named(m, name))     # noqa: E731
     c = loc("c")
     assert loc("r") == c and loc("b") == BufferLocation("arena", 0, c.offset + 4 * 8 * 4)
@@ -173,6 +175,23 @@ def test_concat_producers_write_into_their_slices():
     assert named(m, "c") in ba.concats_in_place and ba.stats["concat_slots"] == 3
     # One 384-byte block, then the exponential overwrites it in place.
     assert ba.arena_size == ba.lower_bound == 384
+
+
+def test_output_chain_computes_in_the_callers_buffer():
+    # The negate overwrites the add, which overwrites the reverse: all three compute in
+    # the output buffer, and the arena holds nothing.
+    m, ba = plan("""ENTRY %main (x: f32[256], y: f32[256]) -> f32[256] {
+  %x = f32[256]{0} parameter(0)
+  %y = f32[256]{0} parameter(1)
+  %t = f32[256]{0} reverse(f32[256]{0} %x), dimensions={0}
+  %a = f32[256]{0} add(f32[256]{0} %t, f32[256]{0} %y)
+  ROOT %n = f32[256]{0} negate(f32[256]{0} %a)
+}
+""")
+    for name in "tan":
+        assert ba.location(named(m, name)) == BufferLocation("output", 0, 0)
+    assert ba.in_place == {named(m, "n"): named(m, "a"), named(m, "a"): named(m, "t")}
+    assert ba.arena_size == 0
 
 
 def test_concat_into_the_callers_output():
@@ -205,7 +224,7 @@ def test_growing_concatenations_share_one_block():
   %d = f32[1,4,8]{2,1,0} slice(f32[1,8,8]{2,1,0} %c1), slice={[0:1], [2:6], [0:8]}
   %e = f32[1,4,8]{2,1,0} reverse(f32[1,4,8]{2,1,0} %d), dimensions={2}
   %c2 = f32[1,12,8]{2,1,0} concatenate(f32[1,8,8]{2,1,0} %c1, f32[1,4,8]{2,1,0} %e), dimensions={1}
-  ROOT %o = f32[1,12,8]{2,1,0} negate(f32[1,12,8]{2,1,0} %c2)
+  ROOT %o = f32[1,12,8]{2,1,0} reverse(f32[1,12,8]{2,1,0} %c2), dimensions={2}
 }
 """)
     loc = lambda name: ba.location(named(m, name))     # noqa: E731
@@ -236,7 +255,8 @@ BRANCHES = """ENTRY %main (x: f32[1024], y: f32[256]) -> f32[256] {
   %t2 = f32[1024]{0} reverse(f32[1024]{0} %t1), dimensions={0}
   %u = f32[1024]{0} reverse(f32[1024]{0} %t2), dimensions={0}
   %v = f32[256]{0} slice(f32[1024]{0} %u), slice={[0:256]}
-  ROOT %o = f32[256]{0} add(f32[256]{0} %s, f32[256]{0} %v)
+  %o = f32[256]{0} add(f32[256]{0} %s, f32[256]{0} %v)
+  ROOT %r = f32[256]{0} reverse(f32[256]{0} %o), dimensions={0}
 }
 """
 
