@@ -129,8 +129,10 @@ def _compile(model, output, *, name, target, cpu, emit_kind, input_shapes, opt_l
             optimize(module, opt_level=opt_level, dump=dump)
         with progress.stage("plan"):
             target_info, _ = make_target(target, cpu, None, opt_level)
-            assignment = plan_memory(module, scratch=lambda i: scratch_bytes(i, target_info),
-                                     exact_budget=EXACT_SCHEDULE_BUDGET if opt_level >= 2 else 0)
+            assignment = plan_memory(
+                module, scratch=lambda i: scratch_bytes(i, target_info),
+                lean_scratch=lambda i: scratch_bytes(i, target_info, lean=True),
+                exact_budget=EXACT_SCHEDULE_BUDGET if opt_level >= 2 else 0)
         with progress.stage("emit"):
             kinds = {"obj": ("obj",), "asm": ("asm",), "llvm": ("llvm",), "hlo": ()}[emit_kind]
             artifact = emit(module, assignment,

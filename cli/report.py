@@ -73,6 +73,7 @@ def build_report(*, name: str, target, imported_ops: dict[str, int], module: Mod
         "aliased_buffers": st["views"] + st["concat_slots"],
         "in_place_buffers": len(assignment.in_place),
         "concats_in_place": len(assignment.concats_in_place),
+        "lean_kernels": len(assignment.lean_kernels),
         "scheduler": st["scheduler"],
         "schedule_optimal": st["schedule_optimal"],
         "packing": st["packing"],
@@ -111,7 +112,8 @@ def format_report(report: dict) -> str:
         f"order ({report['scheduler']}{', proven optimal' if report['schedule_optimal'] else ''}"
         f"), {_bytes_text(report['onnx_order_lower_bound_bytes'])} for the ONNX node order",
         f"  aliasing            {report['aliased_buffers']} buffers aliased (views, "
-        f"concatenation slices), {report['in_place_buffers']} written in place",
+        f"concatenation slices), {report['in_place_buffers']} written in place; "
+        f"{report['lean_kernels']} kernels without scratch at the peak",
         "  compile time        " + ", ".join(f"{stage} {s:.2f} s"
                                              for stage, s in report["times_s"].items())
         + f"; total {sum(report['times_s'].values()):.2f} s",

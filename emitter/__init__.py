@@ -76,12 +76,13 @@ def emit(module: Module, assignment: BufferAssignment, options: EmitOptions,
         )
 
 
-def scratch_bytes(instr: Instruction, target: TargetInfo) -> int:
+def scratch_bytes(instr: Instruction, target: TargetInfo, lean: bool = False) -> int:
     """Scratch bytes the kernel of a dot / convolution needs (0 for other ops): the
-    ``scratch`` callback of ``optimizer.assign_buffers``."""
+    ``scratch`` callback of ``optimizer.plan_memory``; ``lean``: of its variant with the
+    least scratch (``BufferAssignment.lean_kernels``)."""
     if instr.opcode not in KERNEL_OPCODES:
         return 0
-    return kernels.scratch_bytes(instr, target)
+    return kernels.scratch_bytes(instr, target, lean)
 
 
 __all__ = ["EmitOptions", "Artifact", "emit", "scratch_bytes", "TargetInfo", "make_target",

@@ -180,18 +180,19 @@ class _ComputeEmitter:
         # Kernels take the sizes that vary between layers as i64 arguments: ops with one
         # kernel key (e.g. all 1x1 convolutions) share one function, which saves most of
         # LLVM's time (DenseNet-121's 121 convolutions need 3 functions).
-        key = kernels.kernel_key(instr, self.target)
+        lean = instr in self.assignment.lean_kernels
+        key = kernels.kernel_key(instr, self.target, lean)
         fn = self._kernels.get(key)
         if fn is None:
             fn = kernels.emit_kernel(self.llvm_module, instr, self._function_name(instr),
-                                     self.target)
+                                     self.target, lean)
             self._kernels[key] = fn
         args = [self.pointer(self.places[instr])]
         args += [self.pointer(self.places[o]) for o in instr.operands]
-        if kernels.scratch_bytes(instr, self.target) > 0:
+        if kernels.scratch_bytes(instr, self.target, lean) > 0:
             loc = self.assignment.scratch[instr]
             args.append(self.pointer(Place(loc.space, loc.index, loc.offset)))
-        args += [i64(v) for v in kernels.kernel_arguments(instr, self.target)]
+        args += [i64(v) for v in kernels.kernel_arguments(instr, self.target, lean)]
         self.b.call(fn, args)
 
     def _memcpy(self, dst: ir.Value, src: ir.Value, size: int) -> None:

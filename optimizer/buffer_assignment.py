@@ -59,6 +59,9 @@ class BufferAssignment:
     # the emitter copies in only the operands that live elsewhere.
     concats_in_place: set[Instruction] = field(default_factory=set)
     in_place: dict[Instruction, Instruction] = field(default_factory=dict)   # -> overwritten owner
+    # Kernels to emit as their variant with the least scratch (memory_plan.py): their
+    # ``scratch`` slots are sized for it.
+    lean_kernels: set[Instruction] = field(default_factory=set)
 
     def location(self, instr: Instruction) -> BufferLocation:
         return self.locations[instr]

@@ -1,32 +1,80 @@
-"""The memory plan: schedule and buffer assignment chosen together for the smallest arena.
+"""The memory plan: schedule, buffer assignment and kernel variants chosen together
+for the smallest arena.
 
 Building a concatenation in place (aliasing.concat_slots) makes its producers'
 slices live as long as the whole block, which usually saves the copy and the
 second block but can cost more where a producer runs long before the
 concatenation. So the plan is made both ways, each with its best schedule
 (scheduling.schedule_model) and packing, and the smaller arena is kept.
+
+A kernel's scratch (the GEMM's packed sliver) is live only while the kernel runs,
+but where that is the peak step it sets the arena. Kernels with a variant that
+needs less scratch (``lean_scratch``) switch to it when their scratch is part of
+the peak, one round at a time, as long as the arena shrinks; they trade some speed
+for the bytes, only where the bytes count.
 """
 from __future__ import annotations
 
-from ..hlo import Module
+from ..hlo import Instruction, Module
 from .buffer_assignment import BufferAssignment, assign_buffers
-from .memory_model import MemoryModel, ScratchFn
+from .heap_simulator import PeakHeap
+from .memory_model import MemoryModel, Scratch, ScratchFn
 from .scheduling import schedule_model
+
+# Rounds of switching kernels at the peak to their lean variants.
+MAX_LEAN_ROUNDS = 8
 
 
 def plan_memory(module: Module, alignment: int = 64, scratch: ScratchFn | None = None,
-                exact_budget: int = 0) -> BufferAssignment:
+                lean_scratch: ScratchFn | None = None, exact_budget: int = 0) -> BufferAssignment:
     """The buffer assignment (order included) with the smallest arena; ``stats`` says
-    which scheduler and variant won and whether the order is proven optimal."""
-    best: BufferAssignment | None = None
+    which scheduler and variant won and whether the order is proven optimal, and
+    ``lean_kernels`` which kernels must be emitted as their lean variants."""
+    lean: frozenset[Instruction] = frozenset()
+    best, model = _best_plan(module, alignment, scratch, lean_scratch, lean, exact_budget)
+    for _ in range(MAX_LEAN_ROUNDS if scratch and lean_scratch else 0):
+        at_peak = {i for i in _scratch_at_peak(model, best.order)
+                   if i not in lean and lean_scratch(i) < scratch(i)}
+        if not at_peak:
+            break
+        trial, trial_model = _best_plan(module, alignment, scratch, lean_scratch,
+                                        lean | at_peak, exact_budget)
+        if trial.arena_size >= best.arena_size:
+            break
+        best, model, lean = trial, trial_model, lean | at_peak
+    best.lean_kernels = set(lean)
+    return best
+
+
+def _best_plan(module, alignment, scratch, lean_scratch, lean, exact_budget):
+    def scratch_of(i: Instruction) -> int:
+        return lean_scratch(i) if i in lean else scratch(i)
+
+    best = None
     for concat_in_place in (True, False):
-        model = MemoryModel(module, alignment, scratch, concat_in_place=concat_in_place)
-        if not concat_in_place and best is not None and not best.concats_in_place:
+        model = MemoryModel(module, alignment, scratch_of if scratch else None,
+                            concat_in_place=concat_in_place)
+        if not concat_in_place and best is not None and not best[0].concats_in_place:
             break                           # no concatenation qualified: same plan again
         result = schedule_model(model, exact_budget=exact_budget)
         ba = assign_buffers(module, result.order, alignment, model=model)
         ba.stats.update(scheduler=result.scheduler, schedule_optimal=result.optimal,
                         scheduler_peaks=result.peaks, concat_in_place=concat_in_place)
-        if best is None or ba.arena_size < best.arena_size:
-            best = ba
+        if best is None or ba.arena_size < best[0].arena_size:
+            best = (ba, model)
     return best
+
+
+def _scratch_at_peak(model: MemoryModel, order: list[Instruction]) -> set[Instruction]:
+    """Instructions whose scratch is allocated at a moment the live bytes reach the peak."""
+    events = model.events(order).events
+    heap = PeakHeap()
+    peaks: list[tuple[int, Instruction]] = []
+    for e in events:
+        if e.kind == "alloc":
+            heap.alloc(e.buffer, e.size)
+            if isinstance(e.buffer, Scratch):
+                peaks.append((heap.live, e.buffer.instr))
+        else:
+            heap.free(e.buffer, e.size)
+    return {i for live, i in peaks if live == heap.peak}

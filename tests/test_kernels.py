@@ -225,6 +225,28 @@ def test_conv_path(case):
     assert conv_mod._path(make_conv(**kw), tiling_for(host_target())) == path
 
 
+GEMM_CONV_CASES = [c for c in CONV_CASES if c[2] == "gemm"]
+
+
+@pytest.mark.parametrize("vector_bytes", [16, 32, 64])
+@pytest.mark.parametrize("case", GEMM_CONV_CASES, ids=[c[0] for c in GEMM_CONV_CASES])
+def test_lean_conv_needs_no_scratch(case, vector_bytes):
+    """The variant the memory planner asks for at the peak: same result, no scratch."""
+    _, kw, _path = case
+    instr = make_conv(**kw)
+    target = HostTarget(vector_bytes)
+    assert scratch_bytes(instr, target) > 0 and scratch_bytes(instr, target, lean=True) == 0
+    assert kernel_key(instr, target, lean=True) != kernel_key(instr, target)
+    x, w = (_random(o.shape.dims, F32) for o in instr.operands)
+    _check(CompiledKernel(instr, target, lean=True)(x, w), conv_reference(instr, x, w), F32)
+
+
+def test_lean_changes_nothing_without_a_lean_variant():
+    dot = make_dot((37, 53), (53, 29), (), (1,), (), (0,))
+    target = host_target()
+    assert kernel_key(dot, target, lean=True) == kernel_key(dot, target)
+
+
 def test_conv_reference_matches_direct_sum():
     """The reference itself, against a literal sum over one output element."""
     instr = make_conv((1, 2, 6, 5), (3, 2, 3, 2), stride=(2, 1), pad=((1, 0), (0, 1)),

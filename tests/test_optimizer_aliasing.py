@@ -282,3 +282,37 @@ def test_plan_keeps_the_lowest_peak():
     ba = plan_memory(m, alignment=1)
     assert ba.arena_size == ba.lower_bound == 4096 * 2
     assert ba.stats["scheduler_peaks"]["definition-order"] == 1024 + 4096 * 2
+
+
+# --- lean kernels ----------------------------------------------------------------------
+
+CONVS = """ENTRY %main (x: f32[1,4,8,8], k: f32[4,4,3,3]) -> f32[1,4,2,2] {
+  %x = f32[1,4,8,8]{3,2,1,0} parameter(0)
+  %k = f32[4,4,3,3]{3,2,1,0} parameter(1)
+  %a = f32[1,4,8,8]{3,2,1,0} reverse(f32[1,4,8,8]{3,2,1,0} %x), dimensions={3}
+  %c = f32[1,4,8,8]{3,2,1,0} convolution(f32[1,4,8,8]{3,2,1,0} %a, f32[4,4,3,3]{3,2,1,0} %k), window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_oi01->bf01
+  %s = f32[1,4,2,2]{3,2,1,0} slice(f32[1,4,8,8]{3,2,1,0} %c), slice={[0:1], [0:4], [0:2], [0:2]}
+  ROOT %o = f32[1,4,2,2]{3,2,1,0} convolution(f32[1,4,2,2]{3,2,1,0} %s, f32[4,4,3,3]{3,2,1,0} %k), window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_oi01->bf01
+}
+"""
+
+
+def test_kernels_at_the_peak_switch_to_their_lean_variant():
+    m = parse_module("HloModule m\n\n" + CONVS)
+    c, o = named(m, "c"), named(m, "o")
+    gemm = {c: 4096, o: 512}            # scratch of the fast variants
+    ba = plan_memory(m, alignment=64, scratch=lambda i: gemm.get(i, 0),
+                     lean_scratch=lambda i: 0)
+    # %a and %c (1 KiB each) are live while %c runs: its scratch would make 6 KiB.
+    assert ba.lean_kernels == {c}
+    assert ba.arena_size == ba.lower_bound == 2 * 1024 and c not in ba.scratch
+    # %o's scratch is live beside %c's 1 KiB (read through the slice): 1.5 KiB, below
+    # the peak, so %o keeps its fast variant.
+    assert ba.scratch[o].space == "arena"
+
+
+def test_kernels_keep_their_scratch_without_a_leaner_variant():
+    m = parse_module("HloModule m\n\n" + CONVS)
+    ba = plan_memory(m, alignment=64, scratch=lambda i: 4096 if i.opcode.text == "convolution"
+                     else 0, lean_scratch=lambda i: 4096 if i.opcode.text == "convolution" else 0)
+    assert not ba.lean_kernels and ba.arena_size == 2 * 1024 + 4096

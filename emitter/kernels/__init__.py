@@ -18,38 +18,38 @@ from .conv import plan_conv
 from .dot import plan_dot
 from .function import KernelPlan, kernel_function
 
-_EMITTERS = {Opcode.DOT: plan_dot, Opcode.CONVOLUTION: plan_conv}
+def plan_kernel(instr: Instruction, target, lean: bool = False) -> KernelPlan:
+    """The shared code (``spec``) and the run-time sizes of the kernel of ``instr``.
+    ``lean`` asks for a variant that needs no scratch, where one exists (convolutions);
+    otherwise it changes nothing."""
+    if instr.opcode is Opcode.CONVOLUTION:
+        return plan_conv(instr, target, lean)
+    if instr.opcode is Opcode.DOT:
+        return plan_dot(instr, target)
+    raise XlacError(f"no kernel for opcode '{instr.opcode.text}' (%{instr.name})")
 
 
-def plan_kernel(instr: Instruction, target) -> KernelPlan:
-    """The shared code (``spec``) and the run-time sizes of the kernel of ``instr``."""
-    try:
-        plan = _EMITTERS[instr.opcode]
-    except KeyError:
-        raise XlacError(f"no kernel for opcode '{instr.opcode.text}' (%{instr.name})") from None
-    return plan(instr, target)
-
-
-def kernel_key(instr: Instruction, target) -> tuple[Opcode, Hashable]:
+def kernel_key(instr: Instruction, target, lean: bool = False) -> tuple[Opcode, Hashable]:
     """Instructions with equal keys can call one function (with their own arguments):
     the opcode and the spec the code is compiled from."""
-    return instr.opcode, plan_kernel(instr, target).spec
+    return instr.opcode, plan_kernel(instr, target, lean).spec
 
 
-def emit_kernel(llvm_module: ir.Module, instr: Instruction, name: str, target) -> ir.Function:
+def emit_kernel(llvm_module: ir.Module, instr: Instruction, name: str, target,
+                lean: bool = False) -> ir.Function:
     """Add the function ``name`` computing ``instr`` (a dot or a convolution) and every
     instruction with the same ``kernel_key``."""
-    return kernel_function(llvm_module, name, plan_kernel(instr, target).spec)
+    return kernel_function(llvm_module, name, plan_kernel(instr, target, lean).spec)
 
 
-def kernel_arguments(instr: Instruction, target) -> list[int]:
+def kernel_arguments(instr: Instruction, target, lean: bool = False) -> list[int]:
     """The i64 values a call passes after the pointers (the sizes of ``instr``)."""
-    return plan_kernel(instr, target).arguments
+    return plan_kernel(instr, target, lean).arguments
 
 
-def scratch_bytes(instr: Instruction, target) -> int:
+def scratch_bytes(instr: Instruction, target, lean: bool = False) -> int:
     """Bytes of scratch memory the kernel of ``instr`` needs (0 if none)."""
-    return plan_kernel(instr, target).spec.scratch_bytes
+    return plan_kernel(instr, target, lean).spec.scratch_bytes
 
 
 __all__ = ["emit_kernel", "kernel_arguments", "kernel_key", "plan_kernel", "scratch_bytes"]

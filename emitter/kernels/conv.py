@@ -13,6 +13,9 @@ feature groups and number of spatial dims:
   the input (``MatrixPacker``).
 - depthwise (one input channel per group, few outputs per group): direct convolution
   vectorized over output pixels, the R weights of a channel broadcast once.
+- direct (``lean``, any channels): the same direct scheme with MR output channels per
+  tile; no scratch, for the layers where the GEMM's packed sliver would raise the
+  arena's peak (the memory planner asks for it).
 
 Both are compiled from the window alone (``ConvWindow``: size, stride, padding,
 dilation, slack); batch, groups, channels and image sizes are run-time arguments, so e.g.
@@ -40,7 +43,7 @@ from .dot import row_major_strides
 from .function import Frame, KernelPlan
 from .gemm import (GemmShape, MatrixPacker, Tiling, emit_gemm, scratch_floats, tiling_for,
                    whole_or_tail)
-from .sizes import first_lanes, product as size_product, splat_i32
+from .sizes import first_lanes, imin, product as size_product, splat_i32
 from .vec import (F32, const_vec, fma, lane_mask, load_vec, masked_gather, masked_load,
                   masked_store, offset_ptr, splat, store_vec, vec_type, zeros)
 
@@ -324,6 +327,37 @@ class ConvGemm:
                 emit_gemm(b, shape, a, c, packer, f.scratch, t)
 
 
+def _pixel_vectors(b: ir.IRBuilder, geo: Geometry, coords: LaneCoords, state: list,
+                   body) -> None:
+    """``body(n0, valid, coords)`` for each vector of output pixels from n0 (``valid``:
+    the real lanes of the last, partial vector, else None); ``state`` holds the running
+    coordinates (allocas), so no division runs per vector."""
+    lanes = coords.lanes
+    p = geo.out_pixels
+    for s, d in zip(state, coords.digits[0]):
+        b.store(d, s)
+
+    def one(n0, valid):
+        here = [b.load(s, typ=vec_type(I32, lanes)) for s in state]
+        body(n0, valid, here)
+        for s, c in zip(state, coords.advance(b, here)):
+            b.store(c, s)
+
+    full = b.sub(p, b.urem(p, i64(lanes)))
+    with for_range(b, full, "px", step=lanes) as n0:
+        one(n0, None)
+    rem = b.sub(p, full)
+    with b.if_then(b.icmp_signed(">", rem, i64(0))):
+        one(full, first_lanes(b, lanes, 0, rem))
+
+
+def _store_pixels(b: ir.IRBuilder, value: ir.Value, ptr: ir.Value, valid) -> None:
+    if valid is None:
+        store_vec(b, value, ptr)
+    else:
+        masked_store(b, value, ptr, valid)
+
+
 @dataclass(frozen=True)
 class Depthwise:
     """Direct convolution, one input channel per group, vectorized over output pixels."""
@@ -351,29 +385,79 @@ class Depthwise:
                 wrow = offset_ptr(b, f.rhs, F32, b.mul(oc, i64(w.window)))
                 ws = [splat(b, b.load(offset_ptr(b, wrow, F32, r), typ=F32), lanes)
                       for r in range(w.window)]
-                for s, d in zip(state, coords.digits[0]):
-                    b.store(d, s)
 
-                def pixels(n0, valid):
-                    here = [b.load(s, typ=vec_type(I32, lanes)) for s in state]
+                def pixels(n0, valid, here):
                     px = PixelLanes(b, w, geo, here, n0, lanes, valid)
                     acc = zeros(vty)
                     for r, kpos in enumerate(w.positions):
                         acc = fma(b, ws[r], px.load(b, chan, kpos), acc)
-                    ptr = offset_ptr(b, dst, F32, n0)
-                    if valid is None:
-                        store_vec(b, acc, ptr)
-                    else:
-                        masked_store(b, acc, ptr, valid)
-                    for s, c in zip(state, coords.advance(b, here)):
-                        b.store(c, s)
+                    _store_pixels(b, acc, offset_ptr(b, dst, F32, n0), valid)
 
-                full = b.sub(p, b.urem(p, i64(lanes)))
-                with for_range(b, full, "px", step=lanes) as n0:
-                    pixels(n0, None)
-                rem = b.sub(p, full)
-                with b.if_then(b.icmp_signed(">", rem, i64(0))):
-                    pixels(full, first_lanes(b, lanes, 0, rem))
+                _pixel_vectors(b, geo, coords, state, pixels)
+
+
+@dataclass(frozen=True)
+class DirectConv:
+    """Direct convolution for any channels, with no scratch: MR output channels by one
+    vector of output pixels in registers, summed over the group's input channels and
+    the window positions, the input read in place under each position (PixelLanes).
+
+    It does not pack, so it needs no scratch memory; it is slower than the implicit GEMM
+    (one pixel vector per tile instead of NV, no packed sliver), so the memory planner
+    picks it only for convolutions whose GEMM scratch would raise the arena's peak.
+    """
+    window: ConvWindow
+    lanes: int
+    mr: int
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        return _size_params(self.window.rank)
+
+    scratch_bytes = 0
+
+    def emit(self, f: Frame) -> None:
+        b, w, lanes, mr = f.b, self.window, self.lanes, self.mr
+        geo = Geometry(b, f.size, w.rank)
+        coords = LaneCoords(b, geo, lanes, 1)
+        vty = vec_type(F32, lanes)
+        p = geo.out_pixels
+        kg = b.mul(geo.cin_g, i64(w.window))
+        state = [alloca_once(b, vec_type(I32, lanes), f"coord{i}") for i in range(w.rank)]
+        acc = [alloca_once(b, vty, f"acc{i}") for i in range(mr)]
+        last = b.sub(geo.cout_g, i64(1))
+        with for_range(b, geo.batch, "img") as img:
+            with for_range(b, geo.groups, "grp") as grp:
+                chan0 = b.add(b.mul(img, geo.cin), b.mul(grp, geo.cin_g))
+                base = offset_ptr(b, f.lhs, F32, b.mul(chan0, geo.in_pixels))
+                wgrp = offset_ptr(b, f.rhs, F32, b.mul(grp, b.mul(geo.cout_g, kg)))
+                ochan0 = b.add(b.mul(img, geo.cout), b.mul(grp, geo.cout_g))
+                with for_range(b, geo.cout_g, "oc", step=mr) as oc0:
+                    # Rows past the last output channel recompute it (same weights, same
+                    # value), so every tile is MR rows high.
+                    rows = [imin(b, b.add(oc0, i64(i)), last) if i else oc0 for i in range(mr)]
+                    wrows = [offset_ptr(b, wgrp, F32, b.mul(r, kg)) for r in rows]
+                    dsts = [offset_ptr(b, f.out, F32, b.mul(b.add(ochan0, r), p)) for r in rows]
+
+                    def pixels(n0, valid, here):
+                        px = PixelLanes(b, w, geo, here, n0, lanes, valid)
+                        for a in acc:
+                            b.store(zeros(vty), a)
+                        with for_range(b, geo.cin_g, "ic") as c:
+                            chan = offset_ptr(b, base, F32, b.mul(c, geo.in_pixels))
+                            k0 = b.mul(c, i64(w.window))
+                            for r, kpos in enumerate(w.positions):
+                                x = px.load(b, chan, kpos)
+                                k = b.add(k0, i64(r))
+                                for a, wrow in zip(acc, wrows):
+                                    wk = b.load(offset_ptr(b, wrow, F32, k), typ=F32)
+                                    b.store(fma(b, splat(b, wk, lanes), x, b.load(a, typ=vty)),
+                                            a)
+                        for a, dst in zip(acc, dsts):
+                            _store_pixels(b, b.load(a, typ=vty), offset_ptr(b, dst, F32, n0),
+                                          valid)
+
+                    _pixel_vectors(b, geo, coords, state, pixels)
 
 
 @dataclass(frozen=True)
@@ -410,10 +494,13 @@ def _path(instr: Instruction, t: Tiling) -> str:
     return "gemm"
 
 
-def plan_conv(instr: Instruction, target) -> KernelPlan:
+def plan_conv(instr: Instruction, target, lean: bool = False) -> KernelPlan:
+    """``lean``: a variant with no scratch where the fast path needs some (DirectConv)."""
     t = tiling_for(target)
     path = _path(instr, t)
     window = ConvWindow.of(instr.attrs["window"], instr.operands[0].shape.dims[2:])
+    if path == "gemm" and lean:
+        return KernelPlan(DirectConv(window, t.lanes, t.mr), _sizes_of(instr))
     if path == "gemm":
         return KernelPlan(ConvGemm(window, t), _sizes_of(instr))
     if path == "depthwise":

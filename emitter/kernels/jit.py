@@ -55,14 +55,14 @@ def host_machine() -> llvm.TargetMachine:
 class CompiledKernel:
     """``kernel(*operands) -> output``: numpy arrays in, a fresh numpy array out."""
 
-    def __init__(self, instr: Instruction, target=None):
+    def __init__(self, instr: Instruction, target=None, lean: bool = False):
         target = target or host_target()
-        self.instr, self.target = instr, target
-        self.scratch = scratch_bytes(instr, target)
+        self.instr, self.target, self.lean = instr, target, lean
+        self.scratch = scratch_bytes(instr, target, lean)
         module = ir.Module("kernel")
         module.triple = llvm.get_process_triple()
-        kernel = emit_kernel(module, instr, "kernel", target)
-        arguments = kernel_arguments(instr, target)
+        kernel = emit_kernel(module, instr, "kernel", target, lean)
+        arguments = kernel_arguments(instr, target, lean)
         self.sizes = np.array(arguments or [0], np.int64)
         nsizes = len(arguments)
         entry = ir.Function(module, ir.FunctionType(VOID, [PTR] * 5), "entry")
@@ -90,10 +90,11 @@ class CompiledKernel:
         sizes = self.sizes
         if instr is None:
             instr = self.instr
-        elif kernel_key(instr, self.target) != kernel_key(self.instr, self.target):
+        elif kernel_key(instr, self.target, self.lean) != kernel_key(self.instr, self.target,
+                                                                      self.lean):
             raise ValueError(f"%{instr.name} does not share the kernel of %{self.instr.name}")
         else:
-            sizes = np.array(kernel_arguments(instr, self.target) or [0], np.int64)
+            sizes = np.array(kernel_arguments(instr, self.target, self.lean) or [0], np.int64)
         shape = instr.shape
         args = [np.ascontiguousarray(x, dtype=o.shape.dtype.np)
                 for x, o in zip(operands, instr.operands)]
