@@ -9,20 +9,29 @@ Contract with the emitter (xlac.emitter):
       space 'arena'    -> arena + offset
       space 'constant' -> the read-only global the emitter makes for that constant
       space 'none'     -> no storage (tuples)
-    Views (reshape, bitcast) and get-tuple-element share their operand's location.
-    A get-tuple-element of a tuple instruction is located where that element is;
-    of a tuple-shaped op (a multi-output reduce), which owns one buffer holding
-    its elements in order, each at a multiple of ``alignment``, it is located at
-    the op's offset plus ``aliasing.tuple_element_offset(shape, index, alignment)``.
+    Views (reshape, bitcast, a contiguous slice) are located in their operand's
+    bytes at ``aliasing.view_offset``; a get-tuple-element of a tuple instruction is
+    located where that element is; of a tuple-shaped op (a multi-output reduce),
+    which owns one buffer holding its elements in order, each at a multiple of
+    ``alignment``, it is located at the op's offset plus
+    ``aliasing.tuple_element_offset(shape, index, alignment)``.
+  - A concatenation in ``concats_in_place`` emits no loop: the producers of its
+    operands computed into their slices of it; the emitter copies in only the
+    operands located elsewhere.
+  - An instruction in ``in_place`` is located where the operand owner it maps to
+    was: it overwrites it (element-wise, so each element is read before it is
+    written).
   - Model output k is ``module.output_instructions[k]``; if its location is not
     ('output', k, 0) the emitter copies it there at the end (a parameter or a
     constant returned directly, or one value returned twice).
   - ``scratch[instr]`` (arena) is temporary memory for that instruction's kernel,
-    valid only while it runs, for the instructions the ``scratch`` callback asked for.
-  - Arena buffers whose lifetimes overlap never share bytes: a buffer is live
-    from its defining instruction to its last reader (readers of its views
-    included), so a result never overlaps its operands. Every arena offset is a
-    multiple of ``alignment``.
+    valid only while it runs, for the instructions the ``scratch`` callback asked for;
+    kernels in ``lean_kernels`` are emitted as their variant with the least scratch.
+  - Arena buffers whose lifetimes overlap never share bytes, except by the rules
+    above: a buffer is live from its defining instruction to its last reader
+    (readers of its views included), so a result never overlaps its operands
+    unless it overwrites one in place. Every arena offset of an owner that is not
+    in a concatenation's slice is a multiple of ``alignment``.
 """
 from __future__ import annotations
 
