@@ -24,9 +24,12 @@ The search (``exact_schedule``):
      exact search runs out of budget.
   3. A best-first search over sets by peak (Dijkstra on the bottleneck cost, ties
      to the deepest set, so that among equal peaks it dives to a complete order)
-     with ``lower_bound`` folded into the cost: every set it expands has a cost
-     below the optimum's or equal to it, so the first complete set it takes is
-     optimal. Sets are memoized with their best cost.
+     with a lower bound of every completion (``_Graph.floor``) folded into the
+     cost. The bound never drops along a path below the peak the path reaches (an
+     instruction's bound can only grow until it runs, and then its step is at
+     least that), so the cost never decreases: every set expanded costs at most
+     the optimum, and the first complete set taken is optimal. Sets are memoized
+     with their best cost.
 
 Graph structure helps on its own: before an instruction every path goes through
 (SERENITY's articulation points) there is one set of each size, so the sets of
