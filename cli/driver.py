@@ -20,11 +20,11 @@ from .hlo.text import print_module
 from .importers.onnx import import_onnx
 from .importers.onnx.liveness import onnx_order_lower_bound
 from .optimizer import optimize, plan_memory
+from .optimizer.exact_scheduling import DEFAULT_BUDGET
 from .outputs import write_files
 from .progress import Progress
 from .report import build_report, op_counts
 
-EXACT_SCHEDULE_BUDGET = 0
 EMIT_KINDS = ("obj", "asm", "llvm", "hlo")
 OPT_LEVELS = (0, 1, 2, 3)
 # NAME prefixes every exported symbol; a leading underscore would make reserved C names.
@@ -132,7 +132,7 @@ def _compile(model, output, *, name, target, cpu, emit_kind, input_shapes, opt_l
             assignment = plan_memory(
                 module, scratch=lambda i: scratch_bytes(i, target_info),
                 lean_scratch=lambda i: scratch_bytes(i, target_info, lean=True),
-                exact_budget=EXACT_SCHEDULE_BUDGET if opt_level >= 2 else 0)
+                exact_budget=DEFAULT_BUDGET if opt_level >= 2 else 0)
         with progress.stage("emit"):
             kinds = {"obj": ("obj",), "asm": ("asm",), "llvm": ("llvm",), "hlo": ()}[emit_kind]
             artifact = emit(module, assignment,

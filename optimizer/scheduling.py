@@ -15,6 +15,7 @@ from typing import Protocol, Sequence
 
 from ..hlo import Instruction, Module
 from .aliasing import buffers_of
+from .exact_scheduling import exact_schedule, peak_lower_bound
 from .heap_simulator import simulate_peak
 from .memory_model import MemoryModel, ScratchFn
 
@@ -163,7 +164,6 @@ def schedule_model(model: MemoryModel, schedulers: Sequence[Scheduler] = DEFAULT
         if best is None or peak < best.peak:
             best = ScheduleResult(order, peak, scheduler.name, peaks)
     if exact_budget > 0:
-        from .exact_scheduling import exact_schedule
         found = exact_schedule(model, upper_bound=best.peak, budget=exact_budget)
         if found is not None:
             order, optimal = found
@@ -173,6 +173,8 @@ def schedule_model(model: MemoryModel, schedulers: Sequence[Scheduler] = DEFAULT
             if peak < best.peak:
                 best = ScheduleResult(order, peak, "exact", peaks)
             best.optimal = optimal
+        # The search gives nothing back when the heuristic already meets the bound.
+        best.optimal |= best.peak == peak_lower_bound(model)
     return best
 
 
