@@ -83,6 +83,10 @@ def check_assignment(m, ba, scratch_of=lambda i: 0):
                         (y in ba.in_place and ba.in_place[y] in group(x) and a1 == c0 == pos[y]):
                     continue
             raise AssertionError(f"overlapping buffers {x} and {y}")
+    # The arena is what the assignment uses, no more: the highest byte of any arena
+    # value or scratch, aligned.
+    top = max((d1 for _, _, _, d1, _ in boxes), default=0)
+    assert ba.arena_size == -(-top // ba.alignment) * ba.alignment
     assert ba.lower_bound <= ba.arena_size
     assert ba.lower_bound <= ba.naive_bytes
     assert ba.lower_bound == simulate_peak(MemoryModel(m, ba.alignment, scratch_of), order)

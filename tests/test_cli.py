@@ -232,10 +232,37 @@ def test_report_and_report_json(workdir, capsys):
     assert report["imported_ops"]["multiply"] == 2
     assert report["fusions"] and report["ops"]["fusion"] == len(report["fusions"])
     assert set(report["times_s"]) == {"import", "optimize", "plan", "emit", "write"}
-    for line in ("arena bytes", "naive activations", "lower bound", "weight bytes", "fusions",
-                 "compile time"):
+    assert report["onnx_order_lower_bound_bytes"] > 0
+    assert report["scheduler"] in report_schedulers() and isinstance(report["schedule_optimal"],
+                                                                     bool)
+    for key in ("aliased_buffers", "in_place_buffers", "concats_in_place", "lean_kernels"):
+        assert report[key] >= 0
+    for line in ("arena bytes", "naive activations", "lower bound", "for the ONNX node order",
+                 "written in place", "weight bytes", "fusions", "compile time"):
         assert line in text
     assert f"{arena:,} bytes" in text
+
+
+def report_schedulers() -> set[str]:
+    from xlac.optimizer import DEFAULT_SCHEDULERS
+    return {s.name for s in DEFAULT_SCHEDULERS} | {"exact"}
+
+
+def test_report_counts_identical_weights_once(tmp_path):
+    def weight_bytes(second: np.ndarray) -> int:
+        w1 = numpy_helper.from_array(np.arange(256, dtype=np.float32).reshape(16, 16), "w1")
+        w2 = numpy_helper.from_array(second, "w2")
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])
+        graph = helper.make_graph([helper.make_node("MatMul", ["x", "w1"], ["h"]),
+                                   helper.make_node("Relu", ["h"], ["r"]),
+                                   helper.make_node("MatMul", ["r", "w2"], ["y"])],
+                                  "twice", [x], [y], [w1, w2])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        return xlac.compile(model, tmp_path / "t.o", report=True).report["weight_bytes"]
+
+    same = np.arange(256, dtype=np.float32).reshape(16, 16)
+    assert weight_bytes(same + 1) - weight_bytes(same) == 256 * 4
 
 
 def test_runtime_dir_holds_the_runtime(capsys):
