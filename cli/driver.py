@@ -86,6 +86,15 @@ def _pass_dumper(folder: Path):
     return dump
 
 
+def _onnx_order_bound(model, input_shapes) -> int | None:
+    """The report's bound for the ONNX node order, or None where ONNX's own shape
+    inference cannot size the tensors (the compile itself does not depend on it)."""
+    try:
+        return onnx_order_lower_bound(model, input_shapes)
+    except XlacError:
+        return None
+
+
 def compile(model, output, *, name: str | None = None, target: str | None = None,
             cpu: str | None = None, emit: str = "obj", input_shapes: dict | None = None,
             opt_level: int = 2, report: bool = False, dump_passes=None,
@@ -144,6 +153,7 @@ def _compile(model, output, *, name, target, cpu, emit_kind, input_shapes, opt_l
                 "llvm": lambda: artifact.llvm_ir.encode(),
                 "hlo": lambda: print_module(module).encode(),
             }[emit_kind]()
+        onnx_bound = _onnx_order_bound(model, input_shapes) if want_report else None
         with progress.stage("write"):
             write_files({output: body, header: artifact.header.encode()})
 
@@ -152,6 +162,6 @@ def _compile(model, output, *, name, target, cpu, emit_kind, input_shapes, opt_l
     if want_report:
         built = build_report(name=name, target=artifact.target, imported_ops=imported_ops,
                              module=module, assignment=assignment,
-                             onnx_order_bound=onnx_order_lower_bound(model, input_shapes),
+                             onnx_order_bound=onnx_bound,
                              times=progress.times, files=[str(p) for p in paths])
     return CompileResult(paths, name, assignment.arena_size, built)

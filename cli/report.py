@@ -5,7 +5,7 @@ estimates: ``arena_bytes`` is the header's NAME_ARENA_SIZE; ``naive_activation_b
 is what the arena would take with no buffer reuse; ``lower_bound_bytes`` is the
 most bytes live at once in the chosen order, which no packing of that order can beat;
 ``onnx_order_lower_bound_bytes`` is the same bound for the ONNX file's own node order
-(intermediate tensors only); ``weight_bytes`` counts identical constants once, as the
+(intermediate tensors only; None where ONNX's shape inference cannot size them); ``weight_bytes`` counts identical constants once, as the
 object stores them; ``aliased_buffers`` counts values that take no storage of their
 own (views, producers written into a concatenation's slice) and
 ``in_place_buffers`` results written over an operand.
@@ -54,7 +54,7 @@ def weight_bytes(module: Module) -> int:
 
 
 def build_report(*, name: str, target, imported_ops: dict[str, int], module: Module,
-                 assignment: BufferAssignment, onnx_order_bound: int,
+                 assignment: BufferAssignment, onnx_order_bound: int | None,
                  times: dict[str, float], files: list[str]) -> dict:
     st = assignment.stats
     return {
@@ -98,6 +98,8 @@ def format_report(report: dict) -> str:
     fused_ops = sum(sum(f["ops"].values()) for f in fusions)
     naive, arena = report["naive_activation_bytes"], report["arena_bytes"]
     saving = f" ({100 * (1 - arena / naive):.0f}% less)" if naive else ""
+    onnx_bound = report["onnx_order_lower_bound_bytes"]
+    onnx_bound = "unknown" if onnx_bound is None else _bytes_text(onnx_bound)
     lines = [
         f"xlac report for {report['name']} ({t['triple']}, cpu {t['cpu']})",
         f"  output files        {', '.join(report['files'])}",
@@ -110,7 +112,7 @@ def format_report(report: dict) -> str:
         f"  naive activations   {_bytes_text(naive)}",
         f"  lower bound         {_bytes_text(report['lower_bound_bytes'])} for the chosen "
         f"order ({report['scheduler']}{', proven optimal' if report['schedule_optimal'] else ''}"
-        f"), {_bytes_text(report['onnx_order_lower_bound_bytes'])} for the ONNX node order",
+        f"), {onnx_bound} for the ONNX node order",
         f"  aliasing            {report['aliased_buffers']} buffers aliased (views, "
         f"concatenation slices), {report['in_place_buffers']} written in place; "
         f"{report['lean_kernels']} kernels without scratch at the peak",
