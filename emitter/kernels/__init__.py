@@ -18,15 +18,17 @@ from .conv import plan_conv
 from .dot import plan_dot
 from .function import KernelPlan, kernel_function
 
+_EMITTERS = {Opcode.DOT: plan_dot, Opcode.CONVOLUTION: plan_conv}
+
 def plan_kernel(instr: Instruction, target, lean: bool = False) -> KernelPlan:
     """The shared code (``spec``) and the run-time sizes of the kernel of ``instr``.
     ``lean`` asks for a variant that needs no scratch, where one exists (convolutions);
     otherwise it changes nothing."""
-    if instr.opcode is Opcode.CONVOLUTION:
-        return plan_conv(instr, target, lean)
-    if instr.opcode is Opcode.DOT:
-        return plan_dot(instr, target)
-    raise XlacError(f"no kernel for opcode '{instr.opcode.text}' (%{instr.name})")
+    try:
+        plan = _EMITTERS[instr.opcode]
+    except KeyError:
+        raise XlacError(f"no kernel for opcode '{instr.opcode.text}' (%{instr.name})") from None
+    return plan(instr, target, lean)
 
 
 def kernel_key(instr: Instruction, target, lean: bool = False) -> tuple[Opcode, Hashable]:

@@ -202,7 +202,9 @@ class NaiveDot:
         emit_naive_dot(f.b, self, f.out, f.lhs, f.rhs)
 
 
-def plan_dot(instr: Instruction, target) -> KernelPlan:
+def plan_dot(instr: Instruction, target, lean: bool = False) -> KernelPlan:
+    """``lean`` changes nothing: dots have no variant without scratch yet (theirs is one
+    KC x NR sliver)."""
     plan = canonicalize(instr)
     path = _path(instr, plan)
     if path == "naive":
