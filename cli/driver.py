@@ -139,7 +139,8 @@ def _compile(model, output, *, name, target, cpu, emit_kind, input_shapes, opt_l
         with progress.stage("plan"):
             target_info, _ = make_target(target, cpu, None, opt_level)
             assignment = plan_memory(
-                module, scratch=lambda i: scratch_bytes(i, target_info),
+                module, alignment=target_info.arena_align,
+                scratch=lambda i: scratch_bytes(i, target_info),
                 lean_scratch=lambda i: scratch_bytes(i, target_info, lean=True),
                 exact_budget=DEFAULT_BUDGET if opt_level >= 2 else 0)
         with progress.stage("emit"):

@@ -50,6 +50,13 @@ class TargetInfo:
     data_layout: str
     is_host: bool
 
+    @property
+    def arena_align(self) -> int:
+        """NAME_ARENA_ALIGN: a cache line where there are vector registers (vector loads
+        never split lines), else 8 bytes (i64 / f64 elements): microcontrollers lose
+        no arena bytes to padding between buffers."""
+        return 64 if self.vector_bytes >= 16 else 8
+
 
 def vector_bytes_for(triple: str, features: str) -> int:
     enabled = {f[1:] for f in features.split(",") if f.startswith("+")}

@@ -197,6 +197,15 @@ def test_aarch64_target_writes_an_aarch64_object(workdir, capsys):
     assert "Target triple: aarch64-unknown-linux-gnu" in (workdir / "arm.h").read_text()
 
 
+def test_arena_alignment_follows_the_target(workdir, capsys):
+    # A cache line where there are vector registers; 8 bytes on a Cortex-M4.
+    for triple, align in (("aarch64-unknown-linux-gnu", 64), ("thumbv7em-none-eabihf", 8)):
+        status, _, _ = xlac_cli(capsys, workdir / "static.onnx", "-o", workdir / "t.o",
+                                "--target", triple)
+        assert status == 0
+        assert header_define(workdir / "t.h", "t_ARENA_ALIGN") == align
+
+
 def test_name_option_and_default_name(workdir, capsys):
     status, _, _ = xlac_cli(capsys, workdir / "static.onnx", "-o", workdir / "a.o",
                             "--name", "mynet")
