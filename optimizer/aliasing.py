@@ -150,9 +150,10 @@ def _produced_in_slot(operand: Instruction, claimed: dict) -> bool:
 def concat_slots(comp: Computation, excluded=frozenset()) -> dict[Instruction, tuple[Instruction, int]]:
     """Producers written straight into a concatenation: producer -> (concat, byte offset).
 
-    A concatenation qualifies when it is ``concat_of_blocks``. An operand qualifies when it owns its buffer, is an array computed
-    by the model (not a parameter or constant, not in ``excluded``, e.g. owners
-    written into the caller's outputs) and appears in no other slot. Concats are
+    A concatenation qualifies when it is ``concat_of_blocks``. An operand qualifies
+    when it owns its buffer, is an array computed by the model (not a parameter or
+    constant, not in ``excluded``, e.g. owners written into the caller's outputs)
+    and appears in no other slot. Concats are
     visited last first, so a concatenation feeding a later one (DenseNet's growing
     feature map) becomes a prefix of it: the block is built once, never copied.
     Operands that cannot take a slot keep their buffers and are copied in. A

@@ -109,11 +109,13 @@ class MemoryModel:
                     or own[0].output is not None:
                 continue
             options = []
-            for k in in_place_operands(i):
+            eligible = in_place_operands(i)
+            for k in eligible:
                 (owner,) = buffers_of(i.operands[k])
                 buf, off = self.placement.get(owner, (None, 0))
                 if (buf is not None and buf.output is None and not buf.live_out and off == 0
-                        and buf.size == own[0].size and buf not in options):
+                        and buf.size == own[0].size and buf not in options
+                        and self._read_only_element_wise(i, buf, eligible)):
                     options.append(buf)
             if options:
                 self.in_place[i] = options
@@ -125,6 +127,15 @@ class MemoryModel:
         self.slot_in_place.update((users[q][0], q) for q in slots
                                   if not any(q in buffers_of(out) for out in outputs))
         self.scratch = {i: scratch(i) for i in comp.instructions} if scratch else {}
+
+    def _read_only_element_wise(self, i: Instruction, buf: LogicalBuffer,
+                                eligible: list[int]) -> bool:
+        """Whether every operand of ``i`` that reads bytes of ``buf`` reads it element by
+        element (one of ``eligible``): overwriting element j could otherwise clobber an
+        element another operand still reads (a sibling slice of a concatenation)."""
+        return all(k in eligible for k, o in enumerate(i.operands)
+                   for owner in buffers_of(o)
+                   if self.placement.get(owner, (None, 0))[0] is buf)
 
     def buffer_of(self, owner: Instruction) -> LogicalBuffer:
         return self.placement[owner][0]

@@ -117,6 +117,31 @@ def test_loop_fusion_overwrites_an_operand_it_reads_element_wise_only():
     assert ba.arena_size == ba.lower_bound == 2 * KIB
 
 
+def test_no_overwrite_of_a_buffer_another_operand_reads_elsewhere():
+    # %f reads the concatenation element-wise and %b (its second half) reversed: written
+    # over %c, element 4 would be clobbered before %f reads it again for element 7.
+    m, ba = plan("""%fused (p0: f32[1,8], p1: f32[1,4]) -> f32[1,8] {
+  %p0 = f32[1,8]{1,0} parameter(0)
+  %p1 = f32[1,4]{1,0} parameter(1)
+  %r = f32[1,4]{1,0} reverse(f32[1,4]{1,0} %p1), dimensions={1}
+  %rr = f32[1,8]{1,0} concatenate(f32[1,4]{1,0} %r, f32[1,4]{1,0} %r), dimensions={1}
+  ROOT %s = f32[1,8]{1,0} add(f32[1,8]{1,0} %p0, f32[1,8]{1,0} %rr)
+}
+
+ENTRY %main (x: f32[1,4]) -> f32[1,8] {
+  %x = f32[1,4]{1,0} parameter(0)
+  %a = f32[1,4]{1,0} reverse(f32[1,4]{1,0} %x), dimensions={1}
+  %b = f32[1,4]{1,0} negate(f32[1,4]{1,0} %a)
+  %c = f32[1,8]{1,0} concatenate(f32[1,4]{1,0} %a, f32[1,4]{1,0} %b), dimensions={1}
+  %f = f32[1,8]{1,0} fusion(f32[1,8]{1,0} %c, f32[1,4]{1,0} %b), kind=kLoop, calls=%fused
+  ROOT %o = f32[1,8]{1,0} reverse(f32[1,8]{1,0} %f), dimensions={1}
+}
+""")
+    assert named(m, "c") in ba.concats_in_place
+    assert named(m, "f") not in ba.in_place
+    assert ba.location(named(m, "f")) != ba.location(named(m, "c"))
+
+
 # --- views -----------------------------------------------------------------------------
 
 def test_reshape_bitcast_and_contiguous_slices_are_views():
