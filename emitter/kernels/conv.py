@@ -13,9 +13,9 @@ feature groups and number of spatial dims:
   the input (``MatrixPacker``).
 - depthwise (one input channel per group, few outputs per group): direct convolution
   vectorized over output pixels, the R weights of a channel broadcast once.
-- direct (``lean``, any channels): the same direct scheme with MR output channels per
-  tile; no scratch, for the layers where the GEMM's packed sliver would raise the
-  arena's peak (the memory planner asks for it).
+- direct (``lean``, any channels): the same direct scheme with an MR x NV tile of
+  output channels by pixels; no scratch, for the layers where the GEMM's packed sliver
+  would raise the arena's peak (the memory planner asks for it).
 
 Both are compiled from the window alone (``ConvWindow``: size, stride, padding,
 dilation, slack); batch, groups, channels and image sizes are run-time arguments, so e.g.
@@ -398,18 +398,20 @@ class Depthwise:
 
 @dataclass(frozen=True)
 class DirectConv:
-    """Direct convolution for any channels, with no scratch: MR output channels by one
-    vector of output pixels in registers, summed over the group's input channels and
-    the window positions, the input read in place under each position (PixelLanes).
+    """Direct convolution for any channels, with no scratch: an MR x NV tile (MR output
+    channels by NV vectors of output pixels) in registers, as in the GEMM's micro-kernel,
+    summed over the group's input channels and the window positions, the input read in
+    place under each position (PixelLanes) instead of from a packed sliver.
 
-    It does not pack, so it needs no scratch memory. It has one pixel vector per tile
-    instead of NV and reads the input unpacked: measured at 0.7 to 1.5 times the speed
-    of the implicit GEMM (smaller layers lose, large ones may gain), so the memory
-    planner picks it only for convolutions whose GEMM scratch would raise the peak.
+    Pixels are the outer loop, so the input under a pixel tile stays in L1 while every
+    channel tile reads it. It needs no scratch memory; measured at 0.9 to 1.1 times
+    the implicit GEMM's speed on stride-1 windows, but about a quarter on strided ones
+    (each channel tile gathers the input again, where the GEMM gathers once per
+    sliver), so the memory planner picks it only for convolutions whose GEMM scratch
+    would raise the arena's peak.
     """
     window: ConvWindow
-    lanes: int
-    mr: int
+    tiling: Tiling
 
     @property
     def params(self) -> tuple[str, ...]:
@@ -418,14 +420,14 @@ class DirectConv:
     scratch_bytes = 0
 
     def emit(self, f: Frame) -> None:
-        b, w, lanes, mr = f.b, self.window, self.lanes, self.mr
+        b, w, t = f.b, self.window, self.tiling
+        lanes, mr, nv = t.lanes, t.mr, t.nv
         geo = Geometry(b, f.size, w.rank)
-        coords = LaneCoords(b, geo, lanes, 1)
+        coords = LaneCoords(b, geo, lanes, nv)
         vty = vec_type(F32, lanes)
         p = geo.out_pixels
         kg = b.mul(geo.cin_g, i64(w.window))
-        state = [alloca_once(b, vec_type(I32, lanes), f"coord{i}") for i in range(w.rank)]
-        acc = [alloca_once(b, vty, f"acc{i}") for i in range(mr)]
+        acc = [[alloca_once(b, vty, f"acc{i}.{v}") for v in range(nv)] for i in range(mr)]
         last = b.sub(geo.cout_g, i64(1))
         with for_range(b, geo.batch, "img") as img:
             with for_range(b, geo.groups, "grp") as grp:
@@ -433,32 +435,50 @@ class DirectConv:
                 base = offset_ptr(b, f.lhs, F32, b.mul(chan0, geo.in_pixels))
                 wgrp = offset_ptr(b, f.rhs, F32, b.mul(grp, b.mul(geo.cout_g, kg)))
                 ochan0 = b.add(b.mul(img, geo.cout), b.mul(grp, geo.cout_g))
-                with for_range(b, geo.cout_g, "oc", step=mr) as oc0:
-                    # Rows past the last output channel recompute it (same weights, same
-                    # value), so every tile is MR rows high.
+
+                def tile(n0, oc0, pxs, real):
+                    """Output channels oc0 .. oc0 + MR by the pixels of ``pxs``. Rows past
+                    the last channel recompute it (same weights, same value), so every
+                    tile is MR rows high."""
                     rows = [imin(b, b.add(oc0, i64(i)), last) if i else oc0 for i in range(mr)]
                     wrows = [offset_ptr(b, wgrp, F32, b.mul(r, kg)) for r in rows]
-                    dsts = [offset_ptr(b, f.out, F32, b.mul(b.add(ochan0, r), p)) for r in rows]
-
-                    def pixels(n0, valid, here):
-                        px = PixelLanes(b, w, geo, here, n0, lanes, valid)
-                        for a in acc:
+                    for row in acc:
+                        for a in row:
                             b.store(zeros(vty), a)
-                        with for_range(b, geo.cin_g, "ic") as c:
-                            chan = offset_ptr(b, base, F32, b.mul(c, geo.in_pixels))
-                            k0 = b.mul(c, i64(w.window))
-                            for r, kpos in enumerate(w.positions):
-                                x = px.load(b, chan, kpos)
-                                k = b.add(k0, i64(r))
-                                for a, wrow in zip(acc, wrows):
-                                    wk = b.load(offset_ptr(b, wrow, F32, k), typ=F32)
-                                    b.store(fma(b, splat(b, wk, lanes), x, b.load(a, typ=vty)),
-                                            a)
-                        for a, dst in zip(acc, dsts):
-                            _store_pixels(b, b.load(a, typ=vty), offset_ptr(b, dst, F32, n0),
-                                          valid)
+                    with for_range(b, geo.cin_g, "ic") as c:
+                        chan = offset_ptr(b, base, F32, b.mul(c, geo.in_pixels))
+                        k0 = b.mul(c, i64(w.window))
+                        for r, kpos in enumerate(w.positions):
+                            xs = [px.load(b, chan, kpos) for px in pxs]
+                            k = b.add(k0, i64(r))
+                            for row, wrow in zip(acc, wrows):
+                                wk = splat(b, b.load(offset_ptr(b, wrow, F32, k), typ=F32), lanes)
+                                for a, x in zip(row, xs):
+                                    b.store(fma(b, wk, x, b.load(a, typ=vty)), a)
+                    for row, r in zip(acc, rows):
+                        dst = offset_ptr(b, f.out, F32, b.mul(b.add(ochan0, r), p))
+                        for v, a in enumerate(row):
+                            ptr = offset_ptr(b, dst, F32, b.add(n0, i64(v * lanes)))
+                            _store_pixels(b, b.load(a, typ=vty), ptr, real[v])
 
-                    _pixel_vectors(b, geo, coords, state, pixels)
+                def pixels(n0, valid):
+                    """Pixels n0 .. n0 + NV*lanes for every output channel of the group
+                    (the input under them stays in L1 while the channel tiles run);
+                    ``valid``: the real pixels left, or None when all are real."""
+                    real = [None if valid is None else first_lanes(b, lanes, v * lanes, valid)
+                            for v in range(nv)]
+                    pxs = [PixelLanes(b, w, geo, coords.at(b, n0, v),
+                                      b.add(n0, i64(v * lanes)), lanes, real[v])
+                           for v in range(nv)]
+                    with for_range(b, geo.cout_g, "oc", step=mr) as oc0:
+                        tile(n0, oc0, pxs, real)
+
+                step = lanes * nv
+                full = b.sub(p, b.urem(p, i64(step)))
+                with for_range(b, full, "px", step=step) as n0:
+                    pixels(n0, None)
+                with b.if_then(b.icmp_signed(">", p, full)):
+                    pixels(full, b.sub(p, full))
 
 
 @dataclass(frozen=True)
@@ -501,7 +521,7 @@ def plan_conv(instr: Instruction, target, lean: bool = False) -> KernelPlan:
     path = _path(instr, t)
     window = ConvWindow.of(instr.attrs["window"], instr.operands[0].shape.dims[2:])
     if path == "gemm" and lean:
-        return KernelPlan(DirectConv(window, t.lanes, t.mr), _sizes_of(instr))
+        return KernelPlan(DirectConv(window, t), _sizes_of(instr))
     if path == "gemm":
         return KernelPlan(ConvGemm(window, t), _sizes_of(instr))
     if path == "depthwise":
