@@ -2,8 +2,8 @@
 
 A scheduler is any object with a ``name`` and ``__call__(model) -> order`` (every
 entry instruction once, operands first) over a ``MemoryModel``, which holds the
-logical buffers and the in-place options the order is judged by. ``schedule``
-runs several heuristics and keeps the order whose simulated peak
+logical buffers and the in-place options the order is judged by.
+``schedule_model`` runs several heuristics and keeps the order whose simulated peak
 (heap_simulator.simulate_peak) is lowest, as XLA does (ties go to the earlier
 scheduler); then the exact search (exact_scheduling.py) tries to beat that peak.
 """
@@ -147,13 +147,13 @@ class ScheduleResult:
     peak: int                       # simulated peak of ``order``
     scheduler: str                  # the one that found it
     peaks: dict[str, int]           # every scheduler's peak ('exact' absent if it gave up)
-    optimal: bool = False           # the exact search proved no order has a lower peak
+    optimal: bool = False           # no order has a lower peak (searched, or at the bound)
 
 
 def schedule_model(model: MemoryModel, schedulers: Sequence[Scheduler] = DEFAULT_SCHEDULERS,
                    exact_budget: int = 0) -> ScheduleResult:
     """The order with the lowest simulated peak among ``schedulers``' orders, improved
-    by the exact search when ``exact_budget`` (states it may visit) is positive."""
+    by the exact search when ``exact_budget`` (steps it may evaluate) is positive."""
     best: ScheduleResult | None = None
     peaks: dict[str, int] = {}
     for scheduler in schedulers:
