@@ -6,15 +6,17 @@ none). Only known values that something unknown consumes (or the root) are
 candidates, since the ones in between die after folding. A candidate V is
 materialized as a constant when
 
-  1. it is small: at most ``SMALL_BYTES`` (64 KiB); or
+  1. it is tiny: at most ``SMALL_BYTES`` (1 KiB), so shape arithmetic, masks and
+     small tables fold however they were computed; or
   2. it is an operand of a dot or convolution: those kernels read their operands
      from memory, so a ConstantOfShape-style weight (a broadcast scalar) must be
      a real constant anyway; or
   3. it is no larger than the largest constant it is computed from: folding
      ``add(W, 1)`` or ``transpose(W)`` trades W for a value of the same size.
 
-Otherwise (a broadcast or iota that would blow a few bytes up into megabytes
-that fusion can generate for free) V stays, and its known operands become
+Otherwise (a broadcast or iota that would blow a few bytes up into kilobytes or
+megabytes of read-only data that fusion generates for free: a bias broadcast to a
+feature map) V stays, and its known operands become
 candidates themselves, so ``broadcast(add(c1, c2))`` still folds the add.
 Values are evaluated with the reference evaluator, on demand and memoized, so
 an unmaterialized broadcast that a materialized value reads is computed
@@ -29,7 +31,7 @@ from ..hlo.evaluator import evaluate_instruction
 from .pipeline import ComputationPass
 from .rewrite import apply_replacements
 
-SMALL_BYTES = 64 * 1024
+SMALL_BYTES = 1024
 _KERNELS = (Opcode.DOT, Opcode.CONVOLUTION)
 _NEVER_FOLDED = (Opcode.PARAMETER, Opcode.CONSTANT, Opcode.TUPLE, Opcode.GET_TUPLE_ELEMENT)
 
