@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from ..hlo import Computation, Instruction, Opcode
+from ..hlo.opcodes import ELEMENTWISE
 from .pipeline import ComputationPass
 from .rewrite import apply_replacements
 
@@ -36,13 +37,22 @@ def _simplify_computation(comp: Computation) -> bool:
         for rule in RULES.get(instr.opcode, ()):
             new = rule(instr)
             if new is not None:
-                if new not in present:
-                    comp.add(new)
+                _add_new(comp, new, present)
                 replaced[instr] = new
                 break
     if replaced:
         apply_replacements(comp, replaced)
     return bool(replaced)
+
+
+def _add_new(comp: Computation, instr: Instruction, present: set[Instruction]) -> None:
+    """Add ``instr`` and the new instructions it reads (a rule may build a small chain)."""
+    if instr in present:
+        return
+    for o in instr.operands:
+        _add_new(comp, o, present)
+    comp.add(instr)
+    present.add(instr)
 
 
 # --- recognising constants ------------------------------------------------------
@@ -202,6 +212,34 @@ def broadcast_same_shape(instr):
     return None
 
 
+def elementwise_of_broadcasts(instr):
+    # op(broadcast(a, D), broadcast(b, D), broadcast(s, {})) => broadcast(op(a, b, s'), D)
+    # where a and b have the same dims and s' is the scalar s broadcast to them: the op
+    # runs on the small operands (folded, if constant: a batch norm's scale and shift
+    # stay per channel instead of becoming feature-map-sized constants).
+    ops = instr.operands
+    if not ops or any(o.opcode is not Opcode.BROADCAST for o in ops):
+        return None
+    wide = [o for o in ops if o.operands[0].shape.rank > 0]
+    if wide and any(o.attrs["dimensions"] != wide[0].attrs["dimensions"]
+                    or o.operands[0].shape.dims != wide[0].operands[0].shape.dims
+                    for o in wide):
+        return None
+    if not wide and instr.shape.rank == 0:
+        return None
+    dims = wide[0].operands[0].shape.dims if wide else ()
+    mapping = wide[0].attrs["dimensions"] if wide else ()
+    narrow = []
+    for o in ops:
+        src = o.operands[0]
+        if src.shape.dims != dims:          # a scalar, broadcast to the narrow dims
+            src = Instruction(Opcode.BROADCAST, src.shape.with_dims(dims), [src],
+                              {"dimensions": ()})
+        narrow.append(src)
+    inner = Instruction(instr.opcode, instr.shape.with_dims(dims), narrow, dict(instr.attrs))
+    return Instruction(Opcode.BROADCAST, instr.shape, [inner], {"dimensions": mapping})
+
+
 def get_tuple_element_of_tuple(instr):
     # get-tuple-element(tuple(x0, ..., xn), k) => xk
     (t,) = instr.operands
@@ -227,3 +265,6 @@ RULES: dict[Opcode, tuple[Rule, ...]] = {
     Opcode.BROADCAST: (broadcast_same_shape,),
     Opcode.GET_TUPLE_ELEMENT: (get_tuple_element_of_tuple,),
 }
+# Every element-wise op: its own rules first, then hoisting it above broadcasts.
+RULES = {**RULES, **{op: RULES.get(op, ()) + (elementwise_of_broadcasts,)
+                     for op in ELEMENTWISE}}

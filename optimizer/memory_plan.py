@@ -28,25 +28,31 @@ MAX_LEAN_ROUNDS = 8
 def plan_memory(module: Module, alignment: int = 64, scratch: ScratchFn | None = None,
                 lean_scratch: ScratchFn | None = None, exact_budget: int = 0) -> BufferAssignment:
     """The buffer assignment (order included) with the smallest arena; ``stats`` says
-    which scheduler and variant won and whether the order is proven optimal, and
-    ``lean_kernels`` which kernels must be emitted as their lean variants."""
+    which scheduler won and whether the order is proven optimal, ``concats_in_place``
+    which variant, and ``lean_kernels`` which kernels must be emitted lean."""
+    # The variants are chosen with the heuristic schedulers; the exact search (the
+    # expensive part) then runs once, on the chosen one.
     lean: frozenset[Instruction] = frozenset()
-    best, model = _best_plan(module, alignment, scratch, lean_scratch, lean, exact_budget)
+    best, model = _best_plan(module, alignment, scratch, lean_scratch, lean)
     for _ in range(MAX_LEAN_ROUNDS if scratch and lean_scratch else 0):
         at_peak = {i for i in _scratch_at_peak(model, best.order)
                    if i not in lean and lean_scratch(i) < scratch(i)}
         if not at_peak:
             break
         trial, trial_model = _best_plan(module, alignment, scratch, lean_scratch,
-                                        lean | at_peak, exact_budget)
+                                        lean | at_peak)
         if trial.arena_size >= best.arena_size:
             break
         best, model, lean = trial, trial_model, lean | at_peak
+    if exact_budget > 0:
+        exact = _plan(module, model, alignment, exact_budget)
+        if exact.arena_size <= best.arena_size:
+            best = exact
     best.lean_kernels = set(lean)
     return best
 
 
-def _best_plan(module, alignment, scratch, lean_scratch, lean, exact_budget):
+def _best_plan(module, alignment, scratch, lean_scratch, lean):
     def scratch_of(i: Instruction) -> int:
         return lean_scratch(i) if i in lean else scratch(i)
 
@@ -56,13 +62,18 @@ def _best_plan(module, alignment, scratch, lean_scratch, lean, exact_budget):
                             concat_in_place=concat_in_place)
         if not concat_in_place and best is not None and not best[0].concats_in_place:
             break                           # no concatenation qualified: same plan again
-        result = schedule_model(model, exact_budget=exact_budget)
-        ba = assign_buffers(module, result.order, alignment, model=model)
-        ba.stats.update(scheduler=result.scheduler, schedule_optimal=result.optimal,
-                        scheduler_peaks=result.peaks, concat_in_place=concat_in_place)
+        ba = _plan(module, model, alignment, 0)
         if best is None or ba.arena_size < best[0].arena_size:
             best = (ba, model)
     return best
+
+
+def _plan(module, model: MemoryModel, alignment: int, exact_budget: int) -> BufferAssignment:
+    result = schedule_model(model, exact_budget=exact_budget)
+    ba = assign_buffers(module, result.order, alignment, model=model)
+    ba.stats.update(scheduler=result.scheduler, schedule_optimal=result.optimal,
+                    scheduler_peaks=result.peaks)
+    return ba
 
 
 def _scratch_at_peak(model: MemoryModel, order: list[Instruction]) -> set[Instruction]:

@@ -149,3 +149,30 @@ def test_does_not_treat_negative_zero_bits_of_nonsplat_as_splat():
     c = b.constant(np.array([0.0, -0.0], np.float32))
     assert splat_value(c) is None
     assert splat_value(b.constant(np.array([2, 2, 2], np.int32))) == 2
+
+
+def _hoistable(b, x):
+    # (bcast(x) * bcast(exp(x))) + bcast(2): the ops run on x's 3 elements, not on 2x3.
+    wide = lambda v: b.broadcast(v, (2, 3), (1,))         # noqa: E731
+    prod = b.op(Opcode.MULTIPLY, wide(x), wide(b.op(Opcode.EXP, x)))
+    return b.op(Opcode.ADD, prod, b.broadcast(b.constant(2.0), (2, 3), ()))
+
+
+def test_elementwise_op_of_broadcasts_runs_before_the_broadcast():
+    m, x = make_module(_hoistable, dims=(3,))
+    assert simplify(m)
+    root = m.entry.root
+    assert root.opcode is Opcode.BROADCAST and root.attrs["dimensions"] == (1,)
+    inner = root.operands[0]
+    assert inner.opcode is Opcode.ADD and inner.shape.dims == (3,)
+    assert inner.operands[0].opcode is Opcode.MULTIPLY
+    check_numerics(_hoistable, dims=(3,))
+
+
+def test_broadcasts_along_different_dims_stay():
+    def build(b, x):
+        return b.op(Opcode.ADD, b.broadcast(x, (3, 3), (0,)), b.broadcast(x, (3, 3), (1,)))
+    m, _ = make_module(build, dims=(3,))
+    before = m.entry.root
+    assert not AlgebraicSimplifier().run(m)
+    assert m.entry.root is before
