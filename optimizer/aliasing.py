@@ -67,12 +67,6 @@ def is_view(instr: Instruction) -> bool:
     return view_offset(instr) is not None
 
 
-def root_of_view(instr: Instruction) -> Instruction:
-    while is_view(instr):
-        instr = instr.operands[0]
-    return instr
-
-
 def owns_buffer(instr: Instruction) -> bool:
     return not (is_view(instr) or instr.opcode in (Opcode.GET_TUPLE_ELEMENT, Opcode.TUPLE))
 
@@ -116,7 +110,7 @@ def output_slots(module: Module) -> dict[Instruction, int]:
     output's bytes (not a slice of a larger value), and has not already been
     given an earlier output (one value returned twice is copied by the emitter).
     A producer that such an owner overwrites in place and nothing else reads
-    computes into the output too (``_sole_in_place_operand``).
+    computes into the output too (``_in_place_chain``).
     """
     slots: dict[Instruction, int] = {}
     for k, out in enumerate(module.output_instructions):
@@ -132,11 +126,9 @@ def output_slots(module: Module) -> dict[Instruction, int]:
     # computes into the output and the rest overwrite it there.
     users = module.entry.users()
     for owner, k in list(slots.items()):
-        p = owner
-        while (q := _sole_in_place_operand(p, users)) is not None and q not in slots \
-                and _produced_in_slot(q, {}):
+        for q in _in_place_chain(owner, users, lambda q: q not in slots
+                                 and _produced_in_slot(q, {})):
             slots[q] = k
-            p = q
     return slots
 
 
@@ -173,11 +165,9 @@ def concat_slots(comp: Computation, excluded=frozenset()) -> dict[Instruction, t
                 claimed[o] = (c, offset)
                 # Down a chain of in-place producers (a ReLU after a convolution): the
                 # first computes into the slot and the rest overwrite it there.
-                p = o
-                while (q := _sole_in_place_operand(p, users)) is not None and \
-                        _produced_in_slot(q, claimed) and q not in excluded:
+                for q in _in_place_chain(o, users, lambda q: q not in excluded
+                                         and _produced_in_slot(q, claimed)):
                     claimed[q] = (c, offset)
-                    p = q
             offset += o.shape.byte_size
     return claimed
 
@@ -190,13 +180,19 @@ def concat_of_blocks(c: Instruction) -> bool:
             and all(n == 1 for n in c.shape.dims[:c.attrs["dimension"]]))
 
 
-def _sole_in_place_operand(p: Instruction, users) -> Instruction | None:
-    """An operand that ``p`` may overwrite and that nothing else reads."""
-    for k in in_place_operands(p):
-        q = p.operands[k]
-        if view_offset(q) is None and len(set(users[q])) == 1 and p.operands.count(q) == 1:
-            return q
-    return None
+def _in_place_chain(p: Instruction, users, accept) -> list[Instruction]:
+    """The producers below ``p`` that can compute where ``p`` does: each one's value is
+    an operand that the one above may overwrite and that nothing else reads, and is
+    ``accept``ed; the chain stops at the first that is not."""
+    chain = []
+    while True:
+        q = next((p.operands[k] for k in in_place_operands(p)
+                  if view_offset(p.operands[k]) is None and len(set(users[p.operands[k]])) == 1
+                  and p.operands.count(p.operands[k]) == 1), None)
+        if q is None or not accept(q):
+            return chain
+        chain.append(q)
+        p = q
 
 
 def in_place_operands(instr: Instruction) -> list[int]:

@@ -137,9 +137,6 @@ class MemoryModel:
                    for owner in buffers_of(o)
                    if self.placement.get(owner, (None, 0))[0] is buf)
 
-    def buffer_of(self, owner: Instruction) -> LogicalBuffer:
-        return self.placement[owner][0]
-
     def events(self, order: list[Instruction]) -> Simulation:
         """Replay ``order`` (every entry instruction once, operands first)."""
         end = len(order)
