@@ -5,7 +5,10 @@
     python -m xlac.conformance -k resize -v          # one line per case
 
 Each case is compiled with ``xlac.compile`` into a temporary folder, loaded with
-``xlac.load`` and run on every data set of the case; the outputs are compared with
+``xlac.load`` and run on every data set of the case. Where an op needs the value of
+a graph input at compile time (a shape, axes, a count), that input is pinned to the
+data set's value (``const_inputs``), as a user would pin it, and the case is compiled
+once per data set; the outputs are compared with
 the stored expected outputs at the case's own tolerances (``rtol``/``atol``, as the
 onnx backend runner does; integers and booleans exactly). A case ends in one of:
 
@@ -78,13 +81,15 @@ def _compare(expected: np.ndarray, got: np.ndarray, rtol: float, atol: float) ->
     return f"{int((~close).sum())} of {close.size} elements off, max |err| {np.nanmax(err):.3g}"
 
 
-def _array(value) -> np.ndarray:
+def _array(value):
     # Some cases store TensorProtos (types numpy cannot hold natively): read them as the
     # onnx backend runner does.
     import onnx
     from onnx import numpy_helper
     if isinstance(value, onnx.TensorProto):
         return numpy_helper.to_array(value)
+    if isinstance(value, (list, tuple)) or value is None:
+        return value          # a sequence or an optional: xlac refuses such inputs itself
     return np.asarray(value)
 
 
@@ -96,11 +101,14 @@ def run_case(case, workdir: str) -> CaseResult:
     op = _op_under_test(case.model)
     try:
         out = os.path.join(workdir, f"{case.name}.o")
-        xlac.compile(case.model, out, name="m")
-        model = xlac.load(out)
+        names = [i.name for i in case.model.graph.input
+                 if i.name not in {t.name for t in case.model.graph.initializer}]
         for inputs, expected in case.data_sets:
+            inputs = dict(zip(names, (_array(x) for x in inputs)))
             expected = [_array(e) for e in expected]
-            got = model(*(_array(x) for x in inputs))
+            pinned = _compile_pinning(case.model, out, inputs)
+            model = xlac.load(out)
+            got = model(*(v for n, v in inputs.items() if n not in pinned))
             for k, (e, g) in enumerate(zip(expected, got)):
                 why = _compare(e, g, case.rtol, case.atol)
                 if why is not None:
@@ -117,6 +125,21 @@ def run_case(case, workdir: str) -> CaseResult:
     except Exception as e:    # a bug in xlac: the conformance run reports it, not stops
         return CaseResult(case.name, op, "crash", f"{type(e).__name__}: {e}"[:300],
                           time.perf_counter() - start)
+
+
+def _compile_pinning(model, out: str, inputs: dict) -> set[str]:
+    """Compile ``model``, pinning the inputs the importer asks for; returns their names."""
+    import xlac
+    from xlac.importers.onnx import ConstantInputNeeded
+    pinned: dict = {}
+    while True:
+        try:
+            xlac.compile(model, out, name="m", const_inputs=pinned)
+            return set(pinned)
+        except ConstantInputNeeded as e:
+            if not set(e.inputs) - set(pinned):
+                raise
+            pinned.update({n: inputs[n] for n in e.inputs})
 
 
 def _worker(args):

@@ -13,11 +13,14 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from .emitter import EmitOptions, emit, make_target, scratch_bytes
 from .emitter.names import c_identifier_for_model
 from .hlo import Module, XlacError
 from .hlo.text import print_module
-from .importers.onnx import import_onnx
+from .importers.onnx import import_onnx, pin_const_inputs
+from .importers.onnx.importer import _load as load_model
 from .importers.onnx.liveness import onnx_order_lower_bound
 from .optimizer import optimize, plan_memory
 from .optimizer.exact_scheduling import DEFAULT_BUDGET
@@ -86,34 +89,52 @@ def _pass_dumper(folder: Path):
     return dump
 
 
-def _onnx_order_bound(model, input_shapes) -> int | None:
+def _onnx_order_bound(model, input_shapes, const_inputs) -> int | None:
     """The report's bound for the ONNX node order, or None where ONNX's own shape
     inference cannot size the tensors (the compile itself does not depend on it)."""
     try:
+        if const_inputs:
+            model, _ = load_model(model)
+            pin_const_inputs(model, const_inputs)
         return onnx_order_lower_bound(model, input_shapes)
     except XlacError:
         return None
 
 
+def load_const_input(text: str) -> tuple[str, "np.ndarray"]:
+    """``"k=k.npy"`` -> ``("k", the array in k.npy)``; the name may itself hold '='."""
+    name, eq, path = text.rpartition("=")
+    if not eq or not name or not path:
+        raise XlacError(f"bad --const-input '{text}': expected NAME=FILE.npy")
+    try:
+        return name, np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise XlacError(f"cannot read --const-input {name}={path}: "
+                        f"{getattr(e, 'strerror', None) or e}") from None
+
+
 def compile(model, output, *, name: str | None = None, target: str | None = None,
             cpu: str | None = None, emit: str = "obj", input_shapes: dict | None = None,
             opt_level: int = 2, report: bool = False, dump_passes=None,
-            progress: Progress | None = None) -> CompileResult:
+            const_inputs: dict | None = None, progress: Progress | None = None) -> CompileResult:
     """Compile ``model`` (an ONNX path, bytes or ModelProto) into ``output`` and the
     header beside it (``output`` with suffix ``.h``).
 
     ``emit`` picks what ``output`` holds: an object file (``obj``), assembly (``asm``),
     optimized LLVM IR (``llvm``) or the optimized HLO text (``hlo``). ``input_shapes``
-    maps input names to dims that pin dynamic dimensions. ``dump_passes`` names a
+    maps input names to dims that pin dynamic dimensions. ``const_inputs`` maps input
+    names to arrays: those inputs become weights and leave the signature (for inputs that
+    give shapes, axes or counts). ``dump_passes`` names a
     folder that receives the HLO after each pass. Raises ``XlacError`` for bad input.
     """
     return _compile(model, output, name=name, target=target, cpu=cpu, emit_kind=emit,
-                    input_shapes=input_shapes, opt_level=opt_level, want_report=report,
-                    dump_passes=dump_passes, progress=progress or Progress())
+                    input_shapes=input_shapes, const_inputs=const_inputs or {},
+                    opt_level=opt_level, want_report=report, dump_passes=dump_passes,
+                    progress=progress or Progress())
 
 
-def _compile(model, output, *, name, target, cpu, emit_kind, input_shapes, opt_level,
-             want_report, dump_passes, progress: Progress) -> CompileResult:
+def _compile(model, output, *, name, target, cpu, emit_kind, input_shapes, const_inputs,
+             opt_level, want_report, dump_passes, progress: Progress) -> CompileResult:
     output = Path(os.fspath(output))
     header = output.with_suffix(".h")
     if header == output:
@@ -130,7 +151,8 @@ def _compile(model, output, *, name, target, cpu, emit_kind, input_shapes, opt_l
 
     with progress:
         with progress.stage("import"):
-            module = import_onnx(model, input_shapes=input_shapes, name=name)
+            module = import_onnx(model, input_shapes=input_shapes, name=name,
+                                 const_inputs=const_inputs)
             imported_ops = op_counts(module)
             if dump is not None:
                 dump("imported", module)
@@ -154,7 +176,8 @@ def _compile(model, output, *, name, target, cpu, emit_kind, input_shapes, opt_l
                 "llvm": lambda: artifact.llvm_ir.encode(),
                 "hlo": lambda: print_module(module).encode(),
             }[emit_kind]()
-        onnx_bound = _onnx_order_bound(model, input_shapes) if want_report else None
+        onnx_bound = (_onnx_order_bound(model, input_shapes, const_inputs)
+                      if want_report else None)
         with progress.stage("write"):
             write_files({output: body, header: artifact.header.encode()})
 
@@ -163,6 +186,6 @@ def _compile(model, output, *, name, target, cpu, emit_kind, input_shapes, opt_l
     if want_report:
         built = build_report(name=name, target=artifact.target, imported_ops=imported_ops,
                              module=module, assignment=assignment,
-                             onnx_order_bound=onnx_bound,
+                             onnx_order_bound=onnx_bound, const_inputs=sorted(const_inputs),
                              times=progress.times, files=[str(p) for p in paths])
     return CompileResult(paths, name, assignment.arena_size, built)

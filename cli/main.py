@@ -2,7 +2,8 @@
 
     xlac MODEL.onnx -o OUT.o [--name NAME] [--target TRIPLE] [--cpu CPU]
          [--emit obj|asm|llvm|hlo] [--input-shape NAME=1x3x224x224 ...]
-         [--report] [--report-json FILE] [--dump-passes DIR] [-O0|-O1|-O2|-O3]
+         [--const-input NAME=FILE.npy ...] [--report] [--report-json FILE]
+         [--dump-passes DIR] [-O0|-O1|-O2|-O3]
     xlac --runtime-dir
 
 Exit status: 0 on success; 1 for anything the user can fix (bad model, bad
@@ -18,7 +19,7 @@ import sys
 import traceback
 
 from . import runtime_c
-from .driver import EMIT_KINDS, compile, parse_input_shape
+from .driver import EMIT_KINDS, compile, load_const_input, parse_input_shape
 from .hlo import XlacError
 from .progress import Progress
 from .report import format_report
@@ -52,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="what OUT holds: object code (default), assembly, LLVM IR or HLO text")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMxDIM...",
                    help="pin the shape of an input with dynamic dimensions (repeatable)")
+    p.add_argument("--const-input", action="append", default=[], metavar="NAME=FILE.npy",
+                   help="compile input NAME as a constant with the value in FILE.npy, for "
+                   "inputs that give shapes, axes or counts (repeatable)")
     p.add_argument("--report", action="store_true",
                    help="print op counts, fusions, memory and compile times to stdout")
     p.add_argument("--report-json", metavar="FILE", help="write the report as JSON to FILE")
@@ -72,6 +76,16 @@ def _input_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
             raise XlacError(f"--input-shape gives input '{name}' twice")
         shapes[name] = dims
     return shapes
+
+
+def _const_inputs(specs: list[str]) -> dict:
+    values = {}
+    for spec in specs:
+        name, value = load_const_input(spec)
+        if name in values:
+            raise XlacError(f"--const-input gives input '{name}' twice")
+        values[name] = value
+    return values
 
 
 def _write_json(path: str, report: dict) -> None:
@@ -98,7 +112,8 @@ def _run(argv) -> int:
         raise XlacError(f"cannot write '{args.report_json}': its folder does not exist")
     result = compile(args.model, args.output, name=args.name, target=args.target,
                      cpu=args.cpu, emit=args.emit, input_shapes=_input_shapes(args.input_shape),
-                     opt_level=args.opt_level, report=want_report,
+                     const_inputs=_const_inputs(args.const_input), opt_level=args.opt_level,
+                     report=want_report,
                      dump_passes=args.dump_passes, progress=Progress(sys.stderr))
     if args.report_json is not None:
         _write_json(args.report_json, result.report)

@@ -55,13 +55,15 @@ def weight_bytes(module: Module) -> int:
 
 def build_report(*, name: str, target, imported_ops: dict[str, int], module: Module,
                  assignment: BufferAssignment, onnx_order_bound: int | None,
-                 times: dict[str, float], files: list[str]) -> dict:
+                 times: dict[str, float], files: list[str],
+                 const_inputs: list[str] = ()) -> dict:
     st = assignment.stats
     return {
         "name": name,
         "target": {"triple": target.triple, "cpu": target.cpu, "features": target.features},
         "files": files,
         "imported_ops": imported_ops,
+        "const_inputs": list(const_inputs),
         "ops": op_counts(module),
         "fusions": fusion_summary(module),
         "weight_bytes": weight_bytes(module),
@@ -105,6 +107,8 @@ def format_report(report: dict) -> str:
         f"  output files        {', '.join(report['files'])}",
         f"  imported ops        {sum(report['imported_ops'].values())}: "
         f"{_counts_text(report['imported_ops'])}",
+        *([f"  constant inputs     {', '.join(report['const_inputs'])} (weights now, not "
+           "in the signature)"] if report["const_inputs"] else []),
         f"  optimized ops       {sum(report['ops'].values())}: {_counts_text(report['ops'])}",
         f"  fusions             {len(fusions)}, holding {fused_ops} ops",
         f"  weight bytes        {_bytes_text(report['weight_bytes'])}",

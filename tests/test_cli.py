@@ -20,6 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import xlac
 import xlac.driver
+import xlac.importers.onnx
 from xlac.hlo.text import parse_module
 from xlac.main import main
 from xlac.outputs import write_files
@@ -50,11 +51,22 @@ def net_model(batch="N") -> onnx.ModelProto:
         [f32("x", [batch, 8])], [f32("y", [batch, 8])], [w])
 
 
+def reshape_model() -> onnx.ModelProto:
+    """y = reshape(x, shape) * 2, with the target shape a graph input."""
+    two = numpy_helper.from_array(np.array(2.0, np.float32), "two")
+    return make_model(
+        [helper.make_node("Reshape", ["x", "shape"], ["r"]),
+         helper.make_node("Mul", ["r", "two"], ["y"])],
+        [f32("x", [3, 4]), helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+        [f32("y", ["a", "b"])], [two])
+
+
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
     monkeypatch.setenv("XLAC_CACHE_DIR", str(tmp_path / "cache"))
     onnx.save(net_model(), tmp_path / "net.onnx")
     onnx.save(net_model(batch=2), tmp_path / "static.onnx")
+    onnx.save(reshape_model(), tmp_path / "reshape.onnx")
     return tmp_path
 
 
@@ -115,6 +127,19 @@ BAD_INPUTS = {
     "report in a missing folder": (lambda d: [d / "static.onnx", "-o", d / "out.o",
                                               "--report-json", d / "no" / "r.json"],
                                    "its folder does not exist"),
+    "unpinned shape input": (lambda d: [d / "reshape.onnx", "-o", d / "out.o"],
+                             "--const-input shape=FILE.npy"),
+    "unreadable --const-input": (lambda d: [d / "reshape.onnx", "-o", d / "out.o",
+                                            "--const-input", f"shape={d / 'none.npy'}"],
+                                 "cannot read --const-input shape="),
+    "--const-input of the wrong shape": (lambda d: np.save(d / "s.npy", np.array([[6, 2]]))
+                                         or [d / "reshape.onnx", "-o", d / "out.o",
+                                             "--const-input", f"shape={d / 's.npy'}"],
+                                         "constant input 'shape' has shape 1x2"),
+    "--const-input of inexact type": (lambda d: np.save(d / "s.npy", np.array([6.5, 2]))
+                                      or [d / "reshape.onnx", "-o", d / "out.o",
+                                          "--const-input", f"shape={d / 's.npy'}"],
+                                      "does not convert exactly"),
     "header is a folder": (lambda d: (d / "out.h").mkdir()
                            or [d / "static.onnx", "-o", d / "out.o"], "it is a folder"),
 }
@@ -164,7 +189,7 @@ def test_object_and_header_run_like_onnxruntime(workdir, capsys):
     out = workdir / "net.o"
     status, _, err = xlac_cli(capsys, workdir / "net.onnx", "-o", out, "--input-shape", "x=3x8")
     assert (status, err) == (0, "")
-    assert files_in(workdir) == {"net.onnx", "static.onnx", "net.o", "net.h"}
+    assert files_in(workdir) == {"net.onnx", "static.onnx", "reshape.onnx", "net.o", "net.h"}
     assert elf_machine(out) in (EM_X86_64, EM_AARCH64)
     x = np.random.default_rng(2).standard_normal((3, 8)).astype(np.float32)
     (y,) = xlac.load(out)(x)
@@ -338,3 +363,29 @@ def test_python_api_returns_the_written_files(workdir):
     with pytest.raises(xlac.XlacError, match="unknown output kind"):
         xlac.compile(workdir / "static.onnx", workdir / "c.o", emit="ptx")
 
+
+
+def test_const_input_becomes_a_weight_and_leaves_the_signature(workdir, capsys):
+    np.save(workdir / "shape.npy", np.array([6, 2], np.int64))
+    status, out, err = xlac_cli(capsys, workdir / "reshape.onnx", "-o", workdir / "r.o",
+                                "--const-input", f"shape={workdir / 'shape.npy'}", "--report")
+    assert status == 0, err
+    assert "constant inputs     shape" in out
+    m = xlac.load(workdir / "r.o")
+    assert [t.name for t in m.inputs] == ["x"]
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    y, = m(x)
+    np.testing.assert_array_equal(y, x.reshape(6, 2) * 2)
+
+
+def test_const_inputs_from_python_take_any_exactly_convertible_dtype(workdir):
+    result = xlac.compile(reshape_model(), workdir / "r.o",
+                          const_inputs={"shape": np.array([2, -1], np.int32)})
+    y, = xlac.load(result.output)(np.ones((3, 4), np.float32))
+    assert y.shape == (2, 6)
+
+
+def test_missing_const_input_error_names_the_model_inputs(workdir):
+    with pytest.raises(xlac.importers.onnx.ConstantInputNeeded) as e:
+        xlac.compile(reshape_model(), workdir / "r.o")
+    assert e.value.inputs == ("shape",)

@@ -1,9 +1,11 @@
-"""The ONNX front end: ``import_onnx(model, input_shapes=None, name=None) -> Module``.
+"""The ONNX front end: ``import_onnx(model, input_shapes=None, name=None, const_inputs=None)
+-> Module``.
 
 One module per op family registers its handlers in ``registry`` on import.
 """
 from . import elementwise, math, nn, reduce, tensor  # noqa: F401  (register the handlers)
-from .importer import import_onnx
+from .context import ConstantInputNeeded
+from .importer import import_onnx, pin_const_inputs
 from .registry import supported_ops
 
-__all__ = ["import_onnx", "supported_ops"]
+__all__ = ["import_onnx", "pin_const_inputs", "supported_ops", "ConstantInputNeeded"]

@@ -23,6 +23,15 @@ FOLD_LIMIT = 1 << 14
 _REQUIRED = object()
 
 
+class ConstantInputNeeded(XlacError):
+    """A value that must be known at compile time depends on model inputs: ``inputs``
+    names them (pin them with ``const_inputs`` / ``--const-input``)."""
+
+    def __init__(self, message: str, inputs: tuple[str, ...]):
+        super().__init__(message)
+        self.inputs = inputs
+
+
 def node_label(node: onnx.NodeProto) -> str:
     """How messages name a node: its name, else its first output."""
     return node.name or (node.output[0] if node.output else node.op_type)
@@ -54,6 +63,7 @@ class ImportContext:
         self.b = builder
         self.opsets = opsets                       # domain -> opset version
         self.values: dict[str, Instruction] = {}  # ONNX value name -> instruction
+        self.input_names: list[str] = []           # parameter number -> ONNX input name
         self._folded: dict[int, np.ndarray | None] = {}
         self._reducers: dict[tuple[Opcode, dtypes.DType], Computation] = {}
         self._node: onnx.NodeProto | None = None
@@ -113,8 +123,13 @@ class ImportContext:
             return default
         value = self.value_of(x)
         if value is None:
-            raise self.error(node, f"input '{node.input[i]}' ({what}) must be known at "
-                                   "compile time")
+            names = tuple(self.input_names[p.number] for p in _parameters_reached(x))
+            fix = ", ".join(f"--const-input {n}=FILE.npy" for n in names)
+            raise ConstantInputNeeded(
+                f"{node.op_type} node '{node_label(node)}': input '{node.input[i]}' ({what}) "
+                f"must be known at compile time, but it depends on model input"
+                f"{'s' if len(names) > 1 else ''} {', '.join(repr(n) for n in names)}; "
+                f"pin {'them' if len(names) > 1 else 'it'} with {fix}", names)
         return value
 
     # -- compile-time values --------------------------------------------------
@@ -193,6 +208,20 @@ class ImportContext:
         """Reduce ``dims`` of ``x`` away with ``opcode`` from the scalar ``init``."""
         dt = x.shape.dtype
         return self.b.reduce(x, self.scalar(init, dt), dims, self.reducer(opcode, dt))
+
+
+def _parameters_reached(x: Instruction) -> list[Instruction]:
+    """The parameters ``x`` depends on, in parameter order."""
+    seen, stack, params = {id(x)}, [x], []
+    while stack:
+        instr = stack.pop()
+        if instr.opcode is Opcode.PARAMETER:
+            params.append(instr)
+        for o in instr.operands:
+            if id(o) not in seen:
+                seen.add(id(o))
+                stack.append(o)
+    return sorted(params, key=lambda p: p.number)
 
 
 def normalize_axis(ctx: ImportContext, node: onnx.NodeProto, axis: int, rank: int) -> int:

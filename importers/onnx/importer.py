@@ -5,7 +5,8 @@ The steps, in order, each with its own user-facing error:
   2. every node has a handler                  "unsupported ONNX ops: A (node 'a'), ..."
      (before the checker, which stops at the first op it has no schema for)
   3. onnx.checker.check_model                  "invalid ONNX model ..."
-  4. pin input shapes, reject dynamic dims     "input 'x' has dynamic dimension 'N' ..."
+  4. pin constant inputs (they become weights), pin input shapes, reject dynamic dims
+                                               "input 'x' has dynamic dimension 'N' ..."
   5. onnx.shape_inference (strict)             "ONNX shape inference failed ..."
   6. lower nodes in graph order into one entry computation. Shapes come from
      the HLO shape rules, not from ONNX's inference, which is only a check of
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import onnx
 from onnx import numpy_helper
 
@@ -24,18 +26,21 @@ from .registry import DEFAULT_DOMAIN, lookup
 from .types import hlo_dtype
 
 
-def import_onnx(model, input_shapes: dict | None = None, name: str | None = None) -> Module:
+def import_onnx(model, input_shapes: dict | None = None, name: str | None = None,
+                const_inputs: dict | None = None) -> Module:
     """Lower an ONNX model (path, bytes or ModelProto) to an HLO module.
 
     ``input_shapes`` maps input names to dims that replace the model's
-    (possibly dynamic) input shapes. Entry parameter i is the i-th graph input
-    that has no initializer; the entry root is the single output, or a tuple
-    of all outputs in graph order.
+    (possibly dynamic) input shapes. ``const_inputs`` maps input names to arrays:
+    those inputs become weights with that value and leave the signature. Entry
+    parameter i is the i-th remaining graph input that has no initializer; the
+    entry root is the single output, or a tuple of all outputs in graph order.
     """
     model, source = _load(model)
     opsets = {_domain(o.domain): o.version for o in model.opset_import}
     _reject_unsupported(model.graph, opsets)
     _check(model, source)
+    pin_const_inputs(model, const_inputs or {})
     model = _pin_input_shapes(model, input_shapes or {})
     model = _infer_shapes(model)
     return _lower(model, opsets, name or model.graph.name or "model")
@@ -91,6 +96,37 @@ def _graph_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
     """The real inputs: old models also list their initializers as inputs."""
     initialized = {t.name for t in graph.initializer}
     return [i for i in graph.input if i.name not in initialized]
+
+
+def pin_const_inputs(model: onnx.ModelProto, const_inputs: dict) -> None:
+    """Turn the graph inputs named in ``const_inputs`` into initializers holding the given
+    values (in place). A value must have the input's element type (or convert to it
+    exactly) and fit its declared dimensions."""
+    inputs = {i.name: i for i in _graph_inputs(model.graph)}
+    for n, value in const_inputs.items():
+        if n not in inputs:
+            raise XlacError(f"constant input '{n}' is not a model input "
+                            f"(inputs: {', '.join(inputs) or 'none'})")
+        tt = inputs[n].type.tensor_type
+        if not inputs[n].type.HasField("tensor_type"):
+            raise XlacError(f"constant input '{n}' is not a tensor, which xlac does not support")
+        dtype = hlo_dtype(tt.elem_type, f"input '{n}'")
+        given = np.asarray(value)
+        converted = given.astype(dtype.np)
+        if given.dtype != converted.dtype and not np.array_equal(
+                converted.astype(given.dtype), given, equal_nan=True):
+            raise XlacError(f"constant input '{n}' has element type {given.dtype}, which does "
+                            f"not convert exactly to the input's {dtype}")
+        if tt.HasField("shape"):
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+            if len(dims) != converted.ndim or any(
+                    d not in (None, 0) and d != v for d, v in zip(dims, converted.shape)):
+                raise XlacError(f"constant input '{n}' has shape {_dims_text(converted.shape)}, "
+                                f"but the input is declared "
+                                f"{_dims_text(d if d is not None else '?' for d in dims)}")
+        model.graph.initializer.append(numpy_helper.from_array(converted, n))
+        if model.ir_version >= 4:     # before IR 4, every initializer is also a graph input
+            model.graph.input.remove(inputs[n])
 
 
 def _dims_text(dims) -> str:
@@ -166,6 +202,7 @@ def _lower(model: onnx.ModelProto, opsets: dict[str, int], name: str) -> Module:
         spec = TensorSpec(vi.name, hlo_dtype(tt.elem_type, f"input '{vi.name}'"),
                           tuple(d.dim_value for d in tt.shape.dim))
         ctx.values[vi.name] = b.parameter(number, Shape.array(spec.dtype, spec.dims), vi.name)
+        ctx.input_names.append(vi.name)
         signature.inputs.append(spec)
     for t in graph.initializer:
         dtype = hlo_dtype(t.data_type, f"initializer '{t.name}'")
