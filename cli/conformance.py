@@ -201,6 +201,9 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per case")
     p.add_argument("-v", "--verbose", action="store_true", help="one line per case")
     p.add_argument("--json", metavar="FILE", help="write every case's result as JSON")
+    p.add_argument("--prune-failures", metavar="FILE",
+                   help="remove the cases that now pass from a known-failures list such as "
+                   "tests/onnx_node_failures.txt (it never adds any)")
     args = p.parse_args(argv)
     results = run(args.pattern, args.jobs, args.timeout)
     if args.verbose:
@@ -210,6 +213,14 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump([asdict(r) for r in results], f, indent=1)
+    if args.prune_failures:
+        passed = {r.name for r in results if r.status == "pass"}
+        with open(args.prune_failures) as f:
+            lines = f.read().splitlines()
+        kept = [line for line in lines if line.split(" ", 1)[0] not in passed]
+        with open(args.prune_failures, "w") as f:
+            f.write("".join(line + "\n" for line in kept))
+        print(f"{args.prune_failures}: {len(lines) - len(kept)} cases that pass removed")
     return 0
 
 

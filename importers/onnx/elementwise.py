@@ -1,5 +1,5 @@
 """Element-wise ONNX ops: unary math, binary arithmetic and comparisons with
-numpy broadcasting, variadic Max/Min/Sum/Mean, activations, Clip, Where, Cast.
+numpy broadcasting, variadic Max/Min/Sum/Mean, activations, Clip, Where, Cast, CastLike.
 
 Opset notes: before opset 7 binary ops broadcast only with ``broadcast=1``,
 aligning B at ``axis`` of A; from 7 on they broadcast like numpy. Opset 1's
@@ -252,6 +252,12 @@ def cast(ctx, node):
     x = ctx.input(node, 0)
     to = hlo_dtype(ctx.attr(node, "to"), "the Cast target")
     return [ctx.b.convert(x, to)]
+
+
+@register("CastLike", since=15, ignore=("saturate",))   # as Cast's
+def cast_like(ctx, node):
+    x, like = ctx.input(node, 0), ctx.input(node, 1)
+    return [ctx.b.convert(x, like.shape.dtype)]
 
 
 @register("IsNaN", since=9)
