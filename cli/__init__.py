@@ -5,8 +5,16 @@
     m = xlac.load("build/model.o")
     y, = m(x)
 """
-from .hlo import XlacError
+from importlib.metadata import PackageNotFoundError, version as _version
+
+from .hlo import XlacError, XlacWarning
 from .driver import CompileResult, compile
 from .loader import Model, TensorInfo, load
 
-__all__ = ["compile", "load", "XlacError", "CompileResult", "Model", "TensorInfo"]
+try:
+    __version__ = _version("xlac")
+except PackageNotFoundError:     # imported from a source tree that was never installed
+    __version__ = "unknown"
+
+__all__ = ["compile", "load", "XlacError", "XlacWarning", "CompileResult", "Model", "TensorInfo",
+           "__version__"]
