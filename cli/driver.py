@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +19,7 @@ import numpy as np
 
 from .emitter import EmitOptions, emit, make_target, scratch_bytes
 from .emitter.names import c_identifier_for_model
-from .hlo import Module, XlacError
+from .hlo import Module, XlacError, XlacWarning
 from .hlo.text import print_module
 from .importers.onnx import import_onnx, pin_const_inputs
 from .importers.onnx.importer import _load as load_model
@@ -57,6 +59,28 @@ def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
         raise XlacError(f"bad --input-shape '{text}': expected NAME=DIMxDIMx..., "
                         "e.g. input=1x3x224x224")
     return name, tuple(int(d) for d in dims.split("x"))
+
+
+def input_shapes_from(specs: list[str]) -> dict[str, tuple[int, ...]]:
+    """``["x=1x64", ...]`` (repeated ``--input-shape``) -> ``{"x": (1, 64), ...}``."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        name, dims = parse_input_shape(spec)
+        if name in shapes:
+            raise XlacError(f"--input-shape gives input '{name}' twice")
+        shapes[name] = dims
+    return shapes
+
+
+def const_inputs_from(specs: list[str]) -> dict:
+    """``["k=k.npy", ...]`` (repeated ``--const-input``) -> ``{"k": array, ...}``."""
+    values = {}
+    for spec in specs:
+        name, value = load_const_input(spec)
+        if name in values:
+            raise XlacError(f"--const-input gives input '{name}' twice")
+        values[name] = value
+    return values
 
 
 def _check_options(name: str, emit_kind: str, opt_level: int) -> None:
@@ -116,7 +140,8 @@ def load_const_input(text: str) -> tuple[str, "np.ndarray"]:
 def compile(model, output, *, name: str | None = None, target: str | None = None,
             cpu: str | None = None, emit: str = "obj", input_shapes: dict | None = None,
             opt_level: int = 2, report: bool = False, dump_passes=None,
-            const_inputs: dict | None = None, progress: Progress | None = None) -> CompileResult:
+            const_inputs: dict | None = None, strict: bool = False,
+            progress: Progress | None = None) -> CompileResult:
     """Compile ``model`` (an ONNX path, bytes or ModelProto) into ``output`` and the
     header beside it (``output`` with suffix ``.h``).
 
@@ -125,12 +150,29 @@ def compile(model, output, *, name: str | None = None, target: str | None = None
     maps input names to dims that pin dynamic dimensions. ``const_inputs`` maps input
     names to arrays: those inputs become weights and leave the signature (for inputs that
     give shapes, axes or counts). ``dump_passes`` names a
-    folder that receives the HLO after each pass. Raises ``XlacError`` for bad input.
+    folder that receives the HLO after each pass. Raises ``XlacError`` for bad input;
+    warns (``XlacWarning``) where the model may be compiled wrong (an ONNX opset newer
+    than the onnx package knows), which ``strict`` makes an error.
     """
-    return _compile(model, output, name=name, target=target, cpu=cpu, emit_kind=emit,
-                    input_shapes=input_shapes, const_inputs=const_inputs or {},
-                    opt_level=opt_level, want_report=report, dump_passes=dump_passes,
-                    progress=progress or Progress())
+    _check_mapping("input_shapes", input_shapes, '{"x": (1, 64)}')
+    _check_mapping("const_inputs", const_inputs, '{"k": np.array([1, 2])}')
+    with warnings.catch_warnings():
+        if strict:
+            warnings.simplefilter("error", XlacWarning)
+        try:
+            return _compile(model, output, name=name, target=target, cpu=cpu, emit_kind=emit,
+                            input_shapes=input_shapes or {}, const_inputs=const_inputs or {},
+                            opt_level=opt_level, want_report=report, dump_passes=dump_passes,
+                            progress=progress or Progress())
+        except XlacWarning as w:
+            raise XlacError(f"{w} (an error with strict=True)",
+                            cli=f"{w} (an error with --strict)") from None
+
+
+def _check_mapping(what: str, value, example: str) -> None:
+    if value is not None and not isinstance(value, Mapping):
+        raise XlacError(f"{what} must be a dict from input names, e.g. {what}={example}; "
+                        f"got a {type(value).__name__}")
 
 
 def _compile(model, output, *, name, target, cpu, emit_kind, input_shapes, const_inputs,

@@ -124,15 +124,19 @@ def check_runs_here(facts: HeaderFacts, object_path: Path) -> None:
         return
     host = llvm.get_process_triple()
     if _arch(facts.triple) != _arch(host):
-        raise XlacError(f"'{object_path}' was built for {facts.triple}, which cannot run on "
-                        f"this machine ({host}); compile it without --target to load it here")
+        problem = (f"'{object_path}' was built for {facts.triple}, which cannot run on this "
+                   f"machine ({host}); compile it without ")
+        raise XlacError(problem + "target= to load it here",
+                        cli=problem + "--target to load it here")
     if facts.features:
         have = {f for f in llvm.get_host_cpu_features().flatten().split(",") if f.startswith("+")}
         missing = sorted({f for f in facts.features if f.startswith("+")} - have)
         if missing:
             shown = ",".join(missing[:8]) + (",..." if len(missing) > 8 else "")
-            raise XlacError(f"'{object_path}' needs CPU features this machine lacks "
-                            f"({shown}); compile it here, or with a --cpu this machine has")
+            problem = (f"'{object_path}' needs CPU features this machine lacks ({shown}); "
+                       "compile it here, or with a ")
+            raise XlacError(problem + "cpu= this machine has",
+                            cli=problem + "--cpu this machine has")
 
 
 def cache_dir() -> Path:

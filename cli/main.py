@@ -3,8 +3,9 @@
     xlac MODEL.onnx -o OUT.o [--name NAME] [--target TRIPLE] [--cpu CPU]
          [--emit obj|asm|llvm|hlo] [--input-shape NAME=1x3x224x224 ...]
          [--const-input NAME=FILE.npy ...] [--report] [--report-json FILE]
-         [--dump-passes DIR] [-O0|-O1|-O2|-O3]
+         [--dump-passes DIR] [-O0|-O1|-O2|-O3] [--strict]
     xlac --runtime-dir
+    xlac --version
 
 Exit status: 0 on success; 1 for anything the user can fix (bad model, bad
 option, unwritable output), reported as one ``xlac: error: ...`` line on stderr;
@@ -17,10 +18,11 @@ import json
 import os
 import sys
 import traceback
+import warnings
 
 from . import runtime_c
-from .driver import EMIT_KINDS, compile, load_const_input, parse_input_shape
-from .hlo import XlacError
+from .driver import EMIT_KINDS, compile, const_inputs_from, input_shapes_from
+from .hlo import XlacError, XlacWarning
 from .progress import Progress
 from .report import format_report
 
@@ -63,29 +65,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="write the HLO after import and after each optimization pass to DIR")
     p.add_argument("-O", dest="opt_level", type=int, choices=range(4), default=2,
                    metavar="LEVEL", help="optimization level -O0 .. -O3 (default -O2)")
+    p.add_argument("--strict", action="store_true",
+                   help="make warnings errors (an ONNX opset newer than the onnx package knows)")
     p.add_argument("--runtime-dir", action="store_true",
                    help="print the folder holding xlac_runtime.h and xlac_runtime.c, and exit")
+    p.add_argument("--version", action="store_true",
+                   help="print the versions of xlac and of what it builds on, and exit")
     return p
-
-
-def _input_shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
-    shapes: dict[str, tuple[int, ...]] = {}
-    for spec in specs:
-        name, dims = parse_input_shape(spec)
-        if name in shapes:
-            raise XlacError(f"--input-shape gives input '{name}' twice")
-        shapes[name] = dims
-    return shapes
-
-
-def _const_inputs(specs: list[str]) -> dict:
-    values = {}
-    for spec in specs:
-        name, value = load_const_input(spec)
-        if name in values:
-            raise XlacError(f"--const-input gives input '{name}' twice")
-        values[name] = value
-    return values
 
 
 def _write_json(path: str, report: dict) -> None:
@@ -99,6 +85,9 @@ def _write_json(path: str, report: dict) -> None:
 
 def _run(argv) -> int:
     args = _parser().parse_args(argv)
+    if args.version:
+        print(_version_line())
+        return 0
     if args.runtime_dir:
         print(os.path.dirname(os.path.abspath(runtime_c.__file__)))
         return 0
@@ -111,9 +100,9 @@ def _run(argv) -> int:
     if args.report_json is not None and not os.path.isdir(os.path.dirname(args.report_json) or "."):
         raise XlacError(f"cannot write '{args.report_json}': its folder does not exist")
     result = compile(args.model, args.output, name=args.name, target=args.target,
-                     cpu=args.cpu, emit=args.emit, input_shapes=_input_shapes(args.input_shape),
-                     const_inputs=_const_inputs(args.const_input), opt_level=args.opt_level,
-                     report=want_report,
+                     cpu=args.cpu, emit=args.emit, input_shapes=input_shapes_from(args.input_shape),
+                     const_inputs=const_inputs_from(args.const_input), opt_level=args.opt_level,
+                     report=want_report, strict=args.strict,
                      dump_passes=args.dump_passes, progress=Progress(sys.stderr))
     if args.report_json is not None:
         _write_json(args.report_json, result.report)
@@ -122,14 +111,42 @@ def _run(argv) -> int:
     return 0
 
 
+def _version_line() -> str:
+    import llvmlite
+    import llvmlite.binding as llvm
+    import onnx
+    from . import __version__
+    llvm_version = ".".join(map(str, llvm.llvm_version_info))
+    return (f"xlac {__version__} (Python {sys.version.split()[0]}, llvmlite {llvmlite.__version__} "
+            f"with LLVM {llvm_version}, onnx {onnx.__version__} up to opset "
+            f"{onnx.defs.onnx_opset_version()})")
+
+
 def _one_line(text: str) -> str:
     return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    # xlac's warnings read like its errors: one line, no source location.
+    if issubclass(category, XlacWarning):
+        print(f"xlac: warning: {_one_line(message)}", file=sys.stderr)
+    else:
+        _python_show_warning(message, category, filename, lineno, file, line)
+
+
+_python_show_warning = warnings.showwarning
+
+
 def main(argv=None) -> int:
     try:
-        return _run(sys.argv[1:] if argv is None else argv)
-    except (XlacError, _UsageError) as e:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", XlacWarning)
+            warnings.showwarning = _show_warning
+            return _run(sys.argv[1:] if argv is None else argv)
+    except XlacError as e:
+        print(f"xlac: error: {_one_line(e.cli)}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except _UsageError as e:
         print(f"xlac: error: {_one_line(e)}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:

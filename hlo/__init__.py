@@ -4,7 +4,7 @@ from .attributes import (ConvDimensionNumbers, DotDimensionNumbers, GatherDimens
                          PaddingConfig, SliceSpec, Window)
 from .builder import Builder, scalar_computation
 from .dtypes import DType
-from .errors import XlacError
+from .errors import XlacError, XlacWarning
 from .ir import Computation, Instruction, Module, Signature, TensorSpec
 from .opcodes import Opcode
 from .shape import Shape
@@ -13,6 +13,6 @@ from .shape_inference import ShapeError, infer_shape
 __all__ = [
     "dtypes", "DType", "Shape", "Opcode", "Instruction", "Computation", "Module",
     "Signature", "TensorSpec", "Builder", "scalar_computation", "infer_shape", "ShapeError",
-    "XlacError", "Window", "ConvDimensionNumbers", "DotDimensionNumbers",
+    "XlacError", "XlacWarning", "Window", "ConvDimensionNumbers", "DotDimensionNumbers",
     "GatherDimensionNumbers", "PaddingConfig", "SliceSpec",
 ]

@@ -5,6 +5,7 @@ console script to check what a shell user sees.
 """
 from __future__ import annotations
 
+import importlib.metadata
 import io
 import json
 import shutil
@@ -389,3 +390,47 @@ def test_missing_const_input_error_names_the_model_inputs(workdir):
     with pytest.raises(xlac.importers.onnx.ConstantInputNeeded) as e:
         xlac.compile(reshape_model(), workdir / "r.o")
     assert e.value.inputs == ("shape",)
+    assert str(e.value).endswith('pin it with const_inputs={"shape": ARRAY}')
+    assert e.value.cli.endswith("pin it with --const-input shape=FILE.npy")
+
+
+def test_python_errors_name_python_arguments(workdir):
+    with pytest.raises(xlac.XlacError) as e:
+        xlac.compile(workdir / "net.onnx", workdir / "n.o")
+    assert str(e.value).endswith('pin it with input_shapes={"x": (1, 8)}')
+    with pytest.raises(xlac.XlacError, match=r'input_shapes must be a dict from input names, '
+                                             r'e\.g\. input_shapes=\{"x": \(1, 64\)\}; got a list'):
+        xlac.compile(workdir / "net.onnx", workdir / "n.o", input_shapes=["x=2x8"])
+
+
+def _future_opset_model(workdir) -> Path:
+    model = net_model(batch=2)
+    model.opset_import[0].version = onnx.defs.onnx_opset_version() + 2
+    onnx.save(model, workdir / "future.onnx")
+    return workdir / "future.onnx"
+
+
+def test_future_opset_warns_in_one_line_and_compiles(workdir, capsys):
+    path = _future_opset_model(workdir)
+    status, out, err = xlac_cli(capsys, path, "-o", workdir / "f.o")
+    assert status == 0 and (workdir / "f.o").exists()
+    (line,) = err.splitlines()
+    assert line.startswith("xlac: warning: ONNX model ") and "newer than the installed onnx" in line
+    with pytest.warns(xlac.XlacWarning, match="newer than the installed onnx package"):
+        xlac.compile(path, workdir / "g.o")
+
+
+def test_strict_makes_the_future_opset_an_error(workdir, capsys):
+    path = _future_opset_model(workdir)
+    status, out, err = xlac_cli(capsys, path, "-o", workdir / "f.o", "--strict")
+    assert status == 1 and err.startswith("xlac: error: ONNX model ")
+    assert err.rstrip().endswith("(an error with --strict)") and len(err.splitlines()) == 1
+    assert files_in(workdir) == {"net.onnx", "static.onnx", "reshape.onnx", "future.onnx"}
+    with pytest.raises(xlac.XlacError, match=r"\(an error with strict=True\)$"):
+        xlac.compile(path, workdir / "g.o", strict=True)
+
+
+def test_version(capsys):
+    status, out, err = xlac_cli(capsys, "--version")
+    assert status == 0 and out.startswith(f"xlac {xlac.__version__} (Python ")
+    assert xlac.__version__ == importlib.metadata.version("xlac")

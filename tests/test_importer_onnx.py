@@ -180,14 +180,18 @@ def test_dynamic_dimension_message():
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     with pytest.raises(XlacError) as e:
         import_onnx(model)
+    # The fix is spelled for the caller: Python's argument, the command line's option.
     assert str(e.value) == ("input 'x' has dynamic dimension 'N' (shape Nx3x224x224); "
-                            "pin it with --input-shape x=1x3x224x224")
+                            'pin it with input_shapes={"x": (1, 3, 224, 224)}')
+    assert e.value.cli == ("input 'x' has dynamic dimension 'N' (shape Nx3x224x224); "
+                           "pin it with --input-shape x=1x3x224x224")
 
 
 def test_input_shapes_unknown_name():
-    with pytest.raises(XlacError, match="--input-shape names 'nope', which is not a model "
-                                        r"input \(inputs: x, w\)"):
+    with pytest.raises(XlacError, match='input_shapes names "nope", which is not a model '
+                                        r"input \(inputs: x, w\)") as e:
         import_onnx(_two_output_model(), input_shapes={"nope": (1,)})
+    assert e.value.cli.startswith("--input-shape names 'nope', which is not a model input")
 
 
 def test_input_shapes_conflicting_static_dims():
@@ -196,9 +200,16 @@ def test_input_shapes_conflicting_static_dims():
 
 
 def test_input_shapes_wrong_rank():
-    with pytest.raises(XlacError, match="--input-shape x=2x3x1 has rank 3, but input 'x' has "
-                                        "rank 2"):
+    with pytest.raises(XlacError, match=r'input_shapes=\{"x": \(2, 3, 1\)\} has rank 3, but '
+                                        "input 'x' has rank 2") as e:
         import_onnx(_two_output_model(), input_shapes={"x": (2, 3, 1)})
+    assert e.value.cli.startswith("--input-shape x=2x3x1 has rank 3, but input 'x' has rank 2")
+
+
+@pytest.mark.parametrize("dims", ["2x3", (2.0, 3), (2, None)])
+def test_input_shapes_must_be_ints(dims):
+    with pytest.raises(XlacError, match=r'input_shapes\["x"\] must be a tuple of ints'):
+        import_onnx(_two_output_model(), input_shapes={"x": dims})
 
 
 def test_garbage_bytes():

@@ -8,6 +8,8 @@ reducer computations, and ``constant_value`` for values known at compile time.
 """
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 from onnx import numpy_helper
@@ -27,8 +29,8 @@ class ConstantInputNeeded(XlacError):
     """A value that must be known at compile time depends on model inputs: ``inputs``
     names them (pin them with ``const_inputs`` / ``--const-input``)."""
 
-    def __init__(self, message: str, inputs: tuple[str, ...]):
-        super().__init__(message)
+    def __init__(self, message: str, inputs: tuple[str, ...], cli: str | None = None):
+        super().__init__(message, cli=cli)
         self.inputs = inputs
 
 
@@ -124,12 +126,13 @@ class ImportContext:
         value = self.value_of(x)
         if value is None:
             names = tuple(self.input_names[p.number] for p in _parameters_reached(x))
-            fix = ", ".join(f"--const-input {n}=FILE.npy" for n in names)
-            raise ConstantInputNeeded(
-                f"{node.op_type} node '{node_label(node)}': input '{node.input[i]}' ({what}) "
-                f"must be known at compile time, but it depends on model input"
-                f"{'s' if len(names) > 1 else ''} {', '.join(repr(n) for n in names)}; "
-                f"pin {'them' if len(names) > 1 else 'it'} with {fix}", names)
+            problem = (f"{node.op_type} node '{node_label(node)}': input '{node.input[i]}' ({what}) "
+                       f"must be known at compile time, but it depends on model input"
+                       f"{'s' if len(names) > 1 else ''} {', '.join(repr(n) for n in names)}; "
+                       f"pin {'them' if len(names) > 1 else 'it'} with ")
+            python = "const_inputs={" + ", ".join(f"{json.dumps(n)}: ARRAY" for n in names) + "}"
+            cli = ", ".join(f"--const-input {n}=FILE.npy" for n in names)
+            raise ConstantInputNeeded(problem + python, names, cli=problem + cli)
         return value
 
     # -- compile-time values --------------------------------------------------

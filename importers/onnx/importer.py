@@ -2,6 +2,7 @@
 
 The steps, in order, each with its own user-facing error:
   1. load (path, bytes or ModelProto)          "cannot read ONNX model ..."
+     an opset newer than the onnx package knows: an XlacWarning
   2. every node has a handler                  "unsupported ONNX ops: A (node 'a'), ..."
      (before the checker, which stops at the first op it has no schema for)
   3. onnx.checker.check_model                  "invalid ONNX model ..."
@@ -14,13 +15,16 @@ The steps, in order, each with its own user-facing error:
 """
 from __future__ import annotations
 
+import json
 import os
+import warnings
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ...hlo import Builder, Module, Shape, ShapeError, Signature, TensorSpec, XlacError
+from ...hlo import (Builder, Module, Shape, ShapeError, Signature, TensorSpec, XlacError,
+                    XlacWarning)
 from .context import ImportContext, node_label
 from .registry import DEFAULT_DOMAIN, lookup
 from .types import hlo_dtype
@@ -38,6 +42,7 @@ def import_onnx(model, input_shapes: dict | None = None, name: str | None = None
     """
     model, source = _load(model)
     opsets = {_domain(o.domain): o.version for o in model.opset_import}
+    _warn_future_opset(opsets.get(DEFAULT_DOMAIN, 0), source)
     _reject_unsupported(model.graph, opsets)
     _check(model, source)
     pin_const_inputs(model, const_inputs or {})
@@ -64,6 +69,19 @@ def _load(model) -> tuple[onnx.ModelProto, str]:
     except Exception as e:   # protobuf and OS errors alike: the file is not a model we can read
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise XlacError(f"cannot read ONNX model '{source}': {reason}") from None
+
+
+def _warn_future_opset(opset: int, source: str) -> None:
+    """Warn when the model's ONNX opset is newer than the onnx package knows: xlac
+    compiles each op as the newest opset it knows defines it, which is wrong for an
+    op whose meaning changed since."""
+    known = onnx.defs.onnx_opset_version()
+    if opset > known:
+        warnings.warn(f"ONNX model '{source}' uses opset {opset}, newer than the installed "
+                      f"onnx package ({onnx.__version__}) knows (opset {known}); its ops are "
+                      f"compiled as opset {known} defines them, which is wrong for any op "
+                      f"redefined since: upgrade onnx, or export the model for opset {known}",
+                      XlacWarning, stacklevel=2)
 
 
 def _one_line(e: Exception) -> str:
@@ -138,8 +156,10 @@ def _pin_input_shapes(model: onnx.ModelProto, input_shapes: dict) -> onnx.ModelP
     inputs = {i.name: i for i in _graph_inputs(model.graph)}
     for n in input_shapes:
         if n not in inputs:
-            raise XlacError(f"--input-shape names '{n}', which is not a model input "
-                            f"(inputs: {', '.join(inputs) or 'none'})")
+            known = f"(inputs: {', '.join(inputs) or 'none'})"
+            raise XlacError(f"input_shapes names {json.dumps(n)}, which is not a model input "
+                            f"{known}", cli=f"--input-shape names '{n}', which is not a model "
+                            f"input {known}")
     for n, vi in inputs.items():
         if not vi.type.HasField("tensor_type"):
             raise XlacError(f"input '{n}' is not a tensor, which xlac does not support")
@@ -148,35 +168,55 @@ def _pin_input_shapes(model: onnx.ModelProto, input_shapes: dict) -> onnx.ModelP
         dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
                 for d in tt.shape.dim] if tt.HasField("shape") else None
         if n in input_shapes:
-            pinned = _check_pin(n, dims, [int(d) for d in input_shapes[n]])
+            pinned = _check_pin(n, dims, input_shapes[n])
             tt.shape.Clear()
             for p in pinned:
                 tt.shape.dim.add().dim_value = p
         elif dims is None:
-            raise XlacError(f"input '{n}' has no shape; pin it with --input-shape "
-                            f"{n}=D0xD1x...")
+            python, cli = pin_spelling(n, None)
+            raise XlacError(f"input '{n}' has no shape; pin it with {python}",
+                            cli=f"input '{n}' has no shape; pin it with {cli}")
         else:
             dynamic = [d for d in dims if not isinstance(d, int)]
             if dynamic:
-                fix = _dims_text(d if isinstance(d, int) else 1 for d in dims)
-                raise XlacError(f"input '{n}' has dynamic dimension '{dynamic[0]}' (shape "
-                                f"{_dims_text(dims)}); pin it with --input-shape {n}={fix}")
+                python, cli = pin_spelling(n, [d if isinstance(d, int) else 1 for d in dims])
+                what = (f"input '{n}' has dynamic dimension '{dynamic[0]}' (shape "
+                        f"{_dims_text(dims)}); pin it with ")
+                raise XlacError(what + python, cli=what + cli)
     return model
 
 
-def _check_pin(name: str, dims: list | None, pinned: list[int]) -> list[int]:
-    """``pinned`` if it fits the declared ``dims`` (None: unknown rank)."""
-    flag = f"--input-shape {name}={_dims_text(pinned)}"
+def pin_spelling(name: str, dims) -> tuple[str, str]:
+    """How a caller pins input ``name`` to ``dims`` (None: unknown), from Python and from
+    the command line: ``input_shapes={"x": (1, 64)}``, ``--input-shape x=1x64``."""
+    if dims is None:
+        return (f"input_shapes={{{json.dumps(name)}: (D0, D1, ...)}}",
+                f"--input-shape {name}=D0xD1x...")
+    return (f"input_shapes={{{json.dumps(name)}: {tuple(dims)}}}",
+            f"--input-shape {name}={_dims_text(dims)}")
+
+
+def _check_pin(name: str, dims: list | None, pinned) -> list[int]:
+    """``pinned`` if it is a sequence of dims that fits the declared ``dims`` (None:
+    unknown rank)."""
+    if isinstance(pinned, (str, bytes)) or not hasattr(pinned, "__len__") or not all(
+            isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in pinned):
+        raise XlacError(f"input_shapes[{json.dumps(name)}] must be a tuple of ints, e.g. "
+                        f"input_shapes={{{json.dumps(name)}: (1, 64)}}; got {pinned!r}")
+    pinned = [int(d) for d in pinned]
+    python, cli = pin_spelling(name, pinned)
+
+    def error(problem: str) -> XlacError:
+        return XlacError(f"{python} {problem}", cli=f"{cli} {problem}")
     if any(d < 0 for d in pinned):
-        raise XlacError(f"{flag} has a negative dimension")
+        raise error("has a negative dimension")
     if dims is None:
         return pinned
     if len(pinned) != len(dims):
-        raise XlacError(f"{flag} has rank {len(pinned)}, but input '{name}' has rank "
-                        f"{len(dims)} (shape {_dims_text(dims)})")
+        raise error(f"has rank {len(pinned)}, but input '{name}' has rank {len(dims)} "
+                    f"(shape {_dims_text(dims)})")
     if any(isinstance(d, int) and d != p for d, p in zip(dims, pinned)):
-        raise XlacError(f"{flag} conflicts with the static shape {_dims_text(dims)} of "
-                        f"input '{name}'")
+        raise error(f"conflicts with the static shape {_dims_text(dims)} of input '{name}'")
     return pinned
 
 
