@@ -8,9 +8,10 @@
 The object and ``runtime_c/xlac_runtime.c`` are linked by the system C compiler
 (``cc -shared -fPIC``) into a shared library kept in a cache folder, keyed by a
 hash of the object, the runtime sources and NAME, so loading the same object
-again costs no link. The library is opened in cffi's ABI mode (no C compiler at
-import, only at link) and called through ``NAME_run_v``; cffi releases the GIL
-during the call, so threads with their own arenas run in parallel.
+again costs no link (cache.py keeps that folder within its bounds). The library
+is opened in cffi's ABI mode (no C compiler at import, only at link) and called
+through ``NAME_run_v``; cffi releases the GIL during the call, so threads with
+their own arenas run in parallel.
 
 NAME and the target come from the header beside the object (``OUT.h``): NAME from
 its ``#define NAME_ARENA_SIZE`` line, the target from its opening comment, so an
@@ -28,12 +29,13 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import cffi
 import llvmlite.binding as llvm
 import numpy as np
 
-from . import runtime_c
+from . import cache, runtime_c
 from .hlo import XlacError, dtypes
 
 RUNTIME_DIR = Path(os.path.dirname(runtime_c.__file__))
@@ -139,14 +141,6 @@ def check_runs_here(facts: HeaderFacts, object_path: Path) -> None:
                             cli=problem + "--cpu this machine has")
 
 
-def cache_dir() -> Path:
-    """Where linked libraries are kept: $XLAC_CACHE_DIR, else the user cache folder."""
-    if os.environ.get("XLAC_CACHE_DIR"):
-        return Path(os.environ["XLAC_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "xlac" / "lib"
-
-
 def _runtime_sources() -> list[Path]:
     return [RUNTIME_DIR / "xlac_runtime.c", RUNTIME_DIR / "xlac_runtime.h"]
 
@@ -161,7 +155,7 @@ def link_shared_library(object_path: Path, name: str) -> Path:
     for src in _runtime_sources():
         digest.update(src.read_bytes())
     digest.update(name.encode())
-    folder = cache_dir()
+    folder = cache.cache_dir()
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError:
@@ -169,6 +163,7 @@ def link_shared_library(object_path: Path, name: str) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
     library = folder / f"{name}-{digest.hexdigest()[:24]}.so"
     if library.exists():
+        cache.mark_used(library)
         return library
     # Link to a private name, then rename: another process linking the same object at
     # the same time never sees (or dlopens) a half-written library.
@@ -189,6 +184,7 @@ def link_shared_library(object_path: Path, name: str) -> Path:
         first = next((line for line in done.stderr.splitlines() if line.strip()), "")
         raise XlacError(f"linking '{object_path}' failed: {first.strip()}")
     os.replace(temp, library)
+    cache.prune(folder)
     return library
 
 
@@ -291,6 +287,27 @@ class Model:
         self._check_arena(arena)
         self._call(arrays, outputs, arena)
 
+    def bind(self, inputs, outputs, arena) -> Callable[[], None]:
+        """A call of the model on these buffers, checked once (as ``run`` checks them):
+        each call of the result runs ``NAME_run_v`` with no Python-side work beyond the
+        cffi call, for timing loops. The buffers must stay unchanged in place."""
+        arrays = self._check_inputs(inputs)
+        outputs = list(outputs)
+        self.run(arrays, outputs, arena)     # checks the outputs and the arena
+        ffi = self._ffi
+        in_ptrs = ffi.new("void *[]", [ffi.cast("void *", a.ctypes.data) for a in arrays] or 1)
+        out_ptrs = ffi.new("void *[]", [ffi.cast("void *", o.ctypes.data) for o in outputs]
+                           or 1)
+        arena_ptr = ffi.cast("void *", arena.ctypes.data)
+        run_v = self._run_v
+
+        def call() -> None:
+            status = run_v(in_ptrs, out_ptrs, arena_ptr)
+            if status != 0:
+                raise XlacError(f"{self.name}_run_v failed with status {status}")
+        call.buffers = (arrays, outputs, arena)   # keep them alive while ``call`` is
+        return call
+
     def _check_inputs(self, inputs) -> list[np.ndarray]:
         if len(inputs) != len(self.inputs):
             raise XlacError(f"{self.name} takes {len(self.inputs)} input(s) "
@@ -313,7 +330,8 @@ class Model:
         if arena.nbytes < self.info.arena_size:
             raise XlacError(f"the arena has {arena.nbytes} bytes; {self.name} needs "
                             f"{self.info.arena_size}")
-        if arena.ctypes.data % self.info.arena_align:
+        # NAME_run_v ignores an empty arena; numpy gives an empty view its base's address.
+        if self.info.arena_size and arena.ctypes.data % self.info.arena_align:
             raise XlacError(f"the arena must be aligned to {self.info.arena_align} bytes "
                             "(see new_arena())")
         if not arena.flags.writeable:
