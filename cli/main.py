@@ -6,6 +6,7 @@
          [--dump-passes DIR] [-O0|-O1|-O2|-O3] [--strict]
     xlac --runtime-dir
     xlac --version
+    xlac run | bench | cache ...   (commands.py)
 
 Exit status: 0 on success; 1 for anything the user can fix (bad model, bad
 option, unwritable output), reported as one ``xlac: error: ...`` line on stderr;
@@ -21,6 +22,7 @@ import traceback
 import warnings
 
 from . import runtime_c
+from .commands import COMMANDS
 from .driver import EMIT_KINDS, compile, const_inputs_from, input_shapes_from
 from .hlo import XlacError, XlacWarning
 from .progress import Progress
@@ -43,7 +45,10 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="xlac", description="Compile an ONNX model into an object file and a "
-                "C header (weights embedded, one caller-provided arena, no malloc).")
+                "C header (weights embedded, one caller-provided arena, no malloc).",
+                epilog="other commands: " + "; ".join(
+                    f"xlac {name}: {doc}" for name, (doc, _, _) in COMMANDS.items())
+                + " (xlac COMMAND --help)")
     p.add_argument("model", nargs="?", metavar="MODEL.onnx", help="the ONNX model")
     p.add_argument("-o", dest="output", metavar="OUT.o",
                    help="output file; the header OUT.h is written beside it")
@@ -84,6 +89,11 @@ def _write_json(path: str, report: dict) -> None:
 
 
 def _run(argv) -> int:
+    if argv and argv[0] in COMMANDS:
+        doc, add_arguments, command = COMMANDS[argv[0]]
+        p = _Parser(prog=f"xlac {argv[0]}", description=doc[0].upper() + doc[1:] + ".")
+        add_arguments(p)
+        return command(p.parse_args(argv[1:]))
     args = _parser().parse_args(argv)
     if args.version:
         print(_version_line())
