@@ -19,12 +19,24 @@ from .opcodes import Opcode
 from .shape import Shape
 
 
+@dataclass(frozen=True)
+class OpMetadata:
+    """Which node of the source model an instruction comes from (XLA's OpMetadata):
+    reports name it (``--report-memory``); nothing is compiled from it."""
+    op_type: str        # "Conv"
+    op_name: str        # the node's name, else its first output
+
+    def __str__(self) -> str:
+        return f"{self.op_type} '{self.op_name}'"
+
+
 class Instruction:
-    __slots__ = ("opcode", "shape", "operands", "attrs", "called", "literal", "name")
+    __slots__ = ("opcode", "shape", "operands", "attrs", "called", "literal", "name", "metadata")
 
     def __init__(self, opcode: Opcode, shape: Shape, operands: Iterable["Instruction"] = (),
                  attrs: dict | None = None, called: Iterable["Computation"] = (),
-                 literal: np.ndarray | None = None, name: str | None = None):
+                 literal: np.ndarray | None = None, name: str | None = None,
+                 metadata: OpMetadata | None = None):
         self.opcode = opcode
         self.shape = shape
         self.operands = list(operands)
@@ -32,6 +44,7 @@ class Instruction:
         self.called = list(called)
         self.literal = literal
         self.name = name
+        self.metadata = metadata
 
     def __repr__(self) -> str:
         return f"%{self.name} = {self.shape} {self.opcode.text}(...)"
@@ -77,7 +90,10 @@ class Computation:
             self.root = new
 
     def replace_instruction(self, old: Instruction, new: Instruction) -> None:
-        """Insert ``new`` (if not present) where ``old`` was, redirect uses, drop ``old``."""
+        """Insert ``new`` (if not present) where ``old`` was, redirect uses, drop ``old``;
+        ``new`` comes from ``old``'s source node unless it says otherwise."""
+        if new.metadata is None:
+            new.metadata = old.metadata
         if new not in self.instructions:
             new.name = self._names.unique(new.name or new.opcode.text)
             self.instructions.insert(self.instructions.index(old), new)

@@ -37,7 +37,7 @@ def _simplify_computation(comp: Computation) -> bool:
         for rule in RULES.get(instr.opcode, ()):
             new = rule(instr)
             if new is not None:
-                _add_new(comp, new, present)
+                _add_new(comp, new, present, instr.metadata)
                 replaced[instr] = new
                 break
     if replaced:
@@ -45,12 +45,16 @@ def _simplify_computation(comp: Computation) -> bool:
     return bool(replaced)
 
 
-def _add_new(comp: Computation, instr: Instruction, present: set[Instruction]) -> None:
-    """Add ``instr`` and the new instructions it reads (a rule may build a small chain)."""
+def _add_new(comp: Computation, instr: Instruction, present: set[Instruction],
+             metadata) -> None:
+    """Add ``instr`` and the new instructions it reads (a rule may build a small chain),
+    all from the source node of the instruction they replace."""
     if instr in present:
         return
     for o in instr.operands:
-        _add_new(comp, o, present)
+        _add_new(comp, o, present, metadata)
+    if instr.metadata is None:
+        instr.metadata = metadata
     comp.add(instr)
     present.add(instr)
 

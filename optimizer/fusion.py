@@ -109,7 +109,8 @@ class _Fuser:
         fused.root = fused.add(_clone(consumer, [by_operand[o] for o in consumer.operands]))
         self.module.add_computation(fused)
         fusion = self.comp.add(Instruction(Opcode.FUSION, consumer.shape, operands,
-                                           {"kind": "kLoop"}, [fused], name="fusion"))
+                                           {"kind": "kLoop"}, [fused], name="fusion",
+                                           metadata=consumer.metadata))
         # The fusion takes the consumer's place in the order (it has the same operands).
         instrs = self.comp.instructions
         instrs[instrs.index(consumer)] = instrs.pop()
@@ -187,4 +188,4 @@ def _param_name(operand: Instruction) -> str:
 
 def _clone(instr: Instruction, operands: list[Instruction]) -> Instruction:
     return Instruction(instr.opcode, instr.shape, operands, instr.attrs, instr.called,
-                       instr.literal, instr.name)
+                       instr.literal, instr.name, instr.metadata)

@@ -13,7 +13,11 @@ from ..hlo import Computation, Instruction
 def apply_replacements(comp: Computation, replaced: dict[Instruction, Instruction]) -> None:
     """Redirect every use of each key to its value, drop the keys, and restore
     def-before-use order once. Values must not themselves be keys, and new values
-    must already be in ``comp`` (``comp.add``)."""
+    must already be in ``comp`` (``comp.add``). A value without metadata takes its
+    key's: it computes what the key did."""
+    for old, new in replaced.items():
+        if new.metadata is None:
+            new.metadata = old.metadata
     for instr in comp.instructions:
         instr.operands = [replaced.get(o, o) for o in instr.operands]
     comp.root = replaced.get(comp.root, comp.root)

@@ -23,8 +23,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ...hlo import (Builder, Module, Shape, ShapeError, Signature, TensorSpec, XlacError,
-                    XlacWarning)
+from ...hlo import (Builder, Module, OpMetadata, Shape, ShapeError, Signature, TensorSpec,
+                    XlacError, XlacWarning)
 from .context import ImportContext, node_label
 from .registry import DEFAULT_DOMAIN, lookup
 from .types import hlo_dtype
@@ -268,10 +268,15 @@ def _lower_node(ctx: ImportContext, node: onnx.NodeProto, used: set[str]) -> Non
     domain = _domain(node.domain)
     rule = lookup(domain, node.op_type, ctx.opsets.get(domain, 0))
     ctx.begin_node(node)
+    instructions = ctx.b.computation.instructions
+    first_new = len(instructions)
     try:
         outs = list(rule.handler(ctx, node))
     except ShapeError as e:
         raise ctx.error(node, str(e)) from None
+    origin = OpMetadata(node.op_type, node_label(node))
+    for instr in instructions[first_new:]:
+        instr.metadata = instr.metadata or origin
     for a in ctx.unread_attributes():
         if a not in rule.ignore:
             raise ctx.error(node, f"unsupported attribute '{a}'")
