@@ -1,6 +1,6 @@
 """xlac.optimizer: passes, pipelines, memory scheduling and buffer assignment."""
 from .algebraic_simplifier import AlgebraicSimplifier
-from .buffer_assignment import BufferAssignment, BufferLocation, assign_buffers
+from .buffer_assignment import ArenaBlock, BufferAssignment, BufferLocation, assign_buffers
 from .constant_folding import ConstantFolding
 from .cse import CommonSubexpressionElimination
 from .dce import DeadCodeElimination
@@ -20,5 +20,5 @@ __all__ = [
     "DeadCodeElimination", "InstructionFusion",
     "MemoryModel", "schedule", "schedule_model", "ScheduleResult", "Scheduler", "DefinitionOrderScheduler", "PostOrderScheduler",
     "ListScheduler", "DEFAULT_SCHEDULERS", "check_order", "simulate_peak",
-    "assign_buffers", "BufferAssignment", "BufferLocation", "plan_memory",
+    "assign_buffers", "ArenaBlock", "BufferAssignment", "BufferLocation", "plan_memory",
 ]

@@ -32,6 +32,8 @@ Contract with the emitter (xlac.emitter):
     (readers of its views included), so a result never overlaps its operands
     unless it overwrites one in place. Every arena offset of an owner that is not
     in a concatenation's slice is a multiple of ``alignment``.
+  - ``blocks`` lists the arena over the schedule for reports (where memory goes):
+    every arena buffer and kernel scratch with its bytes and live steps.
 """
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ from .memory_model import MemoryModel, Scratch, ScratchFn
 from .packing import improve_packing
 from .scheduling import check_order
 
-__all__ = ["BufferLocation", "BufferAssignment", "assign_buffers"]
+__all__ = ["ArenaBlock", "BufferLocation", "BufferAssignment", "assign_buffers"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,20 @@ class BufferLocation:
     space: str        # 'input' | 'output' | 'arena' | 'constant' | 'none'
     index: int = 0    # input / output number
     offset: int = 0   # bytes: into the arena, or into the input / output buffer
+
+
+@dataclass(frozen=True)
+class ArenaBlock:
+    """Bytes of the arena held over steps ``start`` .. ``end`` of the order (both
+    included; ``end`` is len(order) for a value copied into an output at the end)."""
+    owners: tuple[Instruction, ...]   # the instructions writing it: one, or a concatenation
+                                      # and the producers computed into its slices
+    offset: int
+    size: int
+    start: int
+    end: int
+    scratch: bool = False             # a kernel's temporary memory (owners: that kernel)
+    overwrites: Instruction | None = None   # written in place over this owner's bytes
 
 
 @dataclass
@@ -71,6 +87,7 @@ class BufferAssignment:
     # Kernels to emit as their variant with the least scratch (memory_plan.py): their
     # ``scratch`` slots are sized for it.
     lean_kernels: set[Instruction] = field(default_factory=set)
+    blocks: list[ArenaBlock] = field(default_factory=list)
 
     def location(self, instr: Instruction) -> BufferLocation:
         return self.locations[instr]
@@ -113,7 +130,26 @@ def assign_buffers(module: Module, order: list[Instruction] | None = None,
     concats = {c for c, _ in model.concat_slots.values()}
     return BufferAssignment(order, locs, heap.size, alignment, naive_bytes=naive,
                             lower_bound=lower_bound, stats=stats, scratch=scratch_locs,
-                            concats_in_place=concats, in_place=dict(sim.in_place))
+                            concats_in_place=concats, in_place=dict(sim.in_place),
+                            blocks=_blocks(order, model, sim, heap.offsets))
+
+
+def _blocks(order, model: MemoryModel, sim, offsets: dict) -> list[ArenaBlock]:
+    """The arena over the schedule: each arena buffer at its storage's offset (an
+    in-place result at the bytes it overwrites), then each kernel's scratch."""
+    pos = {i: t for t, i in enumerate(order)}
+    blocks = []
+    for b in model.arena:
+        start, end = sim.ranges[b]
+        storage = sim.storage[b]
+        blocks.append(ArenaBlock(tuple(b.definers), offsets[storage], b.size, start, end,
+                                 overwrites=sim.in_place.get(b.root)))
+    for key, offset in offsets.items():
+        if isinstance(key, Scratch):
+            t = pos[key.instr]
+            blocks.append(ArenaBlock((key.instr,), offset, model.scratch[key.instr], t, t,
+                                     scratch=True))
+    return sorted(blocks, key=lambda k: (k.start, k.scratch, k.offset))
 
 
 def _location(i: Instruction, locs: dict[Instruction, BufferLocation], model: MemoryModel,

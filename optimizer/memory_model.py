@@ -63,6 +63,9 @@ class Simulation:
     events: list[Event]
     storage: dict[LogicalBuffer, LogicalBuffer]   # arena buffer -> the storage it ended up in
     in_place: dict[Instruction, Instruction]      # instruction -> operand owner it overwrote
+    # arena buffer -> (step of its first definer, step of its last reader; len(order) when
+    # it is copied out at the end): its own live range, within its storage's.
+    ranges: dict[LogicalBuffer, tuple[int, int]] = field(default_factory=dict)
 
 
 class MemoryModel:
@@ -171,4 +174,5 @@ class MemoryModel:
                            Event("free", Scratch(instr), extra)]
             events += [Event("free", b, b.size) for b in frees.get(t, ())]
         events += [Event("free", b, b.size) for b in frees.get(end, ())]
-        return Simulation(events, storage, in_place)
+        ranges = {b: (first[b], last[b]) for b in self.arena}
+        return Simulation(events, storage, in_place, ranges)
