@@ -3,7 +3,7 @@
     xlac MODEL.onnx -o OUT.o [--name NAME] [--target TRIPLE] [--cpu CPU]
          [--emit obj|asm|llvm|hlo] [--input-shape NAME=1x3x224x224 ...]
          [--const-input NAME=FILE.npy ...] [--report] [--report-json FILE]
-         [--dump-passes DIR] [-O0|-O1|-O2|-O3] [--strict]
+         [--report-memory[=FILE.svg]] [--dump-passes DIR] [-O0|-O1|-O2|-O3] [--strict]
     xlac --runtime-dir
     xlac --version
     xlac run | bench | cache ...   (commands.py)
@@ -20,12 +20,15 @@ import os
 import sys
 import traceback
 import warnings
+from pathlib import Path
 
 from . import runtime_c
 from .commands import COMMANDS
 from .driver import EMIT_KINDS, compile, const_inputs_from, input_shapes_from
 from .hlo import XlacError, XlacWarning
 from .progress import Progress
+from .memory_report import arena_svg, format_memory
+from .outputs import write_files
 from .report import format_report
 
 EXIT_USER_ERROR = 1
@@ -66,6 +69,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--report", action="store_true",
                    help="print op counts, fusions, memory and compile times to stdout")
     p.add_argument("--report-json", metavar="FILE", help="write the report as JSON to FILE")
+    p.add_argument("--report-memory", nargs="?", const="", metavar="FILE.svg",
+                   help="print where the arena goes (the buffers live at the peak with their "
+                   "ONNX nodes, kernel scratch, live bytes over the schedule); with FILE.svg, "
+                   "also draw the arena over the schedule there")
     p.add_argument("--dump-passes", metavar="DIR",
                    help="write the HLO after import and after each optimization pass to DIR")
     p.add_argument("-O", dest="opt_level", type=int, choices=range(4), default=2,
@@ -105,10 +112,11 @@ def _run(argv) -> int:
         raise _UsageError("no model given (usage: xlac MODEL.onnx -o OUT.o)")
     if args.output is None:
         raise _UsageError("no output given: add -o OUT.o")
-    want_report = args.report or args.report_json is not None
+    want_report = args.report or args.report_json is not None or args.report_memory is not None
     # Checked before compiling, so a bad report path does not fail after the outputs exist.
-    if args.report_json is not None and not os.path.isdir(os.path.dirname(args.report_json) or "."):
-        raise XlacError(f"cannot write '{args.report_json}': its folder does not exist")
+    for path in (args.report_json, args.report_memory or None):
+        if path is not None and not os.path.isdir(os.path.dirname(path) or "."):
+            raise XlacError(f"cannot write '{path}': its folder does not exist")
     result = compile(args.model, args.output, name=args.name, target=args.target,
                      cpu=args.cpu, emit=args.emit, input_shapes=input_shapes_from(args.input_shape),
                      const_inputs=const_inputs_from(args.const_input), opt_level=args.opt_level,
@@ -118,6 +126,12 @@ def _run(argv) -> int:
         _write_json(args.report_json, result.report)
     if args.report:
         sys.stdout.write(format_report(result.report))
+    if args.report_memory is not None:
+        sys.stdout.write(format_memory(result.report["memory"]))
+    if args.report_memory:
+        write_files({Path(args.report_memory):
+                     arena_svg(result.report["memory"], result.name).encode()})
+        print(f"arena map: {args.report_memory}")
     return 0
 
 
@@ -162,6 +176,11 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("xlac: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # Whoever read stdout stopped (xlac ... --report | head): end quietly, with
+        # stdout pointed where flushing it at exit cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_USER_ERROR
     except Exception as e:   # noqa: BLE001  (anything else is a bug in xlac)
         if os.environ.get("XLAC_DEBUG") == "1":
             traceback.print_exc()

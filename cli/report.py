@@ -3,12 +3,15 @@
 The numbers come from the compiled module and its buffer assignment, never from
 estimates: ``arena_bytes`` is the header's NAME_ARENA_SIZE; ``naive_activation_bytes``
 is what the arena would take with no buffer reuse; ``lower_bound_bytes`` is the
-most bytes live at once in the chosen order, which no packing of that order can beat;
-``onnx_order_lower_bound_bytes`` is the same bound for the ONNX file's own node order
-(intermediate tensors only; None where ONNX's shape inference cannot size them); ``weight_bytes`` counts identical constants once, as the
-object stores them; ``aliased_buffers`` counts values that take no storage of their
+most bytes live at once in the chosen order, kernel scratch included, which no packing
+of that order can beat; ``lower_bound_buffers_bytes`` is the same without kernel
+scratch, on the terms of ``onnx_order_lower_bound_bytes``, the bound for the ONNX file's
+own node order (intermediate tensors only, as ONNX has no kernels; None where ONNX's
+shape inference cannot size them); ``weight_bytes`` counts identical constants once, as
+the object stores them; ``aliased_buffers`` counts values that take no storage of their
 own (views, producers written into a concatenation's slice) and
-``in_place_buffers`` results written over an operand.
+``in_place_buffers`` results written over an operand. ``memory`` is where the arena
+goes (memory_report.py: ``--report-memory``).
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from collections import Counter
 import numpy as np
 
 from .hlo import Module, Opcode
+from .memory_report import memory_section
 from .optimizer import BufferAssignment
 
 
@@ -58,6 +62,7 @@ def build_report(*, name: str, target, imported_ops: dict[str, int], module: Mod
                  times: dict[str, float], files: list[str],
                  const_inputs: list[str] = ()) -> dict:
     st = assignment.stats
+    memory = memory_section(module, assignment)
     return {
         "name": name,
         "target": {"triple": target.triple, "cpu": target.cpu, "features": target.features},
@@ -71,6 +76,7 @@ def build_report(*, name: str, target, imported_ops: dict[str, int], module: Mod
         "arena_alignment": assignment.alignment,
         "naive_activation_bytes": assignment.naive_bytes,
         "lower_bound_bytes": assignment.lower_bound,
+        "lower_bound_buffers_bytes": memory["buffers_peak_bytes"],
         "onnx_order_lower_bound_bytes": onnx_order_bound,
         "aliased_buffers": st["views"] + st["concat_slots"],
         "in_place_buffers": len(assignment.in_place),
@@ -80,6 +86,7 @@ def build_report(*, name: str, target, imported_ops: dict[str, int], module: Mod
         "schedule_optimal": st["schedule_optimal"],
         "packing": st["packing"],
         "times_s": {stage: round(seconds, 4) for stage, seconds in times.items()},
+        "memory": memory,
     }
 
 
@@ -116,7 +123,10 @@ def format_report(report: dict) -> str:
         f"  naive activations   {_bytes_text(naive)}",
         f"  lower bound         {_bytes_text(report['lower_bound_bytes'])} for the chosen "
         f"order ({report['scheduler']}{', proven optimal' if report['schedule_optimal'] else ''}"
-        f"), {onnx_bound} for the ONNX node order",
+        "), kernel scratch included",
+        f"  without scratch     {_bytes_text(report['lower_bound_buffers_bytes'])} for the "
+        f"chosen order, {onnx_bound} for the ONNX node order (buffers alone: ONNX has no "
+        "kernels)",
         f"  aliasing            {report['aliased_buffers']} buffers aliased (views, "
         f"concatenation slices), {report['in_place_buffers']} written in place; "
         f"{report['lean_kernels']} kernels without scratch at the peak",
