@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .archive import static_library
 from .emitter import EmitOptions, emit, make_target, scratch_bytes
 from .emitter.names import c_identifier_for_model
 from .hlo import Module, XlacError, XlacWarning
@@ -30,7 +31,7 @@ from .outputs import write_files
 from .progress import Progress
 from .report import build_report, op_counts
 
-EMIT_KINDS = ("obj", "asm", "llvm", "hlo")
+EMIT_KINDS = ("obj", "lib", "asm", "llvm", "hlo")
 OPT_LEVELS = (0, 1, 2, 3)
 # NAME prefixes every exported symbol; a leading underscore would make reserved C names.
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
@@ -145,8 +146,9 @@ def compile(model, output, *, name: str | None = None, target: str | None = None
     """Compile ``model`` (an ONNX path, bytes or ModelProto) into ``output`` and the
     header beside it (``output`` with suffix ``.h``).
 
-    ``emit`` picks what ``output`` holds: an object file (``obj``), assembly (``asm``),
-    optimized LLVM IR (``llvm``) or the optimized HLO text (``hlo``). ``input_shapes``
+    ``emit`` picks what ``output`` holds: an object file (``obj``), a static library of it
+    and the runtime objects it needs (``lib``), assembly (``asm``), optimized LLVM IR
+    (``llvm``) or the optimized HLO text (``hlo``). ``input_shapes``
     maps input names to dims that pin dynamic dimensions. ``const_inputs`` maps input
     names to arrays: those inputs become weights and leave the signature (for inputs that
     give shapes, axes or counts). ``dump_passes`` names a
@@ -208,12 +210,15 @@ def _compile(model, output, *, name, target, cpu, emit_kind, input_shapes, const
                 lean_scratch=lambda i: scratch_bytes(i, target_info, lean=True),
                 exact_budget=DEFAULT_BUDGET if opt_level >= 2 else 0)
         with progress.stage("emit"):
-            kinds = {"obj": ("obj",), "asm": ("asm",), "llvm": ("llvm",), "hlo": ()}[emit_kind]
+            kinds = {"obj": ("obj",), "lib": ("obj",), "asm": ("asm",), "llvm": ("llvm",),
+                     "hlo": ()}[emit_kind]
             artifact = emit(module, assignment,
                             EmitOptions(name, triple=target, cpu=cpu, opt_level=opt_level),
                             kinds=kinds)
             body = {
                 "obj": lambda: artifact.object_code,
+                "lib": lambda: static_library(name, artifact.object_code,
+                                              artifact.target.is_host, artifact.target.triple),
                 "asm": lambda: artifact.assembly.encode(),
                 "llvm": lambda: artifact.llvm_ir.encode(),
                 "hlo": lambda: print_module(module).encode(),
