@@ -6,8 +6,8 @@ and every other top-level folder holding an ``__init__.py`` is ``xlac.<folder>``
 with its subpackages. pyproject.toml cannot rename folders while finding them, so
 this file does; nothing lists packages by hand, so a new subpackage cannot be
 forgotten (a hand list once left out ``xlac.emitter.kernels`` and only editable
-installs worked). C sources, headers and CMake files inside a package ship as
-package data (the runtime, the CMake module).
+installs worked). C sources and headers inside a package ship as package data (the
+runtime), and so does the CMake module (``cli/cmake/``, installed as ``xlac/cmake/``).
 """
 from pathlib import Path
 
@@ -36,7 +36,7 @@ DIRS = package_dirs()
 setup(
     packages=packages(DIRS),
     package_dir=DIRS,
-    package_data={"": ["*.c", "*.h", "*.cmake"]},
+    package_data={"": ["*.c", "*.h"], "xlac": ["cmake/*.cmake"]},
     # setuptools' own build folder, kept out of build/ (where the README puts models).
     options={"build": {"build_base": ".build"}},
 )

@@ -1,10 +1,11 @@
 """The ``xlac`` command.
 
     xlac MODEL.onnx -o OUT.o [--name NAME] [--target TRIPLE] [--cpu CPU]
-         [--emit obj|asm|llvm|hlo] [--input-shape NAME=1x3x224x224 ...]
+         [--emit obj|lib|asm|llvm|hlo] [--input-shape NAME=1x3x224x224 ...]
          [--const-input NAME=FILE.npy ...] [--report] [--report-json FILE]
          [--report-memory[=FILE.svg]] [--dump-passes DIR] [-O0|-O1|-O2|-O3] [--strict]
     xlac --runtime-dir
+    xlac --cmake-dir
     xlac --version
     xlac run | bench | cache ...   (commands.py)
 
@@ -60,7 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu", help="target CPU (default: this machine's for the host target, "
                    "a generic CPU otherwise)")
     p.add_argument("--emit", choices=EMIT_KINDS, default="obj",
-                   help="what OUT holds: object code (default), assembly, LLVM IR or HLO text")
+                   help="what OUT holds: object code (default), a static library (the object "
+                   "and the runtime objects it needs), assembly, LLVM IR or HLO text")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMxDIM...",
                    help="pin the shape of an input with dynamic dimensions (repeatable)")
     p.add_argument("--const-input", action="append", default=[], metavar="NAME=FILE.npy",
@@ -81,6 +83,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="make warnings errors (an ONNX opset newer than the onnx package knows)")
     p.add_argument("--runtime-dir", action="store_true",
                    help="print the folder holding xlac_runtime.h and xlac_runtime.c, and exit")
+    p.add_argument("--cmake-dir", action="store_true",
+                   help="print the folder holding xlac's CMake module (xlac_DIR for "
+                   "find_package(xlac)), and exit")
     p.add_argument("--version", action="store_true",
                    help="print the versions of xlac and of what it builds on, and exit")
     return p
@@ -107,6 +112,9 @@ def _run(argv) -> int:
         return 0
     if args.runtime_dir:
         print(os.path.dirname(os.path.abspath(runtime_c.__file__)))
+        return 0
+    if args.cmake_dir:
+        print(os.path.join(os.path.dirname(os.path.abspath(__file__)), "cmake"))
         return 0
     if args.model is None:
         raise _UsageError("no model given (usage: xlac MODEL.onnx -o OUT.o)")
