@@ -9,6 +9,7 @@ forgotten (a hand list once left out ``xlac.emitter.kernels`` and only editable
 installs worked). C sources and headers inside a package ship as package data (the
 runtime), and so does the CMake module (``cli/cmake/``, installed as ``xlac/cmake/``).
 """
+import shutil
 from pathlib import Path
 
 from setuptools import find_packages, setup
@@ -33,6 +34,9 @@ def packages(dirs: dict[str, str]) -> list[str]:
 
 
 DIRS = package_dirs()
+# setuptools copies into .build/lib but never deletes there: start empty, so that a module
+# deleted from the checkout cannot live on in the next wheel.
+shutil.rmtree(HERE / ".build" / "lib", ignore_errors=True)
 setup(
     packages=packages(DIRS),
     package_dir=DIRS,

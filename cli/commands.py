@@ -331,7 +331,7 @@ def _print_check(m: Model, outputs, want, rtol, atol, ort_version: str) -> list[
             failed.append(f"output '{t.name}'")
     widths = [max(len(r[k]) for r in rows) for k in range(4)]
     for r in rows:
-        print("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)) + "  " + r[4])
+        print(("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)) + "  " + r[4]).rstrip())
     return failed
 
 
