@@ -99,8 +99,9 @@ def _pass_dumper(folder: Path):
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise XlacError(f"cannot create --dump-passes folder '{folder}': "
-                        f"{e.strerror or e}") from None
+        reason = f"folder '{folder}': {e.strerror or e}"
+        raise XlacError(f"cannot create the dump_passes {reason}",
+                        cli=f"cannot create the --dump-passes {reason}") from None
     count = 0
 
     def dump(pass_name: str, module: Module) -> None:
