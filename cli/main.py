@@ -23,13 +23,17 @@ import traceback
 import warnings
 from pathlib import Path
 
-from . import runtime_c
+import llvmlite
+import llvmlite.binding as llvm
+import onnx
+
+from . import __version__, runtime_c
 from .commands import COMMANDS
 from .driver import EMIT_KINDS, compile, const_inputs_from, input_shapes_from
 from .hlo import XlacError, XlacWarning
-from .progress import Progress
 from .memory_report import arena_svg, format_memory
 from .outputs import write_files
+from .progress import Progress
 from .report import format_report
 
 EXIT_USER_ERROR = 1
@@ -126,7 +130,8 @@ def _run(argv) -> int:
         if path is not None and not os.path.isdir(os.path.dirname(path) or "."):
             raise XlacError(f"cannot write '{path}': its folder does not exist")
     result = compile(args.model, args.output, name=args.name, target=args.target,
-                     cpu=args.cpu, emit=args.emit, input_shapes=input_shapes_from(args.input_shape),
+                     cpu=args.cpu, emit=args.emit,
+                     input_shapes=input_shapes_from(args.input_shape),
                      const_inputs=const_inputs_from(args.const_input), opt_level=args.opt_level,
                      report=want_report, strict=args.strict,
                      dump_passes=args.dump_passes, progress=Progress(sys.stderr))
@@ -144,10 +149,6 @@ def _run(argv) -> int:
 
 
 def _version_line() -> str:
-    import llvmlite
-    import llvmlite.binding as llvm
-    import onnx
-    from . import __version__
     llvm_version = ".".join(map(str, llvm.llvm_version_info))
     return (f"xlac {__version__} (Python {sys.version.split()[0]}, llvmlite {llvmlite.__version__} "
             f"with LLVM {llvm_version}, onnx {onnx.__version__} up to opset "

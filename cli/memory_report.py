@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from xml.sax.saxutils import escape
 
-from .hlo import Instruction, Module, Opcode
+from .hlo import Instruction, Opcode
 from .optimizer import ArenaBlock, BufferAssignment
 from .optimizer.aliasing import buffers_of
 
@@ -70,7 +70,7 @@ def live_bytes(blocks: list[ArenaBlock], steps: int, scratch: bool = True) -> li
     return out
 
 
-def memory_section(module: Module, assignment: BufferAssignment) -> dict:
+def memory_section(assignment: BufferAssignment) -> dict:
     """The "memory" section of the report. Its steps are the schedule's instructions that
     compute something: parameters and constants, which take no arena, are left out."""
     order, blocks = _computing_steps(assignment.order, assignment.blocks)

@@ -62,7 +62,7 @@ def build_report(*, name: str, target, imported_ops: dict[str, int], module: Mod
                  times: dict[str, float], files: list[str],
                  const_inputs: list[str] = ()) -> dict:
     st = assignment.stats
-    memory = memory_section(module, assignment)
+    memory = memory_section(assignment)
     return {
         "name": name,
         "target": {"triple": target.triple, "cpu": target.cpu, "features": target.features},

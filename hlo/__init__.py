@@ -11,8 +11,8 @@ from .shape import Shape
 from .shape_inference import ShapeError, infer_shape
 
 __all__ = [
-    "dtypes", "DType", "Shape", "Opcode", "Instruction", "Computation", "Module",
-    "OpMetadata", "Signature", "TensorSpec", "Builder", "scalar_computation", "infer_shape", "ShapeError",
+    "dtypes", "DType", "Shape", "Opcode", "Instruction", "Computation", "Module", "OpMetadata",
+    "Signature", "TensorSpec", "Builder", "scalar_computation", "infer_shape", "ShapeError",
     "XlacError", "XlacWarning", "Window", "ConvDimensionNumbers", "DotDimensionNumbers",
     "GatherDimensionNumbers", "PaddingConfig", "SliceSpec",
 ]

@@ -82,7 +82,8 @@ def test_blocks_live_together_never_share_bytes(compiled):
         assert 0 <= a["offset"] and a["offset"] + a["size"] <= memory["arena_bytes"]
         for b in blocks[k + 1:]:
             together = a["start"] <= b["end"] and b["start"] <= a["end"]
-            overlap = a["offset"] < b["offset"] + b["size"] and b["offset"] < a["offset"] + a["size"]
+            overlap = (a["offset"] < b["offset"] + b["size"]
+                       and b["offset"] < a["offset"] + a["size"])
             handover = a["name"] in (b["overwrites"], None) or b["name"] == a["overwrites"]
             assert not (together and overlap) or handover, (a, b)
 

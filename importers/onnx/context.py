@@ -126,8 +126,8 @@ class ImportContext:
         value = self.value_of(x)
         if value is None:
             names = tuple(self.input_names[p.number] for p in _parameters_reached(x))
-            problem = (f"{node.op_type} node '{node_label(node)}': input '{node.input[i]}' ({what}) "
-                       f"must be known at compile time, but it depends on model input"
+            problem = (f"{node.op_type} node '{node_label(node)}': input '{node.input[i]}' "
+                       f"({what}) must be known at compile time, but it depends on model input"
                        f"{'s' if len(names) > 1 else ''} {', '.join(repr(n) for n in names)}; "
                        f"pin {'them' if len(names) > 1 else 'it'} with ")
             python = "const_inputs={" + ", ".join(f"{json.dumps(n)}: ARRAY" for n in names) + "}"
