@@ -36,16 +36,13 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from . import cache, runtime_c
-from .hlo import XlacError, dtypes
+from .emitter.info import XLAC_DTYPE
+from .hlo import XlacError
 
 RUNTIME_DIR = Path(os.path.dirname(runtime_c.__file__))
 
 # enum xlac_dtype of xlac_runtime.h (the numbering is ABI) -> our DType (.np: numpy).
-_XLAC_DTYPES = {
-    0: dtypes.PRED, 1: dtypes.S8, 2: dtypes.S16, 3: dtypes.S32, 4: dtypes.S64,
-    5: dtypes.U8, 6: dtypes.U16, 7: dtypes.U32, 8: dtypes.U64,
-    9: dtypes.F16, 10: dtypes.BF16, 11: dtypes.F32, 12: dtypes.F64,
-}
+_XLAC_DTYPES = {number: dtype for dtype, number in XLAC_DTYPE.items()}
 
 # The declarations of xlac_runtime.h that cffi needs (cffi's cdef takes no
 # preprocessor lines, so the header cannot be fed to it as is).

@@ -8,7 +8,8 @@ LLVM value of that element, emitted at the builder's position. A rule is
 where ``operands[k]`` is the generator of operand k. Movement ops are index remaps,
 reduce and reduce-window loop over their window, fusion composes the generators of
 its fused computation, and a tuple-shaped value is a Python tuple of element values.
-Values are in storage type (pred an i8 0/1, bf16 an i16); see scalar.py.
+Values are in storage type (pred an i8 0/1, bf16 an i16, s4 an i8...); rules compute
+in the compute type (scalar.py).
 
 Dot and convolution have no rule: they are kernels (emitter/kernels/).
 """
@@ -100,28 +101,27 @@ def _llvm_fn(name: str):
 
 
 def _unary(float_fn=None, int_fn=None):
-    """A unary rule: floats computed in their compute type, integers (and pred) as is."""
+    """A unary rule: floats and integers (and pred) computed in their compute type."""
     def rule(em, instr, ops, index):
         dt = _dtype(instr)
-        x = ops[0](index)
-        if dt.is_float and float_fn is not None:
-            return from_compute(em.b, float_fn(em, to_compute(em.b, x, dt)), dt)
-        if not dt.is_float and int_fn is not None:
-            return int_fn(em, x, dt)
-        raise XlacError(f"%{instr.name}: {instr.opcode.text} is not defined on {dt}")
+        fn = float_fn if dt.is_float else (lambda em, x: int_fn(em, x, dt)) if int_fn else None
+        if fn is None:
+            raise XlacError(f"%{instr.name}: {instr.opcode.text} is not defined on {dt}")
+        b = em.b
+        return from_compute(b, fn(em, to_compute(b, ops[0](index), dt)), dt)
     return rule
 
 
 def _binary(float_fn=None, int_fn=None):
     def rule(em, instr, ops, index):
         dt = _dtype(instr)
-        x, y = ops[0](index), ops[1](index)
-        if dt.is_float and float_fn is not None:
-            b = em.b
-            return from_compute(b, float_fn(em, to_compute(b, x, dt), to_compute(b, y, dt)), dt)
-        if not dt.is_float and int_fn is not None:
-            return int_fn(em, x, y, dt)
-        raise XlacError(f"%{instr.name}: {instr.opcode.text} is not defined on {dt}")
+        fn = float_fn if dt.is_float else (lambda em, x, y: int_fn(em, x, y, dt)) if int_fn \
+            else None
+        if fn is None:
+            raise XlacError(f"%{instr.name}: {instr.opcode.text} is not defined on {dt}")
+        b = em.b
+        x, y = (to_compute(b, op(index), dt) for op in ops)
+        return from_compute(b, fn(em, x, y), dt)
     return rule
 
 
@@ -172,6 +172,14 @@ def _is_finite(em, instr, ops, index):
 
 def _convert(em, instr, ops, index):
     return convert(em.b, ops[0](index), _dtype(instr), instr.shape.dtype)
+
+
+def _bitcast_convert(em, instr, ops, index):
+    """The same bits: storage types of one width are bitcast, sub-byte values (i8 with
+    the value in its low bits) pass as they are."""
+    x = ops[0](index)
+    ty = llvm_type(instr.shape.dtype)
+    return x if x.type == ty else em.b.bitcast(x, ty)
 
 
 def _float_max(em, x, y):
@@ -258,9 +266,19 @@ def _int_power(em, x, y, dt):
 
 def _shift(kind: str):
     """Shifts by an amount >= the bit width (as unsigned) give 0, or the sign fill for an
-    arithmetic right shift, as in XLA (LLVM would give poison)."""
+    arithmetic right shift, as in XLA (LLVM would give poison). Sub-byte values arrive
+    extended to 8 bits: a logical shift sees only the value's bits, an arithmetic one
+    its sign extension."""
     def fn(em, x, y, dt):
         b = em.b
+        if dt.is_sub_byte:
+            mask = ir.Constant(y.type, (1 << dt.bits) - 1)
+            y = b.and_(y, mask)                       # the amount as an unsigned s4/u4
+            if kind == "lshr":
+                x = b.and_(x, mask)
+            elif kind == "ashr":
+                spare = ir.Constant(x.type, 8 - dt.bits)
+                x = b.ashr(b.shl(x, spare), spare)
         width = ir.Constant(y.type, dt.bits)
         oob = b.icmp_unsigned(">=", y, width)
         safe = b.select(oob, _zero(y), y)
@@ -281,8 +299,8 @@ def _compare(em, instr, ops, index):
     dt = _dtype(instr)
     x, y = ops[0](index), ops[1](index)
     op = _FLOAT_COMPARE[instr.attrs["direction"]]
+    x, y = to_compute(b, x, dt), to_compute(b, y, dt)
     if dt.is_float:
-        x, y = to_compute(b, x, dt), to_compute(b, y, dt)
         c = (b.fcmp_unordered if op == "!=" else b.fcmp_ordered)(op, x, y)
     else:
         c = (b.icmp_unsigned if is_unsigned_like(dt) else b.icmp_signed)(op, x, y)
@@ -300,12 +318,11 @@ def _clamp(em, instr, ops, index):
     lo = ops[0]([] if lo_shape.rank == 0 else index)
     hi = ops[2]([] if hi_shape.rank == 0 else index)
     dt = instr.shape.dtype
-    x = ops[1](index)
+    b = em.b
+    lo, x, hi = (to_compute(b, v, dt) for v in (lo, ops[1](index), hi))
     if dt.is_float:
-        b = em.b
-        lo, x, hi = (to_compute(b, v, dt) for v in (lo, x, hi))
         return from_compute(b, _float_min(em, _float_max(em, x, lo), hi), dt)
-    return _int_min(em, _int_max(em, x, lo, dt), hi, dt)
+    return from_compute(b, _int_min(em, _int_max(em, x, lo, dt), hi, dt), dt)
 
 
 def _iota(em, instr, ops, index):
@@ -579,6 +596,8 @@ def _reduce_window(em, instr, ops, index):
 
 
 _TRANSCENDENTAL_UNARY = {
+    Opcode.ACOS: "acos", Opcode.ACOSH: "acosh", Opcode.ASIN: "asin", Opcode.ASINH: "asinh",
+    Opcode.ATAN: "atan", Opcode.ATANH: "atanh", Opcode.COSH: "cosh", Opcode.SINH: "sinh",
     Opcode.CBRT: "cbrt", Opcode.COSINE: "cos", Opcode.ERF: "erf", Opcode.EXP: "exp",
     Opcode.EXPM1: "expm1", Opcode.LOG: "log", Opcode.LOG1P: "log1p",
     Opcode.LOGISTIC: "logistic", Opcode.SINE: "sin", Opcode.TAN: "tan", Opcode.TANH: "tanh",
@@ -606,6 +625,7 @@ RULES: dict[Opcode, Callable] = {
     Opcode.SIGN: _unary(_float_sign, _int_sign),
     Opcode.SQRT: _unary(_llvm_fn("sqrt")),
     Opcode.CONVERT: _convert,
+    Opcode.BITCAST_CONVERT: _bitcast_convert,
     # element-wise binary
     Opcode.ADD: _binary(lambda em, x, y: em.b.fadd(x, y), lambda em, x, y, dt: em.b.add(x, y)),
     Opcode.SUBTRACT: _binary(lambda em, x, y: em.b.fsub(x, y),

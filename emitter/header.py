@@ -9,11 +9,15 @@ from ..hlo import DType
 from .interface import ModelInterface, Port
 from .target import TargetInfo
 
-# The C element type of each dtype in NAME_run's prototype (f16/bf16 travel as raw bits).
+# The C element type of each dtype in NAME_run's prototype: the narrow floats travel as
+# their bits, the 4- and 2-bit integers one per byte in the low bits (xlac_runtime.h).
 C_TYPES = {
     "pred": "uint8_t", "s8": "int8_t", "s16": "int16_t", "s32": "int32_t", "s64": "int64_t",
     "u8": "uint8_t", "u16": "uint16_t", "u32": "uint32_t", "u64": "uint64_t",
     "f16": "uint16_t", "bf16": "uint16_t", "f32": "float", "f64": "double",
+    "s4": "uint8_t", "u4": "uint8_t", "s2": "uint8_t", "u2": "uint8_t",
+    "f8e4m3fn": "uint8_t", "f8e4m3fnuz": "uint8_t", "f8e5m2": "uint8_t",
+    "f8e5m2fnuz": "uint8_t", "f4e2m1fn": "uint8_t", "f8e8m0fnu": "uint8_t",
 }
 
 

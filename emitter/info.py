@@ -11,11 +11,15 @@ from .interface import ModelInterface, Port
 from .irutil import I32, I64, I8, PTR
 from .target import TargetInfo
 
-# enum xlac_dtype in xlac_runtime.h: the numbering is ABI.
+# enum xlac_dtype in xlac_runtime.h: the numbering is ABI (append, never renumber).
+# The loader reads it from here; tests/test_loader.py checks it against the C header.
 XLAC_DTYPE = {
     dtypes.PRED: 0, dtypes.S8: 1, dtypes.S16: 2, dtypes.S32: 3, dtypes.S64: 4,
     dtypes.U8: 5, dtypes.U16: 6, dtypes.U32: 7, dtypes.U64: 8,
     dtypes.F16: 9, dtypes.BF16: 10, dtypes.F32: 11, dtypes.F64: 12,
+    dtypes.S4: 13, dtypes.U4: 14, dtypes.S2: 15, dtypes.U2: 16,
+    dtypes.F8E4M3FN: 17, dtypes.F8E4M3FNUZ: 18, dtypes.F8E5M2: 19, dtypes.F8E5M2FNUZ: 20,
+    dtypes.F4E2M1FN: 21, dtypes.F8E8M0FNU: 22,
 }
 
 # struct xlac_tensor_info {name, c_name, dtype, rank, dims, size_bytes}

@@ -26,13 +26,15 @@ _INT = {8: I8, 16: ir.IntType(16), 32: I32, 64: I64}
 def llvm_type(dtype: DType) -> ir.Type:
     """The LLVM type of one element in memory (pred is a byte, 0 or 1).
 
-    llvmlite has no bfloat type: bf16 is stored as i16 and computed through f32."""
-    if dtype.kind == "pred":
+    llvmlite has no bfloat type: bf16 is stored as i16 and computed through f32. The
+    float8 and float4 types are their bits in an i8; 4- and 2-bit integers an i8 holding
+    the value in its low bits (one element per byte)."""
+    if dtype.kind == "pred" or dtype.is_sub_byte:
         return I8
     if dtype.kind in ("s", "u"):
         return _INT[dtype.bits]
     return {"f16": ir.HalfType(), "bf16": ir.IntType(16), "f32": ir.FloatType(),
-            "f64": ir.DoubleType()}[dtype.name]
+            "f64": ir.DoubleType()}.get(dtype.name, I8)
 
 
 def i64(n: int) -> ir.Constant:

@@ -13,7 +13,8 @@ and intrinsics that lower without library calls on x86-64, AArch64 and Cortex-M4
 - ``llvm.fmuladd``, never ``llvm.fma``: without FMA hardware (baseline x86-64) the latter
   is a call to ``fmaf``. The algorithms are therefore accurate with and without fusion;
   where an exact product matters it is built with Dekker's splitting.
-- ``llvm.fabs`` and ``llvm.copysign`` (bit operations everywhere).
+- ``llvm.fabs`` and ``llvm.copysign`` (bit operations everywhere), ``llvm.sqrt`` (one
+  instruction).
 - Rounding to an integer adds and subtracts 1.5 * 2**mant instead of ``llvm.rint`` or
   ``llvm.floor`` (libcalls on Cortex-M4 and baseline x86-64); integer bits come from
   bitcasts, never ``fptosi`` (poison on NaN).
@@ -32,6 +33,14 @@ Methods (Cephes / fdlibm designs, coefficients derived below or fitted as noted)
   |r| <= pi/4 and quadrant selection. Accurate for |x| < 1e5 (f32) / 1e9 (f64); beyond
   that the result stays finite and within [-1, 1] but is not accurate.
 - atan2: atan on [0, 1] (reduced to |t| <= tan(pi/8)), octant fix-ups, C's special cases.
+- atan(x) = atan2(x, 1); asin(x) = atan2(x, sqrt((1-x)(1+x))) and acos(x) =
+  atan2(sqrt((1-x)(1+x)), x), whose factored 1 - x^2 is exact where it matters.
+- sinh = (u + u/(u+1)) / 2 with u = expm1|x| (fdlibm), cosh = (e + 1/e) / 2 with
+  e = exp|x|; near overflow both are (w/2) * w, w = exp(|x|/2), finite as long as the
+  result is.
+- asinh = log1p(|x| + x^2 / (1 + sqrt(1 + x^2))), acosh = log1p(t + sqrt(2t + t^2)) with
+  t = x - 1, both log(|x|) + ln2 where x^2 would be past the precision;
+  atanh = log1p(2|x| / (1 - |x|)) / 2; odd functions take the sign of x.
 - pow: exp(y * log|x|) in double-word arithmetic, with the sign and special cases of C.
 - cbrt: exponent-thirding bit trick, then Newton steps; subnormals are scaled first.
 """
@@ -210,6 +219,13 @@ class _Ops:
     def fabs(self, a):
         return self._intrinsic("fabs", a)
 
+    def sqrt(self, a):
+        """f32: the instruction (x86-64, AArch64 and Cortex-M4's FPU have it, correctly
+        rounded). f64: Heron's iteration, since Cortex-M4 would call libm's sqrt."""
+        if self.fmt is F32:
+            return self._intrinsic("sqrt", a)
+        return _sqrt_heron(self, a)
+
     def copysign(self, magnitude, sign):
         return self._intrinsic("copysign", magnitude, sign)
 
@@ -297,6 +313,22 @@ def _ldexp(o: _Ops, p, k):
     results past the largest float become inf, subnormal results are rounded once."""
     half = o.b.ashr(k, o.i(1))
     return o.mul(o.mul(p, _pow2(o, half)), _pow2(o, o.isub(k, half)))
+
+
+def _sqrt_heron(o: _Ops, a):
+    """sqrt(a) to about 1 ulp: halving the bits halves the exponent (within 6%), then
+    four steps y = (y + a/y) / 2 (the error squares: 6% -> 2e-3 -> 1e-6 -> 1e-12 -> 0).
+    Subnormals are scaled by 2**(2n) first."""
+    fmt = o.fmt
+    n = (fmt.precision + 1) // 2
+    subnormal = o.cmp("<", a, o.f(2.0 ** (1 - fmt.bias)))
+    x = o.sel(subnormal, o.mul(a, o.f(2.0 ** (2 * n))), a)
+    y = o.from_bits(o.iadd(o.b.lshr(o.bits(x), o.i(1)), o.i(fmt.bits_of(1.0) >> 1)))
+    for _ in range(4):
+        y = o.mul(o.f(0.5), o.add(y, o.div(x, y)))
+    y = o.sel(subnormal, o.mul(y, o.f(2.0 ** -n)), y)
+    y = o.sel(o.b.or_(o.cmp("==", a, o.f(0.0)), o.cmp("==", a, o.f(_INF))), a, y)
+    return o.sel(o.b.fcmp_unordered("<", a, o.f(0.0)), o.f(math.nan), y)    # a < 0 or NaN
 
 
 # --- double-word arithmetic (sin/cos reduction, pow) -----------------------------------
@@ -631,8 +663,90 @@ def cbrt(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     return o.sel(finite_nonzero, o.copysign(r, x), x)   # +-0, +-inf and NaN map to x
 
 
+def atan(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    return atan2(b, x, _Ops(b, x.type).f(1.0))
+
+
+def _one_minus_square_root(o: _Ops, x):
+    """sqrt(1 - x^2), NaN for |x| > 1: (1 - x)(1 + x) is exact-ish where x^2 is near 1."""
+    return o.sqrt(o.mul(o.sub(o.f(1.0), x), o.add(o.f(1.0), x)))
+
+
+def asin(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    return atan2(b, x, _one_minus_square_root(_Ops(b, x.type), x))
+
+
+def acos(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    return atan2(b, _one_minus_square_root(_Ops(b, x.type), x), x)
+
+
+def _hyperbolic_limit(fmt: _Format) -> float:
+    """Below this |x|, exp|x| and expm1|x| are finite."""
+    return (fmt.bias - 1) * float(_LN2)
+
+
+def _half_exp_squared(b: ir.IRBuilder, o: _Ops, ax):
+    """exp(|x|) / 2 as (w / 2) * w, w = exp(|x| / 2): finite wherever the result is."""
+    w = exp(b, o.mul(ax, o.f(0.5)))
+    return o.mul(o.mul(w, o.f(0.5)), w)
+
+
+def sinh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    o = _Ops(b, x.type)
+    ax = o.fabs(x)
+    u = expm1(b, ax)
+    y = o.mul(o.f(0.5), o.add(u, o.div(u, o.add(u, o.f(1.0)))))
+    y = o.sel(o.cmp(">", ax, o.f(_hyperbolic_limit(o.fmt))), _half_exp_squared(b, o, ax), y)
+    return o.copysign(y, x)
+
+
+def cosh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    o = _Ops(b, x.type)
+    ax = o.fabs(x)
+    e = exp(b, ax)
+    y = o.mul(o.f(0.5), o.add(e, o.div(o.f(1.0), e)))
+    return o.sel(o.cmp(">", ax, o.f(_hyperbolic_limit(o.fmt))), _half_exp_squared(b, o, ax), y)
+
+
+def _log_twice(b: ir.IRBuilder, o: _Ops, ax):
+    """log(2|x|) for large |x|, without overflowing 2|x|."""
+    hi, lo = _LN2_SPLIT[o.fmt]
+    return o.add(o.add(log(b, ax), o.f(lo)), o.f(hi))
+
+
+def _large(o: _Ops, ax):
+    """|x| past which asinh and acosh are log(2|x|) to within a fraction of an ulp:
+    1 / (4 x^2) is then below 2**-(precision + 3)."""
+    return o.cmp(">", ax, o.f(2.0 ** ((o.fmt.precision + 3) // 2)))
+
+
+def asinh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    o = _Ops(b, x.type)
+    ax = o.fabs(x)
+    sq = o.mul(ax, ax)
+    y = log1p(b, o.add(ax, o.div(sq, o.add(o.f(1.0), o.sqrt(o.add(o.f(1.0), sq))))))
+    y = o.sel(_large(o, ax), _log_twice(b, o, ax), y)
+    return o.copysign(y, x)
+
+
+def acosh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    o = _Ops(b, x.type)
+    t = o.sub(x, o.f(1.0))
+    y = log1p(b, o.add(t, o.sqrt(o.fma(t, t, o.mul(o.f(2.0), t)))))
+    y = o.sel(_large(o, x), _log_twice(b, o, x), y)
+    return o.sel(o.b.fcmp_unordered("<", x, o.f(1.0)), o.f(math.nan), y)   # x < 1 or NaN
+
+
+def atanh(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    o = _Ops(b, x.type)
+    ax = o.fabs(x)
+    y = o.mul(o.f(0.5), log1p(b, o.div(o.add(ax, ax), o.sub(o.f(1.0), ax))))
+    return o.copysign(y, x)
+
+
 FUNCTIONS: dict[str, Callable[..., ir.Value]] = {
     "exp": exp, "expm1": expm1, "log": log, "log1p": log1p, "tanh": tanh,
     "logistic": logistic, "erf": erf, "sin": sin, "cos": cos, "tan": tan,
-    "atan2": atan2, "pow": pow, "cbrt": cbrt,
+    "atan2": atan2, "pow": pow, "cbrt": cbrt, "atan": atan, "asin": asin, "acos": acos,
+    "sinh": sinh, "cosh": cosh, "asinh": asinh, "acosh": acosh, "atanh": atanh,
 }

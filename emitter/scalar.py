@@ -1,7 +1,12 @@
-"""Scalar IR helpers of the elemental emitter: intrinsics, immediates, f16/bf16, convert.
+"""Scalar IR helpers of the elemental emitter: intrinsics, immediates, storage and
+compute types, convert.
 
-Element values travel in their storage type (``irutil.llvm_type``: pred is an i8
-0/1, bf16 an i16 holding the bits). f16 and bf16 arithmetic is done in f32.
+Element values travel in their storage type (``irutil.llvm_type``: pred is an i8 0/1,
+bf16 an i16 holding the bits, the float8/float4 types an i8 holding the bits, s4/u4/
+s2/u2 an i8 with the value in its low bits and zeros above). Arithmetic runs in the
+compute type: f32 for the floats narrower than f32, the sign- or zero-extended i8 for
+the sub-byte integers; ``to_compute`` and ``from_compute`` convert, and rounding to a
+narrow type happens once, on the way back.
 """
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..hlo import DType
+from .float_formats import FORMATS, decode, encode
 from .irutil import I8, llvm_type
 
 F32 = ir.FloatType()
@@ -31,8 +37,8 @@ def intrinsic(b: ir.IRBuilder, name: str, args, ret: ir.Type | None = None,
 
 
 def compute_type(dtype: DType) -> ir.Type:
-    """The type arithmetic on ``dtype`` runs in: f32 for the 16-bit floats."""
-    if dtype.name in ("f16", "bf16"):
+    """The type arithmetic on ``dtype`` runs in: f32 for the floats narrower than f32."""
+    if dtype.is_narrow_float:
         return F32
     return llvm_type(dtype)
 
@@ -42,42 +48,44 @@ def immediate(value, dtype: DType) -> ir.Constant:
     ty = llvm_type(dtype)
     if dtype.is_pred:
         return ir.Constant(I8, int(bool(value)))
-    if dtype.name == "bf16":
-        return ir.Constant(I16, int(np.asarray(value, dtype.np).view(np.uint16)))
+    if dtype.is_narrow_float and dtype.name != "f16":      # the bits
+        bits = np.asarray(value, dtype.np).reshape(1).view(f"u{dtype.itemsize}")[0]
+        return ir.Constant(ty, int(bits))
     if dtype.is_float:
         return ir.Constant(ty, float(value))
-    v = int(value)
-    if v >= 1 << (dtype.bits - 1):          # unsigned above the signed range: two's complement
-        v -= 1 << dtype.bits
+    v = int(value) & ((1 << dtype.bits) - 1)     # two's complement in the value's bits
+    if v >= 1 << (ty.width - 1):
+        v -= 1 << ty.width
     return ir.Constant(ty, v)
+
+
+def _sub_byte_mask(dtype: DType) -> ir.Constant:
+    return ir.Constant(I8, (1 << dtype.bits) - 1)
 
 
 def to_compute(b: ir.IRBuilder, v: ir.Value, dtype: DType) -> ir.Value:
     if dtype.name == "f16":
         return b.fpext(v, F32)
-    if dtype.name == "bf16":       # bf16 is the top half of an f32
-        return b.bitcast(b.shl(b.zext(v, I32), ir.Constant(I32, 16)), F32)
+    if dtype.is_narrow_float:
+        return decode(b, v, FORMATS[dtype.name])
+    if dtype.is_sub_byte:
+        if dtype.kind == "u":
+            return b.and_(v, _sub_byte_mask(dtype))
+        spare = ir.Constant(I8, 8 - dtype.bits)      # sign-extend from the value's bits
+        return b.ashr(b.shl(v, spare), spare)
     return v
 
 
 def from_compute(b: ir.IRBuilder, v: ir.Value, dtype: DType) -> ir.Value:
-    if dtype.name == "f16":
+    if dtype.name == "f16" and isinstance(v.type, ir.FloatType):
         return b.fptrunc(v, ir.HalfType())
-    if dtype.name == "bf16":
-        return _f32_to_bf16(b, v)
+    if dtype.name == "f16":          # from f64: one rounding, no libcall
+        return b.bitcast(encode(b, v, FORMATS["f16"], I16), ir.HalfType())
+    if dtype.is_narrow_float:
+        return encode(b, v, FORMATS[dtype.name], llvm_type(dtype))
+    if dtype.is_sub_byte:
+        return b.and_(v, _sub_byte_mask(dtype))
     return v
-
-
-def _f32_to_bf16(b: ir.IRBuilder, f: ir.Value) -> ir.Value:
-    """Round to nearest even: add 0x7fff plus the lowest kept bit, keep the top 16 bits.
-    NaN stays a (quiet) NaN instead of rounding into infinity."""
-    c = lambda n: ir.Constant(I32, n)   # noqa: E731
-    bits = b.bitcast(f, I32)
-    top = b.lshr(bits, c(16))
-    lsb = b.and_(top, c(1))
-    rounded = b.lshr(b.add(bits, b.add(c(0x7FFF), lsb)), c(16))
-    is_nan = b.fcmp_unordered("uno", f, f)
-    return b.trunc(b.select(is_nan, b.or_(top, c(0x40)), rounded), I16)
 
 
 def pred_to_i1(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
@@ -89,34 +97,40 @@ def i1_to_pred(b: ir.IRBuilder, c: ir.Value) -> ir.Value:
 
 
 def convert(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType) -> ir.Value:
-    """XLA's convert: float -> int saturates (NaN -> 0), anything -> pred is ``x != 0``,
-    pred -> anything is 0/1. f64 -> f16/bf16 rounds through f32."""
+    """XLA's convert: float -> int truncates and saturates to the target's range (NaN -> 0),
+    int -> int wraps, anything -> pred is ``x != 0``, pred -> anything is 0/1, floats
+    round to nearest even once (f64 -> bf16 directly, not through f32)."""
     if src == dst:
         return x
+    v = to_compute(b, x, src) if src.is_float or src.is_sub_byte else x
     if dst.is_pred:
         if src.is_float:
-            f = to_compute(b, x, src)
-            return i1_to_pred(b, b.fcmp_unordered("!=", f, ir.Constant(f.type, 0.0)))
-        return i1_to_pred(b, b.icmp_unsigned("!=", x, ir.Constant(x.type, 0)))
+            return i1_to_pred(b, b.fcmp_unordered("!=", v, ir.Constant(v.type, 0.0)))
+        return i1_to_pred(b, b.icmp_unsigned("!=", v, ir.Constant(v.type, 0)))
     ty = compute_type(dst)
+    if src.is_float and dst.is_float:
+        if dst.is_narrow_float:
+            return from_compute(b, v, dst)
+        if v.type != ty:
+            v = b.fpext(v, ty) if isinstance(ty, ir.DoubleType) else b.fptrunc(v, ty)
+        return v
     if src.is_float:
-        f = to_compute(b, x, src)
-        if dst.is_float:
-            if f.type != ty:
-                wider = isinstance(f.type, ir.FloatType) and isinstance(ty, ir.DoubleType)
-                f = b.fpext(f, ty) if wider else b.fptrunc(f, ty)
-            return from_compute(b, f, dst)
+        # The saturating conversion to the value's own width, then into the i8 of s4/u4.
+        width = ir.IntType(dst.bits)
         sat = "fptosi.sat" if dst.kind == "s" else "fptoui.sat"
-        return intrinsic(b, sat, [f], ret=ty, overloads=[ty, f.type])
+        r = intrinsic(b, sat, [v], ret=width, overloads=[width, v.type])
+        if width != ty:
+            r = b.sext(r, ty) if dst.kind == "s" else b.zext(r, ty)
+        return from_compute(b, r, dst)
     signed = src.kind == "s"
     if dst.is_float:
-        f = b.sitofp(x, ty) if signed else b.uitofp(x, ty)
+        f = b.sitofp(v, ty) if signed else b.uitofp(v, ty)
         return from_compute(b, f, dst)
-    if dst.bits < src.bits:
-        return b.trunc(x, ty)
-    if dst.bits == src.bits:
-        return x
-    return b.sext(x, ty) if signed else b.zext(x, ty)
+    if ty.width < v.type.width:
+        v = b.trunc(v, ty)
+    elif ty.width > v.type.width:
+        v = b.sext(v, ty) if signed else b.zext(v, ty)
+    return from_compute(b, v, dst)
 
 
 def is_unsigned_like(dtype: DType) -> bool:

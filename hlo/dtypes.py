@@ -1,4 +1,9 @@
-"""Element types of the IR, named as in XLA's HLO text (f32, s64, pred...)."""
+"""Element types of the IR, named as in XLA's HLO text (f32, s64, pred, s4, f8e4m3fn...).
+
+Every type has a numpy type (ml_dtypes for bf16, the 8-, 4- and 2-bit types). Types
+narrower than a byte (s4, u4, s2, u2, f4e2m1fn) take one byte per element, unpacked, as
+ml_dtypes arrays do: the value sits in the low bits.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,7 +16,7 @@ import numpy as np
 class DType:
     name: str        # HLO text name
     kind: str        # 'pred', 's' (signed int), 'u' (unsigned int), 'f' (float)
-    bits: int
+    bits: int        # bits of the value (4 for s4, stored in a byte)
 
     @property
     def itemsize(self) -> int:
@@ -37,6 +42,25 @@ class DType:
     def is_pred(self) -> bool:
         return self.kind == "pred"
 
+    @property
+    def is_narrow_float(self) -> bool:
+        """Floats below f32: stored in their own format, computed in f32."""
+        return self.kind == "f" and self.bits < 32
+
+    @property
+    def is_sub_byte(self) -> bool:
+        """4- and 2-bit integers (f4e2m1fn is a narrow float)."""
+        return self.is_integer and self.bits < 8
+
+    @property
+    def info(self):
+        """ml_dtypes' finfo / iinfo: min, max (and for floats tiny, eps...)."""
+        if self.is_float:
+            return ml_dtypes.finfo(self.np)
+        if self.is_integer:
+            return ml_dtypes.iinfo(self.np)
+        raise ValueError("pred has no numeric info")
+
     def __str__(self) -> str:
         return self.name
 
@@ -51,8 +75,19 @@ F16 = DType("f16", "f", 16)
 BF16 = DType("bf16", "f", 16)
 F32 = DType("f32", "f", 32)
 F64 = DType("f64", "f", 64)
+S2, S4 = (DType(f"s{b}", "s", b) for b in (2, 4))
+U2, U4 = (DType(f"u{b}", "u", b) for b in (2, 4))
+# The float8 types of the OCP spec (FN: no infinities) and of Graphcore (FNUZ: no
+# infinities, no negative zero, NaN is 0x80), OCP's FP4 and the E8M0 scale type.
+F8E4M3FN = DType("f8e4m3fn", "f", 8)
+F8E4M3FNUZ = DType("f8e4m3fnuz", "f", 8)
+F8E5M2 = DType("f8e5m2", "f", 8)
+F8E5M2FNUZ = DType("f8e5m2fnuz", "f", 8)
+F4E2M1FN = DType("f4e2m1fn", "f", 4)
+F8E8M0FNU = DType("f8e8m0fnu", "f", 8)
 
-ALL = (PRED, S8, S16, S32, S64, U8, U16, U32, U64, F16, BF16, F32, F64)
+ALL = (PRED, S8, S16, S32, S64, U8, U16, U32, U64, F16, BF16, F32, F64,
+       S2, S4, U2, U4, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, F4E2M1FN, F8E8M0FNU)
 BY_NAME = {d.name: d for d in ALL}
 
 _NUMPY = {
@@ -63,6 +98,14 @@ _NUMPY = {
     "u32": np.dtype(np.uint32), "u64": np.dtype(np.uint64),
     "f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16),
     "f32": np.dtype(np.float32), "f64": np.dtype(np.float64),
+    "s2": np.dtype(ml_dtypes.int2), "s4": np.dtype(ml_dtypes.int4),
+    "u2": np.dtype(ml_dtypes.uint2), "u4": np.dtype(ml_dtypes.uint4),
+    "f8e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
+    "f8e4m3fnuz": np.dtype(ml_dtypes.float8_e4m3fnuz),
+    "f8e5m2": np.dtype(ml_dtypes.float8_e5m2),
+    "f8e5m2fnuz": np.dtype(ml_dtypes.float8_e5m2fnuz),
+    "f4e2m1fn": np.dtype(ml_dtypes.float4_e2m1fn),
+    "f8e8m0fnu": np.dtype(ml_dtypes.float8_e8m0fnu),
 }
 _FROM_NUMPY = {v: BY_NAME[k] for k, v in _NUMPY.items()}
 

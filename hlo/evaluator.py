@@ -5,9 +5,10 @@
     evaluate_instruction(instr, operand_values) -> value   (constant folding uses it)
 
 Values are numpy arrays in the instruction's element type (f32 stays f32, pred
-is numpy bool) or tuples of values. f16 and bf16 are computed in f32 and
-rounded back after every op, as XLA's CPU backend does; the rounding happens in
-one place, ``_conform``. A value returned by ``evaluate_instruction`` may share
+is numpy bool, the narrow types are ml_dtypes arrays) or tuples of values. Floats
+narrower than f32 (f16, bf16, the float8 and float4 types) are computed in f32 and
+rounded back after every op, as XLA's CPU backend does; integers narrower than a
+byte are computed in 8 bits and wrapped back. Both happen in one place, ``_conform``. A value returned by ``evaluate_instruction`` may share
 memory with its operands (reshape and transpose are views): do not mutate it.
 """
 from __future__ import annotations
@@ -84,13 +85,17 @@ def _conform(value, shape: Shape) -> np.ndarray | tuple:
     return np.asarray(value, dtype=shape.dtype.np)
 
 
-_NARROW_FLOATS = frozenset({dtypes.F16.np, dtypes.BF16.np})
+# Narrow types -> the numpy type they are computed in.
+_WIDENED = {**{d.np: np.dtype(np.float32) for d in dtypes.ALL if d.is_narrow_float},
+            **{d.np: np.dtype(f"{'i' if d.kind == 's' else 'u'}1")
+               for d in dtypes.ALL if d.is_sub_byte}}
 
 
 def _widen(x: np.ndarray) -> np.ndarray:
-    """f16 / bf16 -> f32 for computing; other types unchanged."""
+    """Narrow floats -> f32, sub-byte integers -> 8 bits, for computing; others as is."""
     x = np.asarray(x)
-    return x.astype(np.float32) if x.dtype in _NARROW_FLOATS else x
+    wide = _WIDENED.get(x.dtype)
+    return x if wide is None else x.astype(wide)
 
 
 # --- sources and structure -------------------------------------------------
@@ -132,10 +137,13 @@ def _elementwise(fn: Callable) -> Callable:
         try:
             return fn(*[_widen(x) for x in ops])
         except TypeError:     # numpy has no loop for these types: e.g. and(f32, f32)
-            types = ", ".join(str(o.shape.dtype) for o in instr.operands)
-            raise XlacError(f"%{instr.name}: {instr.opcode.text} is not defined "
-                            f"for ({types})") from None
+            raise _undefined(instr) from None
     return rule
+
+
+def _undefined(instr) -> XlacError:
+    types = ", ".join(str(o.shape.dtype) for o in instr.operands)
+    return XlacError(f"%{instr.name}: {instr.opcode.text} is not defined for ({types})")
 
 
 def _is_int(x: np.ndarray) -> bool:
@@ -185,38 +193,58 @@ def _power(a, b):
     return np.where(negative, (a == 1).astype(a.dtype), r)
 
 
-def _shift_amount(x, n):
-    """XLA reads the shift amount as unsigned; amounts >= the bit width are out of range."""
-    unsigned = np.dtype(f"u{x.dtype.itemsize}")
-    amount = n.astype(unsigned)
-    in_range = amount < 8 * x.dtype.itemsize
+def _shift_amount(n, bits):
+    """XLA reads the shift amount as unsigned; amounts >= the bit width are out of range.
+    ``bits`` is the element type's width (4 for s4, computed in 8-bit arrays)."""
+    unsigned = np.dtype(f"u{n.dtype.itemsize}")
+    amount = n.view(unsigned) & np.array((1 << bits) - 1, unsigned)
+    in_range = amount < bits
     return np.where(in_range, amount, 0).astype(unsigned), in_range
 
 
-def _shift_left(x, n):
-    amount, in_range = _shift_amount(x, n)
+def _shift_left(x, n, bits):
+    amount, in_range = _shift_amount(n, bits)
     return np.where(in_range, np.left_shift(x, amount.astype(x.dtype)), 0)
 
 
-def _shift_right_logical(x, n):
-    amount, in_range = _shift_amount(x, n)
+def _shift_right_logical(x, n, bits):
+    amount, in_range = _shift_amount(n, bits)
     unsigned = amount.dtype
-    shifted = np.right_shift(x.view(unsigned), amount).view(x.dtype)
-    return np.where(in_range, shifted, 0)
+    field = x.view(unsigned) & np.array((1 << bits) - 1, unsigned)   # drop sign extension
+    return np.where(in_range, np.right_shift(field, amount), 0).astype(unsigned).view(x.dtype)
 
 
-def _shift_right_arithmetic(x, n):
-    amount, in_range = _shift_amount(x, n)
+def _shift_right_arithmetic(x, n, bits):
+    amount, in_range = _shift_amount(n, bits)
     signed = np.dtype(f"i{x.dtype.itemsize}")
-    # Out-of-range amounts fill with the sign bit, like a shift by width - 1.
-    amount = np.where(in_range, amount, 8 * x.dtype.itemsize - 1).astype(signed)
-    return np.right_shift(x.view(signed), amount).view(x.dtype)
+    # Out-of-range amounts fill with the sign bit, like a shift by width - 1; the value
+    # is sign-extended from ``bits`` first (u4 in a byte reads as s4).
+    spare = 8 * x.dtype.itemsize - bits
+    v = np.left_shift(x.view(signed), spare) >> spare if spare else x.view(signed)
+    amount = np.where(in_range, amount, bits - 1).astype(signed)
+    return np.right_shift(v, amount).view(x.dtype)
+
+
+def _shift(fn: Callable) -> Callable:
+    def rule(instr, ops):
+        dtype = instr.operands[0].shape.dtype
+        if not dtype.is_integer:
+            raise _undefined(instr)
+        return fn(*[_widen(x) for x in ops], dtype.bits)
+    return rule
 
 
 _UNARY: dict[Opcode, Callable] = {
     Opcode.ABS: np.abs,
+    Opcode.ACOS: np.arccos,
+    Opcode.ACOSH: np.arccosh,
+    Opcode.ASIN: np.arcsin,
+    Opcode.ASINH: np.arcsinh,
+    Opcode.ATAN: np.arctan,
+    Opcode.ATANH: np.arctanh,
     Opcode.CBRT: np.cbrt,
     Opcode.CEIL: np.ceil,
+    Opcode.COSH: np.cosh,
     Opcode.COSINE: np.cos,
     Opcode.ERF: _erf,
     Opcode.EXP: np.exp,
@@ -233,6 +261,7 @@ _UNARY: dict[Opcode, Callable] = {
     Opcode.RSQRT: lambda x: 1 / np.sqrt(x),
     Opcode.SIGN: np.sign,
     Opcode.SINE: np.sin,
+    Opcode.SINH: np.sinh,
     Opcode.SQRT: np.sqrt,
     Opcode.TAN: np.tan,
     Opcode.TANH: np.tanh,
@@ -249,9 +278,6 @@ _BINARY: dict[Opcode, Callable] = {
     Opcode.OR: np.bitwise_or,
     Opcode.POWER: _power,
     Opcode.REMAINDER: _remainder,
-    Opcode.SHIFT_LEFT: _shift_left,
-    Opcode.SHIFT_RIGHT_ARITHMETIC: _shift_right_arithmetic,
-    Opcode.SHIFT_RIGHT_LOGICAL: _shift_right_logical,
     Opcode.SUBTRACT: np.subtract,
     Opcode.XOR: np.bitwise_xor,
 }
@@ -276,13 +302,30 @@ def _convert(instr, ops):
         return x != 0
     if to.is_integer and x.dtype.kind == "f":
         # Truncate toward zero, saturate out-of-range values, NaN -> 0 (XLA's conversion).
-        info = np.iinfo(to.np)
+        info = to.info
         t = np.trunc(x.astype(np.float64))
         # float(max) rounds up for 64 bits, so only values strictly inside are cast.
         inside = np.where((t > info.min) & (t < float(info.max)), t, 0).astype(to.np)
         return np.where(t <= info.min, info.min,
                         np.where(t >= float(info.max), info.max, inside)).astype(to.np)
+    if to.is_narrow_float and to != dtypes.F16 and x.dtype == np.float64:
+        # ml_dtypes rounds f64 through f32, twice; rounding to odd first keeps the sticky
+        # bit, so that the second rounding is the one correct rounding.
+        x = _round_to_odd_f32(x)
     return x.astype(to.np)
+
+
+def _round_to_odd_f32(x: np.ndarray) -> np.ndarray:
+    """f64 -> f32 truncating toward zero, with the last bit set where that was inexact."""
+    t = x.astype(np.float32)
+    t = np.where(np.abs(t.astype(np.float64)) > np.abs(x), np.nextafter(t, np.float32(0)), t)
+    inexact = (t.astype(np.float64) != x) & ~np.isnan(x)
+    return np.where(inexact, (t.view(np.uint32) | 1).view(np.float32), t)
+
+
+def _bitcast_convert(instr, ops):
+    # Sub-byte values are held in the low bits of a byte by both types: a view.
+    return ops[0].view(instr.shape.dtype.np)
 
 
 # --- data movement ---------------------------------------------------------
@@ -546,6 +589,10 @@ RULES: dict[Opcode, Callable] = {
     **{op: _elementwise(fn) for op, fn in _UNARY.items()},
     Opcode.CONVERT: _convert,
     **{op: _elementwise(fn) for op, fn in _BINARY.items()},
+    Opcode.SHIFT_LEFT: _shift(_shift_left),
+    Opcode.SHIFT_RIGHT_ARITHMETIC: _shift(_shift_right_arithmetic),
+    Opcode.SHIFT_RIGHT_LOGICAL: _shift(_shift_right_logical),
+    Opcode.BITCAST_CONVERT: _bitcast_convert,
     Opcode.COMPARE: _compare,
     **{op: _elementwise(fn) for op, fn in _TERNARY.items()},
     Opcode.BITCAST: _bitcast,

@@ -21,8 +21,11 @@ import numpy as np
 
 from .dtypes import DType
 
-# Significant digits that always suffice to round-trip a value of the type.
-_MAX_DIGITS = {"f16": 5, "bf16": 4, "f32": 9}
+# Significant digits that always suffice to round-trip a value of the type:
+# ceil(1 + p * log10(2)) for p bits of precision. f8e8m0fnu reads every value in
+# (2**-127, 2**-126) as 2**-126, so its least value 2**-127 needs f32's digits.
+_MAX_DIGITS = {"f16": 5, "bf16": 4, "f32": 9, "f8e4m3fn": 3, "f8e4m3fnuz": 3, "f8e5m2": 2,
+               "f8e5m2fnuz": 2, "f4e2m1fn": 2, "f8e8m0fnu": 9}
 _POW10_INT = 10 ** np.arange(19, dtype=np.int64)
 _POW10_ZERO = 40
 _POW10 = 10.0 ** np.arange(-_POW10_ZERO, _POW10_ZERO + 1)   # exact for 0..22
@@ -300,14 +303,16 @@ def _values(tokens: list[str], dtype: DType) -> np.ndarray:
         bad = next(t for t in tokens if not _converts(convert, t))
         raise ValueError(f"'{bad}' is not a {dtype.name} value") from None
     if dtype.is_integer:
-        info = np.iinfo(dtype.np)
+        info = dtype.info
         if values and (min(values) < info.min or max(values) > info.max):
             bad = next(v for v in values if not info.min <= v <= info.max)
             raise ValueError(f"{bad} is out of range for {dtype.name}")
         return np.array(values, dtype=dtype.np)
     wide = np.array(values, dtype=np.float64)
     out = _to_type(wide, dtype.np)
-    overflow = np.isinf(out) & np.isfinite(wide)
+    with np.errstate(invalid="ignore"):
+        # Overflow is inf, or NaN in the types without infinities.
+        overflow = ~np.isfinite(out.astype(np.float64)) & np.isfinite(wide)
     if overflow.any():
         raise ValueError(f"{tokens[int(np.argmax(overflow))]} is out of range for {dtype.name}")
     return out

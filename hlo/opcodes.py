@@ -27,8 +27,16 @@ class Opcode(Enum):
 
     # element-wise unary
     ABS = ("abs", 1)
+    ACOS = ("acos", 1)                           # the inverse and hyperbolic functions:
+    ACOSH = ("acosh", 1)                         # CHLO's ops, lowered by XLA; here
+    ASIN = ("asin", 1)                           # emitted inline (emitter/mathlib.py)
+    ASINH = ("asinh", 1)
+    ATAN = ("atan", 1)
+    ATANH = ("atanh", 1)
+    BITCAST_CONVERT = ("bitcast-convert", 1)     # same bits, another element type
     CBRT = ("cbrt", 1)
     CEIL = ("ceil", 1)
+    COSH = ("cosh", 1)
     COSINE = ("cosine", 1)
     ERF = ("erf", 1)
     EXP = ("exponential", 1)
@@ -45,6 +53,7 @@ class Opcode(Enum):
     RSQRT = ("rsqrt", 1)
     SIGN = ("sign", 1)
     SINE = ("sine", 1)
+    SINH = ("sinh", 1)
     SQRT = ("sqrt", 1)
     TAN = ("tan", 1)
     TANH = ("tanh", 1)
@@ -98,11 +107,12 @@ class Opcode(Enum):
 
 
 UNARY_ELEMENTWISE = frozenset({
-    Opcode.ABS, Opcode.CBRT, Opcode.CEIL, Opcode.COSINE, Opcode.ERF, Opcode.EXP,
-    Opcode.EXPM1, Opcode.FLOOR, Opcode.IS_FINITE, Opcode.LOG, Opcode.LOG1P,
-    Opcode.LOGISTIC, Opcode.NEGATE, Opcode.NOT, Opcode.ROUND_NEAREST_AFZ,
-    Opcode.ROUND_NEAREST_EVEN, Opcode.RSQRT, Opcode.SIGN, Opcode.SINE, Opcode.SQRT,
-    Opcode.TAN, Opcode.TANH, Opcode.CONVERT,
+    Opcode.ABS, Opcode.ACOS, Opcode.ACOSH, Opcode.ASIN, Opcode.ASINH, Opcode.ATAN,
+    Opcode.ATANH, Opcode.BITCAST_CONVERT, Opcode.CBRT, Opcode.CEIL, Opcode.COSH,
+    Opcode.COSINE, Opcode.ERF, Opcode.EXP, Opcode.EXPM1, Opcode.FLOOR, Opcode.IS_FINITE,
+    Opcode.LOG, Opcode.LOG1P, Opcode.LOGISTIC, Opcode.NEGATE, Opcode.NOT,
+    Opcode.ROUND_NEAREST_AFZ, Opcode.ROUND_NEAREST_EVEN, Opcode.RSQRT, Opcode.SIGN,
+    Opcode.SINE, Opcode.SINH, Opcode.SQRT, Opcode.TAN, Opcode.TANH, Opcode.CONVERT,
 })
 BINARY_ELEMENTWISE = frozenset({
     Opcode.ADD, Opcode.AND, Opcode.ATAN2, Opcode.COMPARE, Opcode.DIVIDE,
@@ -122,7 +132,8 @@ MOVEMENT = frozenset({
 CALLS_COMPUTATION = frozenset({Opcode.REDUCE, Opcode.REDUCE_WINDOW, Opcode.FUSION})
 # Transcendental element-wise ops (looser numeric tolerance in tests).
 TRANSCENDENTAL = frozenset({
-    Opcode.CBRT, Opcode.COSINE, Opcode.ERF, Opcode.EXP, Opcode.EXPM1, Opcode.LOG,
+    Opcode.ACOS, Opcode.ACOSH, Opcode.ASIN, Opcode.ASINH, Opcode.ATAN, Opcode.ATANH,
+    Opcode.COSH, Opcode.SINH, Opcode.CBRT, Opcode.COSINE, Opcode.ERF, Opcode.EXP, Opcode.EXPM1, Opcode.LOG,
     Opcode.LOG1P, Opcode.LOGISTIC, Opcode.POWER, Opcode.RSQRT, Opcode.SINE,
     Opcode.TAN, Opcode.TANH, Opcode.ATAN2,
 })

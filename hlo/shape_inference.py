@@ -49,9 +49,11 @@ def _iota(op, ops, attrs, called, result):
 def _unary(op, ops, attrs, called, result):
     (x,) = ops
     _array(x, op.text)
-    if op is Opcode.CONVERT:
+    if op in (Opcode.CONVERT, Opcode.BITCAST_CONVERT):
         r = _need_result(result, op)
-        _check(r.dims == x.dims, f"convert changes dims {x} -> {r}")
+        _check(r.dims == x.dims, f"{op.text} changes dims {x} -> {r}")
+        _check(op is Opcode.CONVERT or r.dtype.bits == x.dtype.bits,
+               f"bitcast-convert changes the bit width: {x} -> {r}")
         return r
     if op is Opcode.IS_FINITE:
         _check(x.dtype.is_float, "is-finite needs a float operand")

@@ -13,6 +13,9 @@ const char *xlac_status_string(int status) {
 size_t xlac_dtype_size(int32_t dtype) {
   switch (dtype) {
     case XLAC_PRED: case XLAC_S8: case XLAC_U8: return 1;
+    case XLAC_S4: case XLAC_U4: case XLAC_S2: case XLAC_U2: return 1;
+    case XLAC_F8E4M3FN: case XLAC_F8E4M3FNUZ: case XLAC_F8E5M2: case XLAC_F8E5M2FNUZ:
+    case XLAC_F4E2M1FN: case XLAC_F8E8M0FNU: return 1;
     case XLAC_S16: case XLAC_U16: case XLAC_F16: case XLAC_BF16: return 2;
     case XLAC_S32: case XLAC_U32: case XLAC_F32: return 4;
     case XLAC_S64: case XLAC_U64: case XLAC_F64: return 8;

@@ -15,7 +15,10 @@
 extern "C" {
 #endif
 
-/* Element types; the numbering is part of the ABI. */
+/* Element types; the numbering is part of the ABI (new types are appended).
+   Every element takes whole bytes: the 4- and 2-bit types one byte each, with the
+   value in the low bits (xlac ignores the bits above on input and writes them as 0);
+   the float8/float4 types are their bit patterns (ml_dtypes' encodings). */
 typedef enum xlac_dtype {
   XLAC_PRED = 0,
   XLAC_S8 = 1,
@@ -29,7 +32,17 @@ typedef enum xlac_dtype {
   XLAC_F16 = 9,
   XLAC_BF16 = 10,
   XLAC_F32 = 11,
-  XLAC_F64 = 12
+  XLAC_F64 = 12,
+  XLAC_S4 = 13,
+  XLAC_U4 = 14,
+  XLAC_S2 = 15,
+  XLAC_U2 = 16,
+  XLAC_F8E4M3FN = 17,
+  XLAC_F8E4M3FNUZ = 18,
+  XLAC_F8E5M2 = 19,
+  XLAC_F8E5M2FNUZ = 20,
+  XLAC_F4E2M1FN = 21,
+  XLAC_F8E8M0FNU = 22
 } xlac_dtype;
 
 /* Status codes returned by NAME_run and NAME_run_v. */

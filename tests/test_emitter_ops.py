@@ -35,6 +35,30 @@ def s32(*dims, lo=-20, hi=20):
 
 SPECIALS = np.array([0.0, -0.0, 1.5, -2.5, 0.5, -0.5, np.nan, np.inf, -np.inf, 3.0, 1e30, -7.25],
                     dtype=np.float32)
+NARROW_FLOATS = [d for d in dtypes.ALL if d.is_narrow_float]
+
+
+def every_code(dtype) -> np.ndarray:
+    """Every bit pattern of a narrow type, as an array of that type."""
+    return np.arange(1 << dtype.bits, dtype=f"u{dtype.itemsize}").view(dtype.np)
+
+
+def rounding_probes(dtype, source=np.float32) -> np.ndarray:
+    """Values of ``source`` around every rounding decision of ``dtype``: each finite value,
+    each midpoint between neighbours, one ulp either side of both, past the largest
+    value, the source's subnormals and the special values."""
+    with np.errstate(invalid="ignore"):
+        v = np.unique(every_code(dtype).astype(np.float64))
+    v = v[np.isfinite(v)]
+    mids = (v[:-1] + v[1:]) / 2
+    top = v[-1] * np.array([1.0625, 1.125, 1.5, 2, 4])
+    with np.errstate(over="ignore"):
+        points = np.concatenate([v, mids, top, -top]).astype(source)
+    fi = np.finfo(source)
+    points = np.concatenate([points, np.nextafter(points, np.inf), np.nextafter(points, -np.inf),
+                             [0, -0.0, np.inf, -np.inf, np.nan, -np.nan, fi.max, -fi.max,
+                              fi.tiny, fi.smallest_subnormal, -fi.smallest_subnormal * 3]])
+    return points.astype(source)
 INT_EDGES = np.array([0, 7, -7, 2**31 - 1, -2**31, -1, 5, 13], dtype=np.int32)
 
 
@@ -80,8 +104,8 @@ def binary(op, x, y, name=None, tol=0.0, mathlib=False):
                 lambda b, p, q: b.op(op, p, q), tol, mathlib)
 
 
-def convert(x, dtype):
-    return Case(f"convert_{x.dtype}_{dtype.name}", [x],
+def convert(x, dtype, name=None):
+    return Case(name or f"convert_{x.dtype}_{dtype.name}", [x],
                 lambda b, p: b.op(Opcode.CONVERT, p, shape=p.shape.with_dtype(dtype)))
 
 
@@ -167,7 +191,10 @@ CASES = [
     *[unary(op, f32(40, lo=lo, hi=hi), tol=2e-6, mathlib=True)
       for op, lo, hi in ((Opcode.EXP, -20, 20), (Opcode.LOG, 0.01, 50), (Opcode.TANH, -6, 6),
                          (Opcode.LOGISTIC, -10, 10), (Opcode.SINE, -6, 6),
-                         (Opcode.COSINE, -6, 6), (Opcode.ERF, -3, 3))],
+                         (Opcode.COSINE, -6, 6), (Opcode.ERF, -3, 3), (Opcode.ATAN, -9, 9),
+                         (Opcode.ASIN, -1, 1), (Opcode.ACOS, -1, 1), (Opcode.SINH, -9, 9),
+                         (Opcode.COSH, -9, 9), (Opcode.ASINH, -9, 9), (Opcode.ACOSH, 1, 9),
+                         (Opcode.ATANH, -0.99, 0.99))],
     binary(Opcode.POWER, f32(16, lo=0.1, hi=3), f32(16, lo=-2, hi=2), name="power_f32",
            tol=1e-5, mathlib=True),
     # convert
@@ -185,9 +212,47 @@ CASES = [
     convert(np.array([-1, 5], np.int8), U32),
     convert(np.array([200, 5], np.uint8), S32),
     convert(f32(5), F64),
+    # every narrow float: each code decoded; rounding at each decision from f32 and f64
+    *[convert(every_code(d), F32, f"decode_{d.name}") for d in NARROW_FLOATS],
+    *[convert(every_code(d), F64) for d in NARROW_FLOATS if d.bits == 8],
+    *[convert(rounding_probes(d), d, f"round_f32_to_{d.name}") for d in NARROW_FLOATS],
+    *[convert(rounding_probes(d, np.float64), d, f"round_f64_to_{d.name}")
+      for d in NARROW_FLOATS],
+    convert(every_code(dtypes.F8E4M3FN), dtypes.F8E5M2FNUZ),
+    convert(every_code(dtypes.F8E5M2), dtypes.F16),
+    convert(np.array([-9.5, -8.0, 7.9, 300.0, np.nan, 2.5], np.float32), dtypes.S4),
+    convert(np.array([-1.0, 15.9, 16.0, 3.5], np.float32), dtypes.U4),
+    convert(np.array([-3, -2, 1, 2, 300], np.int32), dtypes.S2),
+    convert(np.arange(16, dtype=np.uint8).view(dtypes.S4.np), S32),
+    convert(np.arange(4, dtype=np.uint8).view(dtypes.U2.np), F32),
+    convert(np.array([7, -8, 0], dtypes.S4.np), dtypes.F8E4M3FN),
+    convert(np.array([[1, -200, 3]], np.int64), dtypes.F8E8M0FNU),
     Case("add_bf16", [f32(6).astype(dtypes.BF16.np)] * 2, lambda b, p, q: b.op(Opcode.ADD, p, q)),
     Case("multiply_f16", [f32(6).astype(np.float16), f32(6).astype(np.float16)],
          lambda b, p, q: b.op(Opcode.MULTIPLY, p, q)),
+    Case("multiply_f8e4m3fn", [rounding_probes(dtypes.F8E4M3FN).astype(dtypes.F8E4M3FN.np)] * 2,
+         lambda b, p, q: b.op(Opcode.MULTIPLY, p, q)),
+    Case("add_f4e2m1fn", [every_code(dtypes.F4E2M1FN), every_code(dtypes.F4E2M1FN)[::-1].copy()],
+         lambda b, p, q: b.op(Opcode.ADD, p, q)),
+    Case("add_s4", [every_code(dtypes.S4), every_code(dtypes.S4)[::-1].copy()],
+         lambda b, p, q: b.op(Opcode.ADD, p, q)),
+    *[binary(op, every_code(dt), (np.arange(16) % (1 << dt.bits)).astype(np.uint8)
+             .view(dt.np)[:1 << dt.bits], name=f"{op.text}_{dt.name}".replace("-", "_"))
+      for op in (Opcode.SHIFT_LEFT, Opcode.SHIFT_RIGHT_LOGICAL, Opcode.SHIFT_RIGHT_ARITHMETIC)
+      for dt in (dtypes.S4, dtypes.U2)],
+    binary(Opcode.DIVIDE, every_code(dtypes.S4), np.roll(every_code(dtypes.S4), 5),
+           name="divide_s4"),
+    compare("LT", every_code(dtypes.S4), np.roll(every_code(dtypes.S4), 3)),
+    compare("GE", every_code(dtypes.F8E5M2FNUZ), np.roll(every_code(dtypes.F8E5M2FNUZ), 7)),
+    unary(Opcode.NEGATE, every_code(dtypes.F8E4M3FNUZ)),
+    unary(Opcode.NOT, every_code(dtypes.U4)),
+    unary(Opcode.ABS, every_code(dtypes.S2)),
+    Case("bitcast_convert_f32_s32", [SPECIALS],
+         lambda b, p: b.op(Opcode.BITCAST_CONVERT, p, shape=p.shape.with_dtype(S32))),
+    Case("bitcast_convert_s4_f4e2m1fn", [every_code(dtypes.S4)],
+         lambda b, p: b.op(Opcode.BITCAST_CONVERT, p, shape=p.shape.with_dtype(dtypes.F4E2M1FN))),
+    Case("bitcast_convert_pred_u8", [np.array([True, False, True])],
+         lambda b, p: b.op(Opcode.BITCAST_CONVERT, p, shape=p.shape.with_dtype(U8))),
     # ternary and sources
     Case("select", [np.array([True, False, True]), f32(3), f32(3)],
          lambda b, c, p, q: b.op(Opcode.SELECT, c, p, q)),
@@ -275,11 +340,12 @@ def test_op_matches_evaluator(case, compiled):
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape
-        if g.dtype.kind == "f" or g.dtype == dtypes.BF16.np:
-            np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64),
-                                       rtol=case.tol, atol=case.tol, equal_nan=True)
+        if dtypes.from_numpy(g.dtype).is_float:
+            with np.errstate(invalid="ignore"):       # NaNs of the narrow types
+                g, w = g.astype(np.float64), w.astype(np.float64)
+            np.testing.assert_allclose(g, w, rtol=case.tol, atol=case.tol, equal_nan=True)
             if case.tol == 0 and case.zero_sign:
-                assert np.array_equal(np.signbit(g.astype(np.float64)),
-                                      np.signbit(w.astype(np.float64)))
+                number = ~np.isnan(w)          # a NaN's sign means nothing
+                assert np.array_equal(np.signbit(g)[number], np.signbit(w)[number])
         else:
             np.testing.assert_array_equal(g, w)

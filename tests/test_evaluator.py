@@ -139,6 +139,32 @@ CASES = [
       shape=Shape.array(dtypes.PRED, (2,))),
     C("convert_s32_f32", Opcode.CONVERT, [a([-2, 7], s32)], a([-2, 7]),
       shape=Shape.array(dtypes.F32, (2,))),
+    C("acos", Opcode.ACOS, [a([1, 0, -1])], a([0, math.pi / 2, math.pi])),
+    C("acosh", Opcode.ACOSH, [a([1, math.cosh(2)])], a([0, 2])),
+    C("asin", Opcode.ASIN, [a([0, 1, -0.5])], a([0, math.pi / 2, -math.pi / 6])),
+    C("asinh", Opcode.ASINH, [a([0, math.sinh(-2)])], a([0, -2])),
+    C("atan", Opcode.ATAN, [a([1, -INF])], a([math.pi / 4, -math.pi / 2])),
+    C("atanh", Opcode.ATANH, [a([0, math.tanh(0.5)])], a([0, 0.5])),
+    C("cosh", Opcode.COSH, [a([0, 1])], a([1, math.cosh(1)])),
+    C("sinh", Opcode.SINH, [a([0, -1])], a([0, math.sinh(-1)])),
+    C("bitcast_convert_f32_s32", Opcode.BITCAST_CONVERT, [a([1.0, -2.0])],
+      a([0x3F800000, -0x40000000], s32), shape=Shape.array(dtypes.S32, (2,))),
+    C("bitcast_convert_s4_u4", Opcode.BITCAST_CONVERT, [a([-1, 7, -8], ml_dtypes.int4)],
+      a([15, 7, 8], ml_dtypes.uint4), shape=Shape.array(dtypes.U4, (3,))),
+    # the narrow types: XLA's convert (ml_dtypes' rounding, no saturation)
+    C("convert_f32_f8e4m3fn", Opcode.CONVERT, [a([0.47, 1e6, -INF, NAN, 1e-7, 450])],
+      a([0.46875, NAN, NAN, NAN, 0, 448], ml_dtypes.float8_e4m3fn),
+      shape=Shape.array(dtypes.F8E4M3FN, (6,))),
+    C("convert_f32_f8e5m2fnuz", Opcode.CONVERT, [a([-0.0, -3, 1e6])],
+      a([0, -3, NAN], ml_dtypes.float8_e5m2fnuz), shape=Shape.array(dtypes.F8E5M2FNUZ, (3,))),
+    C("convert_f32_f4e2m1fn_saturates", Opcode.CONVERT, [a([0.25, 0.75, 5, 100])],
+      a([0, 1, 4, 6], ml_dtypes.float4_e2m1fn), shape=Shape.array(dtypes.F4E2M1FN, (4,))),
+    C("convert_f32_s4_saturates", Opcode.CONVERT, [a([-9.5, 7.9, 3.5])],
+      a([-8, 7, 3], ml_dtypes.int4), shape=Shape.array(dtypes.S4, (3,))),
+    C("convert_s32_u2_wraps", Opcode.CONVERT, [a([-1, 5, 2], s32)],
+      a([3, 1, 2], ml_dtypes.uint2), shape=Shape.array(dtypes.U2, (3,))),
+    C("convert_f8e8m0fnu_f32", Opcode.CONVERT, [a([1, 0.25, 2.0 ** -127], ml_dtypes.float8_e8m0fnu)],
+      a([1, 0.25, 2.0 ** -127]), shape=Shape.array(dtypes.F32, (3,))),
     # element-wise binary
     C("add", Opcode.ADD, [a([1, 2]), a([3, 4])], a([4, 6])),
     C("add_s8_wraps", Opcode.ADD, [a([127], s8), a([1], s8)], a([-128], s8)),
@@ -186,6 +212,18 @@ CASES = [
                                       a([2 ** -9, 1], ml_dtypes.bfloat16)],
       a([1, 256], ml_dtypes.bfloat16)),
     C("exp_f16", Opcode.EXP, [a([0, 1], np.float16)], a([1, math.e], np.float16)),
+    C("multiply_f8e4m3fn_rounds", Opcode.MULTIPLY, [a([1.125, 3], ml_dtypes.float8_e4m3fn),
+                                                    a([1.125, 200], ml_dtypes.float8_e4m3fn)],
+      a([1.25, NAN], ml_dtypes.float8_e4m3fn)),
+    # sub-byte integers: computed in 8 bits, wrapped to their width after the op
+    C("add_s4_wraps", Opcode.ADD, [a([7, -8, 3], ml_dtypes.int4), a([1, -1, 2], ml_dtypes.int4)],
+      a([-8, 7, 5], ml_dtypes.int4)),
+    C("shift_right_logical_s4", Opcode.SHIFT_RIGHT_LOGICAL,
+      [a([-1, -8, 6], ml_dtypes.int4), a([1, 3, 4], ml_dtypes.int4)],
+      a([7, 1, 0], ml_dtypes.int4)),
+    C("shift_right_arithmetic_u2", Opcode.SHIFT_RIGHT_ARITHMETIC,
+      [a([2, 3, 1], ml_dtypes.uint2), a([1, 2, 1], ml_dtypes.uint2)],
+      a([3, 3, 0], ml_dtypes.uint2)),
     # data movement
     C("bitcast", Opcode.BITCAST, [M], M.reshape(3, 2), shape=Shape.array(dtypes.F32, (3, 2))),
     C("broadcast", Opcode.BROADCAST, [a([1, 2, 3])], a([[1, 2, 3], [1, 2, 3]]),
@@ -249,11 +287,12 @@ CASES = [
 def check(got, expected):
     assert got.dtype == expected.dtype, (got.dtype, expected.dtype)
     assert got.shape == expected.shape, (got.shape, expected.shape)
-    if expected.dtype.kind == "f" or expected.dtype in (np.dtype(ml_dtypes.bfloat16),):
+    if dtypes.from_numpy(expected.dtype).is_float:
         np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64),
                                    rtol=1e-6, atol=1e-7)
-        assert np.array_equal(np.signbit(got.astype(np.float64)),
-                              np.signbit(expected.astype(np.float64)))
+        g, e = got.astype(np.float64), expected.astype(np.float64)
+        number = ~np.isnan(e)          # a NaN's sign means nothing
+        assert np.array_equal(np.signbit(g)[number], np.signbit(e)[number])
     else:
         np.testing.assert_array_equal(got, expected)
 

@@ -48,6 +48,27 @@ SNIPPETS = {
           ROOT %tuple = (f32[4]{0}, pred[4]{0}, s32[4]{0}) tuple(f32[4]{0} %tanh, pred[4]{0} %not, s32[4]{0} %convert)
         }
     """,
+    "unary_inverse_hyperbolic_and_narrow_types": """
+        HloModule unary_inverse_hyperbolic_and_narrow_types
+
+        ENTRY %main (a: f32[4]{0}, b: s4[4]{0}) -> (f32[4]{0}, u4[4]{0}, f8e4m3fn[4]{0}, f8e5m2fnuz[4]{0}, s32[4]{0}) {
+          %a = f32[4]{0} parameter(0)
+          %b = s4[4]{0} parameter(1)
+          %acos = f32[4]{0} acos(f32[4]{0} %a)
+          %acosh = f32[4]{0} acosh(f32[4]{0} %acos)
+          %asin = f32[4]{0} asin(f32[4]{0} %acosh)
+          %asinh = f32[4]{0} asinh(f32[4]{0} %asin)
+          %atan = f32[4]{0} atan(f32[4]{0} %asinh)
+          %atanh = f32[4]{0} atanh(f32[4]{0} %atan)
+          %cosh = f32[4]{0} cosh(f32[4]{0} %atanh)
+          %sinh = f32[4]{0} sinh(f32[4]{0} %cosh)
+          %bitcast-convert = u4[4]{0} bitcast-convert(s4[4]{0} %b)
+          %convert = f8e4m3fn[4]{0} convert(f32[4]{0} %sinh)
+          %constant = f8e5m2fnuz[4]{0} constant({0.5, -3, 60000, nan})
+          %bitcast-convert.1 = s32[4]{0} bitcast-convert(f32[4]{0} %sinh)
+          ROOT %tuple = (f32[4]{0}, u4[4]{0}, f8e4m3fn[4]{0}, f8e5m2fnuz[4]{0}, s32[4]{0}) tuple(f32[4]{0} %sinh, u4[4]{0} %bitcast-convert, f8e4m3fn[4]{0} %convert, f8e5m2fnuz[4]{0} %constant, s32[4]{0} %bitcast-convert.1)
+        }
+    """,
     "binary": """
         HloModule binary
 

@@ -130,7 +130,9 @@ def _logistic(x):
 REFERENCE = {
     "exp": np.exp, "expm1": np.expm1, "log": np.log, "log1p": np.log1p, "tanh": np.tanh,
     "logistic": _logistic, "erf": _erf, "sin": np.sin, "cos": np.cos, "tan": np.tan,
-    "atan2": np.arctan2, "pow": np.power, "cbrt": np.cbrt,
+    "atan2": np.arctan2, "pow": np.power, "cbrt": np.cbrt, "atan": np.arctan,
+    "asin": np.arcsin, "acos": np.arccos, "sinh": np.sinh, "cosh": np.cosh,
+    "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
 }
 
 
@@ -165,7 +167,15 @@ def _unary_inputs(name: str, dtype, rng) -> np.ndarray:
         "erf": [lin(-5, 5) if f32 else lin(-7, 7), lin(-1.1, 1.1)],
         "sin": [lin(-1e5, 1e5) if f32 else lin(-1e9, 1e9), lin(-10, 10), lin(-1e4, 1e4)],
         "cbrt": [anywhere, lin(-10, 10)],
+        "atan": [anywhere, lin(-10, 10), lin(-1.2, 1.2)],
+        "asin": [lin(-1.1, 1.1), 1 - np.abs(tiny), np.abs(tiny) - 1],
+        "sinh": [lin(-90, 90) if f32 else lin(-711, 711), lin(-1, 1), anywhere],
+        "asinh": [anywhere, lin(-10, 10), lin(-1e4, 1e4)],
+        "acosh": [1 + np.abs(tiny), np.abs(anywhere), lin(0.9, 10), lin(1, 1e5)],
+        "atanh": [lin(-1.05, 1.05), 1 - np.abs(tiny), np.abs(tiny) - 1],
     }
+    ranges["acos"] = ranges["asin"]
+    ranges["cosh"] = ranges["sinh"]
     ranges["cos"] = ranges["tan"] = ranges["sin"]
     return np.concatenate(ranges[name] + [tiny, _specials(dtype)]).astype(dtype)
 

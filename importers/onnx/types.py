@@ -1,4 +1,8 @@
-"""ONNX tensor element types -> HLO element types."""
+"""ONNX tensor element types -> HLO element types.
+
+``numpy_helper.to_array`` unpacks ONNX's packed 4-bit and 2-bit tensors into ml_dtypes
+arrays of one element per byte, which is how xlac holds them everywhere.
+"""
 from __future__ import annotations
 
 from onnx import TensorProto
@@ -19,6 +23,16 @@ _TO_HLO = {
     TensorProto.UINT32: dtypes.U32,
     TensorProto.UINT64: dtypes.U64,
     TensorProto.BOOL: dtypes.PRED,
+    TensorProto.INT4: dtypes.S4,
+    TensorProto.UINT4: dtypes.U4,
+    TensorProto.INT2: dtypes.S2,
+    TensorProto.UINT2: dtypes.U2,
+    TensorProto.FLOAT8E4M3FN: dtypes.F8E4M3FN,
+    TensorProto.FLOAT8E4M3FNUZ: dtypes.F8E4M3FNUZ,
+    TensorProto.FLOAT8E5M2: dtypes.F8E5M2,
+    TensorProto.FLOAT8E5M2FNUZ: dtypes.F8E5M2FNUZ,
+    TensorProto.FLOAT4E2M1: dtypes.F4E2M1FN,
+    TensorProto.FLOAT8E8M0: dtypes.F8E8M0FNU,
 }
 
 
