@@ -1,5 +1,6 @@
-"""Element-wise ONNX ops: unary math, binary arithmetic and comparisons with
-numpy broadcasting, variadic Max/Min/Sum/Mean, activations, Clip, Where, Cast, CastLike.
+"""Element-wise ONNX ops: unary math, binary arithmetic, comparisons, logic and bitwise
+ops with numpy broadcasting, Mod, BitShift, variadic Max/Min/Sum/Mean, Clip, Where,
+IsNaN, IsInf. (Activations: activations.py; Cast: cast.py.)
 
 Opset notes: before opset 7 binary ops broadcast only with ``broadcast=1``,
 aligning B at ``axis`` of A; from 7 on they broadcast like numpy. Opset 1's
@@ -7,10 +8,9 @@ aligning B at ``axis`` of A; from 7 on they broadcast like numpy. Opset 1's
 """
 from __future__ import annotations
 
-from ...hlo import Opcode
+from ...hlo import Opcode, dtypes
 from .context import highest, lowest
 from .registry import register
-from .types import hlo_dtype
 
 LEGACY = ("consumed_inputs",)
 
@@ -32,6 +32,15 @@ _UNARY = {
     "Erf": (Opcode.ERF, 9),
     "Sign": (Opcode.SIGN, 9),
     "Round": (Opcode.ROUND_NEAREST_EVEN, 11),   # ONNX rounds half to even
+    "Acos": (Opcode.ACOS, 7),
+    "Asin": (Opcode.ASIN, 7),
+    "Atan": (Opcode.ATAN, 7),
+    "Acosh": (Opcode.ACOSH, 9),
+    "Asinh": (Opcode.ASINH, 9),
+    "Atanh": (Opcode.ATANH, 9),
+    "Cosh": (Opcode.COSH, 9),
+    "Sinh": (Opcode.SINH, 9),
+    "BitwiseNot": (Opcode.NOT, 18),
 }
 
 # op type -> (HLO opcode, compare direction or None)
@@ -43,6 +52,9 @@ _BINARY = {
     "And": (Opcode.AND, None),
     "Or": (Opcode.OR, None),
     "Xor": (Opcode.XOR, None),
+    "BitwiseAnd": (Opcode.AND, None),
+    "BitwiseOr": (Opcode.OR, None),
+    "BitwiseXor": (Opcode.XOR, None),
     "Equal": (Opcode.COMPARE, "EQ"),
     "Less": (Opcode.COMPARE, "LT"),
     "Greater": (Opcode.COMPARE, "GT"),
@@ -97,7 +109,47 @@ def _binary(opcode, direction):
 
 
 for _op, (_opcode, _direction) in _BINARY.items():
-    register(_op, since=1, ignore=LEGACY)(_binary(_opcode, _direction))
+    register(_op, since=18 if _op.startswith("Bitwise") else 1,
+             ignore=LEGACY)(_binary(_opcode, _direction))
+
+
+@register("BitShift", since=11)
+def bit_shift(ctx, node):
+    # Amounts past the width give 0 (or the sign fill): HLO's shifts read the amount as
+    # unsigned, so a negative one is past the width too. RIGHT is arithmetic on the
+    # signed types (opset 28 allows them).
+    a, b = binary_operands(ctx, node)
+    direction = ctx.attr(node, "direction")
+    if direction == "LEFT":
+        opcode = Opcode.SHIFT_LEFT
+    elif direction == "RIGHT":
+        opcode = (Opcode.SHIFT_RIGHT_ARITHMETIC if a.shape.dtype.kind == "s"
+                  else Opcode.SHIFT_RIGHT_LOGICAL)
+    else:
+        raise ctx.error(node, f"direction must be LEFT or RIGHT, got '{direction}'")
+    return [ctx.b.op(opcode, a, b)]
+
+
+@register("Mod", since=10)
+def mod(ctx, node):
+    # fmod=1: C's fmod, the sign of the dividend (HLO remainder). fmod=0: the sign of the
+    # divisor (Python's %): r + y where r and y differ in sign, and floats take the
+    # divisor's sign for a zero result.
+    x, y = binary_operands(ctx, node)
+    b = ctx.b
+    r = b.op(Opcode.REMAINDER, x, y)
+    dt = x.shape.dtype
+    if ctx.attr(node, "fmod", 0) or dt.kind in ("u", "pred"):
+        return [r]
+    zero = _const_like(ctx, x, 0)
+    differ = b.op(Opcode.XOR, b.compare(r, zero, "LT"), b.compare(y, zero, "LT"))
+    fix = b.op(Opcode.AND, b.compare(r, zero, "NE"), differ)
+    r = b.op(Opcode.SELECT, fix, b.op(Opcode.ADD, r, y), r)
+    if dt.is_float:
+        signed_zero = b.op(Opcode.SELECT, b.compare(y, zero, "LT"), _const_like(ctx, x, -0.0),
+                           zero)
+        r = b.op(Opcode.SELECT, b.compare(r, zero, "EQ"), signed_zero, r)
+    return [r]
 
 
 @register("Pow", since=1)
@@ -124,85 +176,8 @@ for _op, _opcode in _VARIADIC.items():
     register(_op, since=1, ignore=LEGACY)(_variadic(_opcode, _op))
 
 
-# -- activations ------------------------------------------------------------------
-
 def _const_like(ctx, x, value):
     return ctx.full(value, x.shape.dtype, x.shape.dims)
-
-
-def _mul(ctx, x, k):
-    return ctx.b.op(Opcode.MULTIPLY, x, _const_like(ctx, x, k))
-
-
-def _compare_const(ctx, x, direction, value):
-    return ctx.b.compare(x, _const_like(ctx, x, value), direction)
-
-
-@register("Relu", since=1, ignore=LEGACY)
-def relu(ctx, node):
-    x = ctx.input(node, 0)
-    return [ctx.b.op(Opcode.MAXIMUM, x, _const_like(ctx, x, 0))]
-
-
-@register("LeakyRelu", since=1, ignore=LEGACY)
-def leaky_relu(ctx, node):
-    # x >= 0 ? x : alpha * x
-    x = ctx.input(node, 0)
-    alpha = ctx.attr(node, "alpha", 0.01)
-    return [ctx.b.op(Opcode.SELECT, _compare_const(ctx, x, "GE", 0), x, _mul(ctx, x, alpha))]
-
-
-@register("PRelu", since=7)
-def prelu(ctx, node):
-    # x >= 0 ? x : slope * x, slope broadcast to x (unidirectional)
-    x, slope = ctx.input(node, 0), ctx.input(node, 1)
-    slope = ctx.broadcast_to(slope, x.shape.dims)
-    neg = ctx.b.op(Opcode.MULTIPLY, x, slope)
-    return [ctx.b.op(Opcode.SELECT, _compare_const(ctx, x, "GE", 0), x, neg)]
-
-
-def _elu_negative(ctx, x, alpha):
-    # alpha * (exp(x) - 1), with expm1 for accuracy near 0
-    return _mul(ctx, ctx.b.op(Opcode.EXPM1, x), alpha)
-
-
-@register("Elu", since=1, ignore=LEGACY)
-def elu(ctx, node):
-    x = ctx.input(node, 0)
-    alpha = ctx.attr(node, "alpha", 1.0)
-    return [ctx.b.op(Opcode.SELECT, _compare_const(ctx, x, "GE", 0), x,
-                     _elu_negative(ctx, x, alpha))]
-
-
-@register("Selu", since=1, ignore=LEGACY)
-def selu(ctx, node):
-    # gamma * (x > 0 ? x : alpha * (exp(x) - 1))
-    x = ctx.input(node, 0)
-    alpha = ctx.attr(node, "alpha", 1.67326319217681884765625)
-    gamma = ctx.attr(node, "gamma", 1.05070102214813232421875)
-    inner = ctx.b.op(Opcode.SELECT, _compare_const(ctx, x, "GT", 0), x,
-                     _elu_negative(ctx, x, alpha))
-    return [_mul(ctx, inner, gamma)]
-
-
-@register("HardSigmoid", since=1, ignore=LEGACY)
-def hard_sigmoid(ctx, node):
-    # clamp(alpha * x + beta, 0, 1)
-    x = ctx.input(node, 0)
-    alpha, beta = ctx.attr(node, "alpha", 0.2), ctx.attr(node, "beta", 0.5)
-    y = ctx.b.op(Opcode.ADD, _mul(ctx, x, alpha), _const_like(ctx, x, beta))
-    dt = x.shape.dtype
-    return [ctx.b.op(Opcode.CLAMP, ctx.scalar(0, dt), y, ctx.scalar(1, dt))]
-
-
-@register("Softplus", since=1)
-def softplus(ctx, node):
-    # log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)), which cannot overflow
-    x = ctx.input(node, 0)
-    b = ctx.b
-    pos = b.op(Opcode.MAXIMUM, x, _const_like(ctx, x, 0))
-    tail = b.op(Opcode.LOG1P, b.op(Opcode.EXP, b.op(Opcode.NEGATE, b.op(Opcode.ABS, x))))
-    return [b.op(Opcode.ADD, pos, tail)]
 
 
 @register("Reciprocal", since=1, ignore=LEGACY)
@@ -211,7 +186,7 @@ def reciprocal(ctx, node):
     return [ctx.b.op(Opcode.DIVIDE, _const_like(ctx, x, 1), x)]
 
 
-# -- Clip, Where, Cast --------------------------------------------------------------
+# -- Clip, Where --------------------------------------------------------------------
 
 def _clip(ctx, x, lo, hi):
     """min(max(x, lo), hi) with scalar bounds (instructions, or None for unbounded)."""
@@ -247,21 +222,19 @@ def where(ctx, node):
     return [ctx.b.op(Opcode.SELECT, c, x, y)]
 
 
-@register("Cast", since=6, ignore=("saturate",))   # saturate only concerns float8 targets
-def cast(ctx, node):
-    x = ctx.input(node, 0)
-    to = hlo_dtype(ctx.attr(node, "to"), "the Cast target")
-    return [ctx.b.convert(x, to)]
-
-
-@register("CastLike", since=15, ignore=("saturate",))   # as Cast's
-def cast_like(ctx, node):
-    x, like = ctx.input(node, 0), ctx.input(node, 1)
-    return [ctx.b.convert(x, like.shape.dtype)]
-
-
 @register("IsNaN", since=9)
 def is_nan(ctx, node):
     x = ctx.input(node, 0)
     return [ctx.b.compare(x, x, "NE")]
+
+
+@register("IsInf", since=10)
+def is_inf(ctx, node):
+    x = ctx.input(node, 0)
+    found = [ctx.b.compare(x, _const_like(ctx, x, sign * float("inf")), "EQ")
+             for sign, attr in ((1, "detect_positive"), (-1, "detect_negative"))
+             if ctx.attr(node, attr, 1)]
+    if not found:
+        return [ctx.full(False, dtypes.PRED, x.shape.dims)]
+    return [found[0] if len(found) == 1 else ctx.b.op(Opcode.OR, *found)]
 

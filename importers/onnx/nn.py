@@ -1,5 +1,5 @@
-"""Neural-network ONNX ops: Conv, pools, BatchNormalization, LRN, Softmax,
-LogSoftmax, Dropout (inference semantics throughout).
+"""Neural-network ONNX ops: Conv, pools, BatchNormalization (and its training mode),
+LRN, Softmax, LogSoftmax, Hardmax, Dropout.
 
 Spatial ops share ``window_padding`` (pads / auto_pad) and map ONNX's NC<spatial>
 layout straight onto HLO convolution and reduce-window windows.
@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from math import ceil, prod
 
-from ...hlo import ConvDimensionNumbers, Opcode, Window, dtypes
+import numpy as np
+
+from ...hlo import ConvDimensionNumbers, Opcode, Shape, Window, dtypes
 from .context import lowest, normalize_axis
 from .registry import register
 
@@ -170,15 +172,55 @@ def batch_normalization(ctx, node):
     # Parameters of rank r (r > 1 only with spatial=0) cover dims 1..r of x.
     x = ctx.input(node, 0)
     scale, bias, mean, var = (ctx.input(node, i) for i in range(1, 5))
+    eps = ctx.attr(node, "epsilon", 1e-5)
     if ctx.attr(node, "training_mode", 0):
-        raise ctx.error(node, "training_mode=1 is not supported (inference only)")
+        return _batch_norm_training(ctx, node, x, scale, bias, mean, var, eps)
     b = ctx.b
-    eps = ctx.full(ctx.attr(node, "epsilon", 1e-5), var.shape.dtype, var.shape.dims)
-    k = b.op(Opcode.DIVIDE, scale, b.op(Opcode.SQRT, b.op(Opcode.ADD, var, eps)))
+    dt = x.shape.dtype
+    scale, bias, mean, var = (b.convert(v, dt) for v in (scale, bias, mean, var))
+    k = b.op(Opcode.DIVIDE, scale, b.op(Opcode.SQRT, b.op(Opcode.ADD, var,
+                                                          ctx.full(eps, dt, var.shape.dims))))
     shift = b.op(Opcode.SUBTRACT, bias, b.op(Opcode.MULTIPLY, mean, k))
     dims = tuple(range(1, 1 + k.shape.rank))
     y = b.op(Opcode.MULTIPLY, x, b.broadcast(k, x.shape.dims, dims))
     return [b.op(Opcode.ADD, y, b.broadcast(shift, x.shape.dims, dims))]
+
+
+def _batch_norm_training(ctx, node, x, scale, bias, mean, var, eps):
+    """Opset 14+, training_mode=1: normalized by the batch's own mean and (biased)
+    variance over every dim but the channels; the running mean and variance outputs
+    move toward them by 1 - momentum."""
+    b, dt = ctx.b, x.shape.dtype
+    if x.shape.rank < 2 or scale.shape.rank != 1:
+        raise ctx.error(node, f"training mode needs X of N x C x ... and 1-D parameters, got "
+                              f"{x.shape} and {scale.shape}")
+    momentum = ctx.attr(node, "momentum", 0.9)
+    dims = (0,) + tuple(range(2, x.shape.rank))
+    count = x.shape.num_elements // x.shape.dims[1]
+
+    def per_channel(v):
+        return b.broadcast(v, x.shape.dims, (1,))
+
+    def average(v):
+        total = ctx.reduce(v, dims, Opcode.ADD, 0)
+        return b.op(Opcode.DIVIDE, total, ctx.full(count, dt, total.shape.dims))
+
+    batch_mean = average(x)
+    centered = b.op(Opcode.SUBTRACT, x, per_channel(batch_mean))
+    batch_var = average(b.op(Opcode.MULTIPLY, centered, centered))
+    k = b.op(Opcode.DIVIDE, b.convert(scale, dt),
+             b.op(Opcode.SQRT, b.op(Opcode.ADD, batch_var, ctx.full(eps, dt, batch_var.shape.dims))))
+    y = b.op(Opcode.ADD, b.op(Opcode.MULTIPLY, centered, per_channel(k)),
+             per_channel(b.convert(bias, dt)))
+
+    def running(old, batch):
+        odt = old.shape.dtype
+        kept = b.op(Opcode.MULTIPLY, old, ctx.full(momentum, odt, old.shape.dims))
+        new = b.op(Opcode.MULTIPLY, b.convert(batch, odt),
+                   ctx.full(1 - momentum, odt, old.shape.dims))
+        return b.op(Opcode.ADD, kept, new)
+
+    return [y, running(mean, batch_mean), running(var, batch_var)]
 
 
 @register("LRN", since=1)
@@ -246,15 +288,53 @@ for _op, _log in (("Softmax", False), ("LogSoftmax", True)):
 
 @register("Dropout", since=1, ignore=LEGACY + ("ratio", "seed", "is_test"))
 def dropout(ctx, node):
-    # Inference: the identity. The optional mask keeps every element (all true);
-    # before opset 10 the mask has the input's type.
+    # Inference: the identity, and a mask of all true (before opset 10 in the input's
+    # type). Training (opset 12+) with ratio 0 is the same; any other ratio draws a
+    # random mask, and random ops are out of scope.
     x = ctx.input(node, 0)
-    ctx.input(node, 1)     # ratio: unused at inference
     training = ctx.const_input(node, 2, "training_mode", None)
     if training is not None and training.any():
-        raise ctx.error(node, "training_mode=true is not supported (inference only)")
+        ratio = ctx.const_input(node, 1, "ratio", np.float32(0.5))
+        if ratio.any():
+            raise ctx.error(node, f"training_mode=1 with ratio {float(ratio):g} draws a random "
+                                  "mask: random ops are out of scope by design")
+    else:
+        ctx.input(node, 1)     # ratio: unused at inference
     outs = [x]
     if len(node.output) > 1 and node.output[1]:
         dt = dtypes.PRED if ctx.opset(node) >= 10 else x.shape.dtype
         outs.append(ctx.full(1, dt, x.shape.dims))
     return outs
+
+
+def _hardmax(ctx, x, axis):
+    """1 at the first largest element along ``axis``, 0 elsewhere."""
+    b = ctx.b
+    n = x.shape.dims[axis]
+    kept = [d for d in range(x.shape.rank) if d != axis]
+
+    def back(v):
+        return b.broadcast(v, x.shape.dims, kept)
+
+    top = back(ctx.reduce(x, (axis,), Opcode.MAXIMUM, lowest(x.shape.dtype)))
+    index = b.iota(Shape.array(dtypes.S32, x.shape.dims), axis)
+    candidates = b.op(Opcode.SELECT, b.compare(x, top, "EQ"), index,
+                      ctx.full(n, dtypes.S32, x.shape.dims))
+    first = back(ctx.reduce(candidates, (axis,), Opcode.MINIMUM, n))
+    return b.convert(b.compare(index, first, "EQ"), x.shape.dtype)
+
+
+@register("Hardmax", since=1)
+def hardmax_v1(ctx, node):
+    # Before opset 13, x is coerced to 2-D at `axis` (default 1).
+    x = ctx.input(node, 0)
+    axis = normalize_axis(ctx, node, ctx.attr(node, "axis", 1), x.shape.rank)
+    flat = ctx.b.reshape(x, (prod(x.shape.dims[:axis]), prod(x.shape.dims[axis:])))
+    return [ctx.b.reshape(_hardmax(ctx, flat, 1), x.shape.dims)]
+
+
+@register("Hardmax", since=13)
+def hardmax_v13(ctx, node):
+    x = ctx.input(node, 0)
+    return [_hardmax(ctx, x, normalize_axis(ctx, node, ctx.attr(node, "axis", -1),
+                                            x.shape.rank))]

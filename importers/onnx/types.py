@@ -38,6 +38,9 @@ _TO_HLO = {
 
 def hlo_dtype(elem_type: int, what: str) -> dtypes.DType:
     """The HLO type for an ONNX ``TensorProto.DataType``; ``what`` names the value."""
+    if elem_type == TensorProto.STRING:
+        raise XlacError(f"{what} is a string tensor: strings are out of scope by design "
+                        "(xlac compiles numeric tensors only)")
     try:
         return _TO_HLO[elem_type]
     except KeyError:
