@@ -30,11 +30,12 @@ class OpCase:
 
 
 def make_model(nodes, inputs: dict, outputs=("y",), inits: dict | None = None,
-               opset: int = 13) -> onnx.ModelProto:
+               opset: int | dict = 13) -> onnx.ModelProto:
     """A model over ``nodes``; graph inputs typed from the arrays in ``inputs``.
 
     An output is a name (typed by ONNX shape inference) or (name, dtype, dims)
-    where inference cannot tell.
+    where inference cannot tell. ``opset`` is the default domain's version, or a dict
+    of versions by domain.
     """
     vis = [_value_info(n, a.dtype, a.shape) for n, a in inputs.items()]
     outs = [helper.make_empty_tensor_value_info(o) if isinstance(o, str) else _value_info(*o)
@@ -42,7 +43,9 @@ def make_model(nodes, inputs: dict, outputs=("y",), inits: dict | None = None,
     graph = helper.make_graph(
         nodes, "case", vis, outs,
         [numpy_helper.from_array(np.asarray(v), n) for n, v in (inits or {}).items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    opsets = opset if isinstance(opset, dict) else {"": opset}
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v)
+                                                    for d, v in opsets.items()])
     model.ir_version = min(model.ir_version, 10)    # what onnxruntime reads
     return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
 
@@ -76,8 +79,8 @@ def case(name, nodes, inputs: dict, outputs=("y",), inits=None, opset=13,
                         tuple(inputs.values()), rtol, atol))
 
 
-def node(op, ins, outs=("y",), **attrs):
-    return helper.make_node(op, list(ins), list(outs), name=f"{op.lower()}_0", **attrs)
+def node(op, ins, outs=("y",), name=None, **attrs):
+    return helper.make_node(op, list(ins), list(outs), name=name or f"{op.lower()}_0", **attrs)
 
 
 # -- element-wise unary -------------------------------------------------------------
@@ -93,11 +96,29 @@ for _op, _x, _tol in [
         ("Softplus", _X * 10, 1e-4), ("Not", boolean(3, 4), 1e-5)]:
     case(_op, node(_op, ["x"]), {"x": _x}, rtol=_tol)
 
+for _op, _x in [("Acos", f32(2, 3, 4, low=-1, high=1)), ("Asin", f32(2, 3, 4, low=-1, high=1)),
+               ("Atan", _X * 3), ("Acosh", f32(2, 3, 4, low=1, high=20)), ("Asinh", _X * 5),
+               ("Atanh", f32(2, 3, 4, low=-0.99, high=0.99)), ("Cosh", _X * 4),
+               ("Sinh", _X * 4), ("Softsign", _X * 3)]:
+    case(_op, node(_op, ["x"]), {"x": _x}, rtol=1e-4)
 case("LeakyRelu", node("LeakyRelu", ["x"], alpha=0.2), {"x": _X})
 case("Elu", node("Elu", ["x"], alpha=0.5), {"x": _X}, rtol=1e-4)
 case("Selu", node("Selu", ["x"]), {"x": _X}, rtol=1e-4)
 case("HardSigmoid", node("HardSigmoid", ["x"], alpha=0.3, beta=0.4), {"x": _X * 3})
 case("PRelu", node("PRelu", ["x", "s"]), {"x": f32(2, 3, 4, 4)}, inits={"s": f32(3, 1, 1)})
+case("Celu", node("Celu", ["x"], alpha=0.7), {"x": _X * 3}, rtol=1e-4)
+case("Gelu_none", node("Gelu", ["x"]), {"x": _X * 3}, opset=20, rtol=1e-4, atol=1e-5)
+case("Gelu_tanh", node("Gelu", ["x"], approximate="tanh"), {"x": _X * 3}, opset=20, rtol=1e-4,
+     atol=1e-5)
+case("Gelu_f16", node("Gelu", ["x"]), {"x": (_X * 3).astype(np.float16)}, opset=20, rtol=2e-3,
+     atol=2e-3)
+case("HardSwish", node("HardSwish", ["x"]), {"x": _X * 5}, opset=14)
+case("Mish", node("Mish", ["x"]), {"x": _X * 5}, opset=18, rtol=1e-4, atol=1e-6)
+case("ThresholdedRelu", node("ThresholdedRelu", ["x"], alpha=0.3), {"x": _X}, opset=10)
+case("Shrink", node("Shrink", ["x"], lambd=0.4, bias=0.1), {"x": _X}, opset=9)
+case("Shrink_int8", node("Shrink", ["x"], lambd=2.0, bias=1.0),
+     {"x": np.arange(-5, 6, dtype=np.int8)}, opset=9)
+case("Swish", node("Swish", ["x"], alpha=0.6), {"x": _X * 4}, opset=24, rtol=1e-4)
 case("Clip_v6_attrs", node("Clip", ["x"], min=-0.5, max=0.7), {"x": _X}, opset=6)
 case("Clip_v11_min_only", node("Clip", ["x", "lo"]), {"x": _X},
      inits={"lo": np.float32(-0.3)}, opset=11)
@@ -130,6 +151,63 @@ case("Cast_to_int32", node("Cast", ["x"], to=onnx.TensorProto.INT32), {"x": _X *
 case("Cast_to_bool", node("Cast", ["x"], to=onnx.TensorProto.BOOL),
      {"x": np.array([0, 1.5, -2, 0], np.float32)})
 case("Cast_int64_to_float", node("Cast", ["x"], to=onnx.TensorProto.FLOAT), {"x": i64(5)})
+case("Add_f16", node("Add", ["a", "b"]), {"a": f32(3, 4).astype(np.float16),
+                                          "b": f32(4).astype(np.float16)})
+case("Less_f16", node("Less", ["a", "b"]), {"a": f32(3, 4).astype(np.float16),
+                                            "b": f32(4).astype(np.float16)})
+case("IsNaN", node("IsNaN", ["x"]), {"x": np.array([1, np.nan, -np.inf], np.float32)})
+for _attrs in ({}, {"detect_positive": 0}, {"detect_negative": 0}):
+    case("IsInf" + "".join(f"_{k}0" for k in _attrs), node("IsInf", ["x"], **_attrs),
+         {"x": np.array([1, np.nan, -np.inf, np.inf, 0], np.float32)}, opset=20)
+_INTS = _RNG.integers(-100, 100, (3, 4)).astype(np.int32)
+for _op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor"):
+    case(f"{_op}_int32", node(_op, ["a", "b"]), {"a": _INTS, "b": _INTS[::-1].copy()}, opset=18)
+    case(f"{_op}_uint8_broadcast", node(_op, ["a", "b"]),
+         {"a": _INTS.astype(np.uint8), "b": np.array([3, 250, 17, 128], np.uint8)}, opset=18)
+case("BitwiseNot_int16", node("BitwiseNot", ["x"]), {"x": _INTS.astype(np.int16)}, opset=18)
+case("BitwiseNot_uint8", node("BitwiseNot", ["x"]), {"x": _INTS.astype(np.uint8)}, opset=18)
+for _dir in ("LEFT", "RIGHT"):
+    case(f"BitShift_{_dir}_uint8", node("BitShift", ["a", "b"], direction=_dir),
+         {"a": np.array([1, 255, 16, 7], np.uint8), "b": np.array([1, 3, 4, 7], np.uint8)},
+         opset=11)
+    case(f"BitShift_{_dir}_uint32", node("BitShift", ["a", "b"], direction=_dir),
+         {"a": np.array([1, 2**31 + 5, 16, 7], np.uint32), "b": np.array([31], np.uint32)},
+         opset=11)
+_DIVIDEND = np.array([-7, 7, -7, 7, 5, -5, 0, 9], np.int32)
+_DIVISOR = np.array([3, -3, -3, 3, 5, 2, -4, 4], np.int32)
+for _fmod in (0, 1):
+    case(f"Mod_int32_fmod{_fmod}", node("Mod", ["a", "b"], fmod=_fmod),
+         {"a": _DIVIDEND, "b": _DIVISOR})
+    # Before opset 28, fmod=0 was defined for integers only.
+    case(f"Mod_float_fmod{_fmod}", node("Mod", ["a", "b"], fmod=_fmod),
+         {"a": (_DIVIDEND * 1.25).astype(np.float32), "b": (_DIVISOR * 0.75).astype(np.float32)},
+         opset=13 if _fmod else 28)
+case("Mod_uint8", node("Mod", ["a", "b"]), {"a": np.array([7, 200, 3], np.uint8),
+                                            "b": np.array([3, 7, 5], np.uint8)})
+case("BitCast_float_to_int32", node("BitCast", ["x"], to=onnx.TensorProto.INT32),
+     {"x": np.array([1, -2.5, np.inf, 0], np.float32)}, opset=26)
+# The narrow types, through a Cast there and back (onnxruntime's Python API does not
+# take or give them). Float -> 4- and 2-bit integers: onnxruntime rounds where ONNX's
+# reference truncates, so the inputs are whole numbers.
+_NARROW_IN = np.array([0.3, -1e6, 500, np.nan, -np.inf, 1e-7, 17.3, -9.6, 2.5, 0.0234375,
+                       -0.0, 1e-3, 240.5], np.float32)
+_T = onnx.TensorProto
+for _to, _opset in [("FLOAT8E4M3FN", 21), ("FLOAT8E4M3FNUZ", 21), ("FLOAT8E5M2", 21),
+                    ("FLOAT8E5M2FNUZ", 21), ("BFLOAT16", 21), ("FLOAT16", 21),
+                    ("INT4", 21), ("UINT4", 21), ("INT2", 25), ("UINT2", 25),
+                    ("FLOAT8E8M0", 25)]:
+    _x = _NARROW_IN
+    if "INT" in _to:
+        _x = np.array([-20, -9, -8, -3, -1, 0, 1, 2, 3, 7, 8, 15, 16, 300], np.float32)
+    elif _to == "FLOAT8E8M0":                 # negative values are undefined
+        _x = np.abs(_NARROW_IN[np.isfinite(_NARROW_IN)]) + np.float32(2 ** -30)
+    for _sat in ((0, 1) if "FLOAT8E" in _to and _to != "FLOAT8E8M0" else (None,)):
+        _attrs = {} if _sat is None else {"saturate": _sat}
+        case(f"Cast_{_to}_round_trip" + ("" if _sat is None else f"_saturate{_sat}"),
+             [node("Cast", ["x"], ["t"], name="there", to=getattr(_T, _to), **_attrs),
+              node("Cast", ["t"], ["y"], name="back", to=_T.FLOAT)], {"x": _x}, opset=_opset)
+case("CastLike_float_to_float16", node("CastLike", ["x", "like"]),
+     {"x": _NARROW_IN}, inits={"like": np.zeros(1, np.float16)}, opset=21)
 
 # -- Gemm / MatMul ----------------------------------------------------------------------
 case("Gemm_plain", node("Gemm", ["a", "b", "c"]), {"a": f32(3, 5), "b": f32(5, 4),
@@ -217,6 +295,31 @@ for _op in ("Softmax", "LogSoftmax"):
 case("Dropout_v9", node("Dropout", ["x"], ratio=0.3), {"x": _X}, opset=9)
 case("Dropout_v13_mask", node("Dropout", ["x", "r"], ["y", "mask"]), {"x": _X},
      outputs=("y", "mask"), inits={"r": np.float32(0.4)})
+case("Dropout_training_ratio0", node("Dropout", ["x", "r", "t"], ["y", "mask"]), {"x": _X},
+     outputs=("y", "mask"), inits={"r": np.float32(0.0), "t": np.array(True)})
+case("BatchNormalization_training", node("BatchNormalization", ["x", "s", "b", "m", "v"],
+                                         ["y", "rm", "rv"], training_mode=1, momentum=0.8),
+     {"x": _POOL_X}, outputs=("y", "rm", "rv"), inits=_BN, opset=15, rtol=1e-4, atol=1e-5)
+_HM = np.array([[[3, 1, 3], [0, 2, 2]], [[-1, -1, -5], [7, 7, 7]]], np.float32)
+case("Hardmax_v13_axis0", node("Hardmax", ["x"], axis=0), {"x": _HM})
+case("Hardmax_v13_default", node("Hardmax", ["x"]), {"x": _HM})
+case("Hardmax_v11_coerced", node("Hardmax", ["x"]), {"x": _HM}, opset=11)
+_ML = {"": 13, "ai.onnx.ml": 4}
+case("Binarizer", helper.make_node("Binarizer", ["x"], ["y"], domain="ai.onnx.ml",
+                                   threshold=0.1), {"x": _X}, opset=_ML)
+case("LabelEncoder_int_to_float", helper.make_node(
+    "LabelEncoder", ["x"], ["y"], domain="ai.onnx.ml", keys_int64s=[1, 2, 3],
+    values_floats=[0.5, 1.5, 2.5], default_float=-1.0), {"x": np.array([1, 5, 3, 2], np.int64)},
+    opset=_ML)
+case("LabelEncoder_float_to_int", helper.make_node(
+    "LabelEncoder", ["x"], ["y"], domain="ai.onnx.ml", keys_floats=[0.5, -1.0],
+    values_int64s=[7, 9]), {"x": np.array([[0.5, 3.0], [-1.0, 0.5]], np.float32)}, opset=_ML)
+case("LabelEncoder_tensors", helper.make_node(
+    "LabelEncoder", ["x"], ["y"], domain="ai.onnx.ml",
+    keys_tensor=numpy_helper.from_array(np.array([4, -1], np.int64)),
+    values_tensor=numpy_helper.from_array(np.array([0.25, 8.0], np.float32)),
+    default_tensor=numpy_helper.from_array(np.array([42.0], np.float32))),
+    {"x": np.array([[4, 3], [-1, 4]], np.int64)}, opset=_ML)
 
 # -- tensor ops ----------------------------------------------------------------------------
 _T = f32(2, 3, 4)
