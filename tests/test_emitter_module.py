@@ -181,6 +181,49 @@ int main(void) {
     assert " ".join(out[3:]) == "a required pointer argument is NULL"
 
 
+def test_narrow_types_through_a_c_program(tmp_path):
+    """float8 and 4-bit values cross the C interface as bytes: the 4-bit ones in the low
+    bits (the bits above are ignored on input and written as zero), and NAME_info names
+    their xlac_dtype."""
+    b = Builder("main")
+    x = b.parameter(0, Shape.array(dtypes.F8E4M3FN, (4,)), "x")
+    k = b.parameter(1, Shape.array(dtypes.S4, (4,)), "k")
+    y = b.op(Opcode.CONVERT, x, shape=x.shape.with_dtype(F32))
+    z = b.op(Opcode.ADD, k, k)
+    m = Module("narrow")
+    m.add_computation(b.build(b.tuple([y, z])), entry=True)
+    m.signature = Signature([TensorSpec("x", dtypes.F8E4M3FN, (4,)),
+                             TensorSpec("k", dtypes.S4, (4,))],
+                            [TensorSpec("y", F32, (4,)), TensorSpec("z", dtypes.S4, (4,))])
+    compile_module(m, tmp_path, name="narrow")
+    header = (tmp_path / "narrow.h").read_text()
+    assert ("int narrow_run(const uint8_t *x, const uint8_t *k, float *y, uint8_t *z, "
+            "void *arena);") in header
+    src = tmp_path / "main.c"
+    src.write_text(r'''
+#include <stdio.h>
+#include "narrow.h"
+int main(void) {
+  /* 1.0, -2.0, 448, NaN in f8e4m3fn; 7, -8, 3 (with garbage above), -1 in s4 */
+  static const uint8_t x[4] = {0x38, 0xC0, 0x7E, 0x7F}, k[4] = {0x07, 0x08, 0xF3, 0x0F};
+  float y[4];
+  uint8_t z[4];
+  int status = narrow_run(x, k, y, z, NULL);
+  printf("%d %g %g %g %d %d %d %d %d %d %d\n", status, y[0], y[1], y[2], y[3] != y[3],
+         z[0], z[1], z[2], z[3], narrow_info.inputs[0].dtype == XLAC_F8E4M3FN,
+         narrow_info.outputs[1].dtype == XLAC_S4);
+  return 0;
+}
+''')
+    exe = tmp_path / "main"
+    subprocess.run(["cc", "-std=c99", "-Wall", "-Werror", f"-I{RUNTIME_DIR}", f"-I{tmp_path}",
+                    str(src), str(tmp_path / "narrow.o"), str(RUNTIME_DIR / "xlac_runtime.c"),
+                    "-o", str(exe)], check=True)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
+    # 7+7 = 14 wraps to -2 (0x0E), -8-8 to 0, 3+3 = 6, -1-1 = -2
+    assert out == ["0", "1", "-2", "448", "1", "14", "0", "6", "14", "1", "1"]
+
+
 # --- calling conventions ---------------------------------------------------
 
 def test_outputs_and_status_codes(built):
