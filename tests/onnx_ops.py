@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import ml_dtypes
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
@@ -206,6 +207,13 @@ for _to, _opset in [("FLOAT8E4M3FN", 21), ("FLOAT8E4M3FNUZ", 21), ("FLOAT8E5M2",
         case(f"Cast_{_to}_round_trip" + ("" if _sat is None else f"_saturate{_sat}"),
              [node("Cast", ["x"], ["t"], name="there", to=getattr(_T, _to), **_attrs),
               node("Cast", ["t"], ["y"], name="back", to=_T.FLOAT)], {"x": _x}, opset=_opset)
+# Packed 4- and 2-bit initializers (two or four to a byte in the file) are unpacked.
+for _t, _opset in [(ml_dtypes.int4, 21), (ml_dtypes.uint4, 21), (ml_dtypes.int2, 25),
+                   (ml_dtypes.uint2, 25)]:
+    _w = _RNG.integers(0, 4, (3, 5)).astype(_t)
+    case(f"{np.dtype(_t).name}_initializer", [node("Cast", ["w"], ["wf"], to=_T.FLOAT),
+                                             node("Mul", ["x", "wf"])],
+         {"x": f32(3, 5)}, inits={"w": _w}, opset=_opset)
 case("CastLike_float_to_float16", node("CastLike", ["x", "like"]),
      {"x": _NARROW_IN}, inits={"like": np.zeros(1, np.float16)}, opset=21)
 
