@@ -145,7 +145,8 @@ def encode(b: ir.IRBuilder, x: ir.Value, fmt: Format, ty: ir.IntType) -> ir.Valu
         code = b.select(negative, b.or_(code, c(1 << (e + m))), code)
         return b.trunc(b.select(b.or_(is_nan, over), c(1 << (e + m)), code), ty)
     if fmt.kind == "finite":
-        nan_code = b.shl(b.xor(sign, c(1)), c(e + m))   # ml_dtypes: NaN -> zero of the other sign
+        # No NaN: ml_dtypes gives the zero of the other sign.
+        nan_code = b.shl(b.xor(sign, c(1)), c(e + m))
         code = b.or_(code, b.shl(sign, c(e + m)))
         return b.trunc(b.select(is_nan, nan_code, code), ty)
     nan_code = (1 << (e + m)) - 1 if fmt.kind == "fn" else ((1 << e) - 1) << m | 1 << (m - 1)

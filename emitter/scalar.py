@@ -18,9 +18,7 @@ from .float_formats import FORMATS, decode, encode
 from .irutil import I8, llvm_type
 
 F32 = ir.FloatType()
-F64 = ir.DoubleType()
 I16 = ir.IntType(16)
-I32 = ir.IntType(32)
 
 
 def intrinsic(b: ir.IRBuilder, name: str, args, ret: ir.Type | None = None,
@@ -136,4 +134,3 @@ def convert(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType) -> ir.Value:
 def is_unsigned_like(dtype: DType) -> bool:
     """Unsigned integers and pred compare and divide as unsigned."""
     return dtype.kind in ("u", "pred")
-

@@ -8,8 +8,9 @@ Values are numpy arrays in the instruction's element type (f32 stays f32, pred
 is numpy bool, the narrow types are ml_dtypes arrays) or tuples of values. Floats
 narrower than f32 (f16, bf16, the float8 and float4 types) are computed in f32 and
 rounded back after every op, as XLA's CPU backend does; integers narrower than a
-byte are computed in 8 bits and wrapped back. Both happen in one place, ``_conform``. A value returned by ``evaluate_instruction`` may share
-memory with its operands (reshape and transpose are views): do not mutate it.
+byte are computed in 8 bits and wrapped back. Both happen in one place, ``_conform``.
+A value returned by ``evaluate_instruction`` may share memory with its operands
+(reshape and transpose are views): do not mutate it.
 """
 from __future__ import annotations
 

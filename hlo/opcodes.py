@@ -133,9 +133,9 @@ CALLS_COMPUTATION = frozenset({Opcode.REDUCE, Opcode.REDUCE_WINDOW, Opcode.FUSIO
 # Transcendental element-wise ops (looser numeric tolerance in tests).
 TRANSCENDENTAL = frozenset({
     Opcode.ACOS, Opcode.ACOSH, Opcode.ASIN, Opcode.ASINH, Opcode.ATAN, Opcode.ATANH,
-    Opcode.COSH, Opcode.SINH, Opcode.CBRT, Opcode.COSINE, Opcode.ERF, Opcode.EXP, Opcode.EXPM1, Opcode.LOG,
-    Opcode.LOG1P, Opcode.LOGISTIC, Opcode.POWER, Opcode.RSQRT, Opcode.SINE,
-    Opcode.TAN, Opcode.TANH, Opcode.ATAN2,
+    Opcode.COSH, Opcode.SINH, Opcode.CBRT, Opcode.COSINE, Opcode.ERF, Opcode.EXP,
+    Opcode.EXPM1, Opcode.LOG, Opcode.LOG1P, Opcode.LOGISTIC, Opcode.POWER, Opcode.RSQRT,
+    Opcode.SINE, Opcode.TAN, Opcode.TANH, Opcode.ATAN2,
 })
 COMPARISON_DIRECTIONS = ("EQ", "NE", "LT", "LE", "GT", "GE")
 

@@ -163,8 +163,8 @@ CASES = [
       a([-8, 7, 3], ml_dtypes.int4), shape=Shape.array(dtypes.S4, (3,))),
     C("convert_s32_u2_wraps", Opcode.CONVERT, [a([-1, 5, 2], s32)],
       a([3, 1, 2], ml_dtypes.uint2), shape=Shape.array(dtypes.U2, (3,))),
-    C("convert_f8e8m0fnu_f32", Opcode.CONVERT, [a([1, 0.25, 2.0 ** -127], ml_dtypes.float8_e8m0fnu)],
-      a([1, 0.25, 2.0 ** -127]), shape=Shape.array(dtypes.F32, (3,))),
+    C("convert_f8e8m0fnu_f32", Opcode.CONVERT,
+      [a([1, 0.25, 2.0 ** -127], ml_dtypes.float8_e8m0fnu)], a([1, 0.25, 2.0 ** -127]), shape=Shape.array(dtypes.F32, (3,))),
     # element-wise binary
     C("add", Opcode.ADD, [a([1, 2]), a([3, 4])], a([4, 6])),
     C("add_s8_wraps", Opcode.ADD, [a([127], s8), a([1], s8)], a([-128], s8)),

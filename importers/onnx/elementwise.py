@@ -237,4 +237,3 @@ def is_inf(ctx, node):
     if not found:
         return [ctx.full(False, dtypes.PRED, x.shape.dims)]
     return [found[0] if len(found) == 1 else ctx.b.op(Opcode.OR, *found)]
-

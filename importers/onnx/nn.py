@@ -208,8 +208,9 @@ def _batch_norm_training(ctx, node, x, scale, bias, mean, var, eps):
     batch_mean = average(x)
     centered = b.op(Opcode.SUBTRACT, x, per_channel(batch_mean))
     batch_var = average(b.op(Opcode.MULTIPLY, centered, centered))
-    k = b.op(Opcode.DIVIDE, b.convert(scale, dt),
-             b.op(Opcode.SQRT, b.op(Opcode.ADD, batch_var, ctx.full(eps, dt, batch_var.shape.dims))))
+    std = b.op(Opcode.SQRT, b.op(Opcode.ADD, batch_var,
+                                 ctx.full(eps, dt, batch_var.shape.dims)))
+    k = b.op(Opcode.DIVIDE, b.convert(scale, dt), std)
     y = b.op(Opcode.ADD, b.op(Opcode.MULTIPLY, centered, per_channel(k)),
              per_channel(b.convert(bias, dt)))
 
