@@ -140,16 +140,18 @@ def load_const_input(text: str) -> tuple[str, "np.ndarray"]:
 
 
 def compile(model, output, *, name: str | None = None, target: str | None = None,
-            cpu: str | None = None, emit: str = "obj", input_shapes: dict | None = None,
+            cpu: str | None = None, features: str | None = None, emit: str = "obj",
+            input_shapes: dict | None = None,
             opt_level: int = 2, report: bool = False, dump_passes=None,
             const_inputs: dict | None = None, strict: bool = False,
             progress: Progress | None = None) -> CompileResult:
     """Compile ``model`` (an ONNX path, bytes or ModelProto) into ``output`` and the
     header beside it (``output`` with suffix ``.h``).
 
-    ``emit`` picks what ``output`` holds: an object file (``obj``), a static library of it
-    and the runtime objects it needs (``lib``), assembly (``asm``), optimized LLVM IR
-    (``llvm``) or the optimized HLO text (``hlo``). ``input_shapes``
+    ``features`` adds (``+name``) or removes (``-name``) LLVM target features, comma
+    separated. ``emit`` picks what ``output`` holds: an object file (``obj``), a static
+    library of it and the runtime objects it needs (``lib``), assembly (``asm``),
+    optimized LLVM IR (``llvm``) or the optimized HLO text (``hlo``). ``input_shapes``
     maps input names to dims that pin dynamic dimensions. ``const_inputs`` maps input
     names to arrays: those inputs become weights and leave the signature (for inputs that
     give shapes, axes or counts). ``dump_passes`` names a
@@ -163,7 +165,8 @@ def compile(model, output, *, name: str | None = None, target: str | None = None
         if strict:
             warnings.simplefilter("error", XlacWarning)
         try:
-            return _compile(model, output, name=name, target=target, cpu=cpu, emit_kind=emit,
+            return _compile(model, output, name=name, target=target, cpu=cpu,
+                            features=features, emit_kind=emit,
                             input_shapes=input_shapes or {}, const_inputs=const_inputs or {},
                             opt_level=opt_level, want_report=report, dump_passes=dump_passes,
                             progress=progress or Progress())
@@ -178,8 +181,9 @@ def _check_mapping(what: str, value, example: str) -> None:
                         f"got a {type(value).__name__}")
 
 
-def _compile(model, output, *, name, target, cpu, emit_kind, input_shapes, const_inputs,
-             opt_level, want_report, dump_passes, progress: Progress) -> CompileResult:
+def _compile(model, output, *, name, target, cpu, features, emit_kind, input_shapes,
+             const_inputs, opt_level, want_report, dump_passes,
+             progress: Progress) -> CompileResult:
     output = Path(os.fspath(output))
     header = output.with_suffix(".h")
     if header == output:
@@ -204,7 +208,7 @@ def _compile(model, output, *, name, target, cpu, emit_kind, input_shapes, const
         with progress.stage("optimize"):
             optimize(module, opt_level=opt_level, dump=dump)
         with progress.stage("plan"):
-            target_info, _ = make_target(target, cpu, None, opt_level)
+            target_info, _ = make_target(target, cpu, features, opt_level)
             assignment = plan_memory(
                 module, alignment=target_info.arena_align,
                 scratch=lambda i: scratch_bytes(i, target_info),
@@ -214,7 +218,8 @@ def _compile(model, output, *, name, target, cpu, emit_kind, input_shapes, const
             kinds = {"obj": ("obj",), "lib": ("obj",), "asm": ("asm",), "llvm": ("llvm",),
                      "hlo": ()}[emit_kind]
             artifact = emit(module, assignment,
-                            EmitOptions(name, triple=target, cpu=cpu, opt_level=opt_level),
+                            EmitOptions(name, triple=target, cpu=cpu, features=features,
+                                        opt_level=opt_level),
                             kinds=kinds)
             body = {
                 "obj": lambda: artifact.object_code,
@@ -235,5 +240,6 @@ def _compile(model, output, *, name, target, cpu, emit_kind, input_shapes, const
         built = build_report(name=name, target=artifact.target, imported_ops=imported_ops,
                              module=module, assignment=assignment,
                              onnx_order_bound=onnx_bound, const_inputs=sorted(const_inputs),
-                             times=progress.times, files=[str(p) for p in paths])
+                             times=progress.times, files=[str(p) for p in paths],
+                             footprint=artifact.footprint, stack_bytes=artifact.stack_bytes)
     return CompileResult(paths, name, assignment.arena_size, built)

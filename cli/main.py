@@ -1,6 +1,6 @@
 """The ``xlac`` command.
 
-    xlac MODEL.onnx -o OUT.o [--name NAME] [--target TRIPLE] [--cpu CPU]
+    xlac MODEL.onnx -o OUT.o [--name NAME] [--target TRIPLE] [--cpu CPU] [--features +F,-G]
          [--emit obj|lib|asm|llvm|hlo] [--input-shape NAME=1x3x224x224 ...]
          [--const-input NAME=FILE.npy ...] [--report] [--report-json FILE]
          [--report-memory[=FILE.svg]] [--dump-passes DIR] [-O0|-O1|-O2|-O3] [--strict]
@@ -64,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--target", metavar="TRIPLE", help="LLVM target triple (default: this machine)")
     p.add_argument("--cpu", help="target CPU (default: this machine's for the host target, "
                    "a generic CPU otherwise)")
+    p.add_argument("--features", metavar="+F,-G",
+                   help="add (+name) or remove (-name) target features, comma separated, "
+                   "e.g. +vfp4d16sp for an FPU on a soft-float ARM triple")
     p.add_argument("--emit", choices=EMIT_KINDS, default="obj",
                    help="what OUT holds: object code (default), a static library (the object "
                    "and the runtime objects it needs), assembly, LLVM IR or HLO text")
@@ -130,7 +133,7 @@ def _run(argv) -> int:
         if path is not None and not os.path.isdir(os.path.dirname(path) or "."):
             raise XlacError(f"cannot write '{path}': its folder does not exist")
     result = compile(args.model, args.output, name=args.name, target=args.target,
-                     cpu=args.cpu, emit=args.emit,
+                     cpu=args.cpu, features=args.features, emit=args.emit,
                      input_shapes=input_shapes_from(args.input_shape),
                      const_inputs=const_inputs_from(args.const_input), opt_level=args.opt_level,
                      report=want_report, strict=args.strict,

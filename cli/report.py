@@ -12,6 +12,14 @@ the object stores them; ``aliased_buffers`` counts values that take no storage o
 own (views, producers written into a concatenation's slice) and
 ``in_place_buffers`` results written over an operand. ``memory`` is where the arena
 goes (memory_report.py: ``--report-memory``).
+
+What the model costs on the target, the three figures an embedded engineer budgets:
+``flash_bytes`` from the object's sections (``code``, ``weights``: the model's constant
+section, ``rodata``: every other read-only section, such as NAME_info, vector constants
+and unwind tables; None without an ELF object), ``ram_bytes`` (the ``arena`` plus the
+object's writable ``data``, which is 0: xlac keeps no mutable globals) and
+``stack_bytes``, the most stack a call of NAME_run / NAME_run_v takes (its deepest chain
+of frames as the code generator laid them out; C library calls not counted).
 """
 from __future__ import annotations
 
@@ -60,12 +68,19 @@ def weight_bytes(module: Module) -> int:
 def build_report(*, name: str, target, imported_ops: dict[str, int], module: Module,
                  assignment: BufferAssignment, onnx_order_bound: int | None,
                  times: dict[str, float], files: list[str],
-                 const_inputs: list[str] = ()) -> dict:
+                 const_inputs: list[str] = (), footprint: dict | None = None,
+                 stack_bytes: int | None = None) -> dict:
     st = assignment.stats
     memory = memory_section(assignment)
+    flash = None
+    if footprint is not None:
+        flash = {k: footprint[k] for k in ("code", "weights", "rodata")}
+        flash["total"] = sum(flash.values())
+    data = footprint["data"] if footprint is not None else None
     return {
         "name": name,
-        "target": {"triple": target.triple, "cpu": target.cpu, "features": target.features},
+        "target": {"triple": target.triple, "cpu": target.cpu, "features": target.features,
+                   "requires": list(target.required)},
         "files": files,
         "imported_ops": imported_ops,
         "const_inputs": list(const_inputs),
@@ -85,6 +100,10 @@ def build_report(*, name: str, target, imported_ops: dict[str, int], module: Mod
         "scheduler": st["scheduler"],
         "schedule_optimal": st["schedule_optimal"],
         "packing": st["packing"],
+        "flash_bytes": flash,
+        "ram_bytes": {"arena": assignment.arena_size, "data": data,
+                      "total": assignment.arena_size + (data or 0)},
+        "stack_bytes": stack_bytes,
         "times_s": {stage: round(seconds, 4) for stage, seconds in times.items()},
         "memory": memory,
     }
@@ -99,6 +118,19 @@ def _bytes_text(n: int) -> str:
         if n >= size:
             return f"{n:,} bytes ({n / size:.1f} {unit})"
     return f"{n:,} bytes"
+
+
+def _flash_line(flash: dict | None) -> str:
+    if flash is None:
+        return "  flash               unknown (no ELF object file)"
+    return (f"  flash               {_bytes_text(flash['total'])}: code {flash['code']:,}, "
+            f"weights {flash['weights']:,}, other read-only data {flash['rodata']:,}")
+
+
+def _ram_line(ram: dict) -> str:
+    data = "unknown" if ram["data"] is None else f"{ram['data']:,}"
+    return (f"  RAM                 {_bytes_text(ram['total'])}: arena {ram['arena']:,}, "
+            f"static data {data}")
 
 
 def format_report(report: dict) -> str:
@@ -130,6 +162,11 @@ def format_report(report: dict) -> str:
         f"  aliasing            {report['aliased_buffers']} buffers aliased (views, "
         f"concatenation slices), {report['in_place_buffers']} written in place; "
         f"{report['lean_kernels']} kernels without scratch at the peak",
+        _flash_line(report["flash_bytes"]),
+        _ram_line(report["ram_bytes"]),
+        "  stack               " + ("unknown (no machine code)" if report["stack_bytes"] is None
+                                    else f"{report['stack_bytes']:,} bytes at most per call "
+                                    "(C library calls not counted)"),
         "  compile time        " + ", ".join(f"{stage} {s:.2f} s"
                                              for stage, s in report["times_s"].items())
         + f"; total {sum(report['times_s'].values()):.2f} s",

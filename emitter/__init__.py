@@ -2,6 +2,7 @@
 
     art = emit(module, assign_buffers(module), EmitOptions("mnist"), kinds=("obj",))
     art.object_code, art.header
+    art.footprint, art.stack_bytes      # what it costs on the target
 """
 from __future__ import annotations
 
@@ -16,10 +17,13 @@ from ..hlo import Instruction, Module, XlacError
 from ..optimizer.buffer_assignment import BufferAssignment
 from . import kernels
 from .constants import ConstantPool
+from .elf import ElfObject, set_arm_vfp_args
 from .entry import KERNEL_OPCODES, emit_entry
 from .header import render_header
 from .info import emit_model_info
 from .interface import model_interface
+from .limits import check_fits
+from .stack import call_graph, report_frame_sizes, stack_depth
 from .target import TargetInfo, emit_assembly, emit_object, make_target, optimize_ir
 
 KINDS = ("obj", "asm", "llvm")
@@ -41,6 +45,19 @@ class Artifact:
     assembly: str | None         # when "asm" was asked for
     header: str
     target: TargetInfo
+    # The most stack bytes NAME_run / NAME_run_v use (the C library's calls aside); None
+    # where no machine code was generated ("llvm" alone).
+    stack_bytes: int | None = None
+    # ElfObject.footprint of the object ("obj" on ELF targets): code, weights, rodata, data.
+    footprint: dict | None = None
+    # What the object needs from the C library and the compiler's runtime (nm -u); from
+    # the object where there is one, else the C library functions the IR calls.
+    symbols: tuple[str, ...] = ()
+
+
+def weights_section(name: str, target: TargetInfo) -> str | None:
+    """The section of the constants: one per model on ELF targets."""
+    return f".rodata.{name}.weights" if target.is_elf else None
 
 
 def emit(module: Module, assignment: BufferAssignment, options: EmitOptions,
@@ -50,6 +67,8 @@ def emit(module: Module, assignment: BufferAssignment, options: EmitOptions,
         raise XlacError(f"unknown output kind(s) {sorted(unknown)}; choose from {list(KINDS)}")
     target, tm = make_target(options.triple, options.cpu, options.features, options.opt_level)
     interface = model_interface(module, options.name)
+    check_fits(module, assignment, interface, target)
+    section = weights_section(options.name, target)
     # .incbin only where nothing textual is asked for: the text would name a temp file.
     use_incbin = set(kinds) == {"obj"} and target.is_host and "linux" in target.triple
     with tempfile.TemporaryDirectory(prefix="xlac-") as tmp:
@@ -57,22 +76,43 @@ def emit(module: Module, assignment: BufferAssignment, options: EmitOptions,
         llvm_module.triple = target.triple
         llvm_module.data_layout = target.data_layout
         constants = ConstantPool(llvm_module, f"{options.name}.",
-                                 Path(tmp) if use_incbin else None)
+                                 Path(tmp) if use_incbin else None, section)
         libcalls = emit_entry(llvm_module, module, assignment, interface, target, constants)
         emit_model_info(llvm_module, interface, target, assignment.arena_size,
                         assignment.alignment)
+        report_frame_sizes(llvm_module)
         parsed = None
         if kinds:   # the header alone (--emit hlo) needs the IR built, not compiled
             parsed = llvm.parse_assembly(str(llvm_module) + constants.module_asm())
             parsed.verify()
             optimize_ir(parsed, tm, options.opt_level)
+        object_code = assembly = frames = None
+        if "obj" in kinds:
+            object_code, frames = emit_object(tm, parsed)
+            if target.float_abi == "hard":
+                object_code = set_arm_vfp_args(object_code)
+        if "asm" in kinds:
+            assembly, frames = emit_assembly(tm, parsed)
+        stack = footprint = None
+        if frames is not None:
+            stack = stack_depth(call_graph(parsed), frames,
+                                [f"{options.name}_run", f"{options.name}_run_v"],
+                                target.return_address_bytes)
+        symbols = tuple(sorted({"memcpy", "memset", *libcalls}))
+        if object_code is not None and target.is_elf:
+            elf = ElfObject(object_code)
+            footprint = elf.footprint(section)
+            symbols = tuple(elf.undefined_symbols())
         return Artifact(
             llvm_ir=str(parsed) if "llvm" in kinds else None,
-            object_code=emit_object(tm, parsed) if "obj" in kinds else None,
-            assembly=emit_assembly(tm, parsed) if "asm" in kinds else None,
+            object_code=object_code,
+            assembly=assembly,
             header=render_header(interface, target, assignment.arena_size,
-                                 assignment.alignment, libcalls),
+                                 assignment.alignment, symbols, stack),
             target=target,
+            stack_bytes=stack,
+            footprint=footprint,
+            symbols=symbols,
         )
 
 
@@ -86,4 +126,4 @@ def scratch_bytes(instr: Instruction, target: TargetInfo, lean: bool = False) ->
 
 
 __all__ = ["EmitOptions", "Artifact", "emit", "scratch_bytes", "TargetInfo", "make_target",
-           "KINDS"]
+           "weights_section", "KINDS"]

@@ -4,6 +4,10 @@ Weights can be hundreds of MB, so the initializer text is made by a vectorized
 formatter (every byte as ``\\xx``, built with numpy from ``binascii.hexlify``)
 instead of llvmlite's per-element constants. Identical bytes are stored once.
 
+On ELF targets every constant goes to one section, ``.rodata.NAME.weights``: the
+report measures it, and a linker script can place the weights in a memory of their own
+(``*(.rodata.*.weights)``).
+
 When an ELF object is emitted for the host, large constants skip LLVM IR entirely:
 their bytes go to a file that module-level ``.incbin`` pulls into ``.rodata``
 (~0.01 s instead of ~4 s per 100 MB). llvmlite registers only the host's assembly
@@ -58,10 +62,12 @@ class _ByteString(ir.Constant):
 class ConstantPool:
     """Makes and remembers the global of every constant instruction of a module."""
 
-    def __init__(self, llvm_module: ir.Module, prefix: str, incbin_dir: Path | None = None):
+    def __init__(self, llvm_module: ir.Module, prefix: str, incbin_dir: Path | None = None,
+                 section: str | None = None):
         self._module = llvm_module
         self._prefix = prefix
         self._incbin_dir = incbin_dir
+        self._section = section
         self._asm: list[str] = []
         self._by_digest: dict[bytes, ir.GlobalVariable] = {}
         self._by_instr: dict[int, ir.GlobalVariable] = {}
@@ -87,13 +93,16 @@ class ConstantPool:
         g = ir.GlobalVariable(self._module, ir.ArrayType(I8, len(data)), name)
         g.global_constant = True
         g.align = CONSTANT_ALIGN
+        if self._section is not None:
+            g.section = self._section
         if self._incbin_dir is not None and len(data) >= INCBIN_MIN_BYTES:
             # Declared here, defined by the assembly below as a local (non-.globl) symbol.
             g.linkage = "external"
             g.visibility = "hidden"
             path = self._incbin_dir / f"{name}.bin"
             path.write_bytes(data)
-            self._asm += [f".section .rodata.{name},\\22a\\22,@progbits",
+            section = self._section or f".rodata.{name}"
+            self._asm += [f".section {section},\\22a\\22,@progbits",
                           f".p2align {CONSTANT_ALIGN.bit_length() - 1}",
                           f".type {name},@object", f"{name}:",
                           f".incbin \\22{path}\\22", f".size {name}, {len(data)}", ".text"]

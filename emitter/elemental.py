@@ -34,11 +34,13 @@ Generator = Callable[[Index], ir.Value]
 
 class ElementalEmitter:
     """Builds generators at one builder. ``libcalls`` collects the C library functions the
-    emitted code calls (LLVM lowers ``frem`` to ``fmod``)."""
+    emitted code calls (LLVM lowers ``frem`` to ``fmod``). ``float_abi`` is the target's
+    (TargetInfo.float_abi): "hard" makes those calls pass floats in FPU registers."""
 
-    def __init__(self, b: ir.IRBuilder, constants: ConstantPool):
+    def __init__(self, b: ir.IRBuilder, constants: ConstantPool, float_abi: str | None = None):
         self.b = b
         self.constants = constants
+        self.float_abi = float_abi
         self.libcalls: set[str] = set()
 
     def generator(self, instr: Instruction, operands: Sequence[Generator]) -> Generator:
@@ -234,8 +236,19 @@ def _int_remainder(em, x, y, dt):
 
 
 def _float_remainder(em, x, y):
-    em.libcalls.add("fmodf" if isinstance(x.type, ir.FloatType) else "fmod")
-    return em.b.frem(x, y)
+    name = "fmodf" if isinstance(x.type, ir.FloatType) else "fmod"
+    em.libcalls.add(name)
+    if em.float_abi != "hard":
+        return em.b.frem(x, y)
+    # LLVM's libcall for frem follows the float ABI of the target options, which
+    # llvmlite leaves soft; an ARM hard-float C library takes the arguments in s0/d0.
+    module = em.b.module
+    fn = module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(x.type, [x.type, x.type]), name)
+        fn.calling_convention = "arm_aapcs_vfpcc"
+        fn.attributes.add("nounwind")
+    return em.b.call(fn, [x, y])
 
 
 def _int_power(em, x, y, dt):

@@ -171,8 +171,8 @@ class _ComputeEmitter:
                         for (p, s), same in zip(operands, in_place)]
         fn, libcalls = emit_elemental_function(
             self.llvm_module, instr, self._function_name(instr),
-            lambda b: ElementalEmitter(b, self.constants), out_arg, operand_args,
-            self.assignment.alignment)
+            lambda b: ElementalEmitter(b, self.constants, self.target.float_abi), out_arg,
+            operand_args, self.assignment.alignment)
         self.libcalls |= libcalls
         self.b.call(fn, [self.pointer(out)] + [self.pointer(p) for p, _ in operands])
 

@@ -53,25 +53,47 @@ def _wrap(words: list[str], indent: str, first: str = "", width: int = 88) -> li
     return lines + [line]
 
 
+def _float_abi_lines(target: TargetInfo) -> list[str]:
+    if target.float_abi == "hard":
+        return [" * Float ABI:     hard (floats in FPU registers; link with -mfloat-abi=hard)"]
+    if target.float_abi == "soft":
+        fpu = any(f in target.required for f in ("+fpregs", "+mve"))
+        return [" * Float ABI:     soft (floats in integer registers; "
+                + ("the code uses the FPU: -mfloat-abi=softfp)" if fpu
+                   else "no FPU instructions: -mfloat-abi=soft)")]
+    return []
+
+
 def render_header(interface: ModelInterface, target: TargetInfo, arena_size: int,
-                  arena_align: int, libcalls=()) -> str:
+                  arena_align: int, symbols=(), stack_bytes: int | None = None) -> str:
+    """``symbols``: what the object needs from the C library and the compiler's runtime;
+    ``stack_bytes``: the most stack its entry points use (None: not known)."""
     name = interface.name
     guard = f"XLAC_MODEL_{name}_H"
-    c_library = ", ".join(["memcpy", "memset", *sorted(libcalls)])
-    # Only what the object relies on: the "-feature" entries of a host feature string
-    # are the many extensions this CPU lacks, which say nothing about where it runs.
-    enabled = [f for f in target.features.split(",") if f.startswith("+")]
-    features = _wrap(enabled or ["(none)"], " *   ", first=" *   ")
+    needs = _wrap([s + "," for s in symbols[:-1]] + list(symbols[-1:]) or ["nothing."],
+                  " *   ", first=" *   ")
+    if symbols:
+        needs[-1] += "."
+    features = _wrap(list(target.required) or ["(none)"], " *   ", first=" *   ")
+    if stack_bytes is None:
+        stack = [" * Stack: not known (no machine code was generated)."]
+    else:
+        stack = [f" * Stack: a call of {name}_run or {name}_run_v uses at most {stack_bytes} bytes",
+                 f" * ({name}_STACK_SIZE: the deepest chain of the object's own frames), plus",
+                 " * what the library functions above take."]
     out = [
         f"/* {name}: model compiled by xlac.",
         " *",
         f" * Target triple: {target.triple}",
         f" * CPU:           {target.cpu}",
-        " * Features it was built with (it may fault on a CPU without them):",
+        *_float_abi_lines(target),
+        " * Features it requires (the CPU's and --features; it may fault on a CPU without them):",
         *features,
         " *",
-        " * Runtime symbols the object needs: none from xlac_runtime.c;",
-        f" * from the C library at most: {c_library}.",
+        " * Runtime symbols the object needs: none from xlac_runtime.c; from the C library",
+        " * and the compiler's runtime (libgcc or compiler-rt):",
+        *needs,
+        *stack,
         " * Inputs and outputs must not overlap one another or the arena.",
         " */",
         f"#ifndef {guard}",
@@ -88,6 +110,8 @@ def render_header(interface: ModelInterface, target: TargetInfo, arena_size: int
         "",
         f"#define {name}_ARENA_SIZE {arena_size}u   /* scratch bytes the caller provides */",
         f"#define {name}_ARENA_ALIGN {arena_align}u",
+        *([f"#define {name}_STACK_SIZE {stack_bytes}u   /* stack bytes a call uses at most */"]
+          if stack_bytes is not None else []),
         f"#define {name}_NUM_INPUTS {len(interface.inputs)}",
         f"#define {name}_NUM_OUTPUTS {len(interface.outputs)}",
         "",

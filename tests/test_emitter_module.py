@@ -62,7 +62,9 @@ def test_ir_has_entry_points_and_byte_string_constants():
     consts = re.findall(r"private unnamed_addr constant \[(\d+) x i8\] c\"", ir_text)
     assert consts.count("16000") == 1, "identical weights are stored once, as one byte string"
     assert not re.search(r"\[\d+ x float\] \[float", ir_text), "no per-element constant arrays"
-    assert re.search(r"constant \[16000 x i8\] c\"[^\"]*\", align 64", ir_text)
+    # In the model's weights section (ELF), 64-byte aligned.
+    assert re.search(r"constant \[16000 x i8\] c\"[^\"]*\", section \".rodata.small.weights\", "
+                     r"align 64", ir_text)
 
 
 def test_large_constants_embed_through_incbin_in_host_objects(tmp_path):

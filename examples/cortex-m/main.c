@@ -1,0 +1,95 @@
+/* Runs one model compiled by xlac on a bare-metal Cortex-M: reads every input from
+ * inputK.bin, calls the model, writes every output to outputK.bin and prints the
+ * status and the stack the call used. The files go through semihosting (a debug
+ * probe, or QEMU's -semihosting), which newlib's librdimon implements.
+ *
+ * The model is compiled with --name model, so its header is model.h and its symbols
+ * start with model_. In an application, replace the file I/O with the sensor buffer
+ * and call model_run() with typed pointers (see model.h).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+
+/* The scratch memory, aligned as the header asks (+1: the size may be 0). */
+static uint8_t arena[model_ARENA_SIZE + 1] __attribute__((aligned(model_ARENA_ALIGN)));
+
+/* Stack high-water mark: paint the free stack, run, find the deepest word written. */
+#define PAINT 0xC5C5C5C5u
+extern uint32_t __stack_limit__;
+
+static uint32_t *stack_pointer(void) {
+    uint32_t *sp;
+    __asm volatile("mov %0, sp" : "=r"(sp));
+    return sp;
+}
+
+static int read_file(const char *path, void *data, size_t size) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) return -1;
+    size_t got = fread(data, 1, size, f);
+    fclose(f);
+    return got == size ? 0 : -1;
+}
+
+static int write_file(const char *path, const void *data, size_t size) {
+    FILE *f = fopen(path, "wb");
+    if (f == NULL) return -1;
+    size_t put = fwrite(data, 1, size, f);
+    return fclose(f) == 0 && put == size ? 0 : -1;
+}
+
+/* Calls model_run_v on a painted stack; returns its status, *used the bytes of stack
+   it touched (the model and the memcpy/memset it calls). */
+__attribute__((noinline))
+static int run_measured(const void *const *inputs, void *const *outputs, size_t *used) {
+    /* Everything below the stack pointer is free until the call. Volatile: a loop
+       the compiler turned into memset would paint over memset's own frame. */
+    volatile uint32_t *top = stack_pointer();
+    volatile uint32_t *p = &__stack_limit__;
+    while (p < top) *p++ = PAINT;
+    int status = model_run_v(inputs, outputs, arena);
+    p = &__stack_limit__;
+    while (p < top && *p == PAINT) ++p;
+    *used = (size_t)((uint8_t *)top - (uint8_t *)p);
+    return status;
+}
+
+int main(void) {
+    const void *inputs[model_NUM_INPUTS + 1];
+    void *outputs[model_NUM_OUTPUTS + 1];
+    char path[32];
+    for (int k = 0; k < model_NUM_INPUTS; ++k) {
+        size_t size = (size_t)model_info.inputs[k].size_bytes;
+        void *data = malloc(size ? size : 1);
+        snprintf(path, sizeof path, "input%d.bin", k);
+        if (data == NULL || read_file(path, data, size) != 0) {
+            fprintf(stderr, "cannot read %s (%lu bytes)\n", path, (unsigned long)size);
+            return 2;
+        }
+        inputs[k] = data;
+    }
+    for (int k = 0; k < model_NUM_OUTPUTS; ++k) {
+        size_t size = (size_t)model_info.outputs[k].size_bytes;
+        outputs[k] = malloc(size ? size : 1);
+        if (outputs[k] == NULL) {
+            fprintf(stderr, "out of memory for output %d\n", k);
+            return 2;
+        }
+    }
+    size_t stack = 0;
+    int status = run_measured(inputs, outputs, &stack);
+    printf("model: status %d, stack %lu bytes\n", status, (unsigned long)stack);
+    if (status != 0) return 1;
+    for (int k = 0; k < model_NUM_OUTPUTS; ++k) {
+        snprintf(path, sizeof path, "output%d.bin", k);
+        if (write_file(path, outputs[k], (size_t)model_info.outputs[k].size_bytes) != 0) {
+            fprintf(stderr, "cannot write %s\n", path);
+            return 2;
+        }
+    }
+    return 0;
+}

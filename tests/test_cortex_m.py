@@ -1,0 +1,181 @@
+"""Models on emulated Cortex-M boards, built and run as examples/cortex-m/ shows.
+
+For each board (Cortex-M4F hard float, Cortex-M33 hard float, Cortex-M3 soft float),
+each model is compiled once and linked with arm-none-eabi-gcc, newlib and the example's
+start-up code and linker script by examples/cortex-m/Makefile; the firmware runs
+under qemu-system-arm, all of them at once, reading its inputs and writing its outputs
+through semihosting. The outputs must match onnxruntime (rtol 1e-4, atol 1e-4 x the
+largest |value|, on the logits where the model ends in a softmax), and the stack the
+firmware measured (a painted stack) must be within the header's NAME_STACK_SIZE plus
+what newlib's memcpy/memset take.
+
+The models: the MLPerf Tiny four of benchmarks/memory_models.py and a small one of
+element-wise math (transcendental functions, and f64 arithmetic, which a
+single-precision FPU leaves to the compiler's runtime). Flash,
+RAM and stack per board and model are printed at the end and written to
+build/cortex_m.json.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from cross import ROOT, assert_close, max_error, read_outputs, require, run_all, write_inputs
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from memory_models import MODELS  # noqa: E402
+from test_memory_models import expose_logits  # noqa: E402
+
+EXAMPLE = ROOT / "examples" / "cortex-m"
+RECORD = ROOT / "build" / "cortex_m.json"
+# The boards of examples/cortex-m/Makefile.
+BOARDS = {"cortex-m4f": "mps2-an386", "cortex-m33": "mps2-an505", "cortex-m3": "mps2-an385"}
+MLPERF_TINY = ("ds_cnn", "resnet8", "mobilenet_v1_025_vww", "fc_autoencoder")
+# newlib's memcpy / memset frames, which NAME_STACK_SIZE leaves out.
+LIBRARY_STACK = 64
+
+
+def math_model() -> onnx.ModelProto:
+    """tanh / exp / sqrt (xlac's own math, no libm) and f64 arithmetic."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [64])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [64])
+            for n in ("tanh", "exp", "sqrt", "f64")]
+    three = helper.make_tensor("three", TensorProto.DOUBLE, [], [3.0])
+    quarter = helper.make_tensor("quarter", TensorProto.FLOAT, [], [0.25])
+    nodes = [
+        helper.make_node("Tanh", ["x"], ["tanh"]),
+        helper.make_node("Mul", ["x", "quarter"], ["xq"]),
+        helper.make_node("Exp", ["xq"], ["exp"]),
+        helper.make_node("Abs", ["x"], ["ax"]),
+        helper.make_node("Sqrt", ["ax"], ["sqrt"]),
+        helper.make_node("Cast", ["x"], ["xd"], to=TensorProto.DOUBLE),
+        helper.make_node("Mul", ["xd", "three"], ["x3"]),
+        helper.make_node("Cast", ["x3"], ["f64"], to=TensorProto.FLOAT),
+    ]
+    graph = helper.make_graph(nodes, "math", [x], outs, [three, quarter])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _model(name: str) -> onnx.ModelProto:
+    return math_model() if name == "math" else expose_logits(MODELS[name]())
+
+
+def _inputs(model: onnx.ModelProto) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    out = []
+    for v in model.graph.input:
+        shape = [d.dim_value for d in v.type.tensor_type.shape.dim]
+        out.append((rng.standard_normal(shape) * 4).astype(np.float32))
+    return out
+
+
+@dataclass
+class Run:
+    board: str
+    model: str
+    expected: list[np.ndarray]
+    outputs: list[np.ndarray] | None = None
+    stdout: str = ""
+    report: dict = field(default_factory=dict)
+    stack_measured: int | None = None
+    header_stack: int | None = None
+
+
+def _make(board: str, model_path: Path, build: Path, *goals: str) -> list:
+    return ["make", "-s", "-C", EXAMPLE, f"BOARD={BOARDS[board]}", f"MODEL={model_path}",
+            f"BUILD={build}", f"XLAC={sys.executable} -m xlac.main", *goals]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[tuple[str, str], Run]:
+    require("make", "arm-none-eabi-gcc", "qemu-system-arm")
+    root = tmp_path_factory.mktemp("cortex-m")
+    results: dict[tuple[str, str], Run] = {}
+    builds = []
+    for name in (*MLPERF_TINY, "math"):
+        model = _model(name)
+        path = root / f"{name}.onnx"
+        onnx.save(model, path)
+        inputs = _inputs(model)
+        session = ort.InferenceSession(model.SerializeToString())
+        expected = session.run(None, {v.name: x for v, x in zip(model.graph.input, inputs)})
+        for board in BOARDS:
+            build = root / board / name
+            build.mkdir(parents=True)
+            write_inputs(build, inputs)
+            results[board, name] = Run(board, name, expected)
+            builds.append((_make(board, path, build), root))
+    # Two makes at a time (compiling is CPU-bound), then every emulator at once.
+    for done, (cmd, _) in zip(run_all(builds), builds):
+        assert done.returncode == 0, f"{' '.join(map(str, cmd))}:\n{done.stdout}{done.stderr}"
+    keys = list(results)
+    qemu = [(_make(b, root / f"{m}.onnx", root / b / m, "run"), root) for b, m in keys]
+    for (board, name), done in zip(keys, run_all(qemu)):
+        r = results[board, name]
+        build = root / board / name
+        r.stdout = done.stdout + done.stderr
+        assert done.returncode == 0, f"{board} {name}: firmware failed:\n{r.stdout}"
+        r.outputs = read_outputs(build, r.expected)
+        r.report = json.loads((build / "report.json").read_text())
+        m = re.search(r"model: status 0, stack (\d+) bytes", r.stdout)
+        r.stack_measured = int(m.group(1)) if m else None
+        h = re.search(r"#define model_STACK_SIZE (\d+)u", (build / "model.h").read_text())
+        r.header_stack = int(h.group(1)) if h else None
+    yield results
+    _record(results)
+
+
+def _record(results) -> None:
+    rows = {f"{b}/{m}": {"max_error": max_error(r.outputs, r.expected),
+                         "flash_bytes": r.report["flash_bytes"],
+                         "ram_bytes": r.report["ram_bytes"],
+                         "stack_bytes": r.report["stack_bytes"],
+                         "stack_measured": r.stack_measured}
+            for (b, m), r in results.items() if r.outputs is not None}
+    RECORD.parent.mkdir(exist_ok=True)
+    RECORD.write_text(json.dumps(rows, indent=2) + "\n")
+    print(f"\n{'board/model':34} {'max err':>9} {'code':>7} {'weights':>9} {'rodata':>7} "
+          f"{'arena':>8} {'stack':>6} {'used':>6}")
+    for key, row in rows.items():
+        f = row["flash_bytes"]
+        print(f"{key:34} {row['max_error']:9.2e} {f['code']:7d} {f['weights']:9d} "
+              f"{f['rodata']:7d} {row['ram_bytes']['arena']:8d} {row['stack_bytes']:6d} "
+              f"{row['stack_measured']:6d}")
+
+
+CASES = [(b, m) for m in (*MLPERF_TINY, "math") for b in BOARDS]
+
+
+@pytest.mark.parametrize("board,model", CASES)
+def test_matches_onnxruntime(runs, board, model):
+    r = runs[board, model]
+    assert_close(r.outputs, r.expected)
+
+
+@pytest.mark.parametrize("board,model", CASES)
+def test_stack_stays_within_the_header_figure(runs, board, model):
+    r = runs[board, model]
+    assert r.header_stack == r.report["stack_bytes"] > 0
+    assert r.stack_measured is not None, r.stdout
+    assert r.stack_measured <= r.header_stack + LIBRARY_STACK
+
+
+@pytest.mark.parametrize("board", BOARDS)
+def test_flash_and_ram_come_from_the_object(runs, board):
+    r = runs[board, "resnet8"]
+    flash, ram = r.report["flash_bytes"], r.report["ram_bytes"]
+    assert flash["total"] == flash["code"] + flash["weights"] + flash["rodata"]
+    # The weights section holds the model's constants (LLVM may fold a few tiny ones).
+    assert 0.99 * r.report["weight_bytes"] <= flash["weights"] <= r.report["weight_bytes"]
+    assert 0 < flash["code"] < 64 * 1024 and 0 < flash["rodata"] < 4096
+    assert ram == {"arena": r.report["arena_bytes"], "data": 0, "total": r.report["arena_bytes"]}
+
