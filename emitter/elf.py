@@ -47,12 +47,10 @@ class ElfObject:
             shoff, = struct.unpack_from(e + "I", data, 0x20)
             shentsize, shnum, shstrndx = struct.unpack_from(e + "HHH", data, 0x2E)
         raw = []
+        header = e + ("IIQQQQI" if self.is64 else "IIIIIII")   # name ... link
         for k in range(shnum):
             at = shoff + k * shentsize
-            if self.is64:
-                name, typ, flags, _, offset, size, link = struct.unpack_from(e + "IIQQQQI", data, at)
-            else:
-                name, typ, flags, _, offset, size, link = struct.unpack_from(e + "IIIIIII", data, at)
+            name, typ, flags, _, offset, size, link = struct.unpack_from(header, data, at)
             raw.append((name, typ, flags, offset, size, link, at))
         names = raw[shstrndx]
         self.sections = [Section(k, self._string(names[3], r[0]), r[1], r[2], r[3], r[4], r[5],

@@ -78,7 +78,8 @@ def render_header(interface: ModelInterface, target: TargetInfo, arena_size: int
     if stack_bytes is None:
         stack = [" * Stack: not known (no machine code was generated)."]
     else:
-        stack = [f" * Stack: a call of {name}_run or {name}_run_v uses at most {stack_bytes} bytes",
+        stack = [f" * Stack: a call of {name}_run or {name}_run_v uses at most {stack_bytes} "
+                 "bytes",
                  f" * ({name}_STACK_SIZE: the deepest chain of the object's own frames)"
                  + (", plus" if symbols else ".")]
         stack += [" * what the library functions above take."] if symbols else []

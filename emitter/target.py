@@ -252,9 +252,10 @@ def _implied(triple: str, cpu: str, features: str, candidates: tuple[str, ...]) 
     lines += ["  ret void", "}"]
     for k, f in enumerate(candidates):
         # The volatile store keeps a call that is not inlined from being deleted.
+        with_f = f"{base}{_PROBE_WITH.get(f, '')}+{f}"
         lines += [f"define internal void @c{k}() #{k} {{",
                   "  store volatile i8 0, ptr @sink", "  ret void", "}",
-                  f'attributes #{k} = {{ "target-features"="{base}{_PROBE_WITH.get(f, "")}+{f}" }}']
+                  f'attributes #{k} = {{ "target-features"="{with_f}" }}']
     module = llvm.parse_assembly("\n".join(lines))
     module.triple = triple
     tm = llvm.Target.from_triple(triple).create_target_machine(cpu=cpu, features=features)
@@ -339,8 +340,8 @@ _FRAME = re.compile(r"stack frame size \((\d+)\) exceeds limit \(\d+\) in functi
 
 
 def _with_frame_sizes(emit):
-    """Runs ``emit()`` (code generation) and collects LLVM's frame-size diagnostics: the
-    IR asks for them on every function (entry.REPORT_FRAME_SIZE). Returns the result
+    """Runs ``emit()`` (code generation) and collects LLVM's frame-size diagnostics, which
+    the IR asks for on every function (stack.report_frame_sizes). Returns the result
     and {function: frame bytes}; other diagnostics go on to stderr."""
     with captured_stderr() as lines:
         result = emit()
