@@ -139,7 +139,8 @@ def _produced_in_slot(operand: Instruction, claimed: dict) -> bool:
             and operand.opcode not in (Opcode.PARAMETER, Opcode.CONSTANT))
 
 
-def concat_slots(comp: Computation, excluded=frozenset()) -> dict[Instruction, tuple[Instruction, int]]:
+def concat_slots(comp: Computation, excluded=frozenset(),
+                 overwritten=frozenset()) -> dict[Instruction, tuple[Instruction, int]]:
     """Producers written straight into a concatenation: producer -> (concat, byte offset).
 
     A concatenation qualifies when it is ``concat_of_blocks``. An operand qualifies
@@ -151,18 +152,25 @@ def concat_slots(comp: Computation, excluded=frozenset()) -> dict[Instruction, t
     Operands that cannot take a slot keep their buffers and are copied in. A
     producer ``q`` that a slot's producer overwrites in place (``in_place_operands``)
     and nothing else reads is given the same slot (it is not an operand of the
-    concatenation).
+    concatenation). A concatenation in ``overwritten`` (one a user overwrites in place
+    whatever the order, as in an output's chain), or placed inside one, takes only
+    operands it alone reads: a reader scheduled after the overwrite would find the
+    slice gone.
     """
     claimed: dict[Instruction, tuple[Instruction, int]] = {}
     users = comp.users()
+    overwritten = set(overwritten)     # grows by the concatenations placed inside one
     for c in reversed(comp.instructions):
         if not concat_of_blocks(c):
             continue
         offset = 0
         for o in c.operands:
             if (c.operands.count(o) == 1 and _produced_in_slot(o, claimed)
-                    and o not in excluded):
+                    and o not in excluded
+                    and (c not in overwritten or set(users[o]) == {c})):
                 claimed[o] = (c, offset)
+                if c in overwritten:
+                    overwritten.add(o)
                 # Down a chain of in-place producers (a ReLU after a convolution): the
                 # first computes into the slot and the rest overwrite it there.
                 for q in _in_place_chain(o, users, lambda q: q not in excluded

@@ -77,7 +77,11 @@ class MemoryModel:
         self.module = module
         self.alignment = alignment
         slots = output_slots(module)
-        self.concat_slots = concat_slots(comp, excluded=slots) if concat_in_place else {}
+        outputs = module.output_instructions
+        # Owners of an output's chain that the next one overwrites there, in any order.
+        overwritten = {q for q in slots if not any(q in buffers_of(out) for out in outputs)}
+        self.concat_slots = (concat_slots(comp, excluded=slots, overwritten=overwritten)
+                             if concat_in_place else {})
         # owner -> (logical buffer, byte offset in it), for computed owners.
         self.placement: dict[Instruction, tuple[LogicalBuffer, int]] = {}
         self.buffers: list[LogicalBuffer] = []
@@ -126,9 +130,7 @@ class MemoryModel:
         users = comp.users()
         self.slot_in_place = {users[q][0]: q for q, (c, _) in self.concat_slots.items()
                               if q not in c.operands}
-        outputs = {out for out in module.output_instructions}
-        self.slot_in_place.update((users[q][0], q) for q in slots
-                                  if not any(q in buffers_of(out) for out in outputs))
+        self.slot_in_place.update((users[q][0], q) for q in overwritten)
         self.scratch = {i: scratch(i) for i in comp.instructions} if scratch else {}
 
     def _read_only_element_wise(self, i: Instruction, buf: LogicalBuffer,

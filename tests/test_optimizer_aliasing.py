@@ -228,6 +228,43 @@ def test_concat_into_the_callers_output():
     assert ba.arena_size == 0
 
 
+# %b is read by %n as well as by the concatenation, which computes in output 0 where its
+# user overwrites it in every order; the second case nests it in a concatenation that
+# does. Found by test_random_dags_assignment_is_sound, whose post-order ran %n last.
+SHARED_OPERAND = [
+    """ENTRY %main (p: f32[4]) -> (f32[4,4], f32[3,4]) {
+  %p = f32[4]{0} parameter(0)
+  %b = f32[3,4]{1,0} broadcast(f32[4]{0} %p), dimensions={1}
+  %r = f32[1,4]{1,0} reshape(f32[4]{0} %p)
+  %c = f32[4,4]{1,0} concatenate(f32[3,4]{1,0} %b, f32[1,4]{1,0} %r), dimensions={0}
+  %m = f32[4,4]{1,0} negate(f32[4,4]{1,0} %c)
+  %n = f32[3,4]{1,0} negate(f32[3,4]{1,0} %b)
+  ROOT %t = (f32[4,4]{1,0}, f32[3,4]{1,0}) tuple(f32[4,4]{1,0} %m, f32[3,4]{1,0} %n)
+}
+""",
+    """ENTRY %main (p: f32[4]) -> (f32[7,4], f32[3,4]) {
+  %p = f32[4]{0} parameter(0)
+  %b = f32[3,4]{1,0} broadcast(f32[4]{0} %p), dimensions={1}
+  %r = f32[1,4]{1,0} reshape(f32[4]{0} %p)
+  %i = f32[4,4]{1,0} concatenate(f32[1,4]{1,0} %r, f32[3,4]{1,0} %b), dimensions={0}
+  %c = f32[7,4]{1,0} concatenate(f32[4,4]{1,0} %i, f32[3,4]{1,0} %b), dimensions={0}
+  %m = f32[7,4]{1,0} negate(f32[7,4]{1,0} %c)
+  %n = f32[3,4]{1,0} negate(f32[3,4]{1,0} %b)
+  ROOT %t = (f32[7,4]{1,0}, f32[3,4]{1,0}) tuple(f32[7,4]{1,0} %m, f32[3,4]{1,0} %n)
+}
+"""]
+
+
+@pytest.mark.parametrize("text", SHARED_OPERAND)
+def test_does_not_give_a_shared_operand_a_slot_in_an_overwritten_concat(text):
+    order = [i.name for i in parse_module("HloModule m\n\n" + text).entry.instructions
+             if i.name != "n"]
+    m, ba = plan(text, order=order[:-1] + ["n", "t"])
+    assert ba.location(named(m, "c")) == ba.location(named(m, "m")) == \
+        BufferLocation("output", 0, 0)
+    assert ba.location(named(m, "b")).space == "arena"
+
+
 def test_concat_of_strided_blocks_is_copied():
     m, ba = plan("""ENTRY %main (x: f32[2,4]) -> f32[2,8] {
   %x = f32[2,4]{1,0} parameter(0)
