@@ -30,51 +30,17 @@ import tempfile
 from pathlib import Path
 
 from . import runtime_c
+from .emitter.elf import ElfObject
 from .hlo import XlacError
 
 RUNTIME_SOURCE = Path(os.path.dirname(os.path.abspath(runtime_c.__file__))) / "xlac_runtime.c"
-
-_SHT_SYMTAB, _SHN_UNDEF = 2, 0
-_STB_GLOBAL, _STB_WEAK = 1, 2
-_STT_SECTION, _STT_FILE = 3, 4
-
 
 def elf_symbols(data: bytes, what: str = "the object") -> tuple[list[str], list[str]]:
     """The global symbols an ELF object defines, and those it needs (undefined)."""
     if data[:4] != b"\x7fELF" or data[4] not in (1, 2) or data[5] not in (1, 2):
         raise XlacError(f"{what} is not an ELF object; --emit lib writes ELF archives only "
                         "(use -o OUT.o and the platform's archiver)")
-    wide, e = data[4] == 2, "<" if data[5] == 1 else ">"
-    if wide:
-        (shoff,) = struct.unpack_from(e + "Q", data, 0x28)
-        shentsize, shnum = struct.unpack_from(e + "HH", data, 0x3A)
-        section = e + "IIQQQQIIQQ"
-        symbol, sym_size = e + "IBBHQQ", 24
-    else:
-        (shoff,) = struct.unpack_from(e + "I", data, 0x20)
-        shentsize, shnum = struct.unpack_from(e + "HH", data, 0x2E)
-        section = e + "IIIIIIIIII"
-        symbol, sym_size = e + "IIIBBH", 16
-    sections = [struct.unpack_from(section, data, shoff + k * shentsize) for k in range(shnum)]
-    defined, undefined = [], []
-    for _name, kind, _flags, _addr, offset, size, link, *_ in sections:
-        if kind != _SHT_SYMTAB:
-            continue
-        strtab_offset = sections[link][4]
-        for k in range(size // sym_size):
-            fields = struct.unpack_from(symbol, data, offset + k * sym_size)
-            if wide:
-                name, info, _other, shndx, _value, _size = fields
-            else:
-                name, _value, _size, info, _other, shndx = fields
-            bind, kind_ = info >> 4, info & 0xF
-            if bind not in (_STB_GLOBAL, _STB_WEAK) or kind_ in (_STT_SECTION, _STT_FILE):
-                continue
-            end = data.index(b"\0", strtab_offset + name)
-            text = data[strtab_offset + name:end].decode()
-            if text:
-                (undefined if shndx == _SHN_UNDEF else defined).append(text)
-    return defined, undefined
+    return ElfObject(data).symbols()
 
 
 def write_archive(members: list[tuple[str, bytes]]) -> bytes:

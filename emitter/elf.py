@@ -4,6 +4,7 @@ they need, and the one build attribute LLVM leaves out.
     obj = ElfObject(object_code)
     obj.footprint(".rodata.lenet.weights")   # {"code": ..., "weights": ..., ...}
     obj.undefined_symbols()                  # ["memcpy", "memset"]
+    obj.symbols()                            # (defined, undefined) globals, table order
     set_arm_vfp_args(object_code)            # ARM: Tag_ABI_VFP_args = VFP registers
 
 Only what these need is read: the section headers and the symbol table (ELF32 and
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 SHT_SYMTAB, SHT_NOBITS, SHT_ARM_ATTRIBUTES = 2, 8, 0x70000003
 SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 0x1, 0x2, 0x4
 SHN_UNDEF = 0
+STB_GLOBAL, STB_WEAK = 1, 2
+STT_SECTION, STT_FILE = 3, 4
 TAG_FILE, TAG_ABI_VFP_ARGS, VFP_ARGS_VFP_REGISTERS = 1, 28, 1
 
 
@@ -66,19 +69,27 @@ class ElfObject:
     def contents(self, section: Section) -> bytes:
         return self.data[section.offset:section.offset + section.size]
 
+    def symbols(self) -> tuple[list[str], list[str]]:
+        """The global and weak symbols the object defines, and those it needs, in the
+        order of its symbol table."""
+        defined, undefined = [], []
+        fmt, size = ("IBBHQQ", 24) if self.is64 else ("IIIBBH", 16)
+        for symtab in (s for s in self.sections if s.type == SHT_SYMTAB):
+            strtab = self.sections[symtab.link].offset
+            for at in range(symtab.offset, symtab.offset + symtab.size, size):
+                fields = struct.unpack_from(self.endian + fmt, self.data, at)
+                name, info, shndx = ((fields[0], fields[1], fields[3]) if self.is64
+                                     else (fields[0], fields[3], fields[5]))
+                if (info >> 4) not in (STB_GLOBAL, STB_WEAK) or \
+                        (info & 0xF) in (STT_SECTION, STT_FILE) or not name:
+                    continue
+                (undefined if shndx == SHN_UNDEF else defined).append(self._string(strtab, name))
+        return defined, undefined
+
     def undefined_symbols(self) -> list[str]:
         """Names the object needs from elsewhere (what ``nm -u`` lists), sorted; the
         linker's own _GLOBAL_OFFSET_TABLE_ (position-independent code) left out."""
-        out = set()
-        for symtab in (s for s in self.sections if s.type == SHT_SYMTAB):
-            strtab = self.sections[symtab.link].offset
-            fmt, size = ("IBBHQQ", 24) if self.is64 else ("IIIBBH", 16)
-            for at in range(symtab.offset + size, symtab.offset + symtab.size, size):
-                fields = struct.unpack_from(self.endian + fmt, self.data, at)
-                name, shndx = fields[0], fields[3] if self.is64 else fields[5]
-                if shndx == SHN_UNDEF and name:
-                    out.add(self._string(strtab, name))
-        return sorted(out - {"_GLOBAL_OFFSET_TABLE_"})
+        return sorted(set(self.symbols()[1]) - {"_GLOBAL_OFFSET_TABLE_"})
 
     def footprint(self, weights_section: str | None) -> dict[str, int]:
         """Bytes of the loaded sections by what they hold: ``code`` (executable),

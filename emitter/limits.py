@@ -42,16 +42,18 @@ def check_fits(module: Module, assignment: BufferAssignment, interface: ModelInt
     weights = 0
     for comp in module.computations:
         for instr in comp.instructions:
+            # The source model's node, where the instruction knows it.
+            node = f" of {instr.metadata}" if instr.metadata is not None else ""
             for leaf in instr.shape.leaves():
                 if leaf.byte_size > limit:
-                    raise too_big(f"tensor %{instr.name} ({leaf})", leaf.byte_size)
+                    raise too_big(f"tensor %{instr.name}{node} ({leaf})", leaf.byte_size)
             if instr.opcode is Opcode.CONSTANT:
                 weights += instr.shape.byte_size
             if instr.opcode is Opcode.CONVOLUTION:
                 pixels = prod(instr.shape.dims[2:])
                 if pixels > MAX_CONV_OUTPUT_PIXELS:
                     raise XlacError(
-                        f"convolution %{instr.name} ({instr.shape}) has {pixels:,} output "
+                        f"convolution %{instr.name}{node} ({instr.shape}) has {pixels:,} output "
                         f"pixels per image; the convolution kernels count pixels in 32 bits "
                         f"(at most {MAX_CONV_OUTPUT_PIXELS:,})")
     if assignment.arena_size > limit:

@@ -1,51 +1,17 @@
-"""Cross toolchains and emulators for the target tests (test_cortex_m.py,
-test_qemu_user.py, test_targets.py).
-
-A test that needs a tool calls ``require(tool, ...)``: on a developer machine a missing
-tool skips the test with a one-line reason naming the Debian package; in CI
-(``CI=true``), which installs them all (.ci/run), it fails instead, so the tests can
-never skip there unnoticed.
+"""Running cross-compiled programs for the target tests (test_cortex_m.py,
+test_qemu_user.py): commands, emulators in parallel, tensors in files, tolerances.
+The tools they need are checked with tools.require_tools.
 """
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-
-# The Debian package of each tool (.ci/run installs them).
-PACKAGES = {
-    "arm-none-eabi-gcc": "gcc-arm-none-eabi libnewlib-arm-none-eabi",
-    "arm-none-eabi-objdump": "binutils-arm-none-eabi",
-    "qemu-system-arm": "qemu-system-arm",
-    "aarch64-linux-gnu-gcc": "gcc-aarch64-linux-gnu",
-    "aarch64-linux-gnu-objdump": "binutils-aarch64-linux-gnu",
-    "riscv64-linux-gnu-gcc": "gcc-riscv64-linux-gnu",
-    "riscv64-linux-gnu-objdump": "binutils-riscv64-linux-gnu",
-    "qemu-aarch64": "qemu-user",
-    "qemu-riscv64": "qemu-user",
-    "make": "make",
-    "objdump": "binutils",
-    "readelf": "binutils",
-}
-
-
-def require(*tools: str) -> None:
-    """Skip (fail under CI=true) unless every tool is on PATH."""
-    missing = [t for t in tools if shutil.which(t) is None]
-    if not missing:
-        return
-    packages = sorted({PACKAGES.get(t, t) for t in missing})
-    reason = f"needs {', '.join(missing)} (apt-get install {' '.join(packages)})"
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI installs the cross tools, yet this machine lacks: {reason}")
-    pytest.skip(reason)
 
 
 def run(cmd, **kw) -> subprocess.CompletedProcess:

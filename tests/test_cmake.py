@@ -78,7 +78,7 @@ def test_example_builds_a_cortex_m_firmware_from_the_same_call(tmp_path, capsys)
     assert int.from_bytes(firmware[18:20], "little") == EM_ARM
     assert {"lenet_run", "lenet_info", "main"} <= set(elf_symbols(firmware)[0])
     header = (build / "xlac" / "lenet_model" / "lenet.h").read_text()
-    assert " * Target triple: thumbv7em-none-eabi\n" in header
+    assert " * Target triple: thumbv7em-none-eabihf\n" in header
     assert " * CPU:           cortex-m4\n" in header
 
 

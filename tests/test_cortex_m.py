@@ -29,7 +29,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from cross import ROOT, assert_close, max_error, read_outputs, require, run_all, write_inputs
+from cross import ROOT, assert_close, max_error, read_outputs, run_all, write_inputs
+from tools import require_tools
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from memory_models import MODELS  # noqa: E402
@@ -97,7 +98,7 @@ def _make(board: str, model_path: Path, build: Path, *goals: str) -> list:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[tuple[str, str], Run]:
-    require("make", "arm-none-eabi-gcc", "qemu-system-arm")
+    require_tools("make", "arm-none-eabi-gcc", "qemu-system-arm")
     root = tmp_path_factory.mktemp("cortex-m")
     results: dict[tuple[str, str], Run] = {}
     builds = []

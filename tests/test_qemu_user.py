@@ -25,7 +25,8 @@ import onnxruntime as ort
 import pytest
 
 import xlac
-from cross import ROOT, assert_close, max_error, read_outputs, require, run, run_all, write_inputs
+from cross import ROOT, assert_close, max_error, read_outputs, run, run_all, write_inputs
+from tools import require_tools
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from memory_models import MODELS  # noqa: E402
@@ -83,7 +84,7 @@ class Result:
 def results(tmp_path_factory) -> dict[tuple[str, str], Result]:
     tools = {t for target in TARGETS.values()
              for t in (f"{target.prefix}-gcc", target.qemu[0])}
-    require(*sorted(tools))
+    require_tools(*sorted(tools))
     root = tmp_path_factory.mktemp("qemu-user")
     runtime_dir = Path(xlac.runtime_c.__file__).parent
     models = {}
@@ -137,7 +138,7 @@ def test_matches_onnxruntime(results, target, model):
 def _instructions(results, target: str, model: str) -> list[tuple[str, str]]:
     """(mnemonic, operands) of every instruction of the object, by the target's objdump."""
     objdump = f"{TARGETS[target].prefix}-objdump"
-    require(objdump)
+    require_tools(objdump)
     text = subprocess.run([objdump, "-d", results[target, model].folder / "model.o"],
                           capture_output=True, text=True, check=True).stdout
     out = []

@@ -19,7 +19,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import xlac
-from cross import ROOT, require
+from cross import ROOT
+from tools import require_tools
 from xlac.emitter.elf import ElfObject, set_arm_vfp_args
 from xlac.emitter.stack import stack_depth
 from xlac.emitter.target import make_target
@@ -124,7 +125,7 @@ def test_hard_float_triple_needs_an_fpu():
 
 
 def _readelf_attributes(path: Path) -> str:
-    require("readelf")
+    require_tools("readelf")
     return subprocess.run(["readelf", "-A", str(path)], capture_output=True, text=True,
                           check=True).stdout
 
@@ -161,7 +162,7 @@ def test_vfp_args_tag_goes_into_the_file_attributes():
 # --- instructions the target's features allow (disassembly) ----------------------------
 
 def _mnemonics(objdump: str, path: Path) -> list[str]:
-    require(objdump)
+    require_tools(objdump)
     text = subprocess.run([objdump, "-d", str(path)], capture_output=True, text=True,
                           check=True).stdout
     return [parts[2].split()[0] for line in text.splitlines()
@@ -226,8 +227,8 @@ def test_intermediate_beyond_the_address_space_is_named(tmp_path):
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])], [shape])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    with pytest.raises(XlacError, match=r"^tensor %\S+ \(f32\[600000000\]\{0\}\) takes "
-                                        r"2,400,000,000 bytes, more than one object"):
+    with pytest.raises(XlacError, match=r"^tensor %\S+ of Expand 'e' \(f32\[600000000\]\{0\}\) "
+                                        r"takes 2,400,000,000 bytes, more than one object"):
         xlac.compile(model, tmp_path / "m.o", target="thumbv7em-none-eabihf", emit="hlo")
 
 

@@ -4,14 +4,15 @@
 # (XLAC_TARGET_TRIPLE, XLAC_CPU), so the project's CMakeLists.txt needs no change.
 #
 # nosys.specs gives newlib stubs for its system calls: the firmware links and its
-# printf goes nowhere. A board needs its own startup code, linker script and output.
+# printf goes nowhere. A board needs its own startup code, linker script and output:
+# examples/cortex-m has them for the MPS2 boards QEMU emulates.
 set(CMAKE_SYSTEM_NAME Generic)
 set(CMAKE_SYSTEM_PROCESSOR arm)
 set(CMAKE_C_COMPILER arm-none-eabi-gcc)
 set(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)
 
-set(CMAKE_C_FLAGS_INIT "-mcpu=cortex-m4 -mthumb -mfloat-abi=softfp -mfpu=fpv4-sp-d16")
+set(CMAKE_C_FLAGS_INIT "-mcpu=cortex-m4 -mthumb -mfloat-abi=hard -mfpu=fpv4-sp-d16")
 set(CMAKE_EXE_LINKER_FLAGS_INIT "--specs=nosys.specs")
 
-set(XLAC_TARGET_TRIPLE thumbv7em-none-eabi)
+set(XLAC_TARGET_TRIPLE thumbv7em-none-eabihf)   # hard float, as the flags above
 set(XLAC_CPU cortex-m4)
