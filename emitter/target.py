@@ -158,7 +158,8 @@ _STDERR_LOCK = threading.Lock()
 @contextmanager
 def captured_stderr():
     """LLVM prints its listings and diagnostics to file descriptor 2; this collects them.
-    Yields a list that holds the lines once the block ends. One thread at a time."""
+    Yields a list that holds the lines (with their line ends) once the block ends. One
+    thread at a time."""
     lines: list[str] = []
     with _STDERR_LOCK, tempfile.TemporaryFile() as f:
         sys.stderr.flush()
@@ -170,7 +171,7 @@ def captured_stderr():
             os.dup2(saved, 2)
             os.close(saved)
             f.seek(0)
-            lines += f.read().decode("utf-8", "replace").splitlines()
+            lines += f.read().decode("utf-8", "replace").splitlines(keepends=True)
 
 
 _LIST_CHOICES = """
@@ -228,7 +229,7 @@ def _create_checked(target, triple: str, **options):
     for line in lines:
         m = _UNRECOGNIZED.search(line)
         if m is None:
-            print(line, file=sys.stderr)
+            sys.stderr.write(line)
             continue
         cpus, features = llvm_choices(triple)
         if m.group(2) == "processor":
@@ -350,8 +351,8 @@ def _with_frame_sizes(emit):
         m = _FRAME.search(line)
         if m:
             frames[m.group(2)] = int(m.group(1))
-        else:
-            print(line, file=sys.stderr)
+        else:   # as written (a progress line may end in a carriage return)
+            sys.stderr.write(line)
     return result, frames
 
 
