@@ -10,7 +10,8 @@ firmware measured (a painted stack) must be within the header's NAME_STACK_SIZE 
 what newlib's memcpy/memset take.
 
 The models: the MLPerf Tiny four of benchmarks/memory_models.py and a small one of
-element-wise math (transcendental functions, and f64 arithmetic, which a
+element-wise math (fmod, which the C library computes: on hard-float boards its
+arguments travel in FPU registers; transcendental functions; f64 arithmetic, which a
 single-precision FPU leaves to the compiler's runtime). Flash,
 RAM and stack per board and model are printed at the end and written to
 build/cortex_m.json.
@@ -46,13 +47,15 @@ LIBRARY_STACK = 64
 
 
 def math_model() -> onnx.ModelProto:
-    """tanh / exp / sqrt (xlac's own math, no libm) and f64 arithmetic."""
+    """fmod (libm), tanh / exp / sqrt (xlac's own math) and f64 arithmetic."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [64])
     outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [64])
-            for n in ("tanh", "exp", "sqrt", "f64")]
+            for n in ("fmod", "tanh", "exp", "sqrt", "f64")]
     three = helper.make_tensor("three", TensorProto.DOUBLE, [], [3.0])
     quarter = helper.make_tensor("quarter", TensorProto.FLOAT, [], [0.25])
     nodes = [
+        helper.make_node("Mod", ["x", "y"], ["fmod"], fmod=1),
         helper.make_node("Tanh", ["x"], ["tanh"]),
         helper.make_node("Mul", ["x", "quarter"], ["xq"]),
         helper.make_node("Exp", ["xq"], ["exp"]),
@@ -62,7 +65,7 @@ def math_model() -> onnx.ModelProto:
         helper.make_node("Mul", ["xd", "three"], ["x3"]),
         helper.make_node("Cast", ["x3"], ["f64"], to=TensorProto.FLOAT),
     ]
-    graph = helper.make_graph(nodes, "math", [x], outs, [three, quarter])
+    graph = helper.make_graph(nodes, "math", [x, y], outs, [three, quarter])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
