@@ -8,5 +8,7 @@ from . import (activations, cast, elementwise, math, ml, nn, reduce,  # noqa: F4
 from .context import ConstantInputNeeded
 from .importer import import_onnx, pin_const_inputs
 from .registry import supported_ops
+from .scope import OUT_OF_SCOPE, OutOfScope
 
-__all__ = ["import_onnx", "pin_const_inputs", "supported_ops", "ConstantInputNeeded"]
+__all__ = ["import_onnx", "pin_const_inputs", "supported_ops", "ConstantInputNeeded",
+           "OutOfScope", "OUT_OF_SCOPE"]

@@ -3,7 +3,9 @@
 The steps, in order, each with its own user-facing error:
   1. load (path, bytes or ModelProto)          "cannot read ONNX model ..."
      an opset newer than the onnx package knows: an XlacWarning
-  2. every node has a handler                  "unsupported ONNX ops: A (node 'a'), ..."
+  2. every node, in subgraphs too, has a handler, and the graph's inputs and
+     outputs are tensors of numbers    "unsupported ONNX ops: A (node 'a'), ...;
+                                        out of scope: B (node 'b'): why" (scope.py)
      (before the checker, which stops at the first op it has no schema for)
   3. onnx.checker.check_model                  "invalid ONNX model ..."
   4. pin constant inputs (they become weights), pin input shapes, reject dynamic dims
@@ -27,6 +29,7 @@ from ...hlo import (Builder, Module, OpMetadata, Shape, ShapeError, Signature, T
                     XlacError, XlacWarning)
 from .context import ImportContext, node_label
 from .registry import DEFAULT_DOMAIN, lookup
+from .scope import OutOfScope, check_value_type, out_of_scope_reason, strings_error
 from .types import hlo_dtype
 
 
@@ -44,6 +47,7 @@ def import_onnx(model, input_shapes: dict | None = None, name: str | None = None
     opsets = {_domain(o.domain): o.version for o in model.opset_import}
     _warn_future_opset(opsets.get(DEFAULT_DOMAIN, 0), source)
     _reject_unsupported(model.graph, opsets)
+    _reject_non_tensors(model.graph)
     _check(model, source)
     pin_const_inputs(model, const_inputs or {})
     model = _pin_input_shapes(model, input_shapes or {})
@@ -99,15 +103,52 @@ def _domain(domain: str) -> str:
     return DEFAULT_DOMAIN if domain in ("", "ai.onnx") else domain
 
 
-def _reject_unsupported(graph: onnx.GraphProto, opsets: dict[str, int]) -> None:
-    missing = []
+def _all_nodes(graph: onnx.GraphProto):
+    """The nodes of ``graph`` and, depth first, of the subgraphs in their attributes
+    (If branches, Loop and Scan bodies)."""
     for node in graph.node:
+        yield node
+        for a in node.attribute:
+            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
+                      a.graphs if a.type == onnx.AttributeProto.GRAPHS else []):
+                yield from _all_nodes(g)
+
+
+def _reject_unsupported(graph: onnx.GraphProto, opsets: dict[str, int]) -> None:
+    """One error listing every node without a handler: the unsupported ones, then the
+    ones out of scope by design, grouped by reason (scope.OUT_OF_SCOPE)."""
+    missing, out_of_scope = [], {}
+    for node in _all_nodes(graph):
         domain = _domain(node.domain)
-        if lookup(domain, node.op_type, opsets.get(domain, 0)) is None:
-            op = node.op_type if domain == DEFAULT_DOMAIN else f"{domain}.{node.op_type}"
-            missing.append(f"{op} (node '{node_label(node)}')")
+        if lookup(domain, node.op_type, opsets.get(domain, 0)) is not None:
+            continue
+        op = node.op_type if domain == DEFAULT_DOMAIN else f"{domain}.{node.op_type}"
+        label = f"{op} (node '{node_label(node)}')"
+        reason = out_of_scope_reason(domain, node.op_type)
+        if reason is None:
+            missing.append(label)
+        else:
+            out_of_scope.setdefault(reason, []).append(label)
+    parts = []
     if missing:
-        raise XlacError("unsupported ONNX ops: " + ", ".join(missing))
+        parts.append("unsupported ONNX ops: " + ", ".join(missing))
+    if out_of_scope:
+        parts.append("out of scope: " + "; ".join(
+            f"{', '.join(labels)}: {reason}" for reason, labels in out_of_scope.items()))
+    if parts:
+        raise (XlacError if missing else OutOfScope)("; ".join(parts))
+
+
+def _reject_non_tensors(graph: onnx.GraphProto) -> None:
+    """Sequences, optionals, maps and strings as model inputs or outputs are out of scope."""
+    initialized = {t.name for t in graph.initializer}
+    values = [("input", vi) for vi in graph.input if vi.name not in initialized]
+    values += [("output", vi) for vi in graph.output]
+    for kind, vi in values:
+        check_value_type(vi.type, f"{kind} '{vi.name}'")
+        if (vi.type.HasField("tensor_type")
+                and vi.type.tensor_type.elem_type == onnx.TensorProto.STRING):
+            raise strings_error(f"{kind} '{vi.name}'")
 
 
 def _graph_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:

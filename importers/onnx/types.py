@@ -8,6 +8,7 @@ from __future__ import annotations
 from onnx import TensorProto
 
 from ...hlo import XlacError, dtypes
+from .scope import strings_error
 
 _TO_HLO = {
     TensorProto.FLOAT: dtypes.F32,
@@ -44,6 +45,8 @@ def hlo_dtype(elem_type: int, what: str) -> dtypes.DType:
     try:
         return _TO_HLO[elem_type]
     except KeyError:
+        if elem_type == TensorProto.STRING:
+            raise strings_error(what) from None
         name = TensorProto.DataType.Name(elem_type) if elem_type in \
             TensorProto.DataType.values() else str(elem_type)
         raise XlacError(f"{what} has element type {name}, which xlac does not support") \

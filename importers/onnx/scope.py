@@ -1,0 +1,84 @@
+"""What xlac leaves out by design, and why: one table that the importer's errors and the
+conformance report (``python -m xlac.conformance --report``) both read.
+
+Compiled code holds tensors of numbers whose shapes are fixed at compile time, runs
+inference and needs no state between calls. An ONNX op that cannot fit that is out of
+scope, not merely unsupported: no amount of lowering work would make it compile. The
+importer names such nodes apart from the unsupported ones, with the reason
+(``OutOfScope``), so that a user knows not to wait for them:
+
+    xlac: error: out of scope: StringNormalizer (node 'n'): works on strings, which
+    compiled code does not hold
+
+An op with a handler may still list a reason here for the inputs it refuses (Compress
+whose condition is not known at compile time): the handler decides, the report shows
+both. Values that are not tensors (sequences, optionals, maps) and tensors of strings
+are refused wherever they appear, as model inputs or outputs or as element types.
+"""
+from __future__ import annotations
+
+from ...hlo import XlacError
+
+STRINGS = "works on strings, which compiled code does not hold"
+SEQUENCES = "works on sequences, which compiled code does not hold (only tensors of fixed shape)"
+OPTIONALS = "works on optionals, which compiled code does not hold (only tensors of fixed shape)"
+MAPS = "works on maps, which compiled code does not hold (only tensors of fixed shape)"
+TRAINING = "a training op (gradients, optimizer updates); xlac compiles inference"
+RANDOM = ("draws random numbers from a generator each runtime chooses, so no compiled result "
+          "can be checked; pass random values in as an input")
+DATA_SHAPE = ("the shape of its output depends on the input values, and compiled code has "
+              "shapes fixed at compile time")
+IMAGE_DECODE = ("decodes image files (JPEG, PNG, ...), whose output shape depends on the bytes "
+                "and which compiled code does not parse")
+
+# Values that are not dense tensors, by the field of onnx.TypeProto that says so.
+NOT_TENSOR = {"sequence_type": "a sequence", "optional_type": "an optional",
+              "map_type": "a map", "sparse_tensor_type": "a sparse tensor"}
+
+ML = "ai.onnx.ml"
+TRAINING_DOMAIN = "ai.onnx.preview.training"
+
+# (domain, op type) -> why it is out of scope. "" is the default domain (ai.onnx).
+OUT_OF_SCOPE: dict[tuple[str, str], str] = {
+    **{("", op): STRINGS for op in (
+        "StringConcat", "StringNormalizer", "StringSplit", "RegexFullMatch")},
+    (ML, "CategoryMapper"): STRINGS,
+    **{("", op): SEQUENCES for op in (
+        "ConcatFromSequence", "SequenceAt", "SequenceConstruct", "SequenceEmpty",
+        "SequenceErase", "SequenceInsert", "SequenceLength", "SequenceMap",
+        "SplitToSequence")},
+    **{("", op): OPTIONALS for op in ("Optional", "OptionalGetElement", "OptionalHasElement")},
+    (ML, "CastMap"): MAPS,
+    (ML, "DictVectorizer"): MAPS,
+    (ML, "ZipMap"): MAPS,
+    **{(TRAINING_DOMAIN, op): TRAINING for op in ("Adagrad", "Adam", "Gradient", "Momentum")},
+    **{("", op): RANDOM for op in (
+        "Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike", "RandomUniform",
+        "RandomUniformLike")},
+    **{("", op): DATA_SHAPE for op in ("NonZero", "NonMaxSuppression", "Unique")},
+    ("", "Compress"): ("the shape of its output depends on the condition's values unless the "
+                       "condition is known at compile time (pin it with --const-input)"),
+    ("", "ImageDecoder"): IMAGE_DECODE,
+}
+
+
+class OutOfScope(XlacError):
+    """The model needs something xlac leaves out by design (see ``OUT_OF_SCOPE``)."""
+
+
+def out_of_scope_reason(domain: str, op_type: str) -> str | None:
+    """Why ``op_type`` of ``domain`` is out of scope, or None."""
+    return OUT_OF_SCOPE.get(("" if domain in ("", "ai.onnx") else domain, op_type))
+
+
+def check_value_type(type_proto, what: str) -> None:
+    """Raise ``OutOfScope`` unless a value of this ``onnx.TypeProto`` is a dense tensor;
+    ``what`` names the value ("input 'x'"). Its element type is checked where it is read."""
+    kind = type_proto.WhichOneof("value")
+    if kind in NOT_TENSOR:
+        raise OutOfScope(f"out of scope: {what} is {NOT_TENSOR[kind]}, which compiled code "
+                         "does not hold (only dense tensors of fixed shape)")
+
+
+def strings_error(what: str) -> OutOfScope:
+    return OutOfScope(f"out of scope: {what} holds strings, which compiled code does not hold")
