@@ -1,28 +1,41 @@
-"""Run the onnx package's backend node test cases through xlac.
+"""Run the onnx package's backend test cases through xlac, and write the support report.
 
-    python -m xlac.conformance                       # every node case, a summary
-    python -m xlac.conformance -k 'test_(lstm|gru)'  # cases whose name matches
-    python -m xlac.conformance -k resize -v          # one line per case
+    python -m xlac.conformance                       # every case of every suite, a summary
+    python -m xlac.conformance -k 'test_(lstm|gru)'  # cases whose id matches
+    python -m xlac.conformance --suite node -k resize -v    # one line per case
+    python -m xlac.conformance --report docs/onnx-support.md
 
-Each case is compiled with ``xlac.compile`` into a temporary folder, loaded with
-``xlac.load`` and run on every data set of the case. Where an op needs the value of
-a graph input at compile time (a shape, axes, a count), that input is pinned to the
-data set's value (``const_inputs``), as a user would pin it, and the case is compiled
-once per data set; the outputs are compared with
-the stored expected outputs at the case's own tolerances (``rtol``/``atol``, as the
-onnx backend runner does; integers and booleans exactly). A case ends in one of:
+The suites: ``node`` (the node cases, ``onnx.backend.test.case.node``, in memory) and
+the data sets under ``onnx/backend/test/data/``: ``simple``, ``pytorch-converted``,
+``pytorch-operator`` (a model.onnx and test_data_set_*/{input,output}_*.pb per case) and
+``light`` (nine CNNs, run on the onnx runner's dummy input against the stored output).
+A case's id is its name for node cases (``test_abs``), ``SUITE/NAME`` for the others
+(``simple/test_sign_model``).
 
-    pass      every output of every data set matches
-    mismatch  it compiled and ran, and an output differs (the largest error is shown)
-    error     xlac refused it with an XlacError (the one-line message is shown)
-    crash     any other exception: a bug in xlac (the exception is shown)
+Each case runs through ``xlac.backend`` as the official runner
+(``onnx.backend.test.BackendTest``) runs it: ``prepare`` compiles the model, ``run``
+runs every data set, pinning the inputs an op needs at compile time (shapes, axes,
+counts) to the data set's values as a user would with ``const_inputs``. Outputs are
+compared with the stored ones at the case's tolerances (``rtol``/``atol``; integers and
+booleans exactly). A case ends in one of:
 
-Cases run in worker processes (``--jobs``), each bounded by ``--timeout`` seconds.
+    pass          every output of every data set matches
+    mismatch      it compiled and ran, and an output differs (the largest error is shown)
+    error         xlac refused it with an XlacError (the one-line message is shown)
+    out of scope  xlac refused it as out of scope by design (importers/onnx/scope.py)
+    crash         any other exception: a bug in xlac (the exception is shown)
+    timeout       it ran past --timeout seconds
+
+Each case is attributed to the ops it tests: a node case to the op of its node (an
+``_expanded`` case, which holds the op's function body, to the op whose body it is),
+a data-set case to the op types of its model. Cases run in worker processes
+(``--jobs``).
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import glob
 import json
 import multiprocessing
 import os
@@ -31,38 +44,176 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
+
+SUITES = ("node", "simple", "pytorch-converted", "pytorch-operator", "light")
+STATUSES = ("pass", "mismatch", "error", "out of scope", "crash", "timeout")
+DEFAULT_DOMAIN = "ai.onnx"
+
+
+@dataclass
+class Case:
+    id: str                   # node: the case name; data sets: SUITE/NAME
+    suite: str
+    ops: tuple[str, ...]      # the ops under test, domain-qualified outside ai.onnx
+    rtol: float = 1e-3
+    atol: float = 1e-7
+    model: object = None      # node cases: the ModelProto (data sets load theirs)
+    data_sets: list = field(default_factory=list)
+    path: str = ""            # data sets: the case folder, or the light model file
+
+    def load(self) -> tuple[object, list]:
+        """The model and its data sets: [(inputs, expected outputs)]."""
+        if self.suite == "node":
+            return self.model, self.data_sets
+        if self.suite == "light":
+            return _load_light(self.path)
+        return _load_data_set_case(self.path)
 
 
 @dataclass
 class CaseResult:
-    name: str
-    op: str          # the op type of the case's last node: the op under test
-    status: str      # pass | mismatch | error | crash | timeout
+    id: str
+    suite: str
+    ops: tuple[str, ...]
+    status: str               # one of STATUSES
     detail: str = ""
     seconds: float = 0.0
 
 
-def node_cases(pattern: str | None = None) -> list:
-    """The onnx package's node test cases (in memory), optionally filtered by name."""
+# -- the cases ---------------------------------------------------------------------------
+
+def _data_dir() -> str:
+    import onnx.backend.test
+    return os.path.join(os.path.dirname(onnx.backend.test.__file__), "data")
+
+
+def _qualified(domain: str, op_type: str) -> str:
+    return op_type if domain in ("", DEFAULT_DOMAIN) else f"{domain}.{op_type}"
+
+
+def _node_cases() -> list[Case]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from onnx.backend.test.case.node import collect_testcases
         cases = collect_testcases()
+    # A case made by the runner's expect() is a one-node model of the op under test; its
+    # _expanded variants (the op's function body, per opset: _expanded_verN) carry the
+    # base case's name.
+    op_of = {c.name: _qualified(c.model.graph.node[0].domain, c.model.graph.node[0].op_type)
+             for c in cases if len(c.model.graph.node) == 1 and "_expanded" not in c.name}
+    out = []
+    for c in cases:
+        base = re.sub(r"_expanded(_ver\d+)?$", "", c.name)
+        out.append(Case(c.name, "node", (op_of[base],), c.rtol, c.atol, c.model,
+                        list(c.data_sets)))
+    return out
+
+
+def _model_ops(model) -> tuple[str, ...]:
+    ops: dict[str, None] = {}
+    for n in model.graph.node:
+        ops[_qualified(n.domain, n.op_type)] = None
+    return tuple(ops)
+
+
+def _data_set_cases(suite: str) -> list[Case]:
+    import onnx
+    out = []
+    if suite == "light":
+        for path in sorted(glob.glob(os.path.join(_data_dir(), "light", "light_*.onnx"))):
+            name = os.path.basename(path)[len("light_"):-len(".onnx")]
+            meta = os.path.join(_data_dir(), "real", f"test_{name}", "data.json")
+            tol = json.load(open(meta)) if os.path.exists(meta) else {}
+            out.append(Case(f"light/test_{name}", suite,
+                            _model_ops(onnx.load(path, load_external_data=False)),
+                            tol.get("rtol", 1e-3), tol.get("atol", 1e-7), path=path))
+        return out
+    for folder in sorted(glob.glob(os.path.join(_data_dir(), suite, "test_*"))):
+        model_path = os.path.join(folder, "model.onnx")
+        if not os.path.exists(model_path):
+            continue
+        tol = {}
+        if os.path.exists(os.path.join(folder, "data.json")):
+            tol = json.load(open(os.path.join(folder, "data.json")))
+        out.append(Case(f"{suite}/{os.path.basename(folder)}", suite,
+                        _model_ops(onnx.load(model_path)),
+                        tol.get("rtol", 1e-3), tol.get("atol", 1e-7), path=folder))
+    return out
+
+
+def collect(suites=SUITES, pattern: str | None = None) -> list[Case]:
+    """The cases of ``suites`` whose id matches ``pattern`` (a regex), in suite order."""
     rx = re.compile(pattern) if pattern else None
-    return [c for c in cases if rx is None or rx.search(c.name)]
+    out = []
+    for suite in suites:
+        if suite not in SUITES:
+            raise ValueError(f"unknown suite {suite!r}; suites: {', '.join(SUITES)}")
+        found = _node_cases() if suite == "node" else _data_set_cases(suite)
+        out += [c for c in found if rx is None or rx.search(c.id)]
+    return out
 
 
-def _op_under_test(model) -> str:
-    nodes = model.graph.node
-    return nodes[-1].op_type if nodes else "?"
+def _read_value(path: str, type_proto):
+    """A stored input or output, read as the onnx runner reads it (by the graph's type)."""
+    import onnx
+    from onnx import numpy_helper
+    with open(path, "rb") as f:
+        data = f.read()
+    if type_proto.HasField("sequence_type"):
+        return numpy_helper.to_list(onnx.SequenceProto.FromString(data))
+    if type_proto.HasField("optional_type"):
+        return numpy_helper.to_optional(onnx.OptionalProto.FromString(data))
+    return numpy_helper.to_array(onnx.TensorProto.FromString(data))
 
 
-def _compare(expected: np.ndarray, got: np.ndarray, rtol: float, atol: float) -> str | None:
+def _load_data_set_case(folder: str):
+    import onnx
+    model = onnx.load(os.path.join(folder, "model.onnx"))
+    data_sets = []
+    for ds in sorted(glob.glob(os.path.join(folder, "test_data_set_*"))):
+        n_in = len(glob.glob(os.path.join(ds, "input_*.pb")))
+        n_out = len(glob.glob(os.path.join(ds, "output_*.pb")))
+        inputs = [_read_value(os.path.join(ds, f"input_{i}.pb"), model.graph.input[i].type)
+                  for i in range(n_in)]
+        outputs = [_read_value(os.path.join(ds, f"output_{i}.pb"), model.graph.output[i].type)
+                   for i in range(n_out)]
+        data_sets.append((inputs, outputs))
+    return model, data_sets
+
+
+def _load_light(path: str):
+    import onnx
+    from onnx.backend.test.runner import Runner
+    model = onnx.load(path)
+    inits = {t.name for t in model.graph.initializer}
+    inputs = [Runner.generate_dummy_data(i, random=False) for i in model.graph.input
+              if i.name not in inits]
+    outputs = [_read_value(f"{path[:-len('.onnx')]}_output_{k}.pb", o.type)
+               for k, o in enumerate(model.graph.output)]
+    return model, [(inputs, outputs)]
+
+
+# -- running one case ----------------------------------------------------------------------
+
+def _expected(value):
+    """A stored output as the onnx runner compares it: TensorProtos (types numpy has no
+    name for) and numpy scalars as arrays; sequences and optionals as they are."""
+    import onnx
+    from onnx import numpy_helper
+    if isinstance(value, onnx.TensorProto):
+        return numpy_helper.to_array(value)
+    return np.asarray(value) if isinstance(value, np.generic) else value
+
+
+def _compare(expected, got, rtol: float, atol: float) -> str | None:
     """None if ``got`` matches ``expected``, else why not."""
-    expected, got = np.asarray(expected), np.asarray(got)
+    expected = _expected(expected)
+    if not isinstance(expected, np.ndarray):
+        return f"expected a {type(expected).__name__}, got a tensor"
+    got = np.asarray(got)
     if expected.shape != got.shape:
         return f"shape {got.shape}, expected {expected.shape}"
     if expected.dtype != got.dtype:
@@ -81,146 +232,138 @@ def _compare(expected: np.ndarray, got: np.ndarray, rtol: float, atol: float) ->
     return f"{int((~close).sum())} of {close.size} elements off, max |err| {np.nanmax(err):.3g}"
 
 
-def _array(value):
-    # Some cases store TensorProtos (types numpy cannot hold natively): read them as the
-    # onnx backend runner does.
-    import onnx
-    from onnx import numpy_helper
-    if isinstance(value, onnx.TensorProto):
-        return numpy_helper.to_array(value)
-    if isinstance(value, (list, tuple)) or value is None:
-        return value          # a sequence or an optional: xlac refuses such inputs itself
-    return np.asarray(value)
+def _one_line(text: str) -> str:
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
 
-def run_case(case, workdir: str) -> CaseResult:
-    """Compile, load and run one case; never raises."""
-    import xlac
-    from xlac.hlo import XlacError
+def run_case(case: Case) -> CaseResult:
+    """Prepare and run one case through xlac.backend; never raises."""
+    from . import backend
+    from .hlo import XlacError
+    from .importers.onnx import OutOfScope
     start = time.perf_counter()
-    op = _op_under_test(case.model)
+
+    def result(status: str, detail: str = "") -> CaseResult:
+        return CaseResult(case.id, case.suite, case.ops, status, detail[:500],
+                          round(time.perf_counter() - start, 3))
     try:
-        out = os.path.join(workdir, f"{case.name}.o")
-        names = [i.name for i in case.model.graph.input
-                 if i.name not in {t.name for t in case.model.graph.initializer}]
-        for inputs, expected in case.data_sets:
-            inputs = dict(zip(names, (_array(x) for x in inputs)))
-            expected = [_array(e) for e in expected]
-            pinned = _compile_pinning(case.model, out, inputs)
-            model = xlac.load(out)
-            got = model(*(v for n, v in inputs.items() if n not in pinned))
+        model, data_sets = case.load()
+        rep = backend.prepare(model)
+        for inputs, expected in data_sets:
+            got = rep.run(inputs)
+            if len(got) != len(expected):
+                return result("mismatch", f"{len(got)} outputs, expected {len(expected)}")
             for k, (e, g) in enumerate(zip(expected, got)):
                 why = _compare(e, g, case.rtol, case.atol)
                 if why is not None:
-                    return CaseResult(case.name, op, "mismatch", f"output {k}: {why}",
-                                      time.perf_counter() - start)
-            if len(got) != len(expected):
-                return CaseResult(case.name, op, "mismatch",
-                                  f"{len(got)} outputs, expected {len(expected)}",
-                                  time.perf_counter() - start)
-        return CaseResult(case.name, op, "pass", "", time.perf_counter() - start)
+                    return result("mismatch", f"output {k}: {why}")
+        return result("pass")
+    except OutOfScope as e:
+        return result("out of scope", _one_line(e))
     except XlacError as e:
-        return CaseResult(case.name, op, "error", str(e).splitlines()[0][:300],
-                          time.perf_counter() - start)
+        return result("error", _one_line(e))
     except Exception as e:    # a bug in xlac: the conformance run reports it, not stops
-        return CaseResult(case.name, op, "crash", f"{type(e).__name__}: {e}"[:300],
-                          time.perf_counter() - start)
+        return result("crash", f"{type(e).__name__}: {_one_line(e)}")
 
 
-def _compile_pinning(model, out: str, inputs: dict) -> set[str]:
-    """Compile ``model``, pinning the inputs the importer asks for; returns their names."""
-    import xlac
-    from xlac.importers.onnx import ConstantInputNeeded
-    pinned: dict = {}
-    while True:
-        try:
-            xlac.compile(model, out, name="m", const_inputs=pinned)
-            return set(pinned)
-        except ConstantInputNeeded as e:
-            if not set(e.inputs) - set(pinned):
-                raise
-            pinned.update({n: inputs[n] for n in e.inputs})
+# -- running many -------------------------------------------------------------------------
+
+_CASES: list[Case] = []        # the parent's cases; forked workers inherit them
 
 
-def _worker(args):
-    index, pattern, workdir = args
-    case = _CASES[index]
-    return run_case(case, workdir)
+def _worker(index: int) -> CaseResult:
+    return run_case(_CASES[index])
 
 
-_CASES: list = []
-
-
-def _init_worker(pattern):
+def run(cases: list[Case], jobs: int, timeout: float) -> list[CaseResult]:
     global _CASES
-    _CASES = node_cases(pattern)
-
-
-def run(pattern: str | None, jobs: int, timeout: float) -> list[CaseResult]:
-    cases = node_cases(pattern)
+    _CASES = cases
     results: list[CaseResult] = []
     with tempfile.TemporaryDirectory(prefix="xlac-conformance-") as workdir:
         os.environ.setdefault("XLAC_CACHE_DIR", os.path.join(workdir, "cache"))
         ctx = multiprocessing.get_context("fork")
-        with ctx.Pool(jobs, initializer=_init_worker, initargs=(pattern,),
-                      maxtasksperchild=50) as pool:
-            pending = [(c, pool.apply_async(_worker, ((i, pattern, workdir),)))
-                       for i, c in enumerate(cases)]
+        with ctx.Pool(jobs, maxtasksperchild=50) as pool:
+            pending = [(c, pool.apply_async(_worker, (i,))) for i, c in enumerate(cases)]
             for case, job in pending:
                 try:
                     results.append(job.get(timeout))
                 except multiprocessing.TimeoutError:
-                    results.append(CaseResult(case.name, _op_under_test(case.model), "timeout",
+                    results.append(CaseResult(case.id, case.suite, case.ops, "timeout",
                                               f"over {timeout:.0f} s"))
     return results
 
 
-def summarize(results: list[CaseResult]) -> str:
+def _counts_line(results: list[CaseResult]) -> str:
     counts = collections.Counter(r.status for r in results)
-    lines = [f"{len(results)} cases: " + ", ".join(f"{counts[s]} {s}" for s in
-                                                  ("pass", "mismatch", "error", "crash",
-                                                   "timeout") if counts[s])]
+    return ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s])
+
+
+def summarize(results: list[CaseResult]) -> str:
+    lines = [f"{len(results)} cases: {_counts_line(results)}"]
+    for suite in SUITES:
+        mine = [r for r in results if r.suite == suite]
+        if mine:
+            lines.append(f"  {suite}: {len(mine)} cases: {_counts_line(mine)}")
     by_op: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for r in results:
-        by_op[r.op][r.status] += 1
+        if r.suite == "node":
+            by_op[r.ops[0]][r.status] += 1
     failing = sorted((op for op, c in by_op.items() if set(c) != {"pass"}),
-                     key=lambda op: -sum(v for k, v in by_op[op].items() if k != "pass"))
+                     key=lambda op: (-sum(v for k, v in by_op[op].items() if k != "pass"), op))
     if failing:
-        lines.append("failing ops (cases not passing / all):")
+        lines.append("ops with failing node cases (not passing / all):")
         for op in failing:
             c = by_op[op]
             lines.append(f"  {op}: {sum(c.values()) - c['pass']}/{sum(c.values())}")
     return "\n".join(lines)
 
 
+def prune_failures(path: str, results: list[CaseResult]) -> int:
+    """Remove the cases that passed from a known-failures list (first word of a line: the
+    case id); returns how many lines went. It never adds any."""
+    passed = {r.id for r in results if r.status == "pass"}
+    with open(path) as f:
+        lines = f.read().splitlines()
+    kept = [line for line in lines if line.split(" ", 1)[0] not in passed]
+    with open(path, "w") as f:
+        f.write("".join(line + "\n" for line in kept))
+    return len(lines) - len(kept)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m xlac.conformance",
-                                description="Run the ONNX backend node test cases through xlac.")
-    p.add_argument("-k", dest="pattern", help="only cases whose name matches this regex")
+                                description="Run the ONNX backend test cases through xlac.")
+    p.add_argument("-k", dest="pattern", help="only cases whose id matches this regex")
+    p.add_argument("--suite", action="append", choices=SUITES,
+                   help="run this suite (repeatable; default: all)")
     p.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per case")
     p.add_argument("-v", "--verbose", action="store_true", help="one line per case")
     p.add_argument("--json", metavar="FILE", help="write every case's result as JSON")
-    p.add_argument("--prune-failures", metavar="FILE",
+    p.add_argument("--report", metavar="FILE",
+                   help="write the support report (Markdown), e.g. docs/onnx-support.md")
+    p.add_argument("--prune-failures", metavar="FILE", action="append", default=[],
                    help="remove the cases that now pass from a known-failures list such as "
-                   "tests/onnx_node_failures.txt (it never adds any)")
+                   "tests/onnx_node_failures.txt (repeatable; it never adds any)")
     args = p.parse_args(argv)
-    results = run(args.pattern, args.jobs, args.timeout)
+    start = time.perf_counter()
+    cases = collect(args.suite or SUITES, args.pattern)
+    results = run(cases, args.jobs, args.timeout)
+    seconds = time.perf_counter() - start
     if args.verbose:
         for r in results:
-            print(f"{r.status:8} {r.name}  {r.detail}")
+            print(f"{r.status:12} {r.id}  {r.detail}")
     print(summarize(results))
+    print(f"{seconds:.0f} s")
     if args.json:
         with open(args.json, "w") as f:
             json.dump([asdict(r) for r in results], f, indent=1)
-    if args.prune_failures:
-        passed = {r.name for r in results if r.status == "pass"}
-        with open(args.prune_failures) as f:
-            lines = f.read().splitlines()
-        kept = [line for line in lines if line.split(" ", 1)[0] not in passed]
-        with open(args.prune_failures, "w") as f:
-            f.write("".join(line + "\n" for line in kept))
-        print(f"{args.prune_failures}: {len(lines) - len(kept)} cases that pass removed")
+    if args.report:
+        from .support_report import write_report
+        write_report(args.report, results, args.suite or SUITES, args.pattern)
+        print(f"{args.report} written")
+    for path in args.prune_failures:
+        print(f"{path}: {prune_failures(path, results)} cases that pass removed")
     return 0
 
 

@@ -1,11 +1,13 @@
-"""Every node test case of the onnx package, through xlac.compile and xlac.load.
+"""Every node test case of the onnx package, and every model of its data sets
+``simple``, ``pytorch-converted`` and ``pytorch-operator``, through xlac.backend.
 
-Each case runs as ``python -m xlac.conformance`` runs it (``run_case``: compile,
-pinning the inputs an op needs at compile time, load, run every data set, compare
-with the stored outputs at the case's tolerances). A case must pass unless
-``onnx_node_failures.txt`` lists it; a listed case must still fail, and fail
-cleanly (an ``xlac: error`` line, never a crash), so the list shrinks as ops land
-and cannot hide a regression.
+Each case runs as ``python -m xlac.conformance`` runs it (``run_case``: prepare, pinning
+the inputs an op needs at compile time, run every data set, compare with the stored
+outputs at the case's tolerances). A case must pass unless its known-failures list
+(``onnx_node_failures.txt``, ``onnx_data_set_failures.txt``) names it; a listed case
+must still fail, and fail cleanly (an ``xlac: error`` line, never a crash), so the lists
+shrink as ops land and cannot hide a regression. The data set ``light`` runs in
+tests/test_light_models.py, with more checks than the stored output.
 """
 from __future__ import annotations
 
@@ -13,36 +15,43 @@ from pathlib import Path
 
 import pytest
 
-from xlac.conformance import node_cases, run_case
+from xlac.conformance import collect, run_case
 
-FAILURES_FILE = Path(__file__).with_name("onnx_node_failures.txt")
+HERE = Path(__file__).parent
+DATA_SETS = ("simple", "pytorch-converted", "pytorch-operator")
+FAILURE_FILES = {"node": HERE / "onnx_node_failures.txt",
+                 **{s: HERE / "onnx_data_set_failures.txt" for s in DATA_SETS}}
 
 
-def _known_failures() -> dict[str, str]:
-    """Case name -> why it does not pass yet (or why it is out of scope)."""
+def _known_failures(path: Path) -> dict[str, str]:
+    """Case id -> why it does not pass yet (or why it is out of scope)."""
     known = {}
-    for line in FAILURES_FILE.read_text().splitlines():
+    for line in path.read_text().splitlines():
         if line.strip() and not line.startswith("#"):
             name, _, why = line.partition(" ")
             known[name] = why.strip()
     return known
 
 
-CASES = {c.name: c for c in node_cases()}
-KNOWN_FAILURES = _known_failures()
+CASES = {c.id: c for c in collect(("node", *DATA_SETS))}
+KNOWN_FAILURES = {path: _known_failures(path) for path in set(FAILURE_FILES.values())}
 
 
-def test_failure_list_names_only_existing_cases():
-    assert sorted(set(KNOWN_FAILURES) - set(CASES)) == []
+@pytest.mark.parametrize("path", sorted(KNOWN_FAILURES), ids=lambda p: p.name)
+def test_failure_list_names_only_existing_cases(path):
+    assert sorted(set(KNOWN_FAILURES[path]) - set(CASES)) == []
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_node_case(name, tmp_path):
-    result = run_case(CASES[name], str(tmp_path))
-    if name in KNOWN_FAILURES:
+@pytest.mark.parametrize("case_id", sorted(CASES))
+def test_case(case_id):
+    case = CASES[case_id]
+    path = FAILURE_FILES[case.suite]
+    result = run_case(case)
+    if case_id in KNOWN_FAILURES[path]:
         assert result.status not in ("pass", "crash", "timeout"), (
-            f"{name} now {result.status}s {result.detail}: "
-            + ("remove it from tests/onnx_node_failures.txt" if result.status == "pass"
+            f"{case_id} now {result.status}s {result.detail}: "
+            + (f"remove it from tests/{path.name} (python -m xlac.conformance "
+               f"--prune-failures tests/{path.name})" if result.status == "pass"
                else "a case may fail with an XlacError, never crash"))
     else:
         assert result.status == "pass", f"{result.status}: {result.detail}"
