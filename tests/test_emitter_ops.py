@@ -6,7 +6,6 @@ case's outputs must match ``xlac.hlo.evaluator`` on the same inputs.
 """
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from typing import Callable
 
@@ -19,7 +18,6 @@ from xlac.hlo import (Builder, ConvDimensionNumbers, DotDimensionNumbers, Gather
 from xlac.hlo.evaluator import evaluate
 
 rng = np.random.default_rng(0)
-HAVE_MATHLIB = importlib.util.find_spec("xlac.emitter.mathlib") is not None
 
 F32, F64, S32, S64, U8, U32, PRED = (dtypes.F32, dtypes.F64, dtypes.S32, dtypes.S64, dtypes.U8,
                                      dtypes.U32, dtypes.PRED)
@@ -68,7 +66,6 @@ class Case:
     inputs: list
     build: Callable            # build(builder, *parameters) -> root
     tol: float = 0.0           # relative and absolute
-    needs_mathlib: bool = False
     zero_sign: bool = True     # exact cases also compare the sign of zero
 
 
@@ -94,14 +91,13 @@ def _called(comp):
     return seen
 
 
-def unary(op, x, tol=0.0, mathlib=False):
-    return Case(f"{op.text}_{x.dtype}".replace("-", "_"), [x], lambda b, p: b.op(op, p), tol,
-                mathlib)
+def unary(op, x, tol=0.0):
+    return Case(f"{op.text}_{x.dtype}".replace("-", "_"), [x], lambda b, p: b.op(op, p), tol)
 
 
-def binary(op, x, y, name=None, tol=0.0, mathlib=False):
+def binary(op, x, y, name=None, tol=0.0):
     return Case(name or f"{op.text}_{x.dtype}".replace("-", "_"), [x, y],
-                lambda b, p, q: b.op(op, p, q), tol, mathlib)
+                lambda b, p, q: b.op(op, p, q), tol)
 
 
 def convert(x, dtype, name=None):
@@ -188,7 +184,7 @@ CASES = [
     unary(Opcode.SQRT, f32(20, lo=0, hi=9)),
     unary(Opcode.RSQRT, f32(20, lo=0.1, hi=9), tol=1e-6),
     unary(Opcode.IS_FINITE, SPECIALS),
-    *[unary(op, f32(40, lo=lo, hi=hi), tol=2e-6, mathlib=True)
+    *[unary(op, f32(40, lo=lo, hi=hi), tol=2e-6)
       for op, lo, hi in ((Opcode.EXP, -20, 20), (Opcode.LOG, 0.01, 50), (Opcode.TANH, -6, 6),
                          (Opcode.LOGISTIC, -10, 10), (Opcode.SINE, -6, 6),
                          (Opcode.COSINE, -6, 6), (Opcode.ERF, -3, 3), (Opcode.ATAN, -9, 9),
@@ -196,7 +192,7 @@ CASES = [
                          (Opcode.COSH, -9, 9), (Opcode.ASINH, -9, 9), (Opcode.ACOSH, 1, 9),
                          (Opcode.ATANH, -0.99, 0.99))],
     binary(Opcode.POWER, f32(16, lo=0.1, hi=3), f32(16, lo=-2, hi=2), name="power_f32",
-           tol=1e-5, mathlib=True),
+           tol=1e-5),
     # convert
     convert(np.array([1.5, -2.7, 3e9, -3e9, np.nan, 0.0], np.float32), S32),
     convert(np.array([1.5, -2.7, 300.0, -1.0, np.nan], np.float32), U8),
@@ -321,7 +317,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    modules = {c.name: _module(c) for c in CASES if HAVE_MATHLIB or not c.needs_mathlib}
+    modules = {c.name: _module(c) for c in CASES}
     return compile_modules(modules, tmp_path_factory.mktemp("ops"))
 
 
@@ -332,8 +328,6 @@ def test_case_names_are_unique():
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_op_matches_evaluator(case, compiled):
-    if case.needs_mathlib and not HAVE_MATHLIB:
-        pytest.skip("emitter/mathlib.py not written yet")
     model = compiled[case.name]
     got = model(*case.inputs)
     want = evaluate(model.module, case.inputs)

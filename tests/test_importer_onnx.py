@@ -6,7 +6,6 @@ from __future__ import annotations
 import glob
 import os
 import sys
-import time
 
 import numpy as np
 import onnx
@@ -360,7 +359,6 @@ def test_reshape_shape_must_be_known():
 
 LIGHT = sorted(glob.glob(os.path.join(os.path.dirname(onnx.__file__),
                                       "backend/test/data/light/light_*.onnx")))
-LIGHT_EVAL_BUDGET_S = 20.0
 # Squeezenet's logits reach ~1e10 with all channels equal in exact arithmetic, so
 # its stored softmax (uniform) hinges on f32 summation order: a different order
 # gives different ties. Its logits are compared with onnxruntime instead.
@@ -383,6 +381,10 @@ def _expose_softmax_input(model):
     return model
 
 
+def test_the_nine_light_models_are_found():
+    assert len(LIGHT) == 9
+
+
 @pytest.mark.parametrize("path", LIGHT, ids=[_light_name(p) for p in LIGHT])
 def test_light_model(path):
     model = onnx.load(path)
@@ -398,8 +400,5 @@ def test_light_model(path):
             open(path[:-len(".onnx")] + "_output_0.pb", "rb").read()))
     module = import_onnx(model)
     assert module.signature.outputs[0].dims == expected.shape
-    start = time.perf_counter()
     got = evaluate(module, [x])[0]
-    if time.perf_counter() - start > LIGHT_EVAL_BUDGET_S:
-        pytest.skip(f"the numpy evaluator took over {LIGHT_EVAL_BUDGET_S:.0f} s")
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)

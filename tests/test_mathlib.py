@@ -322,7 +322,6 @@ def _undefined_symbols(triple: str, cpu: str, dtypes, tmp_path) -> set[str]:
     return {line.split()[-1] for line in out.stdout.splitlines() if line.strip()}
 
 
-@pytest.mark.skipif(not (shutil.which("llvm-nm") or shutil.which("nm")), reason="needs nm")
 @pytest.mark.parametrize("triple,cpu", TARGETS, ids=[t[0].split("-")[0] for t in TARGETS])
 def test_no_library_calls(triple, cpu, tmp_path):
     soft_f64 = triple.startswith("thumb")
