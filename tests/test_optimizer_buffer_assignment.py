@@ -1,4 +1,5 @@
-"""Buffer assignment and scheduling over random DAGs, plus the contract's special cases.
+"""Buffer assignment and scheduling over random DAGs, plus the contract's special cases
+written as HLO text.
 
 The strongest check runs the schedule on real memory laid out as assigned (an
 arena byte array, the caller's output buffers, scratch scribbled over while an
@@ -8,12 +9,12 @@ two values that wrongly share bytes corrupt the result.
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from xlac.hlo import Builder, Opcode, Shape, dtypes, scalar_computation
+from xlac.hlo import Builder, Opcode, Shape, dtypes
 from xlac.hlo.evaluator import evaluate
 from xlac.optimizer import (DEFAULT_SCHEDULERS, BufferLocation, InstructionFusion, MemoryModel,
                             assign_buffers, check_order, schedule, simulate_peak)
 from xlac.optimizer.aliasing import tuple_element_offset
-from hlo_util import module_with
+from hlo_util import module_with, named, parse
 from memory_util import args_for, check_assignment, run_on_assigned_memory
 
 F32 = dtypes.F32
@@ -88,22 +89,29 @@ def test_schedule_is_valid_and_no_worse_than_any_scheduler(m):
 
 # --- the contract's special cases ----------------------------------------------------
 
-X = Shape.array(F32, (256,))
+SUM = """%sum (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %add = f32[] add(%a, %b)
+}
+"""
 
 
 def test_outputs_land_in_output_buffers_and_views_share():
-    b = Builder("main")
-    x = b.parameter(0, X)
-    e = b.op(Opcode.EXP, x)
-    r = b.reshape(b.op(Opcode.NEGATE, e), (16, 16))
-    root = b.tuple([r, e, x, e])
-    m = module_with(b, root)
+    m = parse("""ENTRY %main (x: f32[256]) -> (f32[16,16], f32[256], f32[256], f32[256]) {
+  %x = f32[256] parameter(0)
+  %e = f32[256] exponential(%x)
+  %neg = f32[256] negate(%e)
+  %r = f32[16,16] reshape(%neg)
+  ROOT %t = (f32[16,16], f32[256], f32[256], f32[256]) tuple(%r, %e, %x, %e)
+}
+""")
     ba = assign_buffers(m, schedule(m))
-    neg = r.operands[0]
+    x, e, neg, r, t = m.entry.instructions
     assert ba.location(r) == ba.location(neg) == BufferLocation("output", 0, 0)
     assert ba.location(e) == BufferLocation("output", 1, 0)
     assert ba.location(x) == BufferLocation("input", 0, 0)     # the emitter copies it out
-    assert ba.location(root) == BufferLocation("none")
+    assert ba.location(t) == BufferLocation("none")
     assert ba.arena_size == 0 and ba.naive_bytes == 0
     check_assignment(m, ba)
     args = args_for(m)
@@ -112,86 +120,114 @@ def test_outputs_land_in_output_buffers_and_views_share():
 
 
 def test_chain_runs_in_place():
-    # x -> a -> b -> c -> d -> reverse -> output: each element-wise op overwrites its
-    # operand at its last use, so the four arena values share one buffer.
-    b = Builder("main")
-    v = b.parameter(0, X)
-    for op in (Opcode.EXP, Opcode.NEGATE, Opcode.ABS, Opcode.EXP, Opcode.NEGATE):
-        v = b.op(op, v)
-    m = module_with(b, b.op(Opcode.REVERSE, v, dimensions=(0,)))
+    # x -> a -> b -> c -> d -> e -> reverse -> output: each element-wise op overwrites
+    # its operand at its last use, so the arena values share one buffer.
+    m = parse("""ENTRY %main (x: f32[256]) -> f32[256] {
+  %x = f32[256] parameter(0)
+  %a = f32[256] exponential(%x)
+  %b = f32[256] negate(%a)
+  %c = f32[256] abs(%b)
+  %d = f32[256] exponential(%c)
+  %e = f32[256] negate(%d)
+  ROOT %r = f32[256] reverse(%e), dimensions={0}
+}
+""")
     ba = assign_buffers(m, schedule(m))
     assert ba.naive_bytes == 5 * 1024
     assert ba.lower_bound == 1024 == ba.arena_size
-    assert len(ba.in_place) == 4
+    assert {i.name: o.name for i, o in ba.in_place.items()} == {
+        "b": "a", "c": "b", "d": "c", "e": "d"}
     check_assignment(m, ba)
 
 
 def test_result_never_overwrites_an_operand_read_later():
-    b = Builder("main")
-    x = b.parameter(0, X)
-    a = b.op(Opcode.EXP, x)
-    c = b.op(Opcode.NEGATE, a)
-    root = b.op(Opcode.ADD, b.op(Opcode.ABS, c), a)     # a is read after c
-    m = module_with(b, root)
+    m = parse("""ENTRY %main (x: f32[256]) -> f32[256] {
+  %x = f32[256] parameter(0)
+  %a = f32[256] exponential(%x)
+  %c = f32[256] negate(%a)
+  %b = f32[256] abs(%c)
+  ROOT %r = f32[256] add(%b, %a)
+}
+""")
     ba = assign_buffers(m)
+    a, c = named(m, "a"), named(m, "c")          # a is read after c
     assert ba.location(a) != ba.location(c)
     assert c not in ba.in_place
     check_assignment(m, ba)
 
 
 def test_non_elementwise_result_never_overwrites_its_operand():
-    b = Builder("main")
-    x = b.parameter(0, Shape.array(F32, (16, 16)))
-    a = b.op(Opcode.EXP, x)
-    t = b.transpose(a, (1, 0))                          # reads a at other indices
-    m = module_with(b, b.op(Opcode.NEGATE, t))
+    m = parse("""ENTRY %main (x: f32[16,16]) -> f32[16,16] {
+  %x = f32[16,16] parameter(0)
+  %a = f32[16,16] exponential(%x)
+  %t = f32[16,16] transpose(%a), dimensions={1,0}
+  ROOT %r = f32[16,16] negate(%t)
+}
+""")
     ba = assign_buffers(m)
-    assert ba.location(a) != ba.location(t)
+    assert ba.location(named(m, "a")) != ba.location(named(m, "t"))   # t reads a elsewhere
     check_assignment(m, ba)
 
 
 def test_view_extends_the_life_of_its_operand():
-    b = Builder("main")
-    x = b.parameter(0, X)
-    a = b.op(Opcode.EXP, x)
-    view = b.reshape(a, (16, 16))
-    c = b.op(Opcode.NEGATE, x)                    # must not overwrite a: view is read below
-    d = b.op(Opcode.ADD, b.reshape(view, (256,)), c)
-    m = module_with(b, d)
+    m = parse("""ENTRY %main (x: f32[256]) -> f32[256] {
+  %x = f32[256] parameter(0)
+  %a = f32[256] exponential(%x)
+  %view = f32[16,16] reshape(%a)
+  %c = f32[256] negate(%x)
+  %flat = f32[256] reshape(%view)
+  ROOT %d = f32[256] add(%flat, %c)
+}
+""")
     ba = assign_buffers(m, list(m.entry.instructions))
+    a, view, c = named(m, "a"), named(m, "view"), named(m, "c")
     assert ba.location(view) == ba.location(a)
-    assert ba.location(a) != ba.location(c)
+    assert ba.location(a) != ba.location(c)      # c must not overwrite a: view is read later
     check_assignment(m, ba)
 
 
 def test_scratch_is_placed_and_reused():
-    b = Builder("main")
-    v = b.parameter(0, X)
-    for _ in range(4):
-        v = b.op(Opcode.EXP, v)
-    m = module_with(b, b.op(Opcode.REVERSE, v, dimensions=(0,)))
-    ba = assign_buffers(m, scratch=lambda i: 128 if i.opcode is Opcode.EXP else 0)
-    exps = [i for i in m.entry.instructions if i.opcode is Opcode.EXP]
-    assert set(ba.scratch) == set(exps)
+    m = parse("""ENTRY %main (x: f32[256]) -> f32[256] {
+  %x = f32[256] parameter(0)
+  %a = f32[256] exponential(%x)
+  %b = f32[256] exponential(%a)
+  %c = f32[256] exponential(%b)
+  %d = f32[256] exponential(%c)
+  ROOT %r = f32[256] reverse(%d), dimensions={0}
+}
+""")
+    scratch = lambda i: 128 if i.opcode is Opcode.EXP else 0   # noqa: E731
+    ba = assign_buffers(m, scratch=scratch)
+    assert {i.name for i in ba.scratch} == {"a", "b", "c", "d"}
     assert ba.naive_bytes == 4 * 1024 + 4 * 128
     assert ba.lower_bound == 1024 + 128          # in place, plus one kernel's scratch
-    check_assignment(m, ba, lambda i: 128 if i.opcode is Opcode.EXP else 0)
+    check_assignment(m, ba, scratch)
 
 
 def test_multi_output_reduce_elements_are_located_inside_its_buffer():
-    b = Builder("main")
-    x, y = b.parameter(0, Shape.array(F32, (4, 8))), b.parameter(1, Shape.array(F32, (4, 8)))
     # A two-output reduce whose reducer adds each pair.
-    rb = Builder("sum2")
-    s = Shape.array(F32, ())
-    p = [rb.parameter(n, s) for n in range(4)]
-    reducer = rb.build(rb.tuple([rb.op(Opcode.ADD, p[0], p[2]), rb.op(Opcode.ADD, p[1], p[3])]))
-    zero = b.constant(0.0)
-    r = b.op(Opcode.REDUCE, x, y, zero, zero, called=[reducer], dimensions=(1,))
-    g0, g1 = b.get_tuple_element(r, 0), b.get_tuple_element(r, 1)
-    root = b.op(Opcode.ADD, g0, g1)
-    m = module_with(b, root, reducer)
+    m = parse("""%sum2 (a: f32[], b: f32[], c: f32[], d: f32[]) -> (f32[], f32[]) {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  %c = f32[] parameter(2)
+  %d = f32[] parameter(3)
+  %ac = f32[] add(%a, %c)
+  %bd = f32[] add(%b, %d)
+  ROOT %t = (f32[], f32[]) tuple(%ac, %bd)
+}
+
+ENTRY %main (x: f32[4,8], y: f32[4,8]) -> f32[4] {
+  %x = f32[4,8] parameter(0)
+  %y = f32[4,8] parameter(1)
+  %zero = f32[] constant(0)
+  %r = (f32[4], f32[4]) reduce(%x, %y, %zero, %zero), dimensions={1}, to_apply=%sum2
+  %g0 = f32[4] get-tuple-element(%r), index=0
+  %g1 = f32[4] get-tuple-element(%r), index=1
+  ROOT %s = f32[4] add(%g0, %g1)
+}
+""")
     ba = assign_buffers(m, alignment=64)
+    r, g0, g1 = named(m, "r"), named(m, "g0"), named(m, "g1")
     base = ba.location(r)
     assert base.space == "arena"
     assert ba.location(g0) == base
@@ -200,16 +236,19 @@ def test_multi_output_reduce_elements_are_located_inside_its_buffer():
 
 
 def test_default_schedulers_are_all_valid_on_a_wide_graph():
-    b = Builder("main")
-    x = b.parameter(0, X)
-    add = scalar_computation("sum", Opcode.ADD, F32)
-    wide = [b.broadcast(x, (8, 256), (1,)) for _ in range(4)]
-    exps = [b.op(Opcode.EXP, w) for w in wide]
-    branches = [b.reduce(e, b.constant(0.0), (0,), add) for e in exps]
-    v = branches[0]
-    for br in branches[1:]:
-        v = b.op(Opcode.ADD, v, br)
-    m = module_with(b, v, add)
+    branches = "".join(f"""  %w{k} = f32[8,256] broadcast(%x), dimensions={{1}}
+  %e{k} = f32[8,256] exponential(%w{k})
+  %r{k} = f32[256] reduce(%e{k}, %zero), dimensions={{0}}, to_apply=%sum
+""" for k in range(4))
+    m = parse(SUM + """
+ENTRY %main (x: f32[256]) -> f32[256] {
+  %x = f32[256] parameter(0)
+  %zero = f32[] constant(0)
+""" + branches + """  %s1 = f32[256] add(%r0, %r1)
+  %s2 = f32[256] add(%s1, %r2)
+  ROOT %s3 = f32[256] add(%s2, %r3)
+}
+""")
     peaks = {}
     for s in DEFAULT_SCHEDULERS:
         order = s(MemoryModel(m))

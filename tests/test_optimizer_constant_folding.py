@@ -1,128 +1,189 @@
-"""Constant folding, and its rule for broadcasts and iotas (see constant_folding.py)."""
+"""Constant folding on HLO text, and its rule for broadcasts and iotas (see
+constant_folding.py): small values fold, large ones only where a kernel reads them from
+memory or folding does not expand them."""
 import numpy as np
 
-from xlac.hlo import (Builder, ConvDimensionNumbers, DotDimensionNumbers, Opcode, Shape,
-                      Window, dtypes)
-from xlac.hlo.evaluator import evaluate
+from hlo_util import assert_hlo, assert_same_values, parse, run_pass
 from xlac.optimizer import ConstantFolding, DeadCodeElimination
-from hlo_util import module_with
-
-F32, S32 = dtypes.F32, dtypes.S32
 
 
-def fold(m):
-    changed = ConstantFolding().run(m)
-    DeadCodeElimination().run(m)
-    return changed
-
-
-def opcodes(m):
-    return [i.opcode for i in m.entry.instructions]
+def fold(text):
+    """Fold (then remove dead code); the values must not change."""
+    changed, m = run_pass([ConstantFolding(), DeadCodeElimination()], text)
+    assert_same_values(parse(text), m)
+    return changed, m
 
 
 def test_folds_arithmetic_on_constants():
-    b = Builder("main")
-    x = b.parameter(0, Shape.array(F32, (3,)))
-    c = b.op(Opcode.ADD, b.constant(np.array([1, 2, 3], np.float32)),
-             b.op(Opcode.EXP, b.constant(np.zeros(3, np.float32))))
-    root = b.op(Opcode.MULTIPLY, x, c)
-    m = module_with(b, root)
-    assert fold(m)
-    assert opcodes(m) == [Opcode.PARAMETER, Opcode.CONSTANT, Opcode.MULTIPLY]
-    np.testing.assert_array_equal(root.operands[1].literal, [2, 3, 4])
-    assert root.operands[1].literal.dtype == np.float32
+    changed, m = fold("""ENTRY %main (x: f32[3]) -> f32[3] {
+  %x = f32[3] parameter(0)
+  %c = f32[3] constant({1, 2, 3})
+  %zeros = f32[3] constant({0, 0, 0})
+  %e = f32[3] exponential(%zeros)
+  %a = f32[3] add(%c, %e)
+  ROOT %r = f32[3] multiply(%x, %a)
+}
+""")
+    assert changed
+    assert_hlo(m, """ENTRY %main (x: f32[3]) -> f32[3] {
+  %x = f32[3] parameter(0)
+  %a.1 = f32[3] constant({2, 3, 4})
+  ROOT %r = f32[3] multiply(%x, %a.1)
+}
+""")
 
 
 def test_folds_a_constant_root():
-    b = Builder("main")
-    root = b.op(Opcode.NEGATE, b.constant(np.array([1, -2], np.int32)))
-    m = module_with(b, root)
-    assert fold(m)
-    assert m.entry.root.opcode is Opcode.CONSTANT
-    np.testing.assert_array_equal(m.entry.root.literal, [-1, 2])
+    changed, m = fold("""ENTRY %main () -> s32[2] {
+  %c = s32[2] constant({1, -2})
+  ROOT %r = s32[2] negate(%c)
+}
+""")
+    assert changed
+    assert_hlo(m, """ENTRY %main () -> s32[2] {
+  ROOT %r.1 = s32[2] constant({-1, 2})
+}
+""")
 
 
 def test_folds_small_broadcast():
-    b = Builder("main")
-    x = b.parameter(0, Shape.array(F32, (4, 4)))
-    root = b.op(Opcode.ADD, x, b.broadcast(b.constant(1.5), (4, 4), ()))
-    m = module_with(b, root)
-    arg = np.ones((4, 4), np.float32)
-    before = evaluate(m, [arg])[0]
-    assert fold(m)
-    assert opcodes(m) == [Opcode.PARAMETER, Opcode.CONSTANT, Opcode.ADD]
-    np.testing.assert_array_equal(evaluate(m, [arg])[0], before)
+    changed, m = fold("""ENTRY %main (x: f32[2,2]) -> f32[2,2] {
+  %x = f32[2,2] parameter(0)
+  %c = f32[] constant(1.5)
+  %b = f32[2,2] broadcast(%c), dimensions={}
+  ROOT %r = f32[2,2] add(%x, %b)
+}
+""")
+    assert changed
+    assert_hlo(m, """ENTRY %main (x: f32[2,2]) -> f32[2,2] {
+  %x = f32[2,2] parameter(0)
+  %b.1 = f32[2,2] constant({ {1.5, 1.5}, {1.5, 1.5} })
+  ROOT %r = f32[2,2] add(%x, %b.1)
+}
+""")
+
+
+LARGE_BROADCAST = """ENTRY %main (x: f32[256,512]) -> f32[256,512] {
+  %x = f32[256,512] parameter(0)
+  %c = f32[] constant(1.5)
+  %b = f32[256,512] broadcast(%c), dimensions={}
+  ROOT %r = f32[256,512] add(%x, %b)
+}
+"""
 
 
 def test_does_not_fold_a_large_broadcast_of_a_scalar():
     # 512 KiB of 1.5s cost nothing to generate inside a fused loop.
-    b = Builder("main")
-    x = b.parameter(0, Shape.array(F32, (256, 512)))
-    root = b.op(Opcode.ADD, x, b.broadcast(b.constant(1.5), (256, 512), ()))
-    m = module_with(b, root)
-    assert not fold(m)
-    assert Opcode.BROADCAST in opcodes(m)
+    changed, m = fold(LARGE_BROADCAST)
+    assert not changed
+    assert_hlo(m, LARGE_BROADCAST)
+
+
+LARGE_IOTA = """ENTRY %main (x: s32[256,512]) -> s32[256,512] {
+  %x = s32[256,512] parameter(0)
+  %i = s32[256,512] iota(), iota_dimension=1
+  ROOT %r = s32[256,512] add(%x, %i)
+}
+"""
 
 
 def test_does_not_fold_a_large_iota():
-    b = Builder("main")
-    x = b.parameter(0, Shape.array(S32, (256, 512)))
-    root = b.op(Opcode.ADD, x, b.iota(Shape.array(S32, (256, 512)), 1))
-    m = module_with(b, root)
-    assert not fold(m)
+    changed, m = fold(LARGE_IOTA)
+    assert not changed
+    assert_hlo(m, LARGE_IOTA)
 
 
 def test_folds_the_scalar_part_under_a_large_broadcast():
-    b = Builder("main")
-    x = b.parameter(0, Shape.array(F32, (256, 512)))
-    s = b.op(Opcode.ADD, b.constant(1.0), b.constant(2.0))
-    root = b.op(Opcode.ADD, x, b.broadcast(s, (256, 512), ()))
-    m = module_with(b, root)
-    assert fold(m)
-    bcast = root.operands[1]
-    assert bcast.opcode is Opcode.BROADCAST
-    assert bcast.operands[0].opcode is Opcode.CONSTANT and bcast.operands[0].literal == 3.0
+    changed, m = fold("""ENTRY %main (x: f32[256,512]) -> f32[256,512] {
+  %x = f32[256,512] parameter(0)
+  %one = f32[] constant(1)
+  %two = f32[] constant(2)
+  %s = f32[] add(%one, %two)
+  %b = f32[256,512] broadcast(%s), dimensions={}
+  ROOT %r = f32[256,512] add(%x, %b)
+}
+""")
+    assert changed
+    assert_hlo(m, """ENTRY %main (x: f32[256,512]) -> f32[256,512] {
+  %x = f32[256,512] parameter(0)
+  %s.1 = f32[] constant(3)
+  %b = f32[256,512] broadcast(%s.1), dimensions={}
+  ROOT %r = f32[256,512] add(%x, %b)
+}
+""")
 
 
 def test_folds_a_large_broadcast_feeding_a_dot():
     # ConstantOfShape weights: the dot kernel reads its operand from memory.
-    b = Builder("main")
-    x = b.parameter(0, Shape.array(F32, (2, 256)))
-    w = b.broadcast(b.constant(0.5), (256, 256), ())
-    root = b.dot(x, w, DotDimensionNumbers((), (1,), (), (0,)))
-    m = module_with(b, root)
-    assert fold(m)
-    kernel = m.entry.root.operands[1]
-    assert kernel.opcode is Opcode.CONSTANT and kernel.literal.shape == (256, 256)
-    assert (kernel.literal == 0.5).all()
+    changed, m = fold("""ENTRY %main (x: f32[2,256]) -> f32[2,256] {
+  %x = f32[2,256] parameter(0)
+  %c = f32[] constant(0.5)
+  %w = f32[256,256] broadcast(%c), dimensions={}
+  ROOT %r = f32[2,256] dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+""")
+    assert changed
+    assert_hlo(m, """ENTRY %main (x: f32[2,256]) -> f32[2,256] {
+  %x = f32[2,256] parameter(0)
+  %w.1 = f32[256,256] constant({...})
+  ROOT %r = f32[2,256] dot(%x, %w.1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+""")
+    assert (m.entry.root.operands[1].literal == 0.5).all()
 
 
 def test_folds_a_large_broadcast_feeding_a_convolution_through_a_reshape():
-    b = Builder("main")
-    x = b.parameter(0, Shape.array(F32, (1, 64, 8, 8)))
-    w = b.reshape(b.broadcast(b.constant(0.25), (64 * 64 * 9,), ()), (64, 64, 3, 3))
-    root = b.convolution(x, w, Window.make((3, 3)), ConvDimensionNumbers.nchw(2))
-    m = module_with(b, root)
-    assert fold(m)
-    kernel = m.entry.root.operands[1]
-    assert kernel.opcode is Opcode.CONSTANT and kernel.literal.shape == (64, 64, 3, 3)
+    changed, m = fold("""ENTRY %main (x: f32[1,64,8,8]) -> f32[1,64,6,6] {
+  %x = f32[1,64,8,8] parameter(0)
+  %c = f32[] constant(0.25)
+  %b = f32[36864] broadcast(%c), dimensions={}
+  %w = f32[64,64,3,3] reshape(%b)
+  ROOT %r = f32[1,64,6,6] convolution(%x, %w), window={size=3x3}, dim_labels=bf01_oi01->bf01
+}
+""")
+    assert changed
+    assert_hlo(m, """ENTRY %main (x: f32[1,64,8,8]) -> f32[1,64,6,6] {
+  %x = f32[1,64,8,8] parameter(0)
+  %w.1 = f32[64,64,3,3] constant({...})
+  ROOT %r = f32[1,64,6,6] convolution(%x, %w.1), window={size=3x3}, dim_labels=bf01_oi01->bf01
+}
+""")
+    assert (m.entry.root.operands[1].literal == 0.25).all()
 
 
 def test_folds_large_elementwise_work_on_a_large_constant():
     # Same size as its input: folding trades one weight for another.
-    b = Builder("main")
-    x = b.parameter(0, Shape.array(F32, (128, 256)))
-    w = b.constant(np.arange(128 * 256, dtype=np.float32).reshape(128, 256))
-    root = b.op(Opcode.ADD, x, b.transpose(b.transpose(w, (1, 0)), (1, 0)))
-    m = module_with(b, root)
-    assert fold(m)
-    np.testing.assert_array_equal(root.operands[1].literal, w.literal)
+    w = np.arange(128 * 256, dtype=np.float32).reshape(128, 256)
+    text = """ENTRY %main (x: f32[128,256]) -> f32[128,256] {
+  %x = f32[128,256] parameter(0)
+  %w = f32[128,256] constant(W)
+  %t = f32[256,128] transpose(%w), dimensions={1,0}
+  %tt = f32[128,256] transpose(%t), dimensions={1,0}
+  ROOT %r = f32[128,256] add(%x, %tt)
+}
+""".replace("W", "{" + ", ".join("{" + ", ".join(f"{v:g}" for v in row) + "}" for row in w)
+            + "}")
+    changed, m = fold(text)
+    assert changed
+    assert_hlo(m, """ENTRY %main (x: f32[128,256]) -> f32[128,256] {
+  %x = f32[128,256] parameter(0)
+  %tt.1 = f32[128,256] constant({...})
+  ROOT %r = f32[128,256] add(%x, %tt.1)
+}
+""")
+    np.testing.assert_array_equal(m.entry.root.operands[1].literal, w)
+
+
+DEPENDS_ON_X = """ENTRY %main (x: f32[3]) -> f32[3] {
+  %x = f32[3] parameter(0)
+  %ones = f32[3] constant({1, 1, 1})
+  %a = f32[3] add(%x, %ones)
+  ROOT %r = f32[3] exponential(%a)
+}
+"""
 
 
 def test_does_not_fold_anything_that_depends_on_a_parameter():
-    b = Builder("main")
-    x = b.parameter(0, Shape.array(F32, (3,)))
-    root = b.op(Opcode.EXP, b.op(Opcode.ADD, x, b.constant(np.ones(3, np.float32))))
-    m = module_with(b, root)
-    assert not fold(m)
-    assert len(m.entry.instructions) == 4
+    changed, m = fold(DEPENDS_ON_X)
+    assert not changed
+    assert_hlo(m, DEPENDS_ON_X)

@@ -1,102 +1,163 @@
-"""Dead code elimination and common subexpression elimination."""
-import numpy as np
-
-from xlac.hlo import Builder, Opcode, Shape, dtypes, scalar_computation
-from xlac.hlo.evaluator import evaluate
+"""Dead code elimination and common subexpression elimination on HLO text."""
+from hlo_util import assert_hlo, assert_same_values, parse, run_pass
 from xlac.optimizer import CommonSubexpressionElimination, DeadCodeElimination
-from hlo_util import module_with
 
-F32 = dtypes.F32
-X = Shape.array(F32, (4,))
+SUM = """%sum (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %add = f32[] add(%a, %b)
+}
+"""
+MAX = """%max (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %maximum = f32[] maximum(%a, %b)
+}
+"""
 
 
 # --- DCE --------------------------------------------------------------------------
 
+DEAD = """ENTRY %main (x: f32[4], unused: f32[4]) -> f32[4] {
+  %x = f32[4] parameter(0)
+  %unused = f32[4] parameter(1)
+  %dead = f32[4] exponential(%x)
+  %dead_too = f32[4] log(%dead)
+  ROOT %r = f32[4] negate(%x)
+}
+"""
+
+
 def test_dce_removes_unused_instructions_and_keeps_parameters():
-    b = Builder("main")
-    x, unused = b.parameter(0, X), b.parameter(1, X)
-    dead = b.op(Opcode.EXP, x)
-    b.op(Opcode.LOG, dead)
-    root = b.op(Opcode.NEGATE, x)
-    m = module_with(b, root)
-    assert DeadCodeElimination().run(m)
-    assert m.entry.instructions == [x, unused, root]
+    changed, m = run_pass(DeadCodeElimination(), DEAD)
+    assert changed
+    assert_hlo(m, """ENTRY %main (x: f32[4], unused: f32[4]) -> f32[4] {
+  %x = f32[4] parameter(0)
+  %unused = f32[4] parameter(1)
+  ROOT %r = f32[4] negate(%x)
+}
+""")
 
 
 def test_dce_removes_uncalled_computations():
-    b = Builder("main")
-    x = b.parameter(0, X)
-    used = scalar_computation("sum", Opcode.ADD, F32)
-    unused = scalar_computation("max", Opcode.MAXIMUM, F32)
-    root = b.reduce(x, b.constant(0.0), (0,), used)
-    m = module_with(b, root, used, unused)
-    assert DeadCodeElimination().run(m)
-    assert m.computations == [used, m.entry]
+    changed, m = run_pass(DeadCodeElimination(), SUM + "\n" + MAX + """
+ENTRY %main (x: f32[4]) -> f32[] {
+  %x = f32[4] parameter(0)
+  %zero = f32[] constant(0)
+  ROOT %r = f32[] reduce(%x, %zero), dimensions={0}, to_apply=%sum
+}
+""")
+    assert changed
+    assert_hlo(m, SUM + """
+ENTRY %main (x: f32[4]) -> f32[] {
+  %x = f32[4] parameter(0)
+  %zero = f32[] constant(0)
+  ROOT %r = f32[] reduce(%x, %zero), dimensions={0}, to_apply=%sum
+}
+""")
+
+
+LIVE = SUM + """
+ENTRY %main (x: f32[4]) -> f32[] {
+  %x = f32[4] parameter(0)
+  %e = f32[4] exponential(%x)
+  %zero = f32[] constant(0)
+  ROOT %r = f32[] reduce(%e, %zero), dimensions={0}, to_apply=%sum
+}
+"""
 
 
 def test_does_not_remove_live_code():
-    b = Builder("main")
-    x = b.parameter(0, X)
-    add = scalar_computation("sum", Opcode.ADD, F32)
-    root = b.reduce(b.op(Opcode.EXP, x), b.constant(0.0), (0,), add)
-    m = module_with(b, root, add)
-    before = list(m.entry.instructions)
-    assert not DeadCodeElimination().run(m)
-    assert m.entry.instructions == before and len(m.computations) == 2
+    changed, m = run_pass(DeadCodeElimination(), LIVE)
+    assert not changed
+    assert_hlo(m, LIVE)
 
 
 # --- CSE --------------------------------------------------------------------------
 
+def cse(text):
+    changed, m = run_pass(CommonSubexpressionElimination(), text)
+    assert_same_values(parse(text), m)
+    return changed, m
+
+
 def test_cse_merges_identical_instructions_and_chains():
-    b = Builder("main")
-    x = b.parameter(0, X)
-    e1, e2 = b.op(Opcode.EXP, x), b.op(Opcode.EXP, x)
-    n1, n2 = b.op(Opcode.NEGATE, e1), b.op(Opcode.NEGATE, e2)
-    root = b.op(Opcode.ADD, n1, n2)
-    m = module_with(b, root)
-    arg = np.linspace(-1, 1, 4, dtype=np.float32)
-    before = evaluate(m, [arg])
-    assert CommonSubexpressionElimination().run(m)
-    assert root.operands == [n1, n1]
-    assert [i.opcode for i in m.entry.instructions] == [
-        Opcode.PARAMETER, Opcode.EXP, Opcode.NEGATE, Opcode.ADD]
-    np.testing.assert_array_equal(evaluate(m, [arg])[0], before[0])
+    changed, m = cse("""ENTRY %main (x: f32[4]) -> f32[4] {
+  %x = f32[4] parameter(0)
+  %e1 = f32[4] exponential(%x)
+  %e2 = f32[4] exponential(%x)
+  %n1 = f32[4] negate(%e1)
+  %n2 = f32[4] negate(%e2)
+  ROOT %r = f32[4] add(%n1, %n2)
+}
+""")
+    assert changed
+    assert_hlo(m, """ENTRY %main (x: f32[4]) -> f32[4] {
+  %x = f32[4] parameter(0)
+  %e1 = f32[4] exponential(%x)
+  %n1 = f32[4] negate(%e1)
+  ROOT %r = f32[4] add(%n1, %n1)
+}
+""")
 
 
 def test_cse_merges_constants_by_value():
-    b = Builder("main")
-    x = b.parameter(0, X)
-    c1 = b.constant(np.arange(4, dtype=np.float32))
-    c2 = b.constant(np.arange(4, dtype=np.float32))
-    root = b.op(Opcode.ADD, b.op(Opcode.MULTIPLY, x, c1), c2)
-    m = module_with(b, root)
-    assert CommonSubexpressionElimination().run(m)
-    assert root.operands[1] is c1
+    changed, m = cse("""ENTRY %main (x: f32[4]) -> f32[4] {
+  %x = f32[4] parameter(0)
+  %c1 = f32[4] constant({0, 1, 2, 3})
+  %c2 = f32[4] constant({0, 1, 2, 3})
+  %m = f32[4] multiply(%x, %c1)
+  ROOT %r = f32[4] add(%m, %c2)
+}
+""")
+    assert changed
+    assert_hlo(m, """ENTRY %main (x: f32[4]) -> f32[4] {
+  %x = f32[4] parameter(0)
+  %c1 = f32[4] constant({0, 1, 2, 3})
+  %m = f32[4] multiply(%x, %c1)
+  ROOT %r = f32[4] add(%m, %c1)
+}
+""")
 
 
 def test_cse_merges_the_root():
-    b = Builder("main")
-    x = b.parameter(0, X)
-    e1, e2 = b.op(Opcode.EXP, x), b.op(Opcode.EXP, x)
-    root = b.tuple([e1, e2])
-    m = module_with(b, root)
-    assert CommonSubexpressionElimination().run(m)
-    assert m.entry.root.operands == [e1, e1]
+    changed, m = cse("""ENTRY %main (x: f32[4]) -> (f32[4], f32[4]) {
+  %x = f32[4] parameter(0)
+  %e1 = f32[4] exponential(%x)
+  %e2 = f32[4] exponential(%x)
+  ROOT %t = (f32[4], f32[4]) tuple(%e1, %e2)
+}
+""")
+    assert changed
+    assert_hlo(m, """ENTRY %main (x: f32[4]) -> (f32[4], f32[4]) {
+  %x = f32[4] parameter(0)
+  %e1 = f32[4] exponential(%x)
+  ROOT %t = (f32[4], f32[4]) tuple(%e1, %e1)
+}
+""")
+
+
+RESULTS = "(pred[4], pred[4], pred[4], f32[4], f32[4], s32[4], f32[4])"
+DIFFERENT = """ENTRY %main (x: f32[4], y: f32[4]) -> RESULTS {
+  %x = f32[4] parameter(0)
+  %y = f32[4] parameter(1)
+  %c1 = f32[4] constant({0, 1, 2, 3})
+  %c2 = f32[4] constant({0, 1, 2, 4})
+  %c3 = s32[4] constant({0, 1, 2, 3})
+  %c4 = f32[4] constant({-0, 1, 2, 3})
+  %r1 = pred[4] compare(%x, %c1), direction=LT
+  %r2 = pred[4] compare(%x, %c2), direction=LT
+  %r3 = pred[4] compare(%x, %c2), direction=GT
+  %r4 = f32[4] exponential(%y)
+  %r5 = f32[4] exponential(%x)
+  ROOT %t = RESULTS tuple(%r1, %r2, %r3, %r4, %r5, %c3, %c4)
+}
+""".replace("RESULTS", RESULTS)
 
 
 def test_does_not_merge_different_values():
-    b = Builder("main")
-    x, y = b.parameter(0, X), b.parameter(1, X)
-    c1 = b.constant(np.array([0.0, 1, 2, 3], np.float32))
-    c2 = b.constant(np.array([0.0, 1, 2, 4], np.float32))
-    c3 = b.constant(np.array([0, 1, 2, 3], np.int32))              # same values, other type
-    c4 = b.constant(np.array([-0.0, 1, 2, 3], np.float32))         # -0.0 differs from 0.0
-    r1 = b.op(Opcode.COMPARE, x, c1, direction="LT")
-    r2 = b.op(Opcode.COMPARE, x, c2, direction="LT")
-    r3 = b.op(Opcode.COMPARE, x, c2, direction="GT")              # other attribute
-    r4 = b.op(Opcode.EXP, y)                                       # other operand
-    r5 = b.op(Opcode.EXP, x)
-    root = b.tuple([r1, r2, r3, r4, r5, c3, c4])
-    m = module_with(b, root)
-    assert not CommonSubexpressionElimination().run(m)
-    assert len(m.entry.instructions) == 12
+    # c2 differs from c1 in one value, c3 in type, c4 in the sign of a zero; r3 differs
+    # from r2 in an attribute, r4 from r5 in an operand.
+    changed, m = cse(DIFFERENT)
+    assert not changed
+    assert_hlo(m, DIFFERENT)

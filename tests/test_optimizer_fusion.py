@@ -1,220 +1,367 @@
-"""Loop fusion: what fuses, what must not, and that values do not change."""
+"""Loop fusion on HLO text: what fuses, what must not, and that values do not change."""
 import numpy as np
 
-from xlac.hlo import (Builder, DotDimensionNumbers, Opcode, Shape, Window, dtypes,
-                      scalar_computation)
+from hlo_util import assert_hlo, parse, run_pass
+from xlac.hlo import Opcode
 from xlac.hlo.evaluator import evaluate
 from xlac.optimizer import DeadCodeElimination, InstructionFusion
-from hlo_util import module_with
 
-F32 = dtypes.F32
-X = Shape.array(F32, (4, 8))
+SUM = """%sum (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %add = f32[] add(%a, %b)
+}
+"""
+MAX = """%max (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %maximum = f32[] maximum(%a, %b)
+}
+"""
 
 
-def fuse_and_check(m, nargs=1):
-    """Run fusion; check the values and the fusion invariants; return the entry opcodes."""
+def fuse(text):
+    """Fuse (then remove dead code); check the values and the fusion invariants."""
+    changed, m = run_pass([InstructionFusion(), DeadCodeElimination()], text)
+    before = parse(text)
     rng = np.random.default_rng(0)
-    args = [rng.standard_normal(p.shape.dims).astype(np.float32) for p in m.entry.parameters]
-    before = evaluate(m, args)
-    changed = InstructionFusion().run(m)
-    DeadCodeElimination().run(m)
-    for a, b in zip(before, evaluate(m, args)):
-        np.testing.assert_allclose(a, b, rtol=1e-6)
-    names = [c.name for c in m.computations]
+    args = [rng.standard_normal(p.shape.dims).astype(np.float32)
+            for p in before.entry.parameters]
+    for a, b in zip(evaluate(before, args), evaluate(m, args), strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-6)
     for i in m.entry.instructions:
         if i.opcode is Opcode.FUSION:
             fused = i.called[0]
             assert i.attrs["kind"] == "kLoop"
-            assert names.index(fused.name) < names.index(m.entry.name)   # callees first
             assert [p.number for p in fused.parameters] == list(range(len(i.operands)))
             assert [p.shape for p in fused.parameters] == [o.shape for o in i.operands]
             assert len(set(map(id, i.operands))) == len(i.operands)
-    return changed, [i.opcode for i in m.entry.instructions]
-
-
-def fused_opcodes(fusion):
-    return [i.opcode for i in fusion.called[0].instructions if i.opcode is not Opcode.PARAMETER]
+    return changed, m
 
 
 def test_elementwise_chain_becomes_one_fusion():
-    b = Builder("main")
-    x, y = b.parameter(0, X), b.parameter(1, X)
-    root = b.op(Opcode.TANH, b.op(Opcode.MULTIPLY, b.op(Opcode.EXP, x), y))
-    m = module_with(b, root)
-    changed, ops = fuse_and_check(m)
-    assert changed and ops == [Opcode.PARAMETER, Opcode.PARAMETER, Opcode.FUSION]
-    fusion = m.entry.root
-    assert fusion.operands == [y, x] or fusion.operands == [x, y]
-    assert sorted(o.text for o in fused_opcodes(fusion)) == ["exponential", "multiply", "tanh"]
+    changed, m = fuse("""ENTRY %main (x: f32[4,8], y: f32[4,8]) -> f32[4,8] {
+  %x = f32[4,8] parameter(0)
+  %y = f32[4,8] parameter(1)
+  %e = f32[4,8] exponential(%x)
+  %m = f32[4,8] multiply(%e, %y)
+  ROOT %t = f32[4,8] tanh(%m)
+}
+""")
+    assert changed
+    assert_hlo(m, """%fused_computation (param_y: f32[4,8], param_x: f32[4,8]) -> f32[4,8] {
+  %param_y = f32[4,8] parameter(0)
+  %param_x = f32[4,8] parameter(1)
+  %e = f32[4,8] exponential(%param_x)
+  %m = f32[4,8] multiply(%e, %param_y)
+  ROOT %t = f32[4,8] tanh(%m)
+}
+
+ENTRY %main (x: f32[4,8], y: f32[4,8]) -> f32[4,8] {
+  %x = f32[4,8] parameter(0)
+  %y = f32[4,8] parameter(1)
+  ROOT %fusion = f32[4,8] fusion(%y, %x), kind=kLoop, calls=%fused_computation
+}
+""")
 
 
 def test_movement_ops_and_scalar_constants_fuse():
-    b = Builder("main")
-    x = b.parameter(0, Shape.array(F32, (8, 4)))
-    t = b.transpose(x, (1, 0))
-    s = b.broadcast(b.constant(2.0), (4, 8), ())
-    root = b.op(Opcode.ADD, t, s)
-    m = module_with(b, root)
-    _, ops = fuse_and_check(m)
-    assert ops == [Opcode.PARAMETER, Opcode.FUSION]
-    assert m.entry.root.operands == [x]
+    changed, m = fuse("""ENTRY %main (x: f32[8,4]) -> f32[4,8] {
+  %x = f32[8,4] parameter(0)
+  %t = f32[4,8] transpose(%x), dimensions={1,0}
+  %two = f32[] constant(2)
+  %s = f32[4,8] broadcast(%two), dimensions={}
+  ROOT %a = f32[4,8] add(%t, %s)
+}
+""")
+    assert changed
+    assert_hlo(m, """%fused_computation (param_x: f32[8,4]) -> f32[4,8] {
+  %param_x = f32[8,4] parameter(0)
+  %t = f32[4,8] transpose(%param_x), dimensions={1,0}
+  %two = f32[] constant(2)
+  %s = f32[4,8] broadcast(%two), dimensions={}
+  ROOT %a = f32[4,8] add(%t, %s)
+}
+
+ENTRY %main (x: f32[8,4]) -> f32[4,8] {
+  %x = f32[8,4] parameter(0)
+  ROOT %fusion = f32[4,8] fusion(%x), kind=kLoop, calls=%fused_computation
+}
+""")
 
 
 def test_reduce_consumes_its_producers_and_init():
-    b = Builder("main")
-    x = b.parameter(0, X)
-    add = scalar_computation("sum", Opcode.ADD, F32)
-    root = b.reduce(b.op(Opcode.EXP, x), b.constant(0.0), (1,), add)
-    m = module_with(b, root, add)
-    _, ops = fuse_and_check(m)
-    assert ops == [Opcode.PARAMETER, Opcode.FUSION]
-    assert fused_opcodes(m.entry.root)[-1] is Opcode.REDUCE
-    assert m.entry.root.called[0].root.called == [add]
+    changed, m = fuse(SUM + """
+ENTRY %main (x: f32[4,8]) -> f32[4] {
+  %x = f32[4,8] parameter(0)
+  %e = f32[4,8] exponential(%x)
+  %zero = f32[] constant(0)
+  ROOT %r = f32[4] reduce(%e, %zero), dimensions={1}, to_apply=%sum
+}
+""")
+    assert changed
+    assert_hlo(m, SUM + """
+%fused_computation (param_x: f32[4,8]) -> f32[4] {
+  %param_x = f32[4,8] parameter(0)
+  %e = f32[4,8] exponential(%param_x)
+  %zero = f32[] constant(0)
+  ROOT %r = f32[4] reduce(%e, %zero), dimensions={1}, to_apply=%sum
+}
+
+ENTRY %main (x: f32[4,8]) -> f32[4] {
+  %x = f32[4,8] parameter(0)
+  ROOT %fusion = f32[4] fusion(%x), kind=kLoop, calls=%fused_computation
+}
+""")
 
 
 def test_cheap_producer_is_duplicated_into_each_user():
-    b = Builder("main")
-    x, y = b.parameter(0, X), b.parameter(1, Shape.array(F32, (8,)))
-    yb = b.broadcast(y, (4, 8), (1,))
-    root = b.tuple([b.op(Opcode.ADD, x, yb), b.op(Opcode.MULTIPLY, x, yb)])
-    m = module_with(b, root)
-    _, ops = fuse_and_check(m)
-    assert ops.count(Opcode.FUSION) == 2 and Opcode.BROADCAST not in ops
+    changed, m = fuse("""ENTRY %main (x: f32[4,8], y: f32[8]) -> (f32[4,8], f32[4,8]) {
+  %x = f32[4,8] parameter(0)
+  %y = f32[8] parameter(1)
+  %yb = f32[4,8] broadcast(%y), dimensions={1}
+  %a = f32[4,8] add(%x, %yb)
+  %m = f32[4,8] multiply(%x, %yb)
+  ROOT %t = (f32[4,8], f32[4,8]) tuple(%a, %m)
+}
+""")
+    assert changed
+    assert_hlo(m, """%fused_computation (param_x: f32[4,8], param_y: f32[8]) -> f32[4,8] {
+  %param_x = f32[4,8] parameter(0)
+  %param_y = f32[8] parameter(1)
+  %yb = f32[4,8] broadcast(%param_y), dimensions={1}
+  ROOT %m = f32[4,8] multiply(%param_x, %yb)
+}
+
+%fused_computation.1 (param_x: f32[4,8], param_y: f32[8]) -> f32[4,8] {
+  %param_x = f32[4,8] parameter(0)
+  %param_y = f32[8] parameter(1)
+  %yb = f32[4,8] broadcast(%param_y), dimensions={1}
+  ROOT %a = f32[4,8] add(%param_x, %yb)
+}
+
+ENTRY %main (x: f32[4,8], y: f32[8]) -> (f32[4,8], f32[4,8]) {
+  %x = f32[4,8] parameter(0)
+  %y = f32[8] parameter(1)
+  %fusion.1 = f32[4,8] fusion(%x, %y), kind=kLoop, calls=%fused_computation.1
+  %fusion = f32[4,8] fusion(%x, %y), kind=kLoop, calls=%fused_computation
+  ROOT %t = (f32[4,8], f32[4,8]) tuple(%fusion.1, %fusion)
+}
+""")
+
+
+EXPENSIVE_SHARED = """ENTRY %main (x: f32[4,8]) -> (f32[4,8], f32[4,8]) {
+  %x = f32[4,8] parameter(0)
+  %e = f32[4,8] exponential(%x)
+  %n = f32[4,8] negate(%e)
+  %a = f32[4,8] abs(%e)
+  ROOT %t = (f32[4,8], f32[4,8]) tuple(%n, %a)
+}
+"""
 
 
 def test_does_not_duplicate_expensive_producers():
-    b = Builder("main")
-    x = b.parameter(0, X)
-    e = b.op(Opcode.EXP, x)
-    root = b.tuple([b.op(Opcode.NEGATE, e), b.op(Opcode.ABS, e)])
-    m = module_with(b, root)
-    changed, ops = fuse_and_check(m)
-    assert not changed and ops.count(Opcode.EXP) == 1
+    changed, m = fuse(EXPENSIVE_SHARED)
+    assert not changed
+    assert_hlo(m, EXPENSIVE_SHARED)
 
 
-def pool_of_lrn_like(window):
-    """max-pool(x / (x * x + 1) ** 0.75): the power and the divide are expensive, the
-    square and the add cheap."""
-    b = Builder("main")
-    x = b.parameter(0, Shape.array(F32, (1, 2, 9, 9)))
-    sq = b.op(Opcode.ADD, b.op(Opcode.MULTIPLY, x, x),
-              b.broadcast(b.constant(1.0), x.shape.dims, ()))
-    p = b.op(Opcode.POWER, sq, b.broadcast(b.constant(0.75), x.shape.dims, ()))
-    mx = scalar_computation("max", Opcode.MAXIMUM, F32)
-    root = b.reduce_window(b.op(Opcode.DIVIDE, x, p), b.constant(float("-inf")), window, mx)
-    return module_with(b, root, mx)
+def pool_of_lrn_like(stride):
+    """max-pool(x / (x * x + 1) ** 0.75) with 3x3 windows: the power and the divide are
+    expensive, the square and the add cheap."""
+    out = {2: 4, 3: 3}[stride]
+    return MAX + f"""
+ENTRY %main (x: f32[1,2,9,9]) -> f32[1,2,{out},{out}] {{
+  %x = f32[1,2,9,9] parameter(0)
+  %xx = f32[1,2,9,9] multiply(%x, %x)
+  %one = f32[] constant(1)
+  %ones = f32[1,2,9,9] broadcast(%one), dimensions={{}}
+  %sq = f32[1,2,9,9] add(%xx, %ones)
+  %k = f32[] constant(0.75)
+  %ks = f32[1,2,9,9] broadcast(%k), dimensions={{}}
+  %p = f32[1,2,9,9] power(%sq, %ks)
+  %d = f32[1,2,9,9] divide(%x, %p)
+  %ninf = f32[] constant(-inf)
+  ROOT %pool = f32[1,2,{out},{out}] reduce-window(%d, %ninf), window={{size=1x1x3x3 \
+stride=1x1x{stride}x{stride}}}, to_apply=%max
+}}
+"""
+
+
+LRN_BODY = """  %xx = f32[1,2,9,9] multiply(%param_x, %param_x)
+  %one = f32[] constant(1)
+  %ones = f32[1,2,9,9] broadcast(%one), dimensions={}
+  %sq = f32[1,2,9,9] add(%xx, %ones)
+  %k = f32[] constant(0.75)
+  %ks = f32[1,2,9,9] broadcast(%k), dimensions={}
+  %p = f32[1,2,9,9] power(%sq, %ks)
+"""
 
 
 def test_expensive_producer_stays_out_of_overlapping_windows():
     # 3x3 stride 2 windows read most elements twice or four times: the power and the
     # divide would be recomputed per read, so they get a loop of their own (which also
     # keeps x and the power from both being live under the pool).
-    m = pool_of_lrn_like(Window.make((1, 1, 3, 3), (1, 1, 2, 2)))
-    _, ops = fuse_and_check(m)
-    assert ops.count(Opcode.FUSION) == 2
-    pool, = [i for i in m.entry.instructions if i.opcode is Opcode.FUSION
-             and i.called[0].root.opcode is Opcode.REDUCE_WINDOW]
-    assert Opcode.POWER not in fused_opcodes(pool)
-    assert Opcode.DIVIDE not in fused_opcodes(pool)
-    (divide,) = pool.operands
-    assert {Opcode.POWER, Opcode.DIVIDE} <= set(fused_opcodes(divide))
+    changed, m = fuse(pool_of_lrn_like(stride=2))
+    assert changed
+    assert_hlo(m, MAX + """
+%fused_computation (param_d: f32[1,2,9,9]) -> f32[1,2,4,4] {
+  %param_d = f32[1,2,9,9] parameter(0)
+  %ninf = f32[] constant(-inf)
+  ROOT %pool = f32[1,2,4,4] reduce-window(%param_d, %ninf), window={size=1x1x3x3 \
+stride=1x1x2x2}, to_apply=%max
+}
+
+%fused_computation.1 (param_x: f32[1,2,9,9]) -> f32[1,2,9,9] {
+  %param_x = f32[1,2,9,9] parameter(0)
+""" + LRN_BODY + """  ROOT %d = f32[1,2,9,9] divide(%param_x, %p)
+}
+
+ENTRY %main (x: f32[1,2,9,9]) -> f32[1,2,4,4] {
+  %x = f32[1,2,9,9] parameter(0)
+  %fusion.1 = f32[1,2,9,9] fusion(%x), kind=kLoop, calls=%fused_computation.1
+  ROOT %fusion = f32[1,2,4,4] fusion(%fusion.1), kind=kLoop, calls=%fused_computation
+}
+""")
 
 
 def test_expensive_producer_fuses_into_disjoint_windows():
-    m = pool_of_lrn_like(Window.make((1, 1, 3, 3), (1, 1, 3, 3)))
-    _, ops = fuse_and_check(m)
-    assert ops == [Opcode.PARAMETER, Opcode.FUSION]
-    assert Opcode.POWER in fused_opcodes(m.entry.root)
+    changed, m = fuse(pool_of_lrn_like(stride=3))
+    assert changed
+    assert_hlo(m, MAX + """
+%fused_computation (param_x: f32[1,2,9,9]) -> f32[1,2,3,3] {
+  %param_x = f32[1,2,9,9] parameter(0)
+""" + LRN_BODY + """  %d = f32[1,2,9,9] divide(%param_x, %p)
+  %ninf = f32[] constant(-inf)
+  ROOT %pool = f32[1,2,3,3] reduce-window(%d, %ninf), window={size=1x1x3x3 \
+stride=1x1x3x3}, to_apply=%max
+}
+
+ENTRY %main (x: f32[1,2,9,9]) -> f32[1,2,3,3] {
+  %x = f32[1,2,9,9] parameter(0)
+  ROOT %fusion = f32[1,2,3,3] fusion(%x), kind=kLoop, calls=%fused_computation
+}
+""")
 
 
 def test_expensive_producer_stays_out_of_an_expanding_broadcast():
-    b = Builder("main")
-    y = b.parameter(0, Shape.array(F32, (8,)))
-    root = b.op(Opcode.NEGATE, b.broadcast(b.op(Opcode.TANH, y), (4, 8), (1,)))
-    m = module_with(b, root)
-    _, ops = fuse_and_check(m)
-    assert ops == [Opcode.PARAMETER, Opcode.TANH, Opcode.FUSION]
-    assert Opcode.TANH not in fused_opcodes(m.entry.root)
+    changed, m = fuse("""ENTRY %main (y: f32[8]) -> f32[4,8] {
+  %y = f32[8] parameter(0)
+  %t = f32[8] tanh(%y)
+  %b = f32[4,8] broadcast(%t), dimensions={1}
+  ROOT %n = f32[4,8] negate(%b)
+}
+""")
+    assert changed
+    assert_hlo(m, """%fused_computation (param_t: f32[8]) -> f32[4,8] {
+  %param_t = f32[8] parameter(0)
+  %b = f32[4,8] broadcast(%param_t), dimensions={1}
+  ROOT %n = f32[4,8] negate(%b)
+}
+
+ENTRY %main (y: f32[8]) -> f32[4,8] {
+  %y = f32[8] parameter(0)
+  %t = f32[8] tanh(%y)
+  ROOT %fusion = f32[4,8] fusion(%t), kind=kLoop, calls=%fused_computation
+}
+""")
 
 
 def test_does_not_fuse_into_or_out_of_dot():
-    b = Builder("main")
-    x, w = b.parameter(0, X), b.parameter(1, Shape.array(F32, (8, 3)))
-    d = b.dot(b.op(Opcode.EXP, x), b.transpose(b.transpose(w, (1, 0)), (1, 0)),
-              DotDimensionNumbers((), (1,), (), (0,)))
-    root = b.op(Opcode.NEGATE, d)
-    m = module_with(b, root)
-    _, ops = fuse_and_check(m)
-    dot = next(i for i in m.entry.instructions if i.opcode is Opcode.DOT)
-    assert m.entry.root.opcode is Opcode.NEGATE and m.entry.root.operands == [dot]
-    # The producers of the dot's operands fused among themselves, not into the dot.
-    assert [o.opcode for o in dot.operands] == [Opcode.EXP, Opcode.FUSION]
+    # The producers of the dot's operands fuse among themselves (exp alone stays as it
+    # is), never into the dot, nor the dot into its user.
+    changed, m = fuse("""ENTRY %main (x: f32[4,8], w: f32[8,3]) -> f32[4,3] {
+  %x = f32[4,8] parameter(0)
+  %w = f32[8,3] parameter(1)
+  %e = f32[4,8] exponential(%x)
+  %wt = f32[3,8] transpose(%w), dimensions={1,0}
+  %wtt = f32[8,3] transpose(%wt), dimensions={1,0}
+  %d = f32[4,3] dot(%e, %wtt), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %n = f32[4,3] negate(%d)
+}
+""")
+    assert changed
+    assert_hlo(m, """%fused_computation (param_w: f32[8,3]) -> f32[8,3] {
+  %param_w = f32[8,3] parameter(0)
+  %wt = f32[3,8] transpose(%param_w), dimensions={1,0}
+  ROOT %wtt = f32[8,3] transpose(%wt), dimensions={1,0}
+}
+
+ENTRY %main (x: f32[4,8], w: f32[8,3]) -> f32[4,3] {
+  %x = f32[4,8] parameter(0)
+  %w = f32[8,3] parameter(1)
+  %e = f32[4,8] exponential(%x)
+  %fusion = f32[8,3] fusion(%w), kind=kLoop, calls=%fused_computation
+  %d = f32[4,3] dot(%e, %fusion), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %n = f32[4,3] negate(%d)
+}
+""")
+
+
+MODEL_OUTPUT = """ENTRY %main (x: f32[4,8]) -> (f32[4,8], f32[4,8]) {
+  %x = f32[4,8] parameter(0)
+  %e = f32[4,8] exponential(%x)
+  %n = f32[4,8] negate(%e)
+  ROOT %t = (f32[4,8], f32[4,8]) tuple(%e, %n)
+}
+"""
 
 
 def test_does_not_fuse_away_a_model_output():
-    b = Builder("main")
-    x = b.parameter(0, X)
-    e = b.op(Opcode.EXP, x)
-    root = b.tuple([e, b.op(Opcode.NEGATE, e)])
-    m = module_with(b, root)
-    changed, ops = fuse_and_check(m)
-    assert not changed and Opcode.EXP in ops
+    changed, m = fuse(MODEL_OUTPUT)
+    assert not changed
+    assert_hlo(m, MODEL_OUTPUT)
 
 
 def test_does_not_fuse_reduce_as_a_producer():
-    b = Builder("main")
-    x = b.parameter(0, X)
-    add = scalar_computation("sum", Opcode.ADD, F32)
-    r = b.reduce(x, b.constant(0.0), (1,), add)
-    root = b.op(Opcode.NEGATE, r)
-    m = module_with(b, root, add)
-    fuse_and_check(m)
-    assert m.entry.root.opcode is Opcode.NEGATE
-    assert m.entry.root.operands[0].opcode is Opcode.FUSION           # the reduce + its init
-    assert fused_opcodes(m.entry.root.operands[0])[-1] is Opcode.REDUCE
+    # The reduce takes its init into a fusion of its own; the negate stays outside.
+    changed, m = fuse(SUM + """
+ENTRY %main (x: f32[4,8]) -> f32[4] {
+  %x = f32[4,8] parameter(0)
+  %zero = f32[] constant(0)
+  %r = f32[4] reduce(%x, %zero), dimensions={1}, to_apply=%sum
+  ROOT %n = f32[4] negate(%r)
+}
+""")
+    assert changed
+    assert_hlo(m, SUM + """
+%fused_computation (param_x: f32[4,8]) -> f32[4] {
+  %param_x = f32[4,8] parameter(0)
+  %zero = f32[] constant(0)
+  ROOT %r = f32[4] reduce(%param_x, %zero), dimensions={1}, to_apply=%sum
+}
+
+ENTRY %main (x: f32[4,8]) -> f32[4] {
+  %x = f32[4,8] parameter(0)
+  %fusion = f32[4] fusion(%x), kind=kLoop, calls=%fused_computation
+  ROOT %n = f32[4] negate(%fusion)
+}
+""")
 
 
 def test_existing_fusion_grows():
-    b = Builder("main")
-    x = b.parameter(0, X)
-    root = b.op(Opcode.NEGATE, b.op(Opcode.EXP, x))
-    m = module_with(b, root)
-    fuse_and_check(m)
-    fusion = m.entry.root
-    # Put a new producer in front of the fusion and fuse again.
-    ab = b.op(Opcode.ABS, x)
-    m.entry.replace_all_uses(x, ab)
-    ab.operands = [x]
-    m.entry.sort()
-    changed, ops = fuse_and_check(m)
-    assert changed and ops == [Opcode.PARAMETER, Opcode.FUSION] and m.entry.root is fusion
-    assert Opcode.ABS in fused_opcodes(fusion)
+    changed, m = fuse("""%fused_computation (param_x: f32[4,8]) -> f32[4,8] {
+  %param_x = f32[4,8] parameter(0)
+  %e = f32[4,8] exponential(%param_x)
+  ROOT %n = f32[4,8] negate(%e)
+}
 
-
-def test_fusion_on_hlo_text():
-    from xlac.hlo.text import parse_module, print_module
-    m = parse_module("""HloModule m
-
-ENTRY %main (x: f32[4], y: f32[4]) -> f32[4] {
-  %x = f32[4]{0} parameter(0)
-  %y = f32[4]{0} parameter(1)
-  %e = f32[4]{0} exponential(f32[4]{0} %x)
-  ROOT %m = f32[4]{0} multiply(f32[4]{0} %e, f32[4]{0} %y)
+ENTRY %main (x: f32[4,8]) -> f32[4,8] {
+  %x = f32[4,8] parameter(0)
+  %ab = f32[4,8] abs(%x)
+  ROOT %fusion = f32[4,8] fusion(%ab), kind=kLoop, calls=%fused_computation
 }
 """)
-    assert InstructionFusion().run(m)
-    assert print_module(m) == """HloModule m
-
-%fused_computation (param_y: f32[4]{0}, param_x: f32[4]{0}) -> f32[4]{0} {
-  %param_y = f32[4]{0} parameter(0)
-  %param_x = f32[4]{0} parameter(1)
-  %e = f32[4]{0} exponential(f32[4]{0} %param_x)
-  ROOT %m = f32[4]{0} multiply(f32[4]{0} %e, f32[4]{0} %param_y)
+    assert changed
+    assert_hlo(m, """%fused_computation (param_x.1: f32[4,8]) -> f32[4,8] {
+  %param_x.1 = f32[4,8] parameter(0)
+  %ab = f32[4,8] abs(%param_x.1)
+  %e = f32[4,8] exponential(%ab)
+  ROOT %n = f32[4,8] negate(%e)
 }
 
-ENTRY %main (x: f32[4]{0}, y: f32[4]{0}) -> f32[4]{0} {
-  %x = f32[4]{0} parameter(0)
-  %y = f32[4]{0} parameter(1)
-  ROOT %fusion = f32[4]{0} fusion(f32[4]{0} %y, f32[4]{0} %x), kind=kLoop, calls=%fused_computation
+ENTRY %main (x: f32[4,8]) -> f32[4,8] {
+  %x = f32[4,8] parameter(0)
+  ROOT %fusion = f32[4,8] fusion(%x), kind=kLoop, calls=%fused_computation
 }
-"""
+""")

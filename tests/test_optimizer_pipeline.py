@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 import pytest
 
-from xlac.hlo import Builder, Module, Opcode, Shape, dtypes
+from xlac.hlo import Opcode, Shape, dtypes
 from xlac.hlo.evaluator import evaluate
 from xlac.hlo.verifier import VerifierError
 from xlac.importers.onnx import import_onnx
@@ -15,8 +15,8 @@ from xlac.optimizer import Pipeline, assign_buffers, make_pipeline, optimize, sc
 
 sys.path.insert(0, os.path.dirname(__file__))
 from onnx_ops import CASES  # noqa: E402
-from test_optimizer_buffer_assignment import (check_assignment,  # noqa: E402
-                                              run_on_assigned_memory)
+from hlo_util import assert_hlo, assert_same_values, parse  # noqa: E402
+from memory_util import check_assignment, run_on_assigned_memory  # noqa: E402
 
 F32 = dtypes.F32
 
@@ -33,15 +33,20 @@ class Recorder:
         return self.changes >= 0
 
 
+SMALL = """ENTRY %main (x: f32[4]) -> f32[4] {
+  %x = f32[4] parameter(0)
+  %one = f32[] constant(1)
+  %ones = f32[4] broadcast(%one), dimensions={}
+  %dead = f32[4] log(%x)
+  %m = f32[4] multiply(%x, %ones)
+  %e = f32[4] exponential(%m)
+  ROOT %t = f32[4] tanh(%e)
+}
+"""
+
+
 def small_module():
-    b = Builder("main")
-    x = b.parameter(0, Shape.array(F32, (4,)))
-    one = b.broadcast(b.constant(1.0), (4,), ())
-    b.op(Opcode.LOG, x)                                              # dead
-    root = b.op(Opcode.TANH, b.op(Opcode.EXP, b.op(Opcode.MULTIPLY, x, one)))
-    m = Module("m")
-    m.add_computation(b.build(root), entry=True)
-    return m
+    return parse(SMALL)
 
 
 def test_pipeline_runs_passes_in_order_and_dumps_after_changes():
@@ -89,36 +94,51 @@ def test_pipeline_verifies_after_each_pass():
 def test_optimize_O0_only_removes_dead_code():
     m = small_module()
     optimize(m, opt_level=0)
-    assert [i.opcode for i in m.entry.instructions] == [
-        Opcode.PARAMETER, Opcode.CONSTANT, Opcode.BROADCAST, Opcode.MULTIPLY, Opcode.EXP,
-        Opcode.TANH]
+    assert_hlo(m, SMALL.replace("  %dead = f32[4] log(%x)\n", ""))
 
 
 def test_optimize_O2_simplifies_then_fuses():
     m = small_module()
-    x = np.linspace(-1, 1, 4, dtype=np.float32)
-    want = evaluate(m, [x])[0]
     dumps = []
     optimize(m, opt_level=2, dump=lambda name, mod: dumps.append(name))
-    assert [i.opcode for i in m.entry.instructions] == [Opcode.PARAMETER, Opcode.FUSION]
-    fused = m.entry.root.called[0]
-    assert [i.opcode for i in fused.instructions] == [Opcode.PARAMETER, Opcode.EXP, Opcode.TANH]
-    assert [c.name for c in m.computations] == [fused.name, m.entry.name]
+    assert_hlo(m, """%fused_computation (param_x: f32[4]) -> f32[4] {
+  %param_x = f32[4] parameter(0)
+  %e = f32[4] exponential(%param_x)
+  ROOT %t = f32[4] tanh(%e)
+}
+
+ENTRY %main (x: f32[4]) -> f32[4] {
+  %x = f32[4] parameter(0)
+  ROOT %fusion = f32[4] fusion(%x), kind=kLoop, calls=%fused_computation
+}
+""")
     assert "simplify/algsimp" in dumps and "O2/fusion" in dumps
-    np.testing.assert_array_equal(evaluate(m, [x])[0], want)
+    assert_same_values(small_module(), m)
 
 
 def test_optimize_is_idempotent():
-    b = Builder("main")
-    big = Shape.array(F32, (256, 256))
-    x = b.parameter(0, big)
-    root = b.op(Opcode.ADD, b.op(Opcode.EXP, x), b.iota(big, 1))
-    m = Module("m")
-    m.add_computation(b.build(root), entry=True)
+    m = parse("""ENTRY %main (x: f32[256,256]) -> f32[256,256] {
+  %x = f32[256,256] parameter(0)
+  %e = f32[256,256] exponential(%x)
+  %i = f32[256,256] iota(), iota_dimension=1
+  ROOT %r = f32[256,256] add(%e, %i)
+}
+""")
     optimize(m)
     assert not make_pipeline(2).run(m)
     # The large iota is generated inside the loop, never folded into 256 KiB of data.
-    assert Opcode.IOTA in [i.opcode for i in m.entry.root.called[0].instructions]
+    assert_hlo(m, """%fused_computation (param_x: f32[256,256]) -> f32[256,256] {
+  %param_x = f32[256,256] parameter(0)
+  %e = f32[256,256] exponential(%param_x)
+  %i = f32[256,256] iota(), iota_dimension=1
+  ROOT %r = f32[256,256] add(%e, %i)
+}
+
+ENTRY %main (x: f32[256,256]) -> f32[256,256] {
+  %x = f32[256,256] parameter(0)
+  ROOT %fusion = f32[256,256] fusion(%x), kind=kLoop, calls=%fused_computation
+}
+""")
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
