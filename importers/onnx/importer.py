@@ -103,22 +103,11 @@ def _domain(domain: str) -> str:
     return DEFAULT_DOMAIN if domain in ("", "ai.onnx") else domain
 
 
-def _all_nodes(graph: onnx.GraphProto):
-    """The nodes of ``graph`` and, depth first, of the subgraphs in their attributes
-    (If branches, Loop and Scan bodies)."""
-    for node in graph.node:
-        yield node
-        for a in node.attribute:
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
-                      a.graphs if a.type == onnx.AttributeProto.GRAPHS else []):
-                yield from _all_nodes(g)
-
-
 def _reject_unsupported(graph: onnx.GraphProto, opsets: dict[str, int]) -> None:
     """One error listing every node without a handler: the unsupported ones, then the
     ones out of scope by design, grouped by reason (scope.OUT_OF_SCOPE)."""
     missing, out_of_scope = [], {}
-    for node in _all_nodes(graph):
+    for node in all_nodes(graph):
         domain = _domain(node.domain)
         if lookup(domain, node.op_type, opsets.get(domain, 0)) is not None:
             continue
@@ -137,6 +126,21 @@ def _reject_unsupported(graph: onnx.GraphProto, opsets: dict[str, int]) -> None:
             f"{', '.join(labels)}: {reason}" for reason, labels in out_of_scope.items()))
     if parts:
         raise (XlacError if missing else OutOfScope)("; ".join(parts))
+
+
+def all_nodes(graph: onnx.GraphProto):
+    """The nodes of ``graph`` and of the subgraphs its nodes hold (If, Loop, Scan)."""
+    for node in graph.node:
+        yield node
+        for g in subgraphs(node):
+            yield from all_nodes(g)
+
+
+def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    A = onnx.AttributeProto
+    return [g for a in node.attribute
+            for g in ([a.g] if a.type == A.GRAPH else list(a.graphs) if a.type == A.GRAPHS
+                      else [])]
 
 
 def _reject_non_tensors(graph: onnx.GraphProto) -> None:
