@@ -12,7 +12,7 @@ import collections
 import onnx
 
 from .conformance import SUITES, CaseResult, DEFAULT_DOMAIN
-from .importers.onnx import OUT_OF_SCOPE, supported_ops
+from .importers.onnx import OUT_OF_SCOPE, OUT_OF_SCOPE_IN_PART, supported_ops
 
 _FAILING = ("mismatch", "error", "out of scope", "crash", "timeout")
 
@@ -68,6 +68,7 @@ def _operator_tables(results: list[CaseResult]) -> list[str]:
                 models[op][r.status] += 1
     registered = {_qualified(d, op) for d, op in supported_ops()}
     scope = {_qualified(d, op): why for (d, op), why in OUT_OF_SCOPE.items()}
+    in_part = {_qualified(d, op): why for (d, op), why in OUT_OF_SCOPE_IN_PART.items()}
     schemas = {}
     for s in onnx.defs.get_all_schemas():
         schemas[_qualified(s.domain, s.name)] = s
@@ -87,8 +88,9 @@ def _operator_tables(results: list[CaseResult]) -> list[str]:
             statuses[status] += 1
             notes = []
             if name in scope:
-                notes.append(("out of scope: " if status == "out of scope" else
-                              "out of scope where ") + scope[name])
+                notes.append("out of scope: " + scope[name])
+            if name in in_part:
+                notes.append("out of scope in part: " + in_part[name])
             if s.deprecated:
                 notes.append("deprecated")
             short = name[len(domain) + 1:] if name.startswith(domain + ".") else name

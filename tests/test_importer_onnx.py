@@ -237,6 +237,8 @@ def test_string_output_is_out_of_scope():
 def test_every_out_of_scope_op_is_an_onnx_op():
     known = {(s.domain, s.name) for s in onnx.defs.get_all_schemas()}
     assert sorted(set(scope.OUT_OF_SCOPE) - known) == []
+    assert sorted(set(scope.OUT_OF_SCOPE_IN_PART) - known) == []
+    assert not set(scope.OUT_OF_SCOPE) & set(scope.OUT_OF_SCOPE_IN_PART)
 
 
 def test_dynamic_dimension_message():

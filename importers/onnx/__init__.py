@@ -8,7 +8,7 @@ from . import (activations, cast, elementwise, math, ml, nn, reduce,  # noqa: F4
 from .context import ConstantInputNeeded
 from .importer import import_onnx, pin_const_inputs
 from .registry import supported_ops
-from .scope import OUT_OF_SCOPE, OutOfScope
+from .scope import OUT_OF_SCOPE, OUT_OF_SCOPE_IN_PART, OutOfScope
 
 __all__ = ["import_onnx", "pin_const_inputs", "supported_ops", "ConstantInputNeeded",
-           "OutOfScope", "OUT_OF_SCOPE"]
+           "OutOfScope", "OUT_OF_SCOPE", "OUT_OF_SCOPE_IN_PART"]

@@ -10,9 +10,9 @@ importer names such nodes apart from the unsupported ones, with the reason
     xlac: error: out of scope: StringNormalizer (node 'n'): works on strings, which
     compiled code does not hold
 
-An op with a handler may still list a reason here for the inputs it refuses (Compress
-whose condition is not known at compile time): the handler decides, the report shows
-both. Values that are not tensors (sequences, optionals, maps) and tensors of strings
+An op in scope may still refuse some attributes or inputs by design (BatchNormalization
+in training mode, Compress whose condition is not known at compile time): its handler
+decides, ``OUT_OF_SCOPE_IN_PART`` says why for the report. Values that are not tensors (sequences, optionals, maps) and tensors of strings
 are refused wherever they appear, as model inputs or outputs or as element types.
 """
 from __future__ import annotations
@@ -56,9 +56,17 @@ OUT_OF_SCOPE: dict[tuple[str, str], str] = {
         "Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike", "RandomUniform",
         "RandomUniformLike")},
     **{("", op): DATA_SHAPE for op in ("NonZero", "NonMaxSuppression", "Unique")},
-    ("", "Compress"): ("the shape of its output depends on the condition's values unless the "
-                       "condition is known at compile time (pin it with --const-input)"),
     ("", "ImageDecoder"): IMAGE_DECODE,
+}
+
+# Ops in scope but for some attributes or inputs, which their handlers refuse
+# (ctx.out_of_scope; a value that can be pinned asks for --const-input instead): what
+# the report notes beside them.
+OUT_OF_SCOPE_IN_PART: dict[tuple[str, str], str] = {
+    ("", "BatchNormalization"): "training_mode=1 " + TRAINING_MODE,
+    ("", "Dropout"): "training_mode=true " + TRAINING_MODE,
+    ("", "Compress"): ("a condition not known at compile time (pin it with --const-input): "
+                       "the shape of the output would depend on its values"),
 }
 
 
