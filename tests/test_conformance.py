@@ -85,7 +85,7 @@ def test_report_counts_suites_lists_every_operator_and_every_failing_case():
     assert "| Abs | supported | 1/1 | – |  |" in text
     assert "| NonZero | out of scope | 0/1 | – | out of scope: the shape of its output" in text
     assert ("| Dropout | supported (no node case) | – | – | out of scope in part: "
-            "training_mode=true") in text
+            "training_mode=1 with a nonzero ratio draws a random mask") in text
     assert ("| test_nonzero_example | NonZero | out of scope | out of scope: NonZero (node "
             "'result'): the shape \\| of its output |") in text
     assert "| simple/test_shrink | Shrink | error | unsupported |" in text

@@ -16,6 +16,7 @@ from onnx import numpy_helper
 
 from ...hlo import (Builder, Computation, Instruction, Module, Opcode, ShapeError, XlacError,
                     dtypes, scalar_computation)
+from .scope import OutOfScope
 
 # Results bigger than this are never folded in Python: compile-time values
 # exist for shapes, axes and indices, not for weights (the optimizer's constant
@@ -87,6 +88,11 @@ class ImportContext:
 
     def error(self, node: onnx.NodeProto, msg: str) -> XlacError:
         return XlacError(f"{node.op_type} node '{node_label(node)}': {msg}")
+
+    def out_of_scope(self, node: onnx.NodeProto, why: str) -> XlacError:
+        """The error for a node whose attributes or inputs ask for something out of scope
+        by design (scope.py)."""
+        return OutOfScope(f"out of scope: {node.op_type} node '{node_label(node)}': {why}")
 
     def opset(self, node: onnx.NodeProto) -> int:
         return self.opsets.get(node.domain or "", 0)

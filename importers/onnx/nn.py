@@ -11,6 +11,7 @@ from math import ceil, prod
 import numpy as np
 
 from ...hlo import ConvDimensionNumbers, Opcode, Shape, Window, dtypes
+from . import scope
 from .context import lowest, normalize_axis
 from .registry import register
 
@@ -297,8 +298,8 @@ def dropout(ctx, node):
     if training is not None and training.any():
         ratio = ctx.const_input(node, 1, "ratio", np.float32(0.5))
         if ratio.any():
-            raise ctx.error(node, f"training_mode=1 with ratio {float(ratio):g} draws a random "
-                                  "mask: random ops are out of scope by design")
+            raise ctx.out_of_scope(node, f"training_mode=1 with ratio {float(ratio):g} "
+                                   + scope.RANDOM_MASK)
     else:
         ctx.input(node, 1)     # ratio: unused at inference
     outs = [x]

@@ -10,8 +10,8 @@ importer names such nodes apart from the unsupported ones, with the reason
     xlac: error: out of scope: StringNormalizer (node 'n'): works on strings, which
     compiled code does not hold
 
-An op in scope may still refuse some attributes or inputs by design (BatchNormalization
-in training mode, Compress whose condition is not known at compile time): its handler
+An op in scope may still refuse some attributes or inputs by design (Dropout in
+training mode, Compress whose condition is not known at compile time): its handler
 decides, ``OUT_OF_SCOPE_IN_PART`` says why for the report. Values that are not tensors (sequences, optionals, maps) and tensors of strings
 are refused wherever they appear, as model inputs or outputs or as element types.
 """
@@ -26,6 +26,9 @@ MAPS = "works on maps, which compiled code does not hold (only tensors of fixed 
 TRAINING = "a training op (gradients, optimizer updates); xlac compiles inference"
 RANDOM = ("draws random numbers from a generator each runtime chooses, so no compiled result "
           "can be checked; pass random values in as an input")
+# Dropout in training mode with a nonzero ratio (with ratio 0 it is the identity).
+RANDOM_MASK = ("draws a random mask from a generator each runtime chooses, so no compiled "
+               "result can be checked")
 DATA_SHAPE = ("the shape of its output depends on the input values, and compiled code has "
               "shapes fixed at compile time")
 IMAGE_DECODE = ("decodes image files (JPEG, PNG, ...), whose output shape depends on the bytes "
@@ -63,8 +66,7 @@ OUT_OF_SCOPE: dict[tuple[str, str], str] = {
 # (ctx.out_of_scope; a value that can be pinned asks for --const-input instead): what
 # the report notes beside them.
 OUT_OF_SCOPE_IN_PART: dict[tuple[str, str], str] = {
-    ("", "BatchNormalization"): "training_mode=1 " + TRAINING_MODE,
-    ("", "Dropout"): "training_mode=true " + TRAINING_MODE,
+    ("", "Dropout"): "training_mode=1 with a nonzero ratio " + RANDOM_MASK,
     ("", "Compress"): ("a condition not known at compile time (pin it with --const-input): "
                        "the shape of the output would depend on its values"),
 }

@@ -40,13 +40,10 @@ _TO_HLO = {
 def hlo_dtype(elem_type: int, what: str) -> dtypes.DType:
     """The HLO type for an ONNX ``TensorProto.DataType``; ``what`` names the value."""
     if elem_type == TensorProto.STRING:
-        raise XlacError(f"{what} is a string tensor: strings are out of scope by design "
-                        "(xlac compiles numeric tensors only)")
+        raise strings_error(what)
     try:
         return _TO_HLO[elem_type]
     except KeyError:
-        if elem_type == TensorProto.STRING:
-            raise strings_error(what) from None
         name = TensorProto.DataType.Name(elem_type) if elem_type in \
             TensorProto.DataType.values() else str(elem_type)
         raise XlacError(f"{what} has element type {name}, which xlac does not support") \
