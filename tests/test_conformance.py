@@ -100,6 +100,8 @@ def test_operator_status():
     assert _op_status(True, None, collections.Counter({"pass": 3})) == "supported"
     assert _op_status(True, None, two_of_three) == "partial"
     assert _op_status(True, None, collections.Counter({"error": 3})) == "failing"
+    assert _op_status(True, "why", collections.Counter({"pass": 2, "out of scope": 1})) \
+        == "supported"
 
 
 def test_prune_removes_only_cases_that_pass(tmp_path):

@@ -12,8 +12,9 @@ importer names such nodes apart from the unsupported ones, with the reason
 
 An op in scope may still refuse some attributes or inputs by design (Dropout in
 training mode, Compress whose condition is not known at compile time): its handler
-decides, ``OUT_OF_SCOPE_IN_PART`` says why for the report. Values that are not tensors (sequences, optionals, maps) and tensors of strings
-are refused wherever they appear, as model inputs or outputs or as element types.
+decides, ``OUT_OF_SCOPE_IN_PART`` says why for the report. Values that are not tensors
+(sequences, optionals, maps) and tensors of strings are refused wherever they appear,
+as model inputs or outputs or as element types.
 """
 from __future__ import annotations
 
