@@ -13,9 +13,9 @@ from pathlib import Path
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from ..hlo import Instruction, Module, XlacError
+from ..hlo import Instruction, Module, Opcode, XlacError
 from ..optimizer.buffer_assignment import BufferAssignment
-from . import kernels
+from . import kernels, sort
 from .constants import ConstantPool
 from .elf import ElfObject, set_arm_vfp_args
 from .entry import KERNEL_OPCODES, emit_entry
@@ -117,9 +117,11 @@ def emit(module: Module, assignment: BufferAssignment, options: EmitOptions,
 
 
 def scratch_bytes(instr: Instruction, target: TargetInfo, lean: bool = False) -> int:
-    """Scratch bytes the kernel of a dot / convolution needs (0 for other ops): the
-    ``scratch`` callback of ``optimizer.plan_memory``; ``lean``: of its variant with the
-    least scratch (``BufferAssignment.lean_kernels``)."""
+    """Scratch bytes the kernel of a dot / convolution or a sort needs (0 for other ops):
+    the ``scratch`` callback of ``optimizer.plan_memory``; ``lean``: of its variant with
+    the least scratch (``BufferAssignment.lean_kernels``)."""
+    if instr.opcode is Opcode.SORT:
+        return sort.scratch_bytes(instr)
     if instr.opcode not in KERNEL_OPCODES:
         return 0
     return kernels.scratch_bytes(instr, target, lean)

@@ -5,8 +5,8 @@
     i32  NAME_run(ptr in0, ..., ptr out0, ..., ptr arena)
 
 NAME_compute walks ``assignment.order``: views, tuples, parameters and constants emit
-no code; dot and convolution call kernels (emitter/kernels/); everything else calls
-its loop function (loops.py). Model outputs that do not already live in their output
+no code; dot and convolution call kernels (emitter/kernels/); a sort calls its merge
+sort function (sort.py); everything else calls its loop function (loops.py). Model outputs that do not already live in their output
 slot are copied there at the end. All state lives in the caller's buffers: no mutable
 globals, so the code is reentrant.
 """
@@ -25,6 +25,7 @@ from .elemental import ElementalEmitter
 from .interface import ModelInterface
 from .irutil import I1, I32, I64, PTR, VOID, gep_bytes, i64
 from .loops import PointerArg, emit_elemental_function, leaf_offsets, passed_operands
+from .sort import emit_sort_function
 from .target import TargetInfo
 
 # runtime_c/xlac_runtime.h: enum xlac_status
@@ -150,6 +151,8 @@ class _ComputeEmitter:
                 self._emit_concat_copies(instr)
             elif instr.opcode in KERNEL_OPCODES:
                 self._emit_kernel_call(instr)
+            elif instr.opcode is Opcode.SORT:
+                self._emit_loop_call(instr, emit_sort_function)
             else:
                 self._emit_loop_call(instr)
         self._emit_output_copies()
@@ -158,7 +161,7 @@ class _ComputeEmitter:
     def _function_name(self, instr: Instruction) -> str:
         return self.llvm_module.get_unique_name(f"{self.interface.name}.{instr.name}")
 
-    def _emit_loop_call(self, instr: Instruction) -> None:
+    def _emit_loop_call(self, instr: Instruction, emit_function=emit_elemental_function) -> None:
         out = self.places[instr]
         size = instr.shape.byte_size
         operands = [(self.places[instr.operands[k]], instr.operands[k].shape.byte_size)
@@ -169,12 +172,20 @@ class _ComputeEmitter:
         operand_args = [PointerArg(out_arg.align, False, True) if same
                         else self.pointer_arg(p, s, [(out, size)])
                         for (p, s), same in zip(operands, in_place)]
-        fn, libcalls = emit_elemental_function(
-            self.llvm_module, instr, self._function_name(instr),
-            lambda b: ElementalEmitter(b, self.constants, self.target.float_abi), out_arg,
-            operand_args, self.assignment.alignment)
-        self.libcalls |= libcalls
-        self.b.call(fn, [self.pointer(out)] + [self.pointer(p) for p, _ in operands])
+        em = []
+
+        def factory(b):
+            em.append(ElementalEmitter(b, self.constants, self.target.float_abi))
+            return em[-1]
+
+        fn = emit_function(self.llvm_module, instr, self._function_name(instr), factory,
+                           out_arg, operand_args, self.assignment.alignment)
+        self.libcalls.update(*(e.libcalls for e in em))
+        args = [self.pointer(out)] + [self.pointer(p) for p, _ in operands]
+        if instr in self.assignment.scratch:
+            loc = self.assignment.scratch[instr]
+            args.append(self.pointer(Place(loc.space, loc.index, loc.offset)))
+        self.b.call(fn, args)
 
     def _emit_kernel_call(self, instr: Instruction) -> None:
         # Kernels take the sizes that vary between layers as i64 arguments: ops with one

@@ -83,8 +83,8 @@ def emit_elemental_function(llvm_module: ir.Module, instr: Instruction, name: st
                             out: PointerArg, operands: Sequence[PointerArg], alignment: int):
     """Define ``void name(ptr out, ptr operand...)`` computing ``instr``; ``operands`` holds
     one PointerArg per entry of ``passed_operands(instr)``; a tuple result's elements lie
-    at ``leaf_offsets(shape, alignment)``. Returns the function and the
-    C library functions its code calls."""
+    at ``leaf_offsets(shape, alignment)``. The C library functions the code calls
+    are in the ``libcalls`` of the emitter ``em_factory`` made."""
     passed = passed_operands(instr)
     fn = ir.Function(llvm_module, ir.FunctionType(VOID, [PTR] * (1 + len(passed))), name)
     fn.linkage = "internal"
@@ -123,4 +123,4 @@ def emit_elemental_function(llvm_module: ir.Module, instr: Instruction, name: st
 
     emit_loop_nest(b, leaves[0], store)
     b.ret_void()
-    return fn, em.libcalls
+    return fn

@@ -119,6 +119,12 @@ class Builder:
                       to_apply: Computation) -> Instruction:
         return self.op(Opcode.REDUCE_WINDOW, x, init, called=[to_apply], window=window)
 
+    def sort(self, operands, dimension: int, comparator: Computation,
+             is_stable: bool = False) -> Instruction:
+        """Sort ``operands`` together along ``dimension``; a tuple for several operands."""
+        return self.op(Opcode.SORT, *operands, called=[comparator], dimension=dimension,
+                       is_stable=is_stable)
+
     # -- structure --
     def tuple(self, xs) -> Instruction:
         return self.op(Opcode.TUPLE, *xs)

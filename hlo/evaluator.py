@@ -581,6 +581,70 @@ def _reduce_window(instr, ops):
     return _results([v.reshape(out_dims) for v in _fold(comp, rows, inits)])
 
 
+def _comparator(comp: Computation, xs: list[np.ndarray]) -> Callable:
+    """``less(a, b)``: the comparator on the elements at (rows, n) index arrays ``a`` and
+    ``b`` of the (rows, n) operands ``xs``, for all pairs at once where its ops allow."""
+    vectorized = all(i.opcode in _VECTORIZABLE for i in comp.instructions)
+
+    def less(a, b):
+        args = [v for x in xs for v in (np.take_along_axis(x, a, 1),
+                                        np.take_along_axis(x, b, 1))]
+        if vectorized:
+            return np.broadcast_to(evaluate_computation(comp, args), a.shape)
+        out = np.empty(a.shape, dtype=bool)
+        for k in np.ndindex(a.shape):
+            out[k] = evaluate_computation(comp, [np.asarray(v[k]) for v in args])
+        return out
+    return less
+
+
+def _stable_sort_permutation(less: Callable, rows: int, n: int) -> np.ndarray:
+    """Per row, the stable order ``less`` defines: a bottom-up merge sort run on all rows
+    and slots at once. Merging runs L and R, an element of L moves past the elements of
+    R that are less than it, one of R past the elements of L it is not less than; both
+    counts are prefix lengths (the runs are sorted), found by binary search: O(log^2 n)
+    comparator evaluations, each over every element."""
+    perm = np.broadcast_to(np.arange(n), (rows, n)).copy()
+    slot = np.arange(n)
+    width = 1
+    while width < n:
+        start = slot // (2 * width) * (2 * width)
+        mid, end = np.minimum(start + width, n), np.minimum(start + 2 * width, n)
+        left = slot < mid
+        offset = np.where(left, slot - start, slot - mid)
+        other = np.where(left, mid, start)
+        lo = np.zeros((rows, n), dtype=np.int64)
+        hi = np.broadcast_to(np.where(left, end - mid, mid - start), (rows, n)).copy()
+        while True:
+            active = lo < hi
+            if not active.any():
+                break
+            m = (lo + hi) // 2
+            partner = np.take_along_axis(perm, np.minimum(other + m, n - 1), 1)
+            before = np.where(left, less(partner, perm), ~less(perm, partner))
+            lo = np.where(active & before, m + 1, lo)
+            hi = np.where(active & ~before, m, hi)
+        merged = np.empty_like(perm)
+        np.put_along_axis(merged, start + offset + lo, perm, 1)
+        perm = merged
+        width *= 2
+    return perm
+
+
+def _sort(instr, ops):
+    """XLA sort: a stable sort satisfies both settings of ``is_stable``."""
+    d = instr.attrs["dimension"]
+    moved = [np.moveaxis(x, d, -1) for x in ops]
+    lead, n = moved[0].shape[:-1], moved[0].shape[-1]
+    rows = prod(lead)
+    flat = [x.reshape(rows, n) for x in moved]
+    if rows * n == 0:
+        return _results([np.array(x) for x in ops])
+    perm = _stable_sort_permutation(_comparator(instr.called[0], flat), rows, n)
+    return _results([np.moveaxis(np.take_along_axis(x, perm, 1).reshape(lead + (n,)), -1, d)
+                     for x in flat])
+
+
 # --- the table -----------------------------------------------------------------
 
 RULES: dict[Opcode, Callable] = {
@@ -610,6 +674,7 @@ RULES: dict[Opcode, Callable] = {
     Opcode.DOT: _dot,
     Opcode.REDUCE: _reduce,
     Opcode.REDUCE_WINDOW: _reduce_window,
+    Opcode.SORT: _sort,
     Opcode.FUSION: _fusion,
     Opcode.GET_TUPLE_ELEMENT: _get_tuple_element,
     Opcode.TUPLE: _tuple,

@@ -99,6 +99,7 @@ class Opcode(Enum):
     DOT = ("dot", 2, ("dimension_numbers",))
     REDUCE = ("reduce", -1, ("dimensions",))     # N operands then N init values; to_apply
     REDUCE_WINDOW = ("reduce-window", -1, ("window",))   # likewise
+    SORT = ("sort", -1, ("dimension", "is_stable"))      # N operands; comparator to_apply
 
     # structure
     FUSION = ("fusion", -1, ("kind",))           # calls a fused computation
@@ -129,7 +130,8 @@ MOVEMENT = frozenset({
     Opcode.PAD, Opcode.RESHAPE, Opcode.REVERSE, Opcode.SLICE, Opcode.TRANSPOSE,
 })
 # Ops that call a sub-computation (Instruction.called).
-CALLS_COMPUTATION = frozenset({Opcode.REDUCE, Opcode.REDUCE_WINDOW, Opcode.FUSION})
+CALLS_COMPUTATION = frozenset({Opcode.REDUCE, Opcode.REDUCE_WINDOW, Opcode.SORT,
+                               Opcode.FUSION})
 # Transcendental element-wise ops (looser numeric tolerance in tests).
 TRANSCENDENTAL = frozenset({
     Opcode.ACOS, Opcode.ACOSH, Opcode.ASIN, Opcode.ASINH, Opcode.ATAN, Opcode.ATANH,

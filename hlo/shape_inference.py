@@ -258,6 +258,22 @@ def _reduce_window(op, ops, attrs, called, result):
     return outs[0] if n == 1 else Shape.tuple_(outs)
 
 
+def _sort(op, ops, attrs, called, result):
+    """XLA sort: the operands (same dims) are permuted together along ``dimension`` into
+    the order the comparator defines; one operand gives an array, several a tuple."""
+    _check(len(ops) >= 1, "sort needs operands")
+    for x in ops:
+        _array(x, op.text)
+        _check(x.dims == ops[0].dims, f"sort operands differ in dims: {ops[0]} vs {x}")
+    d = attrs["dimension"]
+    _check(0 <= d < ops[0].rank, f"sort dimension {d} out of range for {ops[0]}")
+    _check(len(called) == 1, "sort needs one comparator computation")
+    _check(len(called[0].parameters) == 2 * len(ops),
+           f"the comparator must take {2 * len(ops)} scalar parameters")
+    outs = [Shape.array(x.dtype, x.dims, x.layout) for x in ops]
+    return outs[0] if len(ops) == 1 else Shape.tuple_(outs)
+
+
 def _gather(op, ops, attrs, called, result):
     x, idx = ops
     dn, sizes = attrs["dimension_numbers"], attrs["slice_sizes"]
@@ -331,6 +347,7 @@ RULES: dict[Opcode, Callable] = {
     Opcode.DOT: _dot,
     Opcode.REDUCE: _reduce,
     Opcode.REDUCE_WINDOW: _reduce_window,
+    Opcode.SORT: _sort,
     Opcode.FUSION: _fusion,
     Opcode.GET_TUPLE_ELEMENT: _get_tuple_element,
     Opcode.TUPLE: _tuple,
@@ -343,6 +360,7 @@ def infer_shape(opcode: Opcode, operand_shapes, attrs=None, called=(), result=No
         _check(len(operand_shapes) == opcode.arity,
                f"{opcode.text} takes {opcode.arity} operands, got {len(operand_shapes)}")
     for a in opcode.attrs:
-        if a not in attrs and a not in ("feature_group_count", "batch_group_count"):
+        if a not in attrs and a not in ("feature_group_count", "batch_group_count",
+                                         "is_stable"):
             raise ShapeError(f"{opcode.text} is missing attribute '{a}'")
     return RULES[opcode](opcode, list(operand_shapes), attrs, list(called), result)

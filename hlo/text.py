@@ -112,6 +112,8 @@ def _choice(options):
 _INT = _Syntax(str, lambda p: p.integer())
 _INTS = _Syntax(lambda v: "{" + _join(v) + "}", lambda p: p.int_list())
 _ONE_INT = _Syntax(lambda v: "{" + str(v) + "}", lambda p: p.one_int())
+_BOOL = _Syntax(lambda v: "true" if v else "false",
+                lambda p: _choice(("true", "false")).parse(p) == "true")
 _SLICE = _Syntax(_print_slice, lambda p: p.slice_spec())
 _PADDING = _Syntax(_print_padding, lambda p: p.padding())
 _WINDOW = _Syntax(_print_window, lambda p: p.window())
@@ -168,12 +170,14 @@ _FIELDS: dict[Opcode, tuple[_Field, ...]] = {
                       for kind in ("batch", "contracting")),
     Opcode.REDUCE: (_Field("dimensions", _INTS, "dimensions"),),
     Opcode.REDUCE_WINDOW: (_Field("window", _WINDOW, "window", _NO_WINDOW),),
+    Opcode.SORT: (_Field("dimensions", _ONE_INT, "dimension"),
+                  _Field("is_stable", _BOOL, "is_stable", False)),
     Opcode.FUSION: (_Field("kind", _FUSION_KIND, "kind"),),
     Opcode.GET_TUPLE_ELEMENT: (_Field("index", _INT, "index"),),
 }
 # The key that names the called computation, printed after the attributes.
 _CALLED_KEY = {Opcode.REDUCE: "to_apply", Opcode.REDUCE_WINDOW: "to_apply",
-               Opcode.FUSION: "calls"}
+               Opcode.SORT: "to_apply", Opcode.FUSION: "calls"}
 # Carried by XLA dumps, meaningless here: read and dropped.
 _IGNORED_KEYS = frozenset({"metadata"})
 

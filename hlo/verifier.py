@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .dtypes import DType
+from .dtypes import PRED, DType
 from .ir import Computation, Instruction, Module
 from .opcodes import Opcode
 from .shape import Shape
@@ -104,6 +104,8 @@ def _verify_instruction(comp: Computation, instr: Instruction) -> None:
                                  f"{', '.join(FUSION_KINDS)}")
     elif instr.opcode in _REDUCTIONS:
         _verify_reducer(comp, instr)
+    elif instr.opcode is Opcode.SORT:
+        _verify_comparator(comp, instr)
 
 
 def _layout_problem(shape: Shape) -> str | None:
@@ -141,3 +143,15 @@ def _verify_reducer(comp: Computation, instr: Instruction) -> None:
             or not compatible(reducer.root.shape, result):
         raise _fail(comp, instr, f"to_apply %{reducer.name} must map "
                                  f"({', '.join(map(str, want))}) -> {result}")
+
+
+def _verify_comparator(comp: Computation, instr: Instruction) -> None:
+    """A sort's comparator takes (lhs, rhs) scalars of each operand's type in operand
+    order, (lhs0, rhs0, lhs1, rhs1, ...), and returns a pred scalar: lhs goes first."""
+    want = [Shape.array(o.shape.dtype, ()) for o in instr.operands for _ in range(2)]
+    comparator = instr.called[0]
+    got = [p.shape for p in comparator.parameters]
+    if len(got) != len(want) or not all(map(compatible, got, want)) \
+            or not compatible(comparator.root.shape, Shape.array(PRED, ())):
+        raise _fail(comp, instr, f"comparator %{comparator.name} must map "
+                                 f"({', '.join(map(str, want))}) -> pred[]")

@@ -136,6 +136,32 @@ def _argmax(b, x):
     return b.tuple([b.get_tuple_element(r, 0), b.get_tuple_element(r, 1)])
 
 
+def _comparator(types, direction, key=0):
+    """Comparator over operands of ``types``: operand ``key`` compared by ``direction``."""
+    cb = Builder(f"compare_{direction}")
+    params = [cb.parameter(k, Shape.array(t, ()), f"p{k}")
+              for k, t in enumerate(t for t in types for _ in range(2))]
+    return cb.build(cb.compare(params[2 * key], params[2 * key + 1], direction))
+
+
+def _sort(direction, dim, key=0, with_index=True):
+    """Sort the parameters (and an s32 iota along ``dim``, which shows stability)."""
+    def build(b, *xs):
+        xs = list(xs)
+        if with_index:
+            xs.append(b.iota(Shape.array(S32, xs[0].shape.dims), dim))
+        cmp = _comparator([x.shape.dtype for x in xs], direction, key)
+        r = b.sort(xs, dim, cmp, is_stable=True)
+        if len(xs) == 1:
+            return r
+        return b.tuple([b.get_tuple_element(r, k) for k in range(len(xs))])
+    return build
+
+
+def _ties(*dims):
+    return rng.integers(-3, 4, dims).astype(np.float32)
+
+
 _ADD_F32 = scalar_computation("add_f32", Opcode.ADD, F32)
 _MAX_F32 = scalar_computation("max_f32", Opcode.MAXIMUM, F32)
 
@@ -301,6 +327,15 @@ CASES = [
          lambda b, p: b.reduce_window(p, b.constant(np.float32(0.5)),
                                       Window.make((3, 2), (2, 1), (1, 0), (2, 1), (2, 1),
                                                   (1, 1)), _ADD_F32), tol=1e-6),
+    # sort: rows of at most 16 (insertion only), and longer rows with an even and an odd
+    # number of merge passes, along the last and a strided dim; ties show stability
+    Case("sort_short_rows", [_ties(5, 7)], _sort("LT", 1)),
+    Case("sort_even_passes", [_ties(3, 50)], _sort("GT", 1)),
+    Case("sort_odd_passes_strided", [s32(70, 3, lo=-5, hi=5)], _sort("LT", 0)),
+    Case("sort_one_operand", [f32(2, 129)], _sort("GT", 1, with_index=False)),
+    Case("sort_by_second_operand", [f32(4, 33), s32(4, 33, lo=0, hi=4)], _sort("GT", 1, key=1)),
+    Case("sort_constant_operand", [f32(21)],
+         lambda b, p: _sort("LT", 0)(b, b.constant(_ties(21)), p)),
     # fusion and the kernels behind dot / convolution
     Case("fusion", [f32(4, 8), f32(4, 8)], _fused_axpy),
     Case("dot", [f32(5, 7), f32(7, 3)],

@@ -76,6 +76,18 @@ def argmax_reducer():
                             b.op(Opcode.SELECT, take, i1, i0)]))
 
 
+def comparator(direction, types=(dtypes.F32,), key=0, reshaped=False):
+    """A sort comparator: operand ``key`` of ``types`` compared by ``direction``;
+    ``reshaped`` routes it through reshapes (a body the vectorised path may not run)."""
+    b = Builder(f"compare_{direction}")
+    ps = [b.parameter(k, Shape.array(t, ())) for k, t in enumerate(t for t in types
+                                                                     for _ in range(2))]
+    lhs, rhs = ps[2 * key], ps[2 * key + 1]
+    if reshaped:
+        lhs = b.reshape(b.reshape(lhs, (1,)), ())
+    return b.build(b.compare(lhs, rhs, direction))
+
+
 def fused_multiply_add():
     b = Builder("fused")
     s = Shape.array(dtypes.F32, (2,))
@@ -273,6 +285,10 @@ CASES = [
       called=[reducer(Opcode.ADD)], dimensions=(1,)),
     C("reduce_window_sum", Opcode.REDUCE_WINDOW, [a([1, 2, 3, 4, 5]), a(0)], a([3, 7]),
       called=[reducer(Opcode.ADD)], window=Window.make((2,), (2,))),
+    C("sort_descending_stable", Opcode.SORT, [a([[3, 1, 3, 2], [0, 5, 5, 5]]),
+                                              a([[0, 1, 2, 3], [0, 1, 2, 3]], s32)],
+      [a([[3, 3, 2, 1], [5, 5, 5, 0]]), a([[0, 2, 3, 1], [1, 2, 3, 0]], s32)],
+      called=[comparator("GT", (dtypes.F32, dtypes.S32))], dimension=1, is_stable=True),
     # sources and structure
     C("iota", Opcode.IOTA, [], a([[0, 1, 2], [0, 1, 2]], s32),
       shape=Shape.array(dtypes.S32, (2, 3)), iota_dimension=1),
@@ -567,6 +583,34 @@ def test_variadic_reduce_argmax():
                           called=[argmax_reducer()], dimensions=(1,))
     check(values, a([7, 5]))
     check(indices, a([1, 0], s32))
+
+
+# --- sort -------------------------------------------------------------------------
+
+# (row length, comparator through reshapes: run per element, slow, so on short rows)
+@pytest.mark.parametrize("n, reshaped", [(1, False), (2, False), (7, False), (64, False),
+                                         (100, False), (2, True), (7, True)])
+def test_sort_is_numpys_stable_sort(n, reshaped):
+    # few distinct keys: many ties, whose order shows stability
+    x = np.random.default_rng(n).integers(0, 4, (3, n)).astype(f32)
+    idx = np.broadcast_to(np.arange(n, dtype=s32), (3, n)).copy()
+    keys, order = run(Opcode.SORT, x, idx, called=[comparator("LT", (dtypes.F32, dtypes.S32),
+                                                              reshaped=reshaped)],
+                      dimension=1, is_stable=True)
+    want = np.argsort(x, axis=1, kind="stable").astype(s32)
+    check(order, want)
+    check(keys, np.take_along_axis(x, want, 1))
+
+
+def test_sort_along_a_major_dimension_by_a_second_key():
+    x = np.random.default_rng(5).standard_normal((9, 2, 3)).astype(f32)
+    key = np.random.default_rng(6).integers(0, 3, (9, 2, 3)).astype(s32)
+    values, keys = run(Opcode.SORT, x, key,
+                       called=[comparator("GT", (dtypes.F32, dtypes.S32), key=1)],
+                       dimension=0)
+    want = np.argsort(-key, axis=0, kind="stable")
+    check(keys, np.take_along_axis(key, want, 0))
+    check(values, np.take_along_axis(x, want, 0))
 
 
 # --- reduce-window against a naive loop ----------------------------------------------

@@ -217,6 +217,31 @@ SNIPPETS = {
           ROOT %get-tuple-element = s32[4]{0} get-tuple-element((f32[4]{0}, s32[4]{0}) %reduce), index=1
         }
     """,
+    "sort": """
+        HloModule sort
+
+        %greater (a: f32[]{}, b: f32[]{}, i: s32[]{}, j: s32[]{}) -> pred[]{} {
+          %a = f32[]{} parameter(0)
+          %b = f32[]{} parameter(1)
+          %i = s32[]{} parameter(2)
+          %j = s32[]{} parameter(3)
+          ROOT %compare = pred[]{} compare(f32[]{} %a, f32[]{} %b), direction=GT
+        }
+
+        %less (x: f32[]{}, y: f32[]{}) -> pred[]{} {
+          %x = f32[]{} parameter(0)
+          %y = f32[]{} parameter(1)
+          ROOT %compare = pred[]{} compare(f32[]{} %x, f32[]{} %y), direction=LT
+        }
+
+        ENTRY %main (x: f32[4,6]{1,0}) -> ((f32[4,6]{1,0}, s32[4,6]{1,0}), f32[4,6]{1,0}) {
+          %x = f32[4,6]{1,0} parameter(0)
+          %iota = s32[4,6]{1,0} iota(), iota_dimension=1
+          %sort = (f32[4,6]{1,0}, s32[4,6]{1,0}) sort(f32[4,6]{1,0} %x, s32[4,6]{1,0} %iota), dimensions={1}, is_stable=true, to_apply=%greater
+          %sort.1 = f32[4,6]{1,0} sort(f32[4,6]{1,0} %x), dimensions={0}, to_apply=%less
+          ROOT %tuple = ((f32[4,6]{1,0}, s32[4,6]{1,0}), f32[4,6]{1,0}) tuple((f32[4,6]{1,0}, s32[4,6]{1,0}) %sort, f32[4,6]{1,0} %sort.1)
+        }
+    """,
     "fusion": """
         HloModule fusion
 

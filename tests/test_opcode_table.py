@@ -3,7 +3,7 @@ import pytest
 
 from xlac.hlo import Opcode
 from xlac.hlo import evaluator, shape_inference
-from xlac.emitter import elemental, kernels
+from xlac.emitter import elemental, kernels, sort
 
 
 def test_every_opcode_has_a_shape_rule():
@@ -14,14 +14,16 @@ def test_every_opcode_has_an_evaluator_rule():
     assert set(evaluator.RULES) == set(Opcode)
 
 
-# Emitted by the entry emitter itself: no code (sources, views, structure) or a kernel call.
-_NOT_ELEMENTAL = {Opcode.DOT, Opcode.CONVOLUTION}
+# Emitted as a whole rather than element by element: kernels, and sort (emitter/sort.py).
+_KERNELS = {Opcode.DOT, Opcode.CONVOLUTION}
+_NOT_ELEMENTAL = _KERNELS | {Opcode.SORT}
 
 
 def test_every_opcode_has_an_emitter_rule():
     missing = set(Opcode) - set(elemental.RULES) - _NOT_ELEMENTAL
     assert not missing, sorted(o.text for o in missing)
-    assert _NOT_ELEMENTAL <= set(kernels._EMITTERS)
+    assert _KERNELS <= set(kernels._EMITTERS)
+    assert callable(sort.emit_sort_function)
 
 
 @pytest.mark.parametrize("op", list(Opcode), ids=lambda o: o.text)

@@ -187,5 +187,27 @@ ENTRY %main (a: f32[4]{0}) -> f32[4]{0} {
         verify(m)
 
 
+def test_catches_bad_sort_comparator():
+    m = parse_module("""
+HloModule s
+
+%less (x: f32[]{}, y: f32[]{}) -> pred[]{} {
+  %x = f32[]{} parameter(0)
+  %y = f32[]{} parameter(1)
+  ROOT %lt = pred[]{} compare(f32[]{} %x, f32[]{} %y), direction=LT
+}
+
+ENTRY %main (a: f32[4,3]{1,0}) -> f32[4,3]{1,0} {
+  %a = f32[4,3]{1,0} parameter(0)
+  ROOT %sort = f32[4,3]{1,0} sort(f32[4,3]{1,0} %a), dimensions={0}, to_apply=%less
+}
+""")
+    verify(m)
+    less = m.computations[0]
+    less.root = _instr(less, "x")     # returns f32, not pred
+    with pytest.raises(VerifierError, match="comparator %less must map .* -> pred"):
+        verify(m)
+
+
 def test_verifier_error_is_a_value_error():
     assert issubclass(VerifierError, ValueError)
