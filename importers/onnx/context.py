@@ -68,7 +68,7 @@ class ImportContext:
         self.values: dict[str, Instruction] = {}  # ONNX value name -> instruction
         self.input_names: list[str] = []           # parameter number -> ONNX input name
         self._folded: dict[int, np.ndarray | None] = {}
-        self._reducers: dict[tuple[Opcode, dtypes.DType], Computation] = {}
+        self._reducers: dict[tuple, Computation] = {}
         self._node: onnx.NodeProto | None = None
         self._attrs: dict[str, onnx.AttributeProto] = {}
         self._read_attrs: set[str] = set()
@@ -211,6 +211,14 @@ class ImportContext:
         if key not in self._reducers:
             comp = scalar_computation(f"{opcode.text}_{dtype.name}", opcode, dtype)
             self._reducers[key] = self.module.add_computation(comp)
+        return self._reducers[key]
+
+    def computation(self, key: tuple, make) -> Computation:
+        """The computation ``make()`` builds (a comparator, a variadic reducer), added to
+        the module once per ``key`` and shared."""
+        key = ("custom",) + key
+        if key not in self._reducers:
+            self._reducers[key] = self.module.add_computation(make())
         return self._reducers[key]
 
     def reduce(self, x: Instruction, dims, opcode: Opcode, init) -> Instruction:

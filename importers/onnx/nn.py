@@ -103,14 +103,50 @@ def _pool_window(ctx, node, x):
     return window, low, high
 
 
-@register("MaxPool", since=1, ignore=("storage_order",))   # storage_order: Indices only
+@register("MaxPool", since=1)
 def max_pool(ctx, node):
     x = ctx.input(node, 0)
     window, _, _ = _pool_window(ctx, node, x)
     dt = x.shape.dtype
-    # reduce-window pads with its init value, so padding never wins the max
-    return [ctx.b.reduce_window(x, ctx.scalar(lowest(dt), dt), window,
-                                ctx.reducer(Opcode.MAXIMUM, dt))]
+    storage_order = ctx.attr(node, "storage_order", 0)
+    if len(node.output) < 2 or not node.output[1]:
+        # reduce-window pads with its init value, so padding never wins the max
+        return [ctx.b.reduce_window(x, ctx.scalar(lowest(dt), dt), window,
+                                    ctx.reducer(Opcode.MAXIMUM, dt))]
+    return list(_max_pool_with_indices(ctx, x, window, storage_order))
+
+
+def _max_pool_with_indices(ctx, x, window, storage_order):
+    """MaxPool's Indices output: an argmax reduce-window over (x, the row-major flat index
+    of each element in x). The first maximum in the window wins, as in onnxruntime;
+    storage_order=1 then renumbers the spatial part column-major."""
+    from .reduce import arg_inits, arg_reducer
+    b, dt, dims = ctx.b, x.shape.dtype, x.shape.dims
+    flat = b.reshape(b.iota(Shape.array(dtypes.S64, (prod(dims),)), 0), dims)
+    r = b.op(Opcode.REDUCE_WINDOW, x, flat, *arg_inits(ctx, dt, True, False),
+             called=[arg_reducer(ctx, dt, True, False)], window=window)
+    values, index = b.get_tuple_element(r, 0), b.get_tuple_element(r, 1)
+    if storage_order:
+        # index = nc * S + row-major spatial offset; the offset's digits, reversed in
+        # significance, give the column-major offset.
+        spatial = dims[2:]
+        out = index.shape.dims
+
+        def const(v):
+            return ctx.full(v, dtypes.S64, out)
+
+        size = prod(spatial)
+        rest = b.op(Opcode.REMAINDER, index, const(size))
+        column = b.op(Opcode.SUBTRACT, index, rest)
+        weight = 1
+        for n in reversed(spatial):
+            digit = b.op(Opcode.REMAINDER, rest, const(n))
+            rest = b.op(Opcode.DIVIDE, rest, const(n))
+            column = b.op(Opcode.ADD, column, b.op(Opcode.MULTIPLY, digit,
+                                                   const(size // n // weight)))
+            weight *= n
+        index = column
+    return values, index
 
 
 @register("AveragePool", since=1)
@@ -138,6 +174,39 @@ def average_pool(ctx, node):
         count = ctx.b.reduce_window(ones, ctx.scalar(0, dt), window_ones, add)
         count = ctx.broadcast_to(count, total.shape.dims)
     return [ctx.b.op(Opcode.DIVIDE, total, count)]
+
+
+def _abs_power(ctx, x, p):
+    """|x| ^ p, with the common exponents as cheaper ops."""
+    b = ctx.b
+    if p == 1:
+        return b.op(Opcode.ABS, x)
+    if p == 2:
+        return b.op(Opcode.MULTIPLY, x, x)
+    return b.op(Opcode.POWER, b.op(Opcode.ABS, x), ctx.full(p, x.shape.dtype, x.shape.dims))
+
+
+def _root(ctx, x, p):
+    """x ^ (1 / p)."""
+    if p == 1:
+        return x
+    if p == 2:
+        return ctx.b.op(Opcode.SQRT, x)
+    return ctx.b.op(Opcode.POWER, x, ctx.full(1 / p, x.shape.dtype, x.shape.dims))
+
+
+@register("LpPool", since=1)
+def lp_pool(ctx, node):
+    # (sum of |x|^p over the window) ^ (1/p); padding adds nothing.
+    x = ctx.input(node, 0)
+    p = ctx.attr(node, "p", 2)
+    if p <= 0:
+        raise ctx.error(node, f"p must be positive, got {p}")
+    window, _, _ = _pool_window(ctx, node, x)
+    dt = x.shape.dtype
+    total = ctx.b.reduce_window(_abs_power(ctx, x, p), ctx.scalar(0, dt), window,
+                                ctx.reducer(Opcode.ADD, dt))
+    return [_root(ctx, total, p)]
 
 
 def _global_pool(ctx, node, opcode, init, average):

@@ -1,4 +1,5 @@
-"""Reduce* ONNX ops, lowered to HLO reduce.
+"""Reduce* ONNX ops, lowered to HLO reduce; ArgMax and ArgMin (a variadic reduce);
+CumSum and CumProd (a reduce-window).
 
 ``axes`` is an attribute up to opset 12 (ReduceSum) or 17 (the others) and an
 optional input from then on, together with ``noop_with_empty_axes``. No axes
@@ -8,7 +9,9 @@ from __future__ import annotations
 
 from math import prod
 
-from ...hlo import Opcode
+import numpy as np
+
+from ...hlo import Builder, Opcode, Shape, Window, dtypes
 from .context import highest, lowest, normalize_axis
 from .registry import register
 
@@ -107,3 +110,94 @@ def _axes_input(fn):
 for _op, (_since, _fn) in _REDUCE.items():
     register(_op, since=1)(_axes_attribute(_fn))
     register(_op, since=_since)(_axes_input(_fn))
+
+
+# -- ArgMax / ArgMin: a variadic reduce over (values, indices), as XLA lowers argmax ----
+
+def _goes_first(b, pv, pi, qv, qi, largest: bool, last: bool):
+    """Whether (value, index) p beats q: a larger (smaller) value, NaN beating every
+    number (numpy's and onnxruntime's argmax/argmin), equal values by the lower (higher)
+    index. A total order, so the reduction may combine elements in any order."""
+    wins = b.compare(pv, qv, "GT" if largest else "LT")
+    tie = b.compare(pv, qv, "EQ")
+    if pv.shape.dtype.is_float:
+        p_nan, q_nan = b.compare(pv, pv, "NE"), b.compare(qv, qv, "NE")
+        wins = b.op(Opcode.OR, wins, b.op(Opcode.AND, p_nan, b.op(Opcode.NOT, q_nan)))
+        tie = b.op(Opcode.OR, tie, b.op(Opcode.AND, p_nan, q_nan))
+    earlier = b.compare(pi, qi, "GT" if last else "LT")
+    return b.op(Opcode.OR, wins, b.op(Opcode.AND, tie, earlier))
+
+
+def arg_reducer(ctx, dtype: dtypes.DType, largest: bool, last: bool):
+    """to_apply of the argmax (argmin) reduce: (acc value, acc index, value, index)."""
+    def make():
+        b = Builder(f"arg{'max' if largest else 'min'}{'_last' if last else ''}_{dtype.name}")
+        v, i = Shape.array(dtype, ()), Shape.array(dtypes.S64, ())
+        av, ai, xv, xi = (b.parameter(0, v, "acc_value"), b.parameter(1, i, "acc_index"),
+                          b.parameter(2, v, "value"), b.parameter(3, i, "index"))
+        take = _goes_first(b, xv, xi, av, ai, largest, last)
+        return b.build(b.tuple([b.op(Opcode.SELECT, take, xv, av),
+                                b.op(Opcode.SELECT, take, xi, ai)]))
+    return ctx.computation(("arg", dtype, largest, last), make)
+
+
+def arg_inits(ctx, dtype: dtypes.DType, largest: bool, last: bool):
+    """The init (value, index) of the argmax (argmin) reduce: any element beats it."""
+    value = lowest(dtype) if largest else highest(dtype)
+    index = -1 if last else np.iinfo(np.int64).max
+    return ctx.scalar(value, dtype), ctx.scalar(index, dtypes.S64)
+
+
+def _arg_extreme(largest: bool):
+    def lower(ctx, node):
+        x = ctx.input(node, 0)
+        r = x.shape.rank
+        axis = normalize_axis(ctx, node, ctx.attr(node, "axis", 0), r)
+        last = bool(ctx.attr(node, "select_last_index", 0)) if ctx.opset(node) >= 12 else False
+        dt = x.shape.dtype
+        if x.shape.dims[axis] == 0:
+            raise ctx.error(node, f"cannot take the index of an extreme over the empty "
+                                  f"axis {axis} of {x.shape}")
+        index = ctx.b.iota(Shape.array(dtypes.S64, x.shape.dims), axis)
+        reduced = ctx.b.op(Opcode.REDUCE, x, index, *arg_inits(ctx, dt, largest, last),
+                           called=[arg_reducer(ctx, dt, largest, last)], dimensions=(axis,))
+        y = ctx.b.get_tuple_element(reduced, 1)
+        if ctx.attr(node, "keepdims", 1):
+            y = ctx.b.reshape(y, [1 if d == axis else n for d, n in enumerate(x.shape.dims)])
+        return [y]
+    return lower
+
+
+for _op, _largest in (("ArgMax", True), ("ArgMin", False)):
+    register(_op, since=1)(_arg_extreme(_largest))
+
+
+# -- CumSum / CumProd: a reduce-window whose window spans the whole axis (XLA's cumsum) --
+
+def _cumulative(opcode: Opcode, identity):
+    def lower(ctx, node):
+        x = ctx.input(node, 0)
+        axis = ctx.const_input(node, 1, "axis").reshape(-1)
+        if axis.size != 1:
+            raise ctx.error(node, f"axis must hold one value, got {axis.tolist()}")
+        r = x.shape.rank
+        d = normalize_axis(ctx, node, int(axis[0]), r)
+        n = x.shape.dims[d]
+        exclusive, reverse = ctx.attr(node, "exclusive", 0), ctx.attr(node, "reverse", 0)
+        # Output i folds the n-wide window ending at i (starting at i when reversed),
+        # moved one further along for an exclusive scan; padding holds the identity.
+        before, after = (n - 1 + exclusive, -exclusive)
+        if reverse:
+            before, after = after, before
+        low, high = [0] * r, [0] * r
+        low[d], high[d] = before, after
+        window = Window.make(tuple(n if k == d else 1 for k in range(r)),
+                             pad_low=low, pad_high=high)
+        dt = x.shape.dtype
+        return [ctx.b.reduce_window(x, ctx.scalar(identity, dt), window,
+                                    ctx.reducer(opcode, dt))]
+    return lower
+
+
+register("CumSum", since=11)(_cumulative(Opcode.ADD, 0))
+register("CumProd", since=26)(_cumulative(Opcode.MULTIPLY, 1))
