@@ -317,7 +317,7 @@ def lrn(ctx, node):
 
 # -- softmax --------------------------------------------------------------------------
 
-def _softmax(ctx, x, dims, log):
+def softmax(ctx, x, dims, log):
     """softmax over ``dims`` of x, stable: exp(x - max) / sum(exp(x - max))."""
     b = ctx.b
     kept = [d for d in range(x.shape.rank) if d not in dims]
@@ -340,7 +340,7 @@ def _softmax_v1(log):
     def lower(ctx, node):
         x = ctx.input(node, 0)
         axis = normalize_axis(ctx, node, ctx.attr(node, "axis", 1), x.shape.rank)
-        return [_softmax(ctx, x, tuple(range(axis, x.shape.rank)), log)]
+        return [softmax(ctx, x, tuple(range(axis, x.shape.rank)), log)]
     return lower
 
 
@@ -348,7 +348,7 @@ def _softmax_v13(log):
     def lower(ctx, node):
         x = ctx.input(node, 0)
         axis = normalize_axis(ctx, node, ctx.attr(node, "axis", -1), x.shape.rank)
-        return [_softmax(ctx, x, (axis,), log)]
+        return [softmax(ctx, x, (axis,), log)]
     return lower
 
 
