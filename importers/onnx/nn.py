@@ -18,7 +18,7 @@ from .registry import register
 LEGACY = ("consumed_inputs",)
 
 
-def _ints_attr(ctx, node, name, n, default):
+def ints_attr(ctx, node, name, n, default):
     v = tuple(ctx.attr(node, name, (default,) * n))
     if len(v) != n:
         raise ctx.error(node, f"'{name}' has {len(v)} values, expected {n}")
@@ -30,7 +30,7 @@ def window_padding(ctx, node, in_dims, kernel, strides, dilations):
     n = len(kernel)
     auto_pad = ctx.attr(node, "auto_pad", "NOTSET")
     if auto_pad == "NOTSET":
-        pads = _ints_attr(ctx, node, "pads", 2 * n, 0)
+        pads = ints_attr(ctx, node, "pads", 2 * n, 0)
         if any(p < 0 for p in pads):
             raise ctx.error(node, f"negative pads {pads}")
         return pads[:n], pads[n:]
@@ -52,8 +52,8 @@ def window_padding(ctx, node, in_dims, kernel, strides, dilations):
 
 def _spatial_attrs(ctx, node, x, kernel):
     nsp = x.shape.rank - 2
-    strides = _ints_attr(ctx, node, "strides", nsp, 1)
-    dilations = _ints_attr(ctx, node, "dilations", nsp, 1)
+    strides = ints_attr(ctx, node, "strides", nsp, 1)
+    dilations = ints_attr(ctx, node, "dilations", nsp, 1)
     low, high = window_padding(ctx, node, x.shape.dims[2:], kernel, strides, dilations)
     return strides, dilations, low, high
 
