@@ -139,3 +139,60 @@ def einsum(ctx, node):
     x = ctx.b.transpose(x, [xl.index(l) for l in present])
     dims = tuple(sizes[l] for l in outputs)
     return [ctx.b.broadcast(x, dims, [outputs.index(l) for l in present])]
+
+
+# -- Det ----------------------------------------------------------------------------
+
+@register("Det", since=11)
+def det(ctx, node):
+    """LU factorization with partial pivoting (LAPACK's getrf, what numpy's det runs),
+    unrolled over the columns at compile time: each step picks the row with the largest
+    |value| in the first column (an argmax reduce), swaps it first (one-hot selects),
+    and eliminates below it on the shrinking trailing block. The determinant is the
+    product of the pivots, negated once per swap."""
+    from .reduce import arg_inits, arg_reducer
+    x = ctx.input(node, 0)
+    if x.shape.rank < 2 or x.shape.dims[-1] != x.shape.dims[-2] or not x.shape.dtype.is_float:
+        raise ctx.error(node, f"input must be float square matrices (..., M, M), got {x.shape}")
+    b, dt = ctx.b, x.shape.dtype
+    batch, n = x.shape.dims[:-2], x.shape.dims[-1]
+    nb = len(batch)
+    det_value = ctx.full(1, dt, batch)
+    m = x
+    for size in range(n, 0, -1):
+        dims = batch + (size, size)
+        col = b.reshape(b.slice(m, (0,) * (nb + 2), dims[:-1] + (1,)), batch + (size,))
+        rows = Shape.array(dtypes.S64, batch + (size,))
+        best = b.op(Opcode.REDUCE, b.op(Opcode.ABS, col), b.iota(rows, nb),
+                    *arg_inits(ctx, dt, True, False),
+                    called=[arg_reducer(ctx, dt, True, False)], dimensions=(nb,))
+        p = b.get_tuple_element(best, 1)                        # (batch), the pivot row
+        is_p = b.compare(b.iota(Shape.array(dtypes.S64, dims), nb),
+                         b.broadcast(p, dims, tuple(range(nb))), "EQ")
+        zeros = ctx.full(0, dt, dims)
+        pivot_row = ctx.reduce(b.op(Opcode.SELECT, is_p, m, zeros), (nb,), Opcode.ADD, 0)
+        pivot = b.reshape(b.slice(pivot_row, (0,) * (nb + 1), batch + (1,)), batch)
+        swapped = b.compare(p, ctx.full(0, dtypes.S64, batch), "NE")
+        sign = b.op(Opcode.SELECT, swapped, ctx.full(-1, dt, batch), ctx.full(1, dt, batch))
+        det_value = b.op(Opcode.MULTIPLY, det_value, b.op(Opcode.MULTIPLY, pivot, sign))
+        if size == 1:
+            break
+        # rows 1.. after swapping rows 0 and p: row p's slot takes row 0
+        row0 = b.slice(m, (0,) * (nb + 2), batch + (1, size))
+        row0 = b.broadcast(b.reshape(row0, batch + (size,)), dims, tuple(range(nb)) + (nb + 1,))
+        rest = b.op(Opcode.SELECT, is_p, row0, m)
+        rest = b.slice(rest, (0,) * nb + (1, 0), dims)          # (batch, size-1, size)
+        sub = batch + (size - 1, size - 1)
+        lead = b.reshape(b.slice(rest, (0,) * (nb + 2), batch + (size - 1, 1)),
+                         batch + (size - 1,))
+        # a zero pivot means a zero column: the determinant is 0; eliminate nothing
+        singular = b.compare(pivot, ctx.full(0, dt, batch), "EQ")
+        safe = b.op(Opcode.SELECT, singular, ctx.full(1, dt, batch), pivot)
+        factor = b.op(Opcode.DIVIDE, lead, b.broadcast(safe, lead.shape.dims, tuple(range(nb))))
+        tail = b.slice(pivot_row, (0,) * nb + (1,), batch + (size,))
+        outer = b.op(Opcode.MULTIPLY,
+                     b.broadcast(factor, sub, tuple(range(nb + 1))),
+                     b.broadcast(tail, sub, tuple(range(nb)) + (nb + 1,)))
+        m = b.op(Opcode.SUBTRACT, b.slice(rest, (0,) * nb + (0, 1), batch + (size - 1, size)),
+                 outer)
+    return [det_value]
