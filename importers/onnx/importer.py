@@ -265,7 +265,22 @@ def _check_pin(name: str, dims: list | None, pinned) -> list[int]:
     return pinned
 
 
+# Attribute defaults that onnx's shape inference gets wrong when the attribute is
+# absent (STFT's onesided defaults to 1 in the spec, to 0 in its inference function):
+# they are written out before inference, which changes nothing else.
+_DEFAULTS_TO_SPELL_OUT = {("", "STFT"): {"onesided": 1}}
+
+
+def _spell_out_defaults(graph: onnx.GraphProto) -> None:
+    for node in graph.node:
+        for name, value in _DEFAULTS_TO_SPELL_OUT.get((_domain(node.domain), node.op_type),
+                                                      {}).items():
+            if not any(a.name == name for a in node.attribute):
+                node.attribute.append(onnx.helper.make_attribute(name, value))
+
+
 def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    _spell_out_defaults(model.graph)
     try:
         return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
                                                  data_prop=True)
