@@ -1,4 +1,4 @@
-"""ConvTranspose and DeformConv.
+"""ConvTranspose and DeformConv (below).
 
 ConvTranspose is lowered as XLA lowers a transposed convolution (the gradient of a
 convolution with respect to its input): a convolution over the input dilated by the
@@ -9,7 +9,8 @@ no multiply is spent on the dilation's zeros.
 """
 from __future__ import annotations
 
-from ...hlo import ConvDimensionNumbers, Opcode, Window
+from ...hlo import (ConvDimensionNumbers, DotDimensionNumbers, GatherDimensionNumbers, Opcode,
+                    Shape, Window, dtypes)
 from .nn import ints_attr
 from .registry import register
 
@@ -78,6 +79,94 @@ def conv_transpose(ctx, node):
             for o, kk, d, i, s, lo in zip(out, kernel, dilations, x.shape.dims[2:], strides, low)]
     window = Window(kernel, (1,) * nsp, low, high, strides, dilations)
     y = b.convolution(x, k, window, ConvDimensionNumbers.nchw(nsp), feature_group_count=groups)
+    if bias is not None:
+        y = b.op(Opcode.ADD, y, b.broadcast(bias, y.shape.dims, (1,)))
+    return [y]
+
+
+@register("DeformConv", since=19)
+def deform_conv(ctx, node):
+    """Deformable convolution (2-D): each window position samples X at its place plus a
+    learned offset, bilinearly (zero outside the image, GridSample's align_corners=1),
+    weighted by the optional mask; the samples then meet the kernel in one dot.
+
+    The four corners of every sample are one gather each (indices n, offset group,
+    row, column; XLA's gather clamps them, and corners outside the image get weight 0),
+    so the work is that of the im2col matrix, never a per-tap loop."""
+    x, w, offset, bias, mask = (ctx.input(node, i) for i in range(5))
+    if x.shape.rank != 4 or w.shape.rank != 4:
+        raise ctx.error(node, f"only 2-D deformable convolutions are supported, got X "
+                              f"{x.shape}, W {w.shape}")
+    b = ctx.b
+    dt = x.shape.dtype
+    n, c, h, wd = x.shape.dims
+    oc, cpg, kh, kw = w.shape.dims
+    kernel = tuple(ctx.attr(node, "kernel_shape", (kh, kw)))
+    if kernel != (kh, kw):
+        raise ctx.error(node, f"kernel_shape {kernel} does not match W {w.shape}")
+    groups, offset_groups = ctx.attr(node, "group", 1), ctx.attr(node, "offset_group", 1)
+    strides = ints_attr(ctx, node, "strides", 2, 1)
+    dilations = ints_attr(ctx, node, "dilations", 2, 1)
+    pads = ints_attr(ctx, node, "pads", 4, 0)
+    oh, ow = offset.shape.dims[2:]
+    want_out = tuple((size + lo + hi - (k - 1) * d - 1) // s + 1 for size, lo, hi, k, d, s in
+                     zip((h, wd), pads[:2], pads[2:], kernel, dilations, strides))
+    if (cpg * groups != c or oc % groups or c % offset_groups
+            or offset.shape.dims != (n, offset_groups * 2 * kh * kw, oh, ow)
+            or (oh, ow) != want_out
+            or (mask is not None and mask.shape.dims != (n, offset_groups * kh * kw, oh, ow))):
+        raise ctx.error(node, f"inconsistent shapes: X {x.shape}, W {w.shape}, offset "
+                              f"{offset.shape}, mask {mask.shape if mask else None}, "
+                              f"group {groups}, offset_group {offset_groups}")
+    g, cg = offset_groups, c // offset_groups
+    grid = (n, g, kh, kw, oh, ow)
+    s64 = dtypes.S64
+    off = b.reshape(offset, (n, g, kh, kw, 2, oh, ow))
+
+    def coordinate(axis: int):
+        """Sample positions along spatial dim ``axis`` (0 rows, 1 columns)."""
+        out_pos = b.iota(Shape.array(dt, grid), 4 + axis)
+        tap = b.iota(Shape.array(dt, grid), 2 + axis)
+        base = b.op(Opcode.ADD, b.op(Opcode.MULTIPLY, out_pos, ctx.full(strides[axis], dt, grid)),
+                    b.op(Opcode.MULTIPLY, tap, ctx.full(dilations[axis], dt, grid)))
+        base = b.op(Opcode.SUBTRACT, base, ctx.full(pads[axis], dt, grid))
+        shift = b.slice(off, (0, 0, 0, 0, axis, 0, 0), (n, g, kh, kw, axis + 1, oh, ow))
+        return b.op(Opcode.ADD, base, b.reshape(shift, grid))
+
+    rows, cols = coordinate(0), coordinate(1)
+    row0, col0 = b.op(Opcode.FLOOR, rows), b.op(Opcode.FLOOR, cols)
+    frac_r, frac_c = b.op(Opcode.SUBTRACT, rows, row0), b.op(Opcode.SUBTRACT, cols, col0)
+    row0, col0 = b.convert(row0, s64), b.convert(col0, s64)
+    ones = ctx.full(1, dt, grid)
+    weight_mask = b.reshape(mask, grid) if mask is not None else None
+    image = b.reshape(x, (n, g, cg, h, wd))
+    batch_index = [b.iota(Shape.array(s64, grid), d) for d in (0, 1)]
+    sampled = None
+    for dr, dc in ((0, 0), (0, 1), (1, 0), (1, 1)):
+        r = b.op(Opcode.ADD, row0, ctx.full(dr, s64, grid)) if dr else row0
+        q = b.op(Opcode.ADD, col0, ctx.full(dc, s64, grid)) if dc else col0
+        weight = b.op(Opcode.MULTIPLY,
+                      frac_r if dr else b.op(Opcode.SUBTRACT, ones, frac_r),
+                      frac_c if dc else b.op(Opcode.SUBTRACT, ones, frac_c))
+        inside = b.op(Opcode.AND,
+                      b.op(Opcode.AND, b.compare(r, ctx.full(0, s64, grid), "GE"),
+                           b.compare(r, ctx.full(h, s64, grid), "LT")),
+                      b.op(Opcode.AND, b.compare(q, ctx.full(0, s64, grid), "GE"),
+                           b.compare(q, ctx.full(wd, s64, grid), "LT")))
+        weight = b.op(Opcode.SELECT, inside, weight, ctx.full(0, dt, grid))
+        if weight_mask is not None:
+            weight = b.op(Opcode.MULTIPLY, weight, weight_mask)
+        index = b.concatenate([b.reshape(v, grid + (1,)) for v in batch_index + [r, q]], 6)
+        corner = b.gather(image, index, GatherDimensionNumbers((6,), (0, 1, 3, 4), (0, 1, 3, 4), 6),
+                          (1, 1, cg, 1, 1))                 # (n, g, kh, kw, oh, ow, cg)
+        term = b.op(Opcode.MULTIPLY, corner, b.broadcast(weight, corner.shape.dims, range(6)))
+        sampled = term if sampled is None else b.op(Opcode.ADD, sampled, term)
+    # (n, g, kh, kw, oh, ow, cg) -> (n, groups, c / groups, kh, kw, oh, ow)
+    sampled = b.transpose(sampled, (0, 1, 6, 2, 3, 4, 5))
+    sampled = b.reshape(sampled, (n, groups, cpg, kh, kw, oh, ow))
+    kernel_w = b.reshape(w, (groups, oc // groups, cpg, kh, kw))
+    y = b.dot(kernel_w, sampled, DotDimensionNumbers((0,), (2, 3, 4), (1,), (2, 3, 4)))
+    y = b.reshape(b.transpose(y, (2, 0, 1, 3, 4)), (n, oc, oh, ow))   # (groups, ocg, n, ..)
     if bias is not None:
         y = b.op(Opcode.ADD, y, b.broadcast(bias, y.shape.dims, (1,)))
     return [y]
