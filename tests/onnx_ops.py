@@ -406,3 +406,132 @@ case("ReduceSum_v13_noop_empty_axes", node("ReduceSum", ["x"], noop_with_empty_a
      {"x": _R})
 case("ReduceMax_int64", node("ReduceMax", ["x"], axes=[1], keepdims=0), {"x": i64(3, 4)},
      opset=13)
+
+
+# -- ArgMax / ArgMin, TopK, CumSum / CumProd -----------------------------------------------
+_TIES = _RNG.integers(-2, 3, (3, 5, 4)).astype(np.float32)     # many equal values
+for _op in ("ArgMax", "ArgMin"):
+    case(f"{_op}_axis1_keepdims", node(_op, ["x"], axis=1), {"x": _TIES})
+    case(f"{_op}_last_index_no_keepdims",
+         node(_op, ["x"], axis=-1, keepdims=0, select_last_index=1), {"x": _TIES})
+    case(f"{_op}_int64_default_axis", node(_op, ["x"]), {"x": i64(4, 3)})
+case("TopK_k_input_ties", node("TopK", ["x", "k"], ["v", "i"], axis=1), {"x": _TIES},
+     outputs=("v", "i"), inits={"k": np.array([3], np.int64)})
+case("TopK_smallest_unsorted_rows", node("TopK", ["x", "k"], ["v", "i"], largest=0, sorted=1),
+     {"x": f32(2, 3, 40)}, outputs=("v", "i"), inits={"k": np.array([7], np.int64)})
+case("TopK_opset1_attr_k", node("TopK", ["x"], ["v", "i"], k=2, axis=0), {"x": f32(5, 3)},
+     outputs=("v", "i"), opset=1)
+for _name, _attrs in [("default", {}), ("exclusive", dict(exclusive=1)),
+                      ("reverse", dict(reverse=1)),
+                      ("reverse_exclusive", dict(exclusive=1, reverse=1))]:
+    case(f"CumSum_{_name}", node("CumSum", ["x", "a"], **_attrs), {"x": f32(3, 7)},
+         inits={"a": np.array(-1, np.int64)})
+case("CumSum_int32_axis0", node("CumSum", ["x", "a"]), {"x": i64(6, 2).astype(np.int32)},
+     inits={"a": np.array(0, np.int32)})
+
+# -- pools: LpPool, MaxPool's Indices ------------------------------------------------------
+case("LpPool_p3_pads_strides", node("LpPool", ["x"], kernel_shape=[3, 2], p=3,
+                                    pads=[1, 0, 1, 1], strides=[2, 1]),
+     {"x": _POOL_X}, opset=18, rtol=1e-4)
+case("LpPool_p1_same_upper", node("LpPool", ["x"], kernel_shape=[2, 2], p=1,
+                                  auto_pad="SAME_UPPER"), {"x": _POOL_X}, opset=11)
+for _name, _attrs in [("pads", dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2])),
+                      ("storage_order1", dict(kernel_shape=[2, 3], strides=[2, 1],
+                                              storage_order=1)),
+                      ("ceil_dilated", dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1,
+                                            dilations=[1, 2]))]:
+    case(f"MaxPool_indices_{_name}", node("MaxPool", ["x"], ["y", "i"], **_attrs),
+         {"x": _POOL_X}, outputs=("y", "i"), opset=12)
+case("MaxPool_indices_3d", node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2, 2]),
+     {"x": f32(1, 2, 3, 4, 5)}, outputs=("y", "i"), opset=12)
+
+# -- ConvTranspose -------------------------------------------------------------------------
+for _name, _x, _w, _attrs in [
+        ("stride2_pads", (1, 3, 5, 4), (3, 2, 3, 3), dict(strides=[2, 2], pads=[1, 0, 1, 1])),
+        ("groups_dilations", (2, 4, 4, 5), (4, 3, 2, 3), dict(group=2, dilations=[2, 1],
+                                                              strides=[1, 2])),
+        ("output_padding", (1, 2, 3, 3), (2, 2, 3, 3), dict(strides=[3, 2],
+                                                            output_padding=[2, 1])),
+        ("output_shape", (1, 2, 4, 3), (2, 3, 3, 3), dict(strides=[2, 2],
+                                                          output_shape=[9, 7])),
+        ("same_upper", (1, 2, 3, 5), (2, 2, 4, 3), dict(strides=[2, 3], auto_pad="SAME_UPPER")),
+        ("same_lower", (1, 2, 3, 5), (2, 2, 4, 3), dict(strides=[2, 3], auto_pad="SAME_LOWER")),
+        ("1d_stride4", (2, 3, 7), (3, 4, 5), dict(strides=[4], pads=[1, 2])),
+        ("3d", (1, 2, 3, 3, 2), (2, 2, 2, 3, 2), dict(strides=[2, 1, 2]))]:
+    case(f"ConvTranspose_{_name}", node("ConvTranspose", ["x", "w", "b"], **_attrs),
+         {"x": f32(*_x)}, inits={"w": f32(*_w), "b": f32(_w[1] * _attrs.get("group", 1))},
+         rtol=1e-4, atol=1e-5)
+
+# -- Einsum, Det -----------------------------------------------------------------------------
+for _name, _eq, _shapes in [
+        ("matmul", "ij,jk->ik", [(3, 4), (4, 5)]),
+        ("batch_transpose", "bij,bkj->bki", [(2, 3, 4), (2, 5, 4)]),
+        ("diagonal_trace", "ii", [(4, 4)]),
+        ("ellipsis_broadcast", "...ij,...jk->...ik", [(2, 1, 3, 4), (1, 5, 4, 2)]),
+        ("three_operands", "abc,cd,de->abe", [(2, 3, 4), (4, 5), (5, 6)]),
+        ("outer_implicit", "i,j", [(3,), (4,)]),
+        ("bilinear", "bn,anm,bm->ba", [(2, 3), (4, 3, 5), (2, 5)])]:
+    _names = [f"x{k}" for k in range(len(_shapes))]
+    case(f"Einsum_{_name}", node("Einsum", _names, equation=_eq),
+         {n: f32(*s) for n, s in zip(_names, _shapes)}, opset=12, rtol=1e-4, atol=1e-5)
+case("Det_batched", node("Det", ["x"]), {"x": f32(2, 3, 5, 5)}, rtol=1e-4, atol=1e-5)
+
+# -- signal: DFT, STFT, windows, MelWeightMatrix -----------------------------------------------
+case("DFT_v17_complex_inverse", node("DFT", ["x"], inverse=1, axis=1), {"x": f32(2, 8, 3, 2)},
+     opset=17, rtol=1e-4, atol=1e-5)
+case("DFT_v20_real_onesided_length", node("DFT", ["x", "n", "a"], onesided=1),
+     {"x": f32(2, 9, 3, 1)}, inits={"n": np.array(12, np.int64), "a": np.array(1, np.int64)},
+     opset=20, rtol=1e-4, atol=1e-5)
+case("DFT_v20_irfft", node("DFT", ["x", "", "a"], onesided=1, inverse=1),
+     {"x": f32(1, 5, 4, 2)}, inits={"a": np.array(-2, np.int64)}, opset=20, rtol=1e-4,
+     atol=1e-5)
+case("STFT_window_complex", node("STFT", ["x", "s", "w"], onesided=0),
+     {"x": f32(2, 40, 2)}, inits={"s": np.array(6, np.int64), "w": f32(10, low=0, high=1)},
+     opset=17, rtol=1e-4, atol=1e-5)
+for _op in ("HannWindow", "HammingWindow", "BlackmanWindow"):
+    case(f"{_op}_symmetric_double", node(_op, ["n"], periodic=0,
+                                         output_datatype=onnx.TensorProto.DOUBLE),
+         {}, inits={"n": np.array(11, np.int64)}, opset=17)
+case("MelWeightMatrix", node("MelWeightMatrix", ["m", "n", "r", "lo", "hi"]), {},
+     inits={"m": np.array(8, np.int64), "n": np.array(64, np.int64),
+            "r": np.array(8000, np.int64), "lo": np.array(60, np.float32),
+            "hi": np.array(3800, np.float32)}, opset=17)
+
+# -- losses ---------------------------------------------------------------------------------
+_SCORES, _LABELS = f32(3, 5, 2, 2), _RNG.integers(0, 5, (3, 2, 2)).astype(np.int64)
+_LABELS[0, 0, 0] = _LABELS[2, 1, 0] = -1
+for _red in ("none", "sum", "mean"):
+    case(f"NegativeLogLikelihoodLoss_{_red}_weight_ignore",
+         node("NegativeLogLikelihoodLoss", ["x", "t", "w"], reduction=_red, ignore_index=-1),
+         {"x": _SCORES, "t": _LABELS}, inits={"w": f32(5, low=0.5, high=2)}, rtol=1e-4)
+    case(f"SoftmaxCrossEntropyLoss_{_red}_log_prob",
+         node("SoftmaxCrossEntropyLoss", ["x", "t"], ["y", "lp"], reduction=_red),
+         {"x": _SCORES, "t": np.clip(_LABELS, 0, 4)}, outputs=("y", "lp"), rtol=1e-4)
+
+# -- ai.onnx.ml TreeEnsemble ----------------------------------------------------------------
+def _forest(aggregate, post=0):
+    # two trees over 3 features: tree 0 splits on x0 <= 0.5 then x2 < -0.2 (NaN goes
+    # true); tree 1 tests x1 membership in {1, 3}
+    return node("TreeEnsemble", ["x"], domain="ai.onnx.ml",
+                nodes_featureids=[0, 2, 1], nodes_modes=numpy_helper.from_array(
+                    np.array([0, 1, 6], np.uint8)),
+                nodes_splits=numpy_helper.from_array(np.array([0.5, -0.2, 0], np.float32)),
+                nodes_truenodeids=[1, 0, 3], nodes_trueleafs=[0, 1, 1],
+                nodes_falsenodeids=[2, 1, 4], nodes_falseleafs=[1, 1, 1],
+                nodes_missing_value_tracks_true=[0, 1, 0],
+                membership_values=numpy_helper.from_array(
+                    np.array([1, 3, np.nan], np.float32)),
+                leaf_targetids=[0, 1, 1, 0, 1],
+                leaf_weights=numpy_helper.from_array(
+                    np.array([1.5, -2.0, 0.25, 3.0, -1.0], np.float32)),
+                tree_roots=[0, 2], n_targets=2, aggregate_function=aggregate,
+                post_transform=post)
+
+
+_FOREST_X = f32(6, 3)
+_FOREST_X[1, 2] = np.nan
+_FOREST_X[2:4, 1] = [1.0, 3.0]
+# post_transform 1 and 2 are left out: onnxruntime swaps SOFTMAX (1) and LOGISTIC (2)
+for _agg, _post in ((1, 0), (0, 3), (2, 0), (3, 0)):
+    case(f"TreeEnsemble_aggregate{_agg}_post{_post}", _forest(_agg, _post), {"x": _FOREST_X},
+         outputs=[("y", np.float32, (6, 2))], opset={"": 13, "ai.onnx.ml": 5}, rtol=1e-5)

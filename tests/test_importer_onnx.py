@@ -339,12 +339,19 @@ def test_unsupported_attribute_value_names_the_node():
         import_onnx(model)
 
 
-def test_maxpool_indices_output_is_rejected():
-    x = np.zeros((1, 1, 4, 4), np.float32)
-    model = make_model([node("MaxPool", ["x"], ["y", "idx"], kernel_shape=[2, 2])],
-                       {"x": x}, outputs=("y", "idx"))
-    with pytest.raises(XlacError, match="MaxPool node 'maxpool_0': output 1 \\('idx'\\) "
-                                        "is not supported"):
+def test_unsupported_optional_output_is_rejected(monkeypatch):
+    # a handler that lowers only the first of the node's outputs
+    from xlac.importers.onnx import registry
+    rule = registry.OpRule("test.xlac", "FirstOnly", 1, lambda ctx, n: [ctx.input(n, 0)],
+                           frozenset())
+    monkeypatch.setitem(registry._TABLE, ("test.xlac", "FirstOnly"), [rule])
+    x = np.zeros((2,), np.float32)
+    model = make_model([helper.make_node("FirstOnly", ["x"], ["y", "z"], name="first",
+                                         domain="test.xlac")],
+                       {"x": x}, outputs=(("y", np.float32, (2,)), ("z", np.float32, (2,))),
+                       opset={"": 13, "test.xlac": 1})
+    with pytest.raises(XlacError, match="FirstOnly node 'first': output 1 \\('z'\\) is "
+                                        "not supported"):
         import_onnx(model)
 
 

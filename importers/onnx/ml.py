@@ -201,6 +201,10 @@ def tree_ensemble(ctx, node):
         v = b.broadcast(b.constant(leaf_values.astype(dt.np)), cube, (1,))
         y = ctx.reduce(b.op(Opcode.SELECT, hit, v, ctx.full(big, dt, cube)), (1,),
                        Opcode.MINIMUM if aggregate == "MIN" else Opcode.MAXIMUM, big)
+        # a target no reached leaf scores is 0 (onnxruntime; the onnx reference leaves
+        # the float extreme its loop starts from)
+        scored = ctx.reduce(hit, (1,), Opcode.OR, False)
+        y = b.op(Opcode.SELECT, scored, y, ctx.full(0, dt, y.shape.dims))
     return [_post_transform(ctx, y, post)]
 
 
