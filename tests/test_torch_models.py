@@ -94,3 +94,45 @@ def test_exported_model_matches_onnxruntime(exported, tmp_path):
     (got,) = xlac.load(result.output)(x)
     assert got.shape == want.shape and got.dtype == np.float32
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+# -- a classifier with TopK / ArgMax / ArgMin heads, at opsets 17 and 20 ------------------
+
+class Classifier(nn.Module):
+    """Conv features, then the usual heads of a classifier: the top-3 classes with
+    their probabilities, the argmax and the (least likely) argmin."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                                      nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(),
+                                      nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.fc = nn.Linear(16, 20)
+
+    def forward(self, x):
+        logits = self.fc(self.features(x))
+        probs, classes = torch.topk(torch.softmax(logits, dim=-1), k=3, dim=-1)
+        return probs, classes, logits.argmax(dim=-1), logits.argmin(dim=1, keepdim=True)
+
+
+@pytest.mark.parametrize("opset", [17, 20])
+def test_classifier_heads_match_onnxruntime(opset, tmp_path):
+    torch.manual_seed(0)
+    model = Classifier().eval()
+    x = torch.randn(5, 1, 12, 12, generator=torch.Generator().manual_seed(1))
+    buffer = io.BytesIO()
+    torch.onnx.export(model, (x,), buffer, dynamo=False, opset_version=opset,
+                      input_names=["image"],
+                      output_names=["probs", "classes", "argmax", "argmin"])
+    onnx_model = onnx.load_from_string(buffer.getvalue())
+    ops = {n.op_type for n in onnx_model.graph.node}
+    assert {"TopK", "ArgMax", "ArgMin"} <= ops
+    sess = ort.InferenceSession(onnx_model.SerializeToString(),
+                                providers=["CPUExecutionProvider"])
+    want = sess.run(None, {"image": x.numpy()})
+    result = xlac.compile(onnx_model, tmp_path / f"classifier{opset}.o")
+    got = xlac.load(result.output)(x.numpy())
+    assert [g.dtype for g in got] == [np.float32, np.int64, np.int64, np.int64]
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-6)
+    for g, w in zip(got[1:], want[1:]):
+        np.testing.assert_array_equal(g, w)
