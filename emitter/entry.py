@@ -5,8 +5,8 @@
     i32  NAME_run(ptr in0, ..., ptr out0, ..., ptr arena)
 
 NAME_compute walks ``assignment.order``: views, tuples, parameters and constants emit
-no code; dot and convolution call kernels (emitter/kernels/); a sort calls its merge
-sort function (sort.py); everything else calls its loop function (loops.py). Model outputs that do not already live in their output
+no code; dot and convolution call kernels (emitter/kernels/); sort and topk call their
+functions (sort.py); everything else calls its loop function (loops.py). Model outputs that do not already live in their output
 slot are copied there at the end. All state lives in the caller's buffers: no mutable
 globals, so the code is reentrant.
 """
@@ -25,7 +25,7 @@ from .elemental import ElementalEmitter
 from .interface import ModelInterface
 from .irutil import I1, I32, I64, PTR, VOID, gep_bytes, i64
 from .loops import PointerArg, emit_elemental_function, leaf_offsets, passed_operands
-from .sort import emit_sort_function
+from .sort import emit_sort_function, emit_topk_function
 from .target import TargetInfo
 
 # runtime_c/xlac_runtime.h: enum xlac_status
@@ -153,6 +153,8 @@ class _ComputeEmitter:
                 self._emit_kernel_call(instr)
             elif instr.opcode is Opcode.SORT:
                 self._emit_loop_call(instr, emit_sort_function)
+            elif instr.opcode is Opcode.TOPK:
+                self._emit_loop_call(instr, emit_topk_function)
             else:
                 self._emit_loop_call(instr)
         self._emit_output_copies()

@@ -1,4 +1,5 @@
-"""Sort (XLA's sort): a stable merge sort of each row, emitted as one function
+"""Sort (XLA's sort): a stable merge sort of each row, emitted as one function; and
+TopK (XLA's topk, below): a heap selection of each row.
 
     void sort(ptr out, ptr operand..., [ptr scratch])
 
@@ -25,13 +26,14 @@ from typing import Callable, Sequence
 
 from llvmlite import ir
 
-from ..hlo import Instruction, Shape
+from ..hlo import Instruction, Shape, XlacError, dtypes
 from ..optimizer.aliasing import align_up
 from .elemental import ElementalEmitter
 from .indexing import linearize
-from .irutil import I64, PTR, VOID, alloca_once, for_range, gep_bytes, gep_elem, i64, llvm_type
+from .irutil import (I32, I64, PTR, VOID, alloca_once, for_range, gep_bytes, gep_elem, i64,
+                     llvm_type)
 from .loops import PointerArg, access_align, buffer_reader, leaf_offsets, passed_operands
-from .scalar import pred_to_i1
+from .scalar import is_unsigned_like, pred_to_i1, to_compute
 
 RUN = 16        # insertion-sorted run length; longer rows are merged from such runs
 _ROW_ALIGN = 16
@@ -200,24 +202,150 @@ def _insertion_sort(b: ir.IRBuilder, rows: _Rows, lo, hi, less) -> None:
 
 def _merge(b: ir.IRBuilder, src: _Rows, dst: _Rows, lo, mid, hi, less) -> None:
     """Merge sorted [lo, mid) and [mid, hi) of ``src`` into [lo, hi) of ``dst``; on ties
-    the left run goes first."""
+    the left run goes first. Branch-free while both runs last (the comparison picks the
+    element and advances one side: data-dependent branches would mispredict half the
+    time on unordered input), then the rest of the unfinished run is copied."""
     fn = b.block.function
-    left, right = alloca_once(b, I64, "left"), alloca_once(b, I64, "right")
+    left, right, out = (alloca_once(b, I64, name) for name in ("left", "right", "out"))
     b.store(lo, left)
     b.store(mid, right)
-    with for_range(b, hi, "out", start=lo) as k:
-        i, j = b.load(left, typ=I64), b.load(right, typ=I64)
-        has_left, compare, take_left, take_right, next_ = (
-            fn.append_basic_block(f"merge.{s}")
-            for s in ("has_left", "compare", "take_left", "take_right", "next"))
-        b.cbranch(b.icmp_signed(">=", i, mid), take_right, has_left)
-        b.position_at_end(has_left)
-        b.cbranch(b.icmp_signed(">=", j, hi), take_left, compare)
-        b.position_at_end(compare)
-        b.cbranch(less(src.load(b, j), src.load(b, i)), take_right, take_left)
-        for block, ptr, at in ((take_left, left, i), (take_right, right, j)):
-            b.position_at_end(block)
-            dst.store(b, k, src.load(b, at))
-            b.store(b.add(at, i64(1)), ptr)
-            b.branch(next_)
-        b.position_at_end(next_)
+    b.store(lo, out)
+    head, body, done = (fn.append_basic_block(f"merge.{s}") for s in ("head", "body", "done"))
+    b.branch(head)
+    b.position_at_end(head)
+    i, j = b.load(left, typ=I64), b.load(right, typ=I64)
+    b.cbranch(b.and_(b.icmp_signed("<", i, mid), b.icmp_signed("<", j, hi)), body, done)
+    b.position_at_end(body)
+    lhs, rhs = src.load(b, i), src.load(b, j)
+    take = less(rhs, lhs)
+    k = b.load(out, typ=I64)
+    dst.store(b, k, [b.select(take, r, l) for l, r in zip(lhs, rhs)])
+    step = b.zext(take, I64)
+    b.store(b.add(j, step), right)
+    b.store(b.add(i, b.sub(i64(1), step)), left)
+    b.store(b.add(k, i64(1)), out)
+    b.branch(head)
+    b.position_at_end(done)
+    for ptr, end in ((left, mid), (right, hi)):
+        start = b.load(ptr, typ=I64)
+        with for_range(b, end, "rest", start=start) as t:
+            at = b.add(b.load(out, typ=I64), b.sub(t, start))
+            dst.store(b, at, src.load(b, t))
+        b.store(b.add(b.load(out, typ=I64), b.sub(end, start)), out)
+
+
+# --- TopK -------------------------------------------------------------------------------
+
+def emit_topk_function(llvm_module: ir.Module, instr: Instruction, name: str,
+                       em_factory: Callable[[ir.IRBuilder], ElementalEmitter],
+                       out: PointerArg, operands: Sequence[PointerArg],
+                       alignment: int) -> ir.Function:
+    """Define ``void name(ptr out[, ptr operand])`` computing the topk ``instr``.
+
+    Per row, the output row itself holds a binary heap of the k best (value, index)
+    pairs seen so far with the worst at its root: built from the first k elements,
+    each later element that beats the root replaces it and sifts down, and a final
+    heap sort puts the best first. O(n log k) comparisons whatever the input, no
+    scratch; elements that cannot enter cost one predictable comparison with the root.
+    Equal values rank by index, so the pairs are totally ordered and the lower index
+    of equal values wins, as a stable sort would have it."""
+    passed = passed_operands(instr)
+    fn = ir.Function(llvm_module, ir.FunctionType(VOID, [PTR] * (1 + len(passed))), name)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    for arg, info in zip(fn.args, [out, *operands]):
+        if info.noalias:
+            arg.add_attribute("noalias")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    em = em_factory(b)
+    x = instr.operands[0]
+    if passed:
+        read = buffer_reader(b, fn.args[1], x.shape, operands[0].align)
+    else:
+        read = em.generator(x, [])
+    values, indices = instr.shape.tuple_shapes
+    if not (values.has_default_layout and indices.has_default_layout):
+        raise XlacError(f"%{instr.name}: topk results need the default layout")
+    k, n = instr.attrs["k"], x.shape.dims[-1]
+    worse = _worse(b, x.shape.dtype, instr.attrs["largest"])
+    offsets = leaf_offsets(instr.shape, alignment)
+    if k == 0:
+        b.ret_void()
+        return fn
+    with ExitStack() as loops:
+        index = [loops.enter_context(for_range(b, d, f"i{d}")) for d in x.shape.dims[:-1]]
+        row = linearize(b, index + [i64(0)], values.dims, values.layout)
+        heap = _Rows([gep_bytes(b, fn.args[0], off) for off in offsets], [row, row], [1, 1],
+                     [llvm_type(values.dtype), llvm_type(dtypes.S32)],
+                     [access_align(off, out.align, s.dtype.itemsize)
+                      for off, s in zip(offsets, (values, indices))])
+        with for_range(b, k, "fill") as i:
+            heap.store(b, i, [read(index + [i]), b.trunc(i, I32)])
+        with for_range(b, k // 2, "heapify") as t:
+            p = b.sub(i64(k // 2 - 1), t)
+            _sift_down(b, heap, p, i64(k), heap.load(b, p), worse)
+        with for_range(b, n, "scan", start=k) as i:
+            candidate = [read(index + [i]), b.trunc(i, I32)]
+            with b.if_then(worse(heap.load(b, i64(0)), candidate), likely=False):
+                _sift_down(b, heap, i64(0), i64(k), candidate, worse)
+        with for_range(b, k - 1, "heapsort") as t:
+            end = b.sub(i64(k - 1), t)
+            last = heap.load(b, end)
+            heap.store(b, end, heap.load(b, i64(0)))
+            _sift_down(b, heap, i64(0), end, last, worse)
+    b.ret_void()
+    return fn
+
+
+def _worse(b: ir.IRBuilder, dtype, largest: bool):
+    """``worse(p, q)``: whether pair p = (value, index) ranks after pair q, i.e. q has
+    the better value (larger or smaller; NaN above every number), or an equal one at
+    a lower index."""
+    def value_order(x, y):
+        """(x better than y, x equal to y) as i1."""
+        if dtype.is_float:
+            x, y = to_compute(b, x, dtype), to_compute(b, y, dtype)
+            x_nan, y_nan = b.fcmp_unordered("uno", x, x), b.fcmp_unordered("uno", y, y)
+            if largest:
+                better = b.or_(b.fcmp_ordered(">", x, y), b.and_(x_nan, b.not_(y_nan)))
+            else:
+                better = b.or_(b.fcmp_ordered("<", x, y), b.and_(y_nan, b.not_(x_nan)))
+            return better, b.or_(b.fcmp_ordered("==", x, y), b.and_(x_nan, y_nan))
+        cmp = b.icmp_unsigned if is_unsigned_like(dtype) else b.icmp_signed
+        return cmp(">" if largest else "<", x, y), b.icmp_signed("==", x, y)
+
+    def worse(p, q):
+        better, equal = value_order(q[0], p[0])
+        return b.or_(better, b.and_(equal, b.icmp_signed("<", q[1], p[1])))
+    return worse
+
+
+def _sift_down(b: ir.IRBuilder, heap: _Rows, start, end, item, worse) -> None:
+    """Place ``item`` at hole ``start`` of the heap [0, end) whose root is the worst:
+    while a child ranks below ``item``, the lower-ranked child moves up into the hole."""
+    fn = b.block.function
+    hole = alloca_once(b, I64, "hole")
+    b.store(start, hole)
+    head, check, down, done = (fn.append_basic_block(f"sift.{s}")
+                               for s in ("head", "check", "down", "done"))
+    b.branch(head)
+    b.position_at_end(head)
+    p = b.load(hole, typ=I64)
+    child = b.add(b.mul(p, i64(2)), i64(1))
+    b.cbranch(b.icmp_signed("<", child, end), check, done)
+    b.position_at_end(check)
+    left = heap.load(b, child)
+    sibling = b.add(child, i64(1))
+    has_right = b.icmp_signed("<", sibling, end)
+    # the right child, where it exists, read at a valid position either way
+    right = heap.load(b, b.select(has_right, sibling, child))
+    take_right = b.and_(has_right, worse(right, left))
+    c = b.select(take_right, sibling, child)
+    lowest = [b.select(take_right, r, l) for l, r in zip(left, right)]
+    b.cbranch(worse(lowest, item), down, done)
+    b.position_at_end(down)
+    heap.store(b, p, lowest)
+    b.store(c, hole)
+    b.branch(head)
+    b.position_at_end(done)
+    heap.store(b, b.load(hole, typ=I64), item)

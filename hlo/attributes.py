@@ -16,6 +16,7 @@ Per opcode (see the opcode table):
                      feature_group_count: int, batch_group_count: int
   reduce-window      window: Window
   sort               dimension: int (the dimension sorted along), is_stable: bool
+  topk               k: int, largest: bool
   gather             dimension_numbers: GatherDimensionNumbers, slice_sizes: tuple[int]
   get-tuple-element  index: int
   fusion             kind: str ('kLoop', 'kInput', 'kOutput')

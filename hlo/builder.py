@@ -125,6 +125,10 @@ class Builder:
         return self.op(Opcode.SORT, *operands, called=[comparator], dimension=dimension,
                        is_stable=is_stable)
 
+    def topk(self, x: Instruction, k: int, largest: bool = True) -> Instruction:
+        """(the k largest or smallest values along the last dim, their s32 indices)."""
+        return self.op(Opcode.TOPK, x, k=k, largest=largest)
+
     # -- structure --
     def tuple(self, xs) -> Instruction:
         return self.op(Opcode.TUPLE, *xs)

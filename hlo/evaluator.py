@@ -645,6 +645,20 @@ def _sort(instr, ops):
                      for x in flat])
 
 
+def _topk(instr, ops):
+    """The stable order of the values, best first: for ``largest`` NaN, then +inf down
+    to -inf; for smallest -inf up, NaN last; equal values (-0 == +0) by index."""
+    x = _widen(ops[0])
+    k, largest = instr.attrs["k"], instr.attrs["largest"]
+    if x.dtype.kind == "f":
+        nan = np.isnan(x)
+        keys = (np.where(nan, 0, -x if largest else x), nan != largest)
+    else:
+        keys = (np.invert(x) if largest else x,)       # ~x reverses the order of integers
+    order = np.lexsort(keys, axis=-1)[..., :k]        # the last key sorts first
+    return (np.take_along_axis(np.asarray(ops[0]), order, -1), order.astype(np.int32))
+
+
 # --- the table -----------------------------------------------------------------
 
 RULES: dict[Opcode, Callable] = {
@@ -675,6 +689,7 @@ RULES: dict[Opcode, Callable] = {
     Opcode.REDUCE: _reduce,
     Opcode.REDUCE_WINDOW: _reduce_window,
     Opcode.SORT: _sort,
+    Opcode.TOPK: _topk,
     Opcode.FUSION: _fusion,
     Opcode.GET_TUPLE_ELEMENT: _get_tuple_element,
     Opcode.TUPLE: _tuple,

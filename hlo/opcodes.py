@@ -100,6 +100,7 @@ class Opcode(Enum):
     REDUCE = ("reduce", -1, ("dimensions",))     # N operands then N init values; to_apply
     REDUCE_WINDOW = ("reduce-window", -1, ("window",))   # likewise
     SORT = ("sort", -1, ("dimension", "is_stable"))      # N operands; comparator to_apply
+    TOPK = ("topk", 1, ("k", "largest"))         # (k best values, their s32 indices), last dim
 
     # structure
     FUSION = ("fusion", -1, ("kind",))           # calls a fused computation

@@ -274,6 +274,19 @@ def _sort(op, ops, attrs, called, result):
     return outs[0] if len(ops) == 1 else Shape.tuple_(outs)
 
 
+def _topk(op, ops, attrs, called, result):
+    """XLA TopK: along the last dimension, the k largest (smallest) values in order and
+    their indices (s32), equal values by the lower index."""
+    (x,) = ops
+    _array(x, op.text)
+    _check(x.rank >= 1, "topk needs an operand of rank >= 1")
+    k = attrs["k"]
+    _check(0 <= k <= x.dims[-1], f"topk k={k} is outside [0, {x.dims[-1]}] for {x}")
+    _check(not x.dtype.is_pred, "topk needs numbers")
+    dims = x.dims[:-1] + (k,)
+    return Shape.tuple_([Shape.array(x.dtype, dims), Shape.array(dtypes.S32, dims)])
+
+
 def _gather(op, ops, attrs, called, result):
     x, idx = ops
     dn, sizes = attrs["dimension_numbers"], attrs["slice_sizes"]
@@ -348,6 +361,7 @@ RULES: dict[Opcode, Callable] = {
     Opcode.REDUCE: _reduce,
     Opcode.REDUCE_WINDOW: _reduce_window,
     Opcode.SORT: _sort,
+    Opcode.TOPK: _topk,
     Opcode.FUSION: _fusion,
     Opcode.GET_TUPLE_ELEMENT: _get_tuple_element,
     Opcode.TUPLE: _tuple,

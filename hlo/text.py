@@ -172,6 +172,7 @@ _FIELDS: dict[Opcode, tuple[_Field, ...]] = {
     Opcode.REDUCE_WINDOW: (_Field("window", _WINDOW, "window", _NO_WINDOW),),
     Opcode.SORT: (_Field("dimensions", _ONE_INT, "dimension"),
                   _Field("is_stable", _BOOL, "is_stable", False)),
+    Opcode.TOPK: (_Field("k", _INT, "k"), _Field("largest", _BOOL, "largest")),
     Opcode.FUSION: (_Field("kind", _FUSION_KIND, "kind"),),
     Opcode.GET_TUPLE_ELEMENT: (_Field("index", _INT, "index"),),
 }

@@ -158,6 +158,10 @@ def _sort(direction, dim, key=0, with_index=True):
     return build
 
 
+def _tuple_of(b, t):
+    return b.tuple([b.get_tuple_element(t, k) for k in range(len(t.shape.tuple_shapes))])
+
+
 def _ties(*dims):
     return rng.integers(-3, 4, dims).astype(np.float32)
 
@@ -336,6 +340,18 @@ CASES = [
     Case("sort_by_second_operand", [f32(4, 33), s32(4, 33, lo=0, hi=4)], _sort("GT", 1, key=1)),
     Case("sort_constant_operand", [f32(21)],
          lambda b, p: _sort("LT", 0)(b, b.constant(_ties(21)), p)),
+    # topk: heaps of k = 1, 5 and the whole row; ties, NaN and -0 show the total order
+    Case("topk_largest_ties", [_ties(6, 50)],
+         lambda b, p: _tuple_of(b, b.topk(p, 5, largest=True))),
+    Case("topk_smallest_specials", [np.tile(SPECIALS, (3, 2))],
+         lambda b, p: _tuple_of(b, b.topk(p, 7, largest=False))),
+    Case("topk_whole_row_s32", [s32(4, 9, lo=-3, hi=3)],
+         lambda b, p: _tuple_of(b, b.topk(p, 9, largest=True))),
+    Case("topk_k1_u8_constant", [],
+         lambda b: _tuple_of(b, b.topk(b.constant(rng.integers(0, 255, (3, 40)).astype(
+             np.uint8)), 1, largest=True))),
+    Case("topk_3d_f16", [f32(2, 3, 17).astype(np.float16)],
+         lambda b, p: _tuple_of(b, b.topk(p, 4, largest=True))),
     # fusion and the kernels behind dot / convolution
     Case("fusion", [f32(4, 8), f32(4, 8)], _fused_axpy),
     Case("dot", [f32(5, 7), f32(7, 3)],

@@ -289,6 +289,11 @@ CASES = [
                                               a([[0, 1, 2, 3], [0, 1, 2, 3]], s32)],
       [a([[3, 3, 2, 1], [5, 5, 5, 0]]), a([[0, 2, 3, 1], [1, 2, 3, 0]], s32)],
       called=[comparator("GT", (dtypes.F32, dtypes.S32))], dimension=1, is_stable=True),
+    C("topk_largest_nan_first_ties_by_index", Opcode.TOPK,
+      [a([[3, NAN, 3, -INF, 5, 5]])], [a([[NAN, 5, 5, 3]]), a([[1, 4, 5, 0]], s32)],
+      k=4, largest=True),
+    C("topk_smallest_nan_last", Opcode.TOPK, [a([[NAN, 2, -0.0, 0.0]])],
+      [a([[-0.0, 0.0, 2]]), a([[2, 3, 1]], s32)], k=3, largest=False),
     # sources and structure
     C("iota", Opcode.IOTA, [], a([[0, 1, 2], [0, 1, 2]], s32),
       shape=Shape.array(dtypes.S32, (2, 3)), iota_dimension=1),

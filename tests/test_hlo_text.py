@@ -234,12 +234,13 @@ SNIPPETS = {
           ROOT %compare = pred[]{} compare(f32[]{} %x, f32[]{} %y), direction=LT
         }
 
-        ENTRY %main (x: f32[4,6]{1,0}) -> ((f32[4,6]{1,0}, s32[4,6]{1,0}), f32[4,6]{1,0}) {
+        ENTRY %main (x: f32[4,6]{1,0}) -> ((f32[4,6]{1,0}, s32[4,6]{1,0}), f32[4,6]{1,0}, (f32[4,2]{1,0}, s32[4,2]{1,0})) {
           %x = f32[4,6]{1,0} parameter(0)
           %iota = s32[4,6]{1,0} iota(), iota_dimension=1
           %sort = (f32[4,6]{1,0}, s32[4,6]{1,0}) sort(f32[4,6]{1,0} %x, s32[4,6]{1,0} %iota), dimensions={1}, is_stable=true, to_apply=%greater
           %sort.1 = f32[4,6]{1,0} sort(f32[4,6]{1,0} %x), dimensions={0}, to_apply=%less
-          ROOT %tuple = ((f32[4,6]{1,0}, s32[4,6]{1,0}), f32[4,6]{1,0}) tuple((f32[4,6]{1,0}, s32[4,6]{1,0}) %sort, f32[4,6]{1,0} %sort.1)
+          %topk = (f32[4,2]{1,0}, s32[4,2]{1,0}) topk(f32[4,6]{1,0} %x), k=2, largest=false
+          ROOT %tuple = ((f32[4,6]{1,0}, s32[4,6]{1,0}), f32[4,6]{1,0}, (f32[4,2]{1,0}, s32[4,2]{1,0})) tuple((f32[4,6]{1,0}, s32[4,6]{1,0}) %sort, f32[4,6]{1,0} %sort.1, (f32[4,2]{1,0}, s32[4,2]{1,0}) %topk)
         }
     """,
     "fusion": """

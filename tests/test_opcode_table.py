@@ -14,16 +14,16 @@ def test_every_opcode_has_an_evaluator_rule():
     assert set(evaluator.RULES) == set(Opcode)
 
 
-# Emitted as a whole rather than element by element: kernels, and sort (emitter/sort.py).
+# Emitted as a whole rather than element by element: kernels, sort and topk (emitter/sort.py).
 _KERNELS = {Opcode.DOT, Opcode.CONVOLUTION}
-_NOT_ELEMENTAL = _KERNELS | {Opcode.SORT}
+_NOT_ELEMENTAL = _KERNELS | {Opcode.SORT, Opcode.TOPK}
 
 
 def test_every_opcode_has_an_emitter_rule():
     missing = set(Opcode) - set(elemental.RULES) - _NOT_ELEMENTAL
     assert not missing, sorted(o.text for o in missing)
     assert _KERNELS <= set(kernels._EMITTERS)
-    assert callable(sort.emit_sort_function)
+    assert callable(sort.emit_sort_function) and callable(sort.emit_topk_function)
 
 
 @pytest.mark.parametrize("op", list(Opcode), ids=lambda o: o.text)

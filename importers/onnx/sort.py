@@ -1,32 +1,15 @@
-"""TopK, lowered as XLA lowers it: a stable sort of (values, indices) along the axis,
-then the first k of each.
+"""TopK, lowered as jax.lax.top_k lowers it: XLA's topk op over the last dim (the
+axis moved there and back by transposes), whose indices are widened to int64.
 
-The sort is stable and the indices start in order, so equal values keep the lower
-index first, as ONNX requires. NaN sorts above every number (first for the largest,
-last for the smallest), as numpy and onnxruntime order it.
+The k best come in order, equal values ranked by the lower index, as ONNX requires;
+NaN ranks above every number (first for the largest, last for the smallest), as
+numpy and onnxruntime order it.
 """
 from __future__ import annotations
 
-from ...hlo import Builder, Opcode, Shape, dtypes
+from ...hlo import dtypes
 from .context import normalize_axis
 from .registry import register
-
-
-def _comparator(ctx, dtype: dtypes.DType, largest: bool):
-    """(value, value, index, index) -> whether the first value goes first."""
-    def make():
-        b = Builder(f"{'greater' if largest else 'less'}_{dtype.name}")
-        v, i = Shape.array(dtype, ()), Shape.array(dtypes.S64, ())
-        x, y = b.parameter(0, v, "x"), b.parameter(1, v, "y")
-        b.parameter(2, i, "i"), b.parameter(3, i, "j")
-        first = b.compare(x, y, "GT" if largest else "LT")
-        if dtype.is_float:
-            nan_first, number = (x, y) if largest else (y, x)
-            is_nan = b.compare(nan_first, nan_first, "NE")
-            other_is_number = b.compare(number, number, "EQ")
-            first = b.op(Opcode.OR, first, b.op(Opcode.AND, is_nan, other_is_number))
-        return b.build(first)
-    return ctx.computation(("topk", dtype, largest), make)
 
 
 def _top_k(ctx, node, k: int):
@@ -41,17 +24,12 @@ def _top_k(ctx, node, k: int):
     if not 0 <= k <= n:
         raise ctx.error(node, f"k = {k} is outside [0, {n}] (axis {axis} of {x.shape})")
     b = ctx.b
-    index = b.iota(Shape.array(dtypes.S64, x.shape.dims), axis)
-    s = b.sort([x, index], axis, _comparator(ctx, x.shape.dtype, bool(largest)),
-               is_stable=True)
-    limits = tuple(k if d == axis else size for d, size in enumerate(x.shape.dims))
-    outs = []
-    for t in range(2):
-        y = b.get_tuple_element(s, t)
-        if k != n:
-            y = b.slice(y, (0,) * r, limits)
-        outs.append(y)
-    return outs
+    last = r - 1
+    perm = list(range(r))
+    perm[axis], perm[last] = last, axis           # a swap: its own inverse
+    t = b.topk(b.transpose(x, perm), k, largest=bool(largest))
+    values, indices = b.get_tuple_element(t, 0), b.get_tuple_element(t, 1)
+    return [b.transpose(values, perm), b.transpose(b.convert(indices, dtypes.S64), perm)]
 
 
 @register("TopK", since=1)
