@@ -433,6 +433,9 @@ case("CumSum_int32_axis0", node("CumSum", ["x", "a"]), {"x": i64(6, 2).astype(np
 case("LpPool_p3_pads_strides", node("LpPool", ["x"], kernel_shape=[3, 2], p=3,
                                     pads=[1, 0, 1, 1], strides=[2, 1]),
      {"x": _POOL_X}, opset=18, rtol=1e-4)
+case("GlobalLpPool_p3", node("GlobalLpPool", ["x"], p=3), {"x": _POOL_X}, rtol=1e-4)
+case("ReduceLogSumExp_infinite_rows", node("ReduceLogSumExp", ["x"], axes=[1], keepdims=0),
+     {"x": np.array([[-np.inf, -np.inf], [np.inf, 1.0], [0.5, -np.inf]], np.float32)})
 case("LpPool_p1_same_upper", node("LpPool", ["x"], kernel_shape=[2, 2], p=1,
                                   auto_pad="SAME_UPPER"), {"x": _POOL_X}, opset=11)
 for _name, _attrs in [("pads", dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2])),

@@ -221,6 +221,19 @@ def _global_pool(ctx, node, opcode, init, average):
     return [ctx.b.reshape(y, x.shape.dims[:2] + (1,) * len(spatial))]
 
 
+@register("GlobalLpPool", since=1)
+def global_lp_pool(ctx, node):
+    x = ctx.input(node, 0)
+    if x.shape.rank < 3:
+        raise ctx.error(node, f"input must be N x C x spatial, got {x.shape}")
+    p = ctx.attr(node, "p", 2)
+    if p <= 0:
+        raise ctx.error(node, f"p must be positive, got {p}")
+    spatial = tuple(range(2, x.shape.rank))
+    total = ctx.reduce(_abs_power(ctx, x, p), spatial, Opcode.ADD, 0)
+    return [ctx.b.reshape(_root(ctx, total, p), x.shape.dims[:2] + (1,) * len(spatial))]
+
+
 @register("GlobalAveragePool", since=1)
 def global_average_pool(ctx, node):
     return _global_pool(ctx, node, Opcode.ADD, 0, average=True)

@@ -55,11 +55,16 @@ def _log_sum(ctx, x, dims):
 
 
 def _log_sum_exp(ctx, x, dims):
-    # max + log(sum(exp(x - max))): exp never overflows
+    # m + log(sum(exp(x - m))) with m the max where it is finite, else 0 (jax's
+    # logsumexp): exp never overflows, and rows of -inf (or inf) give -inf (inf), not NaN
+    b = ctx.b
     m = _max(ctx, x, dims)
+    if x.shape.dtype.is_float:
+        m = b.op(Opcode.SELECT, b.op(Opcode.IS_FINITE, m), m, ctx.full(0, m.shape.dtype,
+                                                                       m.shape.dims))
     kept = [d for d in range(x.shape.rank) if d not in dims]
-    shifted = ctx.b.op(Opcode.SUBTRACT, x, ctx.b.broadcast(m, x.shape.dims, kept))
-    return ctx.b.op(Opcode.ADD, m, _log_sum(ctx, ctx.b.op(Opcode.EXP, shifted), dims))
+    shifted = b.op(Opcode.SUBTRACT, x, b.broadcast(m, x.shape.dims, kept))
+    return b.op(Opcode.ADD, m, _log_sum(ctx, b.op(Opcode.EXP, shifted), dims))
 
 
 # op type -> (first opset with axes as an input, reduction over dims without keepdims)
