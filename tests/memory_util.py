@@ -6,7 +6,8 @@ import numpy as np
 from xlac.hlo import Opcode
 from xlac.hlo.evaluator import evaluate_instruction
 from xlac.optimizer import BufferLocation, MemoryModel, check_order, simulate_peak
-from xlac.optimizer.aliasing import buffers_of, owns_buffer, view_offset
+from xlac.optimizer.aliasing import (buffer_size, buffers_of, owns_buffer, tuple_element_offset,
+                                    view_offset)
 
 
 def live_intervals(m, order):
@@ -56,13 +57,14 @@ def check_assignment(m, ba, scratch_of=lambda i: 0):
     boxes = []                     # (first step, last step, first byte, end byte, owner)
     for i in order:
         loc = ba.location(i)
+        size = buffer_size(i.shape, ba.alignment)     # tuple elements each aligned
         if loc.space == "arena":
-            assert loc.offset + i.shape.byte_size <= ba.arena_size
-            if owns_buffer(i) and i.shape.byte_size:
+            assert loc.offset + size <= ba.arena_size
+            if owns_buffer(i) and size:
                 if loc not in slots:
                     assert loc.offset % ba.alignment == 0
                 lo, hi = intervals.get(i, (pos[i], pos[i]))
-                boxes.append((lo, hi, loc.offset, loc.offset + i.shape.byte_size, i))
+                boxes.append((lo, hi, loc.offset, loc.offset + size, i))
         off = view_offset(i)
         if off is not None:
             base = ba.location(i.operands[0])
@@ -98,11 +100,22 @@ def run_on_assigned_memory(m, ba, args, scratch_of=lambda i: 0):
     outs = [np.zeros(o.shape.byte_size, np.uint8) for o in m.output_instructions]
     ins = [np.ascontiguousarray(a).view(np.uint8).reshape(-1) for a in args]
 
-    def memory(instr):
+    def memory(instr, offset=0, size=None):
         loc = ba.location(instr)
         space = {"arena": arena, "input": ins[loc.index] if loc.space == "input" else None,
                  "output": outs[loc.index] if loc.space == "output" else None}[loc.space]
-        return space[loc.offset:loc.offset + instr.shape.byte_size]
+        start = loc.offset + offset
+        return space[start:start + (instr.shape.byte_size if size is None else size)]
+
+    def store(instr, value):
+        # a tuple-shaped owner (a variadic reduce, a sort) holds its elements in turn
+        shapes = instr.shape.tuple_shapes if instr.shape.is_tuple else (instr.shape,)
+        values = value if instr.shape.is_tuple else (value,)
+        for k, (s, v) in enumerate(zip(shapes, values)):
+            at = tuple_element_offset(instr.shape, k, ba.alignment) if instr.shape.is_tuple \
+                else 0
+            memory(instr, at, s.byte_size)[:] = \
+                np.ascontiguousarray(v, s.dtype.np).view(np.uint8).reshape(-1)
 
     def read(instr):
         if instr.opcode is Opcode.CONSTANT:
@@ -110,14 +123,13 @@ def run_on_assigned_memory(m, ba, args, scratch_of=lambda i: 0):
         return memory(instr).view(instr.shape.dtype.np).reshape(instr.shape.dims)
 
     for i in ba.order:
-        if i.opcode in (Opcode.PARAMETER, Opcode.CONSTANT, Opcode.TUPLE) or \
-                view_offset(i) is not None:
+        if i.opcode in (Opcode.PARAMETER, Opcode.CONSTANT, Opcode.TUPLE,
+                        Opcode.GET_TUPLE_ELEMENT) or view_offset(i) is not None:
             continue
         if i in ba.scratch:                           # the kernel scribbles on its scratch
             off = ba.scratch[i].offset
             arena[off:off + scratch_of(i)] = 0xA5
-        value = evaluate_instruction(i, [read(o) for o in i.operands])
-        memory(i)[:] = np.ascontiguousarray(value, i.shape.dtype.np).view(np.uint8).reshape(-1)
+        store(i, evaluate_instruction(i, [read(o) for o in i.operands]))
     return [read(o).copy() for o in m.output_instructions]
 
 
