@@ -65,7 +65,8 @@ class _Splitter:
             **attrs) -> Instruction:
         s = infer_shape(opcode, [o.shape for o in operands], attrs, called, shape)
         return self.comp.add(Instruction(opcode, s, operands, attrs, called,
-                                         name=f"{self.conv.name}.phase"))
+                                         name=f"{self.conv.name}.phase",
+                                         metadata=self.conv.metadata))
 
     def run(self) -> Instruction:
         w, dn, out = self.window, self.dn, self.conv.shape
@@ -132,7 +133,8 @@ class _Splitter:
     def _zeros(self, dims) -> Instruction:
         dtype = self.conv.shape.dtype
         zero = self.comp.add(Instruction(Opcode.CONSTANT, Shape.array(dtype, ()),
-                                         literal=np.zeros((), dtype.np)))
+                                         literal=np.zeros((), dtype.np),
+                                         metadata=self.conv.metadata))
         return self.add(Opcode.BROADCAST, zero, shape=Shape.array(dtype, dims), dimensions=())
 
     def _interleave(self, phases: list, per_phase: dict) -> Instruction:
