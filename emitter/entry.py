@@ -6,9 +6,9 @@
 
 NAME_compute walks ``assignment.order``: views, tuples, parameters and constants emit
 no code; dot and convolution call kernels (emitter/kernels/); sort and topk call their
-functions (sort.py); everything else calls its loop function (loops.py). Model outputs that do not already live in their output
-slot are copied there at the end. All state lives in the caller's buffers: no mutable
-globals, so the code is reentrant.
+functions (sort.py); everything else calls its loop function (loops.py). Model outputs
+that do not already live in their output slot are copied there at the end. All state
+lives in the caller's buffers: no mutable globals, so the code is reentrant.
 """
 from __future__ import annotations
 

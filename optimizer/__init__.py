@@ -17,7 +17,8 @@ from .scheduling import (DEFAULT_SCHEDULERS, DefinitionOrderScheduler, ListSched
 
 __all__ = [
     "ComputationPass", "Pass", "Pipeline", "optimize", "make_pipeline",
-    "AlgebraicSimplifier", "ConstantFolding", "CommonSubexpressionElimination", "ConvPhaseSplit",
+    "AlgebraicSimplifier", "ConstantFolding", "CommonSubexpressionElimination",
+    "ConvPhaseSplit",
     "DeadCodeElimination", "InstructionFusion",
     "MemoryModel", "schedule", "schedule_model", "ScheduleResult", "Scheduler", "DefinitionOrderScheduler", "PostOrderScheduler",
     "ListScheduler", "DEFAULT_SCHEDULERS", "check_order", "simulate_peak",
