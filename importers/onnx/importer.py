@@ -309,9 +309,7 @@ def _lower(model: onnx.ModelProto, opsets: dict[str, int], name: str) -> Module:
         ctx.values[t.name] = b.constant(numpy_helper.to_array(t).astype(dtype.np, copy=False),
                                         dtype, name=t.name)
 
-    used = {n for node in graph.node for n in node.input} | {o.name for o in graph.output}
-    for node in graph.node:
-        _lower_node(ctx, node, used)
+    lower_nodes(ctx, graph)
 
     outputs = [ctx.values[o.name] for o in graph.output]
     if not outputs:
@@ -322,6 +320,14 @@ def _lower(model: onnx.ModelProto, opsets: dict[str, int], name: str) -> Module:
     module.add_computation(b.build(root), entry=True)
     module.signature = signature
     return module
+
+
+def lower_nodes(ctx: ImportContext, graph: onnx.GraphProto) -> None:
+    """Lower the nodes of ``graph`` into ``ctx`` (whose values hold what they read from
+    outside: graph inputs, initializers, values of enclosing graphs)."""
+    used = {o.name for o in graph.output} | {n for node in all_nodes(graph) for n in node.input}
+    for node in graph.node:
+        _lower_node(ctx, node, used)
 
 
 def _lower_node(ctx: ImportContext, node: onnx.NodeProto, used: set[str]) -> None:
