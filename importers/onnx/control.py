@@ -120,18 +120,20 @@ def loop(ctx: ImportContext, node):
     keep0 = (_scalar(b, cond, dtypes.PRED, f"Loop node '{label}': the condition")
              if cond is not None else ctx.scalar(True, dtypes.PRED))
     captures = Captures(ctx, free_names(body), scope)
-    runtime_m = [_scalar(b, trip, S64, f"Loop node '{label}': M")] \
-        if trip is not None and m_value is None else []
-    lp = WhileLoop(ctx, label, [ctx.scalar(0, S64), keep0, *carried, *runtime_m,
-                                *(x for _, x in captures.values)])
-    elements = lp.body_elements
-    i, keep = elements[0], elements[1]
-    state = elements[2:2 + n]
-    bb = lp.body
+    lp = WhileLoop(ctx, label, [ctx.scalar(0, S64), keep0, *carried])
+    cb, bb = lp.cond, lp.body
+    if trip is None:
+        m = None
+    elif m_value is not None:
+        m = cb.constant(int(m_value.reshape(-1)[0]), S64)
+    else:
+        m = lp.capture(_scalar(b, trip, S64, f"Loop node '{label}': M"))[0]
+    captured = [lp.capture(x)[1] for _, x in captures.values]
+    i, keep, *state = lp.body_elements[:2 + n]
     bindings = {body.input[0].name: _like_declared(bb, i, body.input[0]),
                 body.input[1].name: _like_declared(bb, keep, body.input[1])}
     bindings.update((vi.name, x) for vi, x in zip(body.input[2:], state))
-    bindings.update(captures.bind(bb, elements[2 + n + len(runtime_m):]))
+    bindings.update(captures.bind(bb, captured))
     outs = lower_subgraph(ctx, body, bb, bindings, scope)
     # Without a condition input, the body's condition output is ignored (ONNX).
     keep_out = keep if cond is None else \
@@ -140,7 +142,7 @@ def loop(ctx: ImportContext, node):
         raise ctx.error(node, "scan outputs need a static trip count, but the body computes "
                               "its condition (it may stop early)")
     next_i = bb.op(Opcode.ADD, i, bb.constant(1, S64))
-    new = [next_i, keep_out, *outs[1:1 + n], *elements[2 + n:]]
+    new = [next_i, keep_out, *outs[1:1 + n]]
     # Accumulators: scan output j of step i is row i of a [trip count, ...] array.
     rows = max(trip_count or 0, 1)
     for y in outs[1 + n:]:
@@ -149,13 +151,8 @@ def loop(ctx: ImportContext, node):
         zero = bb.constant(0, S64)
         new.append(bb.op(Opcode.DYNAMIC_UPDATE_SLICE, acc, bb.reshape(y, (1,) + y.shape.dims),
                          i, *[zero] * y.shape.rank))
-    cb = lp.cond
     ci, ckeep = lp.cond_elements[0], lp.cond_elements[1]
-    go = ckeep
-    if trip is not None:
-        m = cb.constant(int(m_value.reshape(-1)[0]), S64) if m_value is not None \
-            else lp.cond_elements[2 + n]
-        go = cb.op(Opcode.AND, go, cb.compare(ci, m, "LT"))
+    go = ckeep if m is None else cb.op(Opcode.AND, ckeep, cb.compare(ci, m, "LT"))
     results = lp.finish(go, new)
     finals = results[2:2 + n]
     accs = results[len(results) - scans:] if scans else []
@@ -258,16 +255,17 @@ def _scan(ctx: ImportContext, node, body, states, xs, in_axes, in_dirs, out_axes
         raise ctx.error(node, f"the body takes {len(body.input)} inputs and returns "
                               f"{len(body.output)} values for {n} states and {m} scan inputs")
     captures = Captures(ctx, free_names(body), scope)
-    lp = WhileLoop(ctx, label, [ctx.scalar(0, S64), *states, *xs,
-                                *(x for _, x in captures.values)])
+    lp = WhileLoop(ctx, label, [ctx.scalar(0, S64), *states])
     bb = lp.body
-    elements = lp.body_elements
-    t = elements[0]
+    t = lp.body_elements[0]
+    state = lp.body_elements[1:1 + n]
+    scanned = [lp.capture(x)[1] for x in xs]
+    captured = [lp.capture(x)[1] for _, x in captures.values]
     last = bb.constant(length - 1, S64)
     back = bb.op(Opcode.SUBTRACT, last, t) if 1 in in_dirs + out_dirs else None
     zero = bb.constant(0, S64)
-    bindings = {vi.name: x for vi, x in zip(body.input[:n], elements[1:1 + n])}
-    for vi, x, axis, d in zip(body.input[n:], elements[1 + n:1 + n + m], in_axes, in_dirs):
+    bindings = {vi.name: x for vi, x in zip(body.input[:n], state)}
+    for vi, x, axis, d in zip(body.input[n:], scanned, in_axes, in_dirs):
         at = back if d else t
         sizes = list(x.shape.dims)
         sizes[axis] = 1
@@ -275,9 +273,9 @@ def _scan(ctx: ImportContext, node, body, states, xs, in_axes, in_dirs, out_axes
                                                for a in range(x.shape.rank)],
                      dynamic_slice_sizes=tuple(sizes))
         bindings[vi.name] = bb.reshape(part, x.shape.dims[:axis] + x.shape.dims[axis + 1:])
-    bindings.update(captures.bind(bb, elements[1 + n + m:]))
+    bindings.update(captures.bind(bb, captured))
     outs = lower_subgraph(ctx, body, bb, bindings, scope)
-    new = [bb.op(Opcode.ADD, t, bb.constant(1, S64)), *outs[:n], *elements[1 + n:]]
+    new = [bb.op(Opcode.ADD, t, bb.constant(1, S64)), *outs[:n]]
     for y, axis, d in zip(outs[n:], out_axes, out_dirs):
         rank = y.shape.rank + 1
         if not -rank <= axis < rank:

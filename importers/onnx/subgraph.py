@@ -12,7 +12,7 @@ from __future__ import annotations
 import onnx
 from onnx import numpy_helper
 
-from ...hlo import Builder, Computation, Instruction, Opcode, Shape, XlacError
+from ...hlo import Builder, Instruction, Opcode, Shape, XlacError
 from .context import ImportContext
 from .importer import lower_nodes, subgraphs
 from .types import hlo_dtype
@@ -76,19 +76,23 @@ def lower_subgraph(ctx: ImportContext, graph: onnx.GraphProto, b: Builder,
 class WhileLoop:
     """An HLO while under construction over a flat tuple state.
 
-        loop = WhileLoop(ctx, "lstm", [t0, h0, c0])
-        t, h, c = loop.body_elements
+        loop = WhileLoop(ctx, "lstm", [t0, h0, c0])     # elements the body updates
+        _, w = loop.capture(weights)                    # read-only in the loop
+        t, h, c = loop.body_elements[:3]
         ...
-        results = loop.finish(condition_root, [t + 1, h', c'])
+        t_end, h_end, c_end = loop.finish(condition_root, [t + 1, h', c'])
 
-    ``cond`` and ``body`` are Builders whose parameter is the state; ``add`` appends an
-    element (an accumulator whose shape is known only once the body is built).
+    ``cond`` and ``body`` are Builders whose parameter is the state. ``add`` appends an
+    element the body updates (an accumulator whose shape is known only once the body is
+    built); ``capture`` one the loop only reads (a constant is made in the condition
+    and the body instead).
     """
 
     def __init__(self, ctx: ImportContext, name: str, inits: list[Instruction]):
         self.ctx = ctx
         self.name = name
         self.inits: list[Instruction] = []
+        self._captured: set[int] = set()
         self.cond = Builder(f"{name}_condition")
         self.body = Builder(f"{name}_body")
         self._params = [b.parameter(0, Shape.tuple_([]), "state")
@@ -110,9 +114,20 @@ class WhileLoop:
         self.body_elements.append(elements[1])
         return elements[0], elements[1]
 
+    def capture(self, x: Instruction) -> tuple[Instruction, Instruction]:
+        """``x`` of the enclosing computation, read in the condition and the body."""
+        if x.opcode is Opcode.CONSTANT:
+            return tuple(b.constant(x.literal, x.shape.dtype, name=x.name)
+                         for b in (self.cond, self.body))
+        self._captured.add(len(self.inits))
+        return self.add(x)
+
     def finish(self, condition: Instruction, outputs: list[Instruction]) -> list[Instruction]:
-        """Close the condition (pred[]) and the body (one output per element); the while's
-        elements in the enclosing computation."""
+        """Close the condition (pred[]) and the body (``outputs``: one per element that is
+        not captured, in order); the while's elements in the enclosing computation."""
+        updated = iter(outputs)
+        outputs = [self.body_elements[k] if k in self._captured else next(updated)
+                   for k in range(len(self.inits))]
         for k, (out, x) in enumerate(zip(outputs, self.inits)):
             if out.shape.dims != x.shape.dims or out.shape.dtype != x.shape.dtype:
                 raise XlacError(f"{self.name}: the loop changes element {k} from {x.shape} "
@@ -123,7 +138,3 @@ class WhileLoop:
         b = self.ctx.b
         w = b.op(Opcode.WHILE, b.tuple(self.inits), called=[cond, body], name=self.name)
         return [b.get_tuple_element(w, k) for k in range(len(self.inits))]
-
-
-def computation(ctx: ImportContext, b: Builder, root: Instruction) -> Computation:
-    return ctx.module.add_computation(b.build(root))
