@@ -4,7 +4,7 @@
 One module per op family registers its handlers in ``registry`` on import.
 """
 from . import (activations, cast, control, conv, elementwise, linalg, loss, math,  # noqa: F401
-               ml, nn, reduce, signal, sort, tensor)  # (register the handlers)
+               ml, nn, reduce, rnn, signal, sort, tensor)  # (register the handlers)
 from .context import ConstantInputNeeded
 from .importer import import_onnx, pin_const_inputs
 from .registry import supported_ops

@@ -75,6 +75,10 @@ class ImportContext:
         self.scope = scope
         self._folded: dict[int, np.ndarray | None] = {}
         self._reducers: dict[tuple, Computation] = {}
+        self._node: onnx.NodeProto | None = None
+        self._attrs: dict[str, onnx.AttributeProto] = {}
+        self._read_attrs: set[str] = set()
+        self._read_inputs: set[int] = set()
 
     def child(self, builder: Builder, scope: str | None) -> "ImportContext":
         """A context for lowering a subgraph into ``builder`` (its values bound by the
@@ -84,10 +88,6 @@ class ImportContext:
         sub.input_names = self.input_names
         sub._reducers = self._reducers
         return sub
-        self._node: onnx.NodeProto | None = None
-        self._attrs: dict[str, onnx.AttributeProto] = {}
-        self._read_attrs: set[str] = set()
-        self._read_inputs: set[int] = set()
 
     # -- the node being lowered ---------------------------------------------
     def begin_node(self, node: onnx.NodeProto) -> None:
