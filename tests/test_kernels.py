@@ -15,7 +15,8 @@ from xlac.hlo import (Builder, ConvDimensionNumbers, DotDimensionNumbers, Opcode
                       XlacError, dtypes)
 from xlac.emitter.kernels import conv as conv_mod
 from xlac.emitter.kernels import dot as dot_mod
-from xlac.emitter.kernels import emit_kernel, kernel_arguments, kernel_key, scratch_bytes
+from xlac.emitter.kernels import (emit_kernel, kernel_arguments, kernel_key, plan_kernel,
+                                  scratch_bytes)
 from xlac.emitter.kernels.gemm import tiling_for
 from xlac.emitter.kernels.jit import CompiledKernel, HostTarget, host_target
 
@@ -350,7 +351,13 @@ def test_kernel_key_shares_code_between_sizes(case):
     assert (kernel_key(first, target) == kernel_key(second, target)) == shared
     if shared:
         assert kernel_arguments(first, target) != kernel_arguments(second, target)
-        assert scratch_bytes(first, target) == scratch_bytes(second, target)
+        # One function, each call with the scratch its own sizes need (a short K packs
+        # fewer rows), within what the shared code allows for, and with or without
+        # scratch alike (the function's signature).
+        spec = plan_kernel(first, target).spec
+        for instr in (first, second):
+            assert 0 < scratch_bytes(instr, target) <= spec.scratch_bytes or \
+                scratch_bytes(instr, target) == spec.scratch_bytes == 0
 
 
 @pytest.mark.parametrize("case", [c for c in SHARING_CASES if c[3]],

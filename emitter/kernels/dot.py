@@ -214,9 +214,13 @@ def plan_dot(instr: Instruction, target, lean: bool = False) -> KernelPlan:
     for i, loop in enumerate(plan.batch):
         sizes.update({f"batch{i}.extent": loop.extent, f"batch{i}.sa": loop.sa,
                       f"batch{i}.sb": loop.sb, f"batch{i}.sc": loop.sc})
+    tiling = tiling_for(target)
     spec = FastDot(path, len(plan.batch), vector_lhs=path != "gemm" and plan.m == 1,
-                   unit_bn=path == "gemm" and plan.b_sn == 1, tiling=tiling_for(target))
-    return KernelPlan(spec, sizes)
+                   unit_bn=path == "gemm" and plan.b_sn == 1, tiling=tiling)
+    # The packed sliver holds at most K rows: a short K (an RNN's input projection, K =
+    # its features) needs a fraction of the KC-row scratch the shared code allows for.
+    scratch = scratch_floats(tiling, min(plan.k, tiling.kc)) * 4 if path == "gemm" else None
+    return KernelPlan(spec, sizes, scratch)
 
 
 def _batch_loops(b, loops, a, bb, c, body):
