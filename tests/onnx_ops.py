@@ -649,3 +649,31 @@ case("Scan_axes_and_directions",
          [("s_out", _F, [2]), ("y_t", _F, [2])])),
      {"s0": f32(2), "x": f32(2, 5), "v": f32(5, 2, low=0.5, high=1.0)}, outputs=["s", "y"],
      opset=16)
+# Nested: a Loop whose body branches on the step's parity (If) and runs a Scan over a
+# value of the enclosing graph; the loop also has scan outputs (M known).
+_I64 = onnx.TensorProto.INT64
+case("Loop_nesting_If_and_Scan",
+     helper.make_node("Loop", ["m", "", "a"], ["y", "rows"], body=_graph(
+         "outer", [
+             helper.make_node("Div", ["i", "two"], ["half"]),
+             helper.make_node("Mul", ["half", "two"], ["even_part"]),
+             helper.make_node("Sub", ["i", "even_part"], ["parity"]),
+             helper.make_node("Equal", ["parity", "zero64"], ["even"]),
+             helper.make_node("If", ["even"], ["b"], then_branch=_graph(
+                 "double", [helper.make_node("Add", ["a_in", "a_in"], ["t"])], [],
+                 [("t", _F, [4])]),
+                 else_branch=_graph("shift", [helper.make_node("Sub", ["a_in", "one"], ["e"])],
+                                    [], [("e", _F, [4])])),
+             helper.make_node("Scan", ["b", "x"], ["a_out", "partial"], num_scan_inputs=1,
+                              body=_graph("rowsum", [
+                                  helper.make_node("Add", ["s_in", "row"], ["s_out"]),
+                                  helper.make_node("Tanh", ["s_out"], ["p"])],
+                                  [("s_in", _F, [4]), ("row", _F, [4])],
+                                  [("s_out", _F, [4]), ("p", _F, [4])])),
+             helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+             helper.make_node("ReduceSum", ["partial"], ["r"], keepdims=0)],
+         [("i", _I64, []), ("cond_in", onnx.TensorProto.BOOL, []), ("a_in", _F, [4])],
+         [("cond_out", onnx.TensorProto.BOOL, []), ("a_out", _F, [4]), ("r", _F, [])])),
+     {"a": f32(4), "x": f32(3, 4)}, outputs=[("y", np.float32, (4,)), ("rows", np.float32, (3,))],
+     inits={"m": np.array(3, np.int64), "two": np.array(2, np.int64),
+            "zero64": np.array(0, np.int64), "one": np.float32(1)}, opset=13)
