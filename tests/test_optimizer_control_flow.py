@@ -365,3 +365,91 @@ def test_emitted_loops_and_branches_match_the_evaluator(tmp_path):
                 args[1] = np.array(seed % 2 == 0)
             for got, want in zip(models[name](*args), evaluate(want_module, args)):
                 np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+# --- the passes inside loop bodies --------------------------------------------------------
+
+PASSES = hlo("""
+    HloModule passes
+
+    %cond (s: (s32[], f32[8])) -> pred[] {
+      %s = (s32[], f32[8]) parameter(0)
+      %t = s32[] get-tuple-element(%s), index=0
+      %n = s32[] constant(3)
+      ROOT %lt = pred[] compare(%t, %n), direction=LT
+    }
+
+    %body (p: (s32[], f32[8])) -> (s32[], f32[8]) {
+      %p = (s32[], f32[8]) parameter(0)
+      %t = s32[] get-tuple-element(%p), index=0
+      %x = f32[8] get-tuple-element(%p), index=1
+      %one = s32[] constant(1)
+      %next = s32[] add(%t, %one)
+      %dead = f32[8] exponential(%x)
+      %a = f32[8] add(%x, %x)
+      %a2 = f32[8] add(%x, %x)
+      %two = f32[] constant(2)
+      %three = f32[] constant(3)
+      %six = f32[] multiply(%two, %three)
+      %k = f32[8] broadcast(%six), dimensions={}
+      %y = f32[8] multiply(%a, %k)
+      %z = f32[8] subtract(%y, %a2)
+      %w = f32[8] tanh(%z)
+      ROOT %out = (s32[], f32[8]) tuple(%next, %w)
+    }
+
+    ENTRY %main (x: f32[8]) -> (f32[8], f32[8]) {
+      %x = f32[8] parameter(0)
+      %zero = s32[] constant(0)
+      %init = (s32[], f32[8]) tuple(%zero, %x)
+      %loop = (s32[], f32[8]) while(%init), condition=%cond, body=%body
+      %c = f32[8] constant({1, 2, 3, 4, 5, 6, 7, 8})
+      %cinit = (s32[], f32[8]) tuple(%zero, %c)
+      %const_loop = (s32[], f32[8]) while(%cinit), condition=%cond, body=%body
+      %unused = (s32[], f32[8]) while(%init), condition=%cond, body=%body
+      %r = f32[8] get-tuple-element(%loop), index=1
+      %q = f32[8] get-tuple-element(%const_loop), index=1
+      ROOT %res = (f32[8], f32[8]) tuple(%r, %q)
+    }
+""")
+
+
+def test_passes_run_inside_loop_bodies():
+    m = parse_module(PASSES)
+    args = args_for(m)
+    want = evaluate(m, args)
+    optimize(m, verify=True)
+    body = m.entry.root.operands[0].operands[0].called[1]
+    ops = [i.opcode for i in body.instructions]
+    # DCE dropped exp, CSE merged the adds, folding made 2 * 3 a constant, and fusion
+    # made one loop of the element-wise chain, its computation before the body.
+    assert Opcode.EXP not in ops
+    (w,) = [i for i in body.instructions if i.opcode is Opcode.FUSION and i.shape.rank == 1]
+    fused = w.called[0]
+    assert [i.opcode for i in fused.instructions].count(Opcode.ADD) == 1
+    assert Opcode.TANH in [i.opcode for i in fused.instructions]
+    assert m.computations.index(fused) < m.computations.index(body)
+    for got, exp in zip(evaluate(m, args), want):
+        np.testing.assert_allclose(got, exp, rtol=1e-6)
+
+
+def test_does_not_fold_a_loop_or_keep_one_nobody_reads():
+    m = parse_module(PASSES)
+    optimize(m)
+    loops = [i for i in m.entry.instructions if i.opcode is Opcode.WHILE]
+    # The loop over constants runs at run time; the unread one is gone.
+    assert len(loops) == 2
+    assert {loop.operands[0].operands[1].opcode for loop in loops} == {Opcode.PARAMETER,
+                                                                        Opcode.CONSTANT}
+
+
+def test_does_not_fuse_the_state_away():
+    m = parse_module(PASSES)
+    optimize(m)
+    w = next(i for i in m.entry.instructions if i.opcode is Opcode.WHILE)
+    body = w.called[1]
+    assert body.root.opcode is Opcode.TUPLE
+    # The body's results stay values of the body (written to the state), not producers
+    # fused into a consumer outside it.
+    assert all(o in body.instructions for o in body.root.operands)
+    assert all(o in m.entry.instructions for o in w.operands[0].operands)
