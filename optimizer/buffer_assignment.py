@@ -134,9 +134,34 @@ def assign_buffers(module: Module, order: list[Instruction] | None = None,
         return assign_computation(module, module.entry, order, alignment, scratch, model)
 
     def plan(comp, scratch_of, _lean):
-        return assign_computation(module, comp, order if comp is module.entry else None,
-                                  alignment, scratch_of)
+        given = _with_inserted(comp, order) if comp is module.entry and order else None
+        return assign_computation(module, comp, given, alignment, scratch_of)
     return plan_module(module, alignment, scratch, None, plan)
+
+
+def _with_inserted(comp: Computation, order: list[Instruction]) -> list[Instruction]:
+    """``order`` (made before ControlFlowPreparation) with the copies it inserted, each
+    just before its first user."""
+    known, members = set(order), set(comp.instructions)
+    added = [i for i in comp.instructions if i not in known]
+    if not added and known <= members:
+        return order
+    out: list[Instruction] = []
+    placed: set[Instruction] = set()
+
+    def place(i: Instruction) -> None:
+        if i in placed:
+            return
+        for o in i.operands:
+            place(o)
+        placed.add(i)
+        out.append(i)
+    for i in order:
+        if i in members:
+            place(i)
+    for i in added:
+        place(i)
+    return out
 
 
 def _has_control_flow(module: Module) -> bool:

@@ -453,3 +453,82 @@ def test_does_not_fuse_the_state_away():
     # fused into a consumer outside it.
     assert all(o in body.instructions for o in body.root.operands)
     assert all(o in m.entry.instructions for o in w.operands[0].operands)
+
+
+# --- loop-invariant code motion ------------------------------------------------------------
+
+INVARIANT = hlo("""
+    HloModule invariant
+
+    %cond (s: (s32[], f32[4], f32[4,4], f32[4])) -> pred[] {
+      %s = (s32[], f32[4], f32[4,4], f32[4]) parameter(0)
+      %t = s32[] get-tuple-element(%s), index=0
+      %n = s32[] constant(5)
+      ROOT %lt = pred[] compare(%t, %n), direction=LT
+    }
+
+    %body (p: (s32[], f32[4], f32[4,4], f32[4])) -> (s32[], f32[4], f32[4,4], f32[4]) {
+      %p = (s32[], f32[4], f32[4,4], f32[4]) parameter(0)
+      %t = s32[] get-tuple-element(%p), index=0
+      %h = f32[4] get-tuple-element(%p), index=1
+      %w = f32[4,4] get-tuple-element(%p), index=2
+      %b = f32[4] get-tuple-element(%p), index=3
+      %one = s32[] constant(1)
+      %next = s32[] add(%t, %one)
+      %ww = f32[4,4] dot(%w, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+      %eb = f32[4] exponential(%b)
+      %wide = f32[4,4] broadcast(%b), dimensions={1}
+      %big = f32[64,4] broadcast(%eb), dimensions={1}
+      %rows = f32[4] reduce(%big, %zero), dimensions={0}, to_apply=%add
+      %hw = f32[4] dot(%h, %ww), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+      %s1 = f32[4] add(%hw, %eb)
+      %wb = f32[4] dot(%h, %wide), lhs_contracting_dims={0}, rhs_contracting_dims={0}
+      %s2 = f32[4] add(%s1, %wb)
+      %s3 = f32[4] add(%s2, %rows)
+      %big2 = f32[16,4] broadcast(%eb), dimensions={1}
+      %eh = f32[16,4] exponential(%big2)
+      %hb = f32[16,4] broadcast(%h), dimensions={1}
+      %mixed = f32[16,4] add(%eh, %hb)
+      %mrows = f32[4] reduce(%mixed, %zero), dimensions={0}, to_apply=%add
+      %s4 = f32[4] add(%s3, %mrows)
+      %h2 = f32[4] tanh(%s4)
+      ROOT %out = (s32[], f32[4], f32[4,4], f32[4]) tuple(%next, %h2, %w, %b)
+    }
+
+    ENTRY %main (h0: f32[4], w: f32[4,4], b: f32[4]) -> f32[4] {
+      %h0 = f32[4] parameter(0)
+      %w = f32[4,4] parameter(1)
+      %b = f32[4] parameter(2)
+      %zero = s32[] constant(0)
+      %init = (s32[], f32[4], f32[4,4], f32[4]) tuple(%zero, %h0, %w, %b)
+      %loop = (s32[], f32[4], f32[4,4], f32[4]) while(%init), condition=%cond, body=%body
+      ROOT %r = f32[4] get-tuple-element(%loop), index=1
+    }
+""").replace("%rows = f32[4] reduce(%big, %zero)", "%zero = f32[] constant(0)\n  %rows = f32[4] reduce(%big, %zero)")
+INVARIANT = INVARIANT.replace("%cond (s:", ADD + "%cond (s:", 1)
+
+
+def test_licm_moves_invariant_work_before_the_loop():
+    from xlac.optimizer import WhileLoopInvariantCodeMotion
+    m = parse_module(INVARIANT)
+    args = args_for(m)
+    want = evaluate(m, args)
+    assert WhileLoopInvariantCodeMotion().run(m)
+    verify(m)
+    hoisted = {i.name for i in m.entry.instructions}
+    # W W and exp(b) move out, and the sum of a broadcast of exp(b) (each no larger than
+    # its inputs); the dot of the state stays, and so do the broadcast of b (free once
+    # fused) and exp of a broadcast 16 times larger than b (it would take a buffer).
+    assert {"ww", "eb", "rows"} <= hoisted
+    assert not {"hw", "wide", "big2", "eh"} & hoisted
+    body = computation(m, "body")
+    assert len(body.root.operands) == 7
+    for got, exp in zip(evaluate(m, args), want):
+        np.testing.assert_allclose(got, exp, rtol=1e-5)
+    assert not WhileLoopInvariantCodeMotion().run(m)    # nothing left to move
+
+
+def test_does_not_move_work_on_the_changing_state():
+    from xlac.optimizer import WhileLoopInvariantCodeMotion
+    assert not WhileLoopInvariantCodeMotion().run(parse_module(ROTATION))
+    assert not WhileLoopInvariantCodeMotion().run(parse_module(RNN))
