@@ -2,7 +2,8 @@
 shape of the recurrent lowering (the input projection of all steps hoisted out of the
 loop as one matrix product, one batched recurrent product per step, Y written in place
 in the caller's output), layout 1, which onnxruntime does not run, checked against
-layout 0, and the one-line errors for what cannot be compiled."""
+layout 0, and the one-line errors for what cannot be compiled (sequences: the node
+cases test_loop13_seq and friends, tests/onnx_node_failures.txt)."""
 import numpy as np
 import onnx
 import pytest
@@ -142,10 +143,3 @@ def test_if_branches_of_different_shapes_fail_in_one_line(tmp_path):
                        inits={"s": np.array([0], np.int64), "e": np.array([2], np.int64)})
     with pytest.raises(xlac.XlacError, match="If node 'choice': output 0 is f32\\[3\\]"):
         xlac.compile(model, tmp_path / "m.o")
-
-
-def test_sequences_fail_in_one_line(tmp_path):
-    from xlac.conformance import node_cases
-    (case,) = node_cases("^test_loop13_seq$")
-    with pytest.raises(xlac.XlacError, match="^unsupported ONNX ops: SequenceInsert"):
-        xlac.compile(case.model, tmp_path / "m.o")
