@@ -143,3 +143,35 @@ def test_if_branches_of_different_shapes_fail_in_one_line(tmp_path):
                        inits={"s": np.array([0], np.int64), "e": np.array([2], np.int64)})
     with pytest.raises(xlac.XlacError, match="If node 'choice': output 0 is f32\\[3\\]"):
         xlac.compile(model, tmp_path / "m.o")
+
+
+# -- the input projection: before the loop, or in each step -------------------------------
+
+@pytest.mark.parametrize("hoist", [True, False], ids=["hoisted", "per_step"])
+@pytest.mark.parametrize("name", ["LSTM_bidirectional_lengths_all_outputs",
+                                  "GRU_linear_before_reset_bidirectional_lengths",
+                                  "LSTM_reverse_lengths_constant_weights"])
+def test_both_projection_forms_match_onnxruntime(name, hoist, tmp_path):
+    from emit_util import compile_module
+    from onnx_ops import CASES
+    case = next(c for c in CASES if c.name == name)
+    model = case.build()
+    m = import_onnx(model, hoist_recurrent_projection=hoist)
+    optimize(m)
+    w = next(i for i in m.entry.instructions if i.opcode is Opcode.WHILE)
+    body_dots = [i for i in w.called[1].instructions if i.opcode is Opcode.DOT]
+    assert len(body_dots) == (1 if hoist else 2)          # + the step's own projection
+    got = compile_module(m, tmp_path)(*case.inputs)
+    for g, want in zip(got, run_onnxruntime(model, case.inputs)):
+        np.testing.assert_allclose(g, want, rtol=case.rtol, atol=case.atol)
+
+
+def test_footprint_first_keeps_each_steps_projection_in_the_loop(tmp_path):
+    """At batch 1 the projection of all 30 steps (30 x 4 x 16 floats) would be most of
+    the arena: xlac.compile keeps each step's projection in the loop instead."""
+    values = weights("LSTM", 16, f32(30, 1, 6), 1, 0)
+    model, args = recurrent("LSTM", 16, values, 1, 0, outputs=("Y_h",))
+    result = xlac.compile(model, tmp_path / "m.o", report=True)
+    assert result.arena_size < 30 * 4 * 16 * 4
+    got, = xlac.load(result.output)(*args)
+    np.testing.assert_allclose(got, run_onnxruntime(model, args)[0], rtol=1e-4, atol=1e-5)
