@@ -11,7 +11,8 @@ body's root element and its result element are one storage: the init element's
   - an init element the loop overwrites to be a buffer nothing else reads while
     or after the loop runs: not a parameter or constant, not given twice, and every
     other reader of its bytes an operand of the while, directly or not (so it runs
-    before the loop in any order); otherwise the init element is a copy;
+    before the loop in any order); otherwise the init element is a copy (or, for a
+    value computed from constants alone, such as zeros, that computation again);
   - a body root element the loop overwrites to be a buffer the body computes, given
     once: not the parameter's element (a rotation of the state) or a constant;
     otherwise a copy. Whether the body may compute it straight into the state
@@ -227,6 +228,13 @@ def _leaf(comp: Computation, k: int) -> Instruction | None:
 
 
 def _copy(comp: Computation, value: Instruction) -> Instruction:
+    """A fresh buffer holding ``value``: a second evaluation of it where that reads
+    nothing but constants (zeros broadcast into a state: it then fills the loop's
+    buffer itself), else a copy."""
+    if value.opcode in (Opcode.FUSION, Opcode.BROADCAST, Opcode.IOTA) and \
+            all(o.opcode is Opcode.CONSTANT for o in value.operands):
+        return comp.add(Instruction(value.opcode, value.shape, value.operands, value.attrs,
+                                    value.called, name=f"{value.name}.again"))
     return comp.add(Instruction(Opcode.COPY, value.shape, [value], name=f"{value.name}.copy"))
 
 

@@ -212,10 +212,10 @@ class _Recurrent:
             if a not in captured:
                 captured[a] = lp.capture(a)[1]
         body_sources = [(captured[a], col, back) for a, col, back in sources]
-        r = lp.capture(self.r)[1]
+        r = _Weights(b, lp, self.r)
         self.step_weights = None
         if not ctx.hoist_recurrent_projection:
-            self.step_weights = (lp.capture(self.w)[1],
+            self.step_weights = (_Weights(b, lp, self.w),
                                  lp.capture(bias)[1] if bias is not None else None)
         peep = lp.capture(self.peep)[1] if self.peep is not None else None
         rbias = lp.capture(recurrent_bias)[1] if recurrent_bias is not None else None
@@ -278,19 +278,18 @@ class _Recurrent:
             part = b.op(Opcode.DYNAMIC_SLICE, src, *starts, dynamic_slice_sizes=tuple(sizes))
             rows.append(b.reshape(part, (1, batch, width)))
         x = b.concatenate(rows, 0)                               # [dirs, B, g or inputs]
-        batched = DotDimensionNumbers((0,), (2,), (0,), (2,))
         if self.step_weights is not None:       # this step's projection: x_t W^T + b
             w, bias = self.step_weights
-            x = b.dot(x, w, batched)
+            x = w.product(b, x)
             if bias is not None:
                 x = b.op(Opcode.ADD, x, b.broadcast(bias, x.shape.dims, (0, 2)))
         if self.kind == "GRU":
-            new_h = self._gru(x, h, r, rbias, batched)
+            new_h = self._gru(x, h, r, rbias)
             new_c = None
         elif self.kind == "LSTM":
-            new_h, new_c = self._lstm(b.op(Opcode.ADD, x, b.dot(h, r, batched)), c, peep)
+            new_h, new_c = self._lstm(b.op(Opcode.ADD, x, r.product(b, h)), c, peep)
         else:
-            new_h, new_c = self._act(0, b.op(Opcode.ADD, x, b.dot(h, r, batched))), None
+            new_h, new_c = self._act(0, b.op(Opcode.ADD, x, r.product(b, h))), None
         out_h = new_h
         if lens is not None:
             # Past its length a sequence keeps its state and gives zeros.
@@ -345,28 +344,27 @@ class _Recurrent:
         o = self._act(0, go)
         return mul(o, self._act(2, new_c)), new_c
 
-    def _gru(self, x, h, r, rbias, batched):
+    def _gru(self, x, h, r, rbias):
         b = self.b
         hidden, dirs = self.hidden, self.dirs
         mul = lambda p, q: _binary(b, Opcode.MULTIPLY, p, q)   # noqa: E731
         add = lambda p, q: _binary(b, Opcode.ADD, p, q)        # noqa: E731
         # Gate order in W, R, B: z, r, h.
         if self.lbr:
-            hr = b.dot(h, r, batched)                          # all three gates at once
+            hr = r.product(b, h)                               # all three gates at once
             zr = self._gate(hr, 0, 2 * hidden)
             hh = self._gate(hr, 2)
             if rbias is not None:
                 hh = add(hh, b.broadcast(rbias, hh.shape.dims, (0, 2)))
         else:
-            r_zr = b.slice(r, (0, 0, 0), (dirs, 2 * hidden, hidden))
-            zr = b.dot(h, r_zr, batched)
+            zr = r.product(b, h, 0, 2 * hidden)
         z = self._act(0, add(self._gate(x, 0), self._gate(zr, 0)))
         reset = self._act(0, add(self._gate(x, 1), self._gate(zr, 1)))
         if self.lbr:
             candidate = add(self._gate(x, 2), mul(reset, hh))
         else:
-            r_h = b.slice(r, (0, 2 * hidden, 0), (dirs, 3 * hidden, hidden))
-            candidate = add(self._gate(x, 2), b.dot(mul(reset, h), r_h, batched))
+            candidate = add(self._gate(x, 2), r.product(b, mul(reset, h), 2 * hidden,
+                                                        3 * hidden))
         candidate = self._act(1, candidate)
         one = _full(b, 1, self.dtype, z.shape.dims)
         # H' = (1 - z) h~ + z H
@@ -387,6 +385,30 @@ class _Recurrent:
             lo = (d,) + (0,) * (x.shape.rank - 1)
             parts.append(_activation(b, spec, b.slice(x, lo, (d + 1,) + x.shape.dims[1:])))
         return b.concatenate(parts, 0)
+
+
+class _Weights:
+    """Weights [dirs, gates, K] as the right side of the loop's products, read in the
+    loop body. A constant is transposed to [dirs, K, gates] (folded at compile time), so
+    that a row of it is a row of gates: the dot kernel then reads it in place instead of
+    packing it into scratch. Other weights stay as they are (a transposed copy would
+    take a buffer as large as they are)."""
+
+    def __init__(self, b: Builder, loop: WhileLoop, w: Instruction):
+        self.transposed = w.opcode is Opcode.CONSTANT
+        self.w = loop.capture(b.transpose(w, (0, 2, 1)) if self.transposed else w)[1]
+
+    def product(self, b: Builder, x: Instruction, lo: int = 0,
+                hi: int | None = None) -> Instruction:
+        """x [dirs, B, K] times gates lo..hi, batched over dirs: [dirs, B, hi - lo]."""
+        w, axis = self.w, 2 if self.transposed else 1
+        hi = w.shape.dims[axis] if hi is None else hi
+        if (lo, hi) != (0, w.shape.dims[axis]):
+            start, limit = [0, 0, 0], list(w.shape.dims)
+            start[axis], limit[axis] = lo, hi
+            w = b.slice(w, start, limit)
+        contracting = 1 if self.transposed else 2
+        return b.dot(x, w, DotDimensionNumbers((0,), (2,), (0,), (contracting,)))
 
 
 def _activation(b: Builder, spec: tuple[str, float, float], x: Instruction) -> Instruction:
