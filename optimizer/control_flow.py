@@ -107,7 +107,7 @@ def _clone(module: Module, comp: Computation, before: Computation) -> Computatio
         if i.opcode in CONTROL_FLOW:
             called = [_clone(module, c, before) for c in i.called]
         mapped[i] = clone.add(Instruction(i.opcode, i.shape, [mapped[o] for o in i.operands],
-                                          i.attrs, called, i.literal, i.name))
+                                          i.attrs, called, i.literal, i.name, i.metadata))
     clone.root = mapped[comp.root]
     return module.add_computation(clone, before=before)
 
@@ -234,8 +234,10 @@ def _copy(comp: Computation, value: Instruction) -> Instruction:
     if value.opcode in (Opcode.FUSION, Opcode.BROADCAST, Opcode.IOTA) and \
             all(o.opcode is Opcode.CONSTANT for o in value.operands):
         return comp.add(Instruction(value.opcode, value.shape, value.operands, value.attrs,
-                                    value.called, name=f"{value.name}.again"))
-    return comp.add(Instruction(Opcode.COPY, value.shape, [value], name=f"{value.name}.copy"))
+                                    value.called, name=f"{value.name}.again",
+                                    metadata=value.metadata))
+    return comp.add(Instruction(Opcode.COPY, value.shape, [value], name=f"{value.name}.copy",
+                                metadata=value.metadata))
 
 
 def _computed_owner(value: Instruction) -> Instruction | None:

@@ -111,7 +111,7 @@ def _move(parent: Computation, w: Instruction, f: Instruction) -> None:
             else:
                 ops = [clone(o) for o in i.operands]
                 mapped[i] = parent.add(Instruction(i.opcode, i.shape, ops, i.attrs, i.called,
-                                                   i.literal, i.name))
+                                                   i.literal, i.name, i.metadata))
         return mapped[i]
 
     value = clone(f)
