@@ -163,18 +163,18 @@ NESTED = hlo("""
       ROOT %out = (s32[], f32[16]) tuple(%next, %w)
     }
 
+    %add (x: f32[], y: f32[]) -> f32[] {
+      %x = f32[] parameter(0)
+      %y = f32[] parameter(1)
+      ROOT %s = f32[] add(%x, %y)
+    }
+
     %acond (x: f32[16]) -> pred[] {
       %x = f32[16] parameter(0)
       %z = f32[] constant(0)
       %r = f32[] reduce(%x, %z), dimensions={0}, to_apply=%add
       %lim = f32[] constant(100)
       ROOT %lt = pred[] compare(%r, %lim), direction=LT
-    }
-
-    %add (x: f32[], y: f32[]) -> f32[] {
-      %x = f32[] parameter(0)
-      %y = f32[] parameter(1)
-      ROOT %s = f32[] add(%x, %y)
     }
 
     %abody (x: f32[16]) -> f32[16] {
@@ -205,16 +205,6 @@ NESTED = hlo("""
       ROOT %res = (f32[16], f32[16]) tuple(%g, %s)
     }
 """)
-# %add is used before it is defined above; the parser needs callees first.
-NESTED = NESTED.replace(ADD := hlo("""
-    %add (x: f32[], y: f32[]) -> f32[] {
-      %x = f32[] parameter(0)
-      %y = f32[] parameter(1)
-      ROOT %s = f32[] add(%x, %y)
-    }
-
-"""), "").replace("%acond (", ADD + "%acond (")
-
 MODULES = {"rnn": RNN, "rotation": ROTATION, "nested": NESTED}
 
 
@@ -460,6 +450,12 @@ def test_does_not_fuse_the_state_away():
 INVARIANT = hlo("""
     HloModule invariant
 
+    %add (x: f32[], y: f32[]) -> f32[] {
+      %x = f32[] parameter(0)
+      %y = f32[] parameter(1)
+      ROOT %s = f32[] add(%x, %y)
+    }
+
     %cond (s: (s32[], f32[4], f32[4,4], f32[4])) -> pred[] {
       %s = (s32[], f32[4], f32[4,4], f32[4]) parameter(0)
       %t = s32[] get-tuple-element(%s), index=0
@@ -479,6 +475,7 @@ INVARIANT = hlo("""
       %eb = f32[4] exponential(%b)
       %wide = f32[4,4] broadcast(%b), dimensions={1}
       %big = f32[64,4] broadcast(%eb), dimensions={1}
+      %zero = f32[] constant(0)
       %rows = f32[4] reduce(%big, %zero), dimensions={0}, to_apply=%add
       %hw = f32[4] dot(%h, %ww), lhs_contracting_dims={0}, rhs_contracting_dims={0}
       %s1 = f32[4] add(%hw, %eb)
@@ -504,8 +501,7 @@ INVARIANT = hlo("""
       %loop = (s32[], f32[4], f32[4,4], f32[4]) while(%init), condition=%cond, body=%body
       ROOT %r = f32[4] get-tuple-element(%loop), index=1
     }
-""").replace("%rows = f32[4] reduce(%big, %zero)", "%zero = f32[] constant(0)\n  %rows = f32[4] reduce(%big, %zero)")
-INVARIANT = INVARIANT.replace("%cond (s:", ADD + "%cond (s:", 1)
+""")
 
 
 def test_licm_moves_invariant_work_before_the_loop():

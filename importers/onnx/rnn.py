@@ -69,10 +69,6 @@ def _full(b: Builder, value, dtype, dims) -> Instruction:
     return b.broadcast(b.constant(np.asarray(value, dtype.np), dtype), tuple(dims), ())
 
 
-def _binary(b: Builder, op: Opcode, x: Instruction, y: Instruction) -> Instruction:
-    return b.op(op, x, y)
-
-
 class _Recurrent:
     def __init__(self, ctx: ImportContext, node, kind: str):
         self.ctx, self.node, self.kind = ctx, node, kind
@@ -328,8 +324,8 @@ class _Recurrent:
 
     def _lstm(self, gates, c, peep):
         b = self.b
-        mul = lambda p, q: _binary(b, Opcode.MULTIPLY, p, q)   # noqa: E731
-        add = lambda p, q: _binary(b, Opcode.ADD, p, q)        # noqa: E731
+        mul = lambda p, q: b.op(Opcode.MULTIPLY, p, q)   # noqa: E731
+        add = lambda p, q: b.op(Opcode.ADD, p, q)        # noqa: E731
         # Gate order in W, R, B: i, o, f, c; in P: i, o, f.
         gi, go, gf, gc = (self._gate(gates, k) for k in range(4))
         if peep is not None:
@@ -337,7 +333,7 @@ class _Recurrent:
             gf = add(gf, mul(self._peephole(peep, 2), c))
         i = self._act(0, gi)
         f = self._act(0, gf) if not self.input_forget else \
-            _binary(b, Opcode.SUBTRACT, _full(b, 1, self.dtype, i.shape.dims), i)
+            b.op(Opcode.SUBTRACT, _full(b, 1, self.dtype, i.shape.dims), i)
         new_c = add(mul(f, c), mul(i, self._act(1, gc)))
         if peep is not None:
             go = add(go, mul(self._peephole(peep, 1), new_c))
@@ -347,8 +343,8 @@ class _Recurrent:
     def _gru(self, x, h, r, rbias):
         b = self.b
         hidden, dirs = self.hidden, self.dirs
-        mul = lambda p, q: _binary(b, Opcode.MULTIPLY, p, q)   # noqa: E731
-        add = lambda p, q: _binary(b, Opcode.ADD, p, q)        # noqa: E731
+        mul = lambda p, q: b.op(Opcode.MULTIPLY, p, q)   # noqa: E731
+        add = lambda p, q: b.op(Opcode.ADD, p, q)        # noqa: E731
         # Gate order in W, R, B: z, r, h.
         if self.lbr:
             hr = r.product(b, h)                               # all three gates at once
@@ -368,7 +364,7 @@ class _Recurrent:
         candidate = self._act(1, candidate)
         one = _full(b, 1, self.dtype, z.shape.dims)
         # H' = (1 - z) h~ + z H
-        return add(mul(_binary(b, Opcode.SUBTRACT, one, z), candidate), mul(z, h))
+        return add(mul(b.op(Opcode.SUBTRACT, one, z), candidate), mul(z, h))
 
     def _act(self, slot: int, x: Instruction) -> Instruction:
         """Activation ``slot`` of each direction on ``x`` ([dirs, ...]), its input clipped."""
