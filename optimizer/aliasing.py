@@ -270,9 +270,9 @@ def concat_slots(comp: Computation, excluded=frozenset(),
     producer ``q`` that a slot's producer overwrites in place (``in_place_operands``)
     and nothing else reads is given the same slot (it is not an operand of the
     concatenation). A concatenation in ``overwritten`` (one a user overwrites in place
-    whatever the order, as in an output's chain), or placed inside one, takes only
-    operands it alone reads: a reader scheduled after the overwrite would find the
-    slice gone.
+    whatever the order, as in an output's or a slot's chain), or placed inside one,
+    takes only operands it alone reads: a reader scheduled after the overwrite would
+    find the slice gone.
     """
     claimed: dict[Instruction, tuple[Instruction, int]] = {}
     users = comp.users()
@@ -293,6 +293,9 @@ def concat_slots(comp: Computation, excluded=frozenset(),
                 for q in _in_place_chain(o, users, lambda q: q not in excluded
                                          and _produced_in_slot(q, claimed)):
                     claimed[q] = (c, offset)
+                    # The one above overwrites q whatever the order: a concatenation q
+                    # keeps no slot producer another instruction reads.
+                    overwritten.add(q)
             offset += o.shape.byte_size
     return claimed
 
