@@ -20,7 +20,7 @@ import numpy as np
 from .archive import static_library
 from .emitter import EmitOptions, emit, make_target, scratch_bytes
 from .emitter.names import c_identifier_for_model
-from .hlo import Module, XlacError, XlacWarning
+from .hlo import Module, Opcode, XlacError, XlacWarning
 from .hlo.text import print_module
 from .importers.onnx import import_onnx, pin_const_inputs
 from .importers.onnx.importer import _load as load_model
@@ -209,11 +209,28 @@ def _compile(model, output, *, name, target, cpu, features, emit_kind, input_sha
             optimize(module, opt_level=opt_level, dump=dump)
         with progress.stage("plan"):
             target_info, _ = make_target(target, cpu, features, opt_level)
-            assignment = plan_memory(
-                module, alignment=target_info.arena_align,
-                scratch=lambda i: scratch_bytes(i, target_info),
-                lean_scratch=lambda i: scratch_bytes(i, target_info, lean=True),
-                exact_budget=DEFAULT_BUDGET if opt_level >= 2 else 0)
+
+            def plan(m: Module):
+                return plan_memory(
+                    m, alignment=target_info.arena_align,
+                    scratch=lambda i: scratch_bytes(i, target_info),
+                    lean_scratch=lambda i: scratch_bytes(i, target_info, lean=True),
+                    exact_budget=DEFAULT_BUDGET if opt_level >= 2 else 0)
+            assignment = plan(module)
+            if any(i.opcode is Opcode.WHILE for i in module.entry.instructions):
+                # Recurrent networks project all steps' inputs before their loop (a
+                # buffer of steps x batch x gates); each step's own projection in the
+                # loop needs no such buffer and runs about as fast at batch 1. Footprint
+                # first: the other form wins when its arena is smaller.
+                other = import_onnx(model, input_shapes=input_shapes, name=name,
+                                    const_inputs=const_inputs,
+                                    hoist_recurrent_projection=False)
+                other_ops = op_counts(other)
+                optimize(other, opt_level=opt_level, dump=dump and (
+                    lambda n, m: dump(f"step-projection/{n}", m)))
+                other_assignment = plan(other)
+                if other_assignment.arena_size < assignment.arena_size:
+                    module, assignment, imported_ops = other, other_assignment, other_ops
         with progress.stage("emit"):
             kinds = {"obj": ("obj",), "lib": ("obj",), "asm": ("asm",), "llvm": ("llvm",),
                      "hlo": ()}[emit_kind]

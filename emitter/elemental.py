@@ -514,6 +514,46 @@ def _gather(em, instr, ops, index):
     return ops[0](src)
 
 
+def clamped_starts(em, instr, ops, first: int, sizes) -> list:
+    """XLA's dynamic slice starts: operand ``first + d`` (an integer scalar) as i64,
+    clamped to [0, dims[d] - sizes[d]] so that the slice stays inside the operand."""
+    b = em.b
+    x = instr.operands[0].shape
+    starts = []
+    for d in range(x.rank):
+        dt = instr.operands[first + d].shape.dtype
+        v = ops[first + d]([])
+        if is_unsigned_like(dt) and dt.bits == 64:       # beyond i64: out of range anyway
+            v = b.select(b.icmp_signed("<", v, i64(0)), i64(x.dims[d]), v)
+        else:
+            v = convert(b, v, dt, dtypes.S64)
+        limit = i64(x.dims[d] - sizes[d])
+        v = b.select(b.icmp_signed("<", v, i64(0)), i64(0), v)
+        starts.append(b.select(b.icmp_signed(">", v, limit), limit, v))
+    return starts
+
+
+def _dynamic_slice(em, instr, ops, index):
+    starts = clamped_starts(em, instr, ops, 1, instr.attrs["dynamic_slice_sizes"])
+    return ops[0]([em.b.add(s, i, flags=["nsw"]) for s, i in zip(starts, index)])
+
+
+def _dynamic_update_slice(em, instr, ops, index):
+    """The update where the index falls in its window, else the operand (branch-free:
+    the update is read at a clamped, always valid index)."""
+    b = em.b
+    sizes = instr.operands[1].shape.dims
+    starts = clamped_starts(em, instr, ops, 2, sizes)
+    inside = ir.Constant(I1, 1)
+    src = []
+    for i, s, n in zip(index, starts, sizes):
+        t = b.sub(i, s)
+        ok = b.icmp_unsigned("<", t, i64(n))             # a negative t is a huge unsigned
+        inside = b.and_(inside, ok)
+        src.append(b.select(ok, t, i64(0)))
+    return b.select(inside, ops[1](src), ops[0](index))
+
+
 # --- reductions ------------------------------------------------------------
 
 def _accumulators(em, inits):
@@ -672,6 +712,8 @@ RULES: dict[Opcode, Callable] = {
     Opcode.REVERSE: _reverse,
     Opcode.SLICE: _slice,
     Opcode.TRANSPOSE: _transpose,
+    Opcode.DYNAMIC_SLICE: _dynamic_slice,
+    Opcode.DYNAMIC_UPDATE_SLICE: _dynamic_update_slice,
     # reductions
     Opcode.REDUCE: _reduce,
     Opcode.REDUCE_WINDOW: _reduce_window,

@@ -7,8 +7,14 @@
 NAME_compute walks ``assignment.order``: views, tuples, parameters and constants emit
 no code; dot and convolution call kernels (emitter/kernels/); sort and topk call their
 functions (sort.py); everything else calls its loop function (loops.py). Model outputs
-that do not already live in their output slot are copied there at the end. All state
-lives in the caller's buffers: no mutable globals, so the code is reentrant.
+that do not already live in their output slot are copied there at the end. A while
+becomes a loop in NAME_compute itself that runs its condition's steps and, while that
+gives true, its body's steps (their own loop and kernel calls, in
+``assignment.computations[c].order``); a conditional jumps to the steps of one branch.
+A callee's parameter and outputs are the places of its caller's operands and results
+(a ``_Frame``); the body's outputs that do not already live in the state are copied
+there at the end of the body. All state lives in the caller's buffers: no mutable
+globals, so the code is reentrant.
 """
 from __future__ import annotations
 
@@ -16,14 +22,14 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from ..hlo import Instruction, Module, Opcode, XlacError
-from ..optimizer.aliasing import view_offset
+from ..hlo import Computation, Instruction, Module, Opcode, XlacError
+from ..optimizer.aliasing import parameter_leaf, view_offset
 from ..optimizer.buffer_assignment import BufferAssignment
 from . import kernels
 from .constants import CONSTANT_ALIGN, ConstantPool
 from .elemental import ElementalEmitter
 from .interface import ModelInterface
-from .irutil import I1, I32, I64, PTR, VOID, gep_bytes, i64
+from .irutil import I1, I8, I32, I64, PTR, VOID, gep_bytes, i64
 from .loops import PointerArg, emit_elemental_function, leaf_offsets, passed_operands
 from .sort import emit_sort_function, emit_topk_function
 from .target import TargetInfo
@@ -32,6 +38,8 @@ from .target import TargetInfo
 XLAC_OK, XLAC_ERROR_NULL_ARGUMENT, XLAC_ERROR_ARENA_ALIGNMENT = 0, 1, 2
 
 _NO_CODE = frozenset({Opcode.PARAMETER, Opcode.CONSTANT, Opcode.TUPLE, Opcode.GET_TUPLE_ELEMENT})
+# A tuple-shaped value's places: one per element.
+Places = tuple
 KERNEL_OPCODES = frozenset({Opcode.DOT, Opcode.CONVOLUTION})
 
 
@@ -50,42 +58,71 @@ class Place:
         return self.offset < other.offset + other_size and other.offset < self.offset + size
 
 
+@dataclass(frozen=True)
+class _Frame:
+    """Where a computation's parameter elements and outputs are: for the entry the
+    caller's buffers; for a loop condition or body the loop state's elements
+    (``outputs`` None for the condition, whose result is read where it is); for a
+    branch its operand's elements and the conditional's result's."""
+    inputs: tuple
+    outputs: tuple | None
+
+
 class _Places:
-    """Resolves every entry value to a Place, following views and tuple elements."""
+    """Resolves every value to a Place (a tuple of Places for a tuple-shaped value),
+    following views, tuple elements and, into a callee, its frame."""
 
     def __init__(self, assignment: BufferAssignment):
         self._assignment = assignment
-        self._places: dict[Instruction, Place | None] = {}
+        self._places: dict[Instruction, Place | Places] = {}
 
-    def __getitem__(self, instr: Instruction) -> Place:
+    def __getitem__(self, instr: Instruction) -> Place | Places:
         return self._places[instr]
 
-    def resolve(self, instr: Instruction) -> None:
+    def leaves(self, instr: Instruction) -> tuple:
+        place = self._places[instr]
+        return place if isinstance(place, tuple) else (place,)
+
+    def resolve(self, instr: Instruction, frame: _Frame) -> None:
         op = instr.opcode
         if op is Opcode.PARAMETER:
-            place = Place("input", instr.number)
+            place = frame.inputs if instr.shape.is_tuple else frame.inputs[instr.number]
+        elif parameter_leaf(instr):
+            place = frame.inputs[instr.attrs["index"]]
         elif op is Opcode.CONSTANT:
             place = Place("constant", key=instr)
         elif op is Opcode.TUPLE:
-            place = None
+            place = tuple(self._places[o] for o in instr.operands)
+        elif op is Opcode.WHILE:     # the state lives where the init's elements do
+            place = self._places[instr.operands[0]]
         elif op is Opcode.GET_TUPLE_ELEMENT:
-            t, k = instr.operands[0], instr.attrs["index"]
-            if t.opcode is Opcode.TUPLE:
-                place = self._places[t.operands[k]]
-            else:       # element k of a tuple-shaped op's own buffer
-                base = self._places[t]
-                offset = leaf_offsets(t.shape, self._assignment.alignment)[k]
-                place = Place(base.space, base.index, base.offset + offset, base.key)
+            place = self._places[instr.operands[0]][instr.attrs["index"]]
         elif view_offset(instr) is not None:       # reshape, bitcast, contiguous slice
             base = self._places[instr.operands[0]]
             place = Place(base.space, base.index, base.offset + view_offset(instr), base.key)
         else:
-            loc = self._assignment.location(instr)
-            if loc.space not in ("input", "output", "arena"):
-                raise XlacError(f"%{instr.name}: buffer assignment placed a computed value in "
-                                f"'{loc.space}'")
-            place = Place(loc.space, loc.index, loc.offset)
+            base = self.owned(instr, frame)
+            place = base if not instr.shape.is_tuple else tuple(
+                Place(base.space, base.index, base.offset + off)
+                for off in leaf_offsets(instr.shape, self._assignment.alignment))
         self._places[instr] = place
+
+    def owned(self, instr: Instruction, frame: _Frame) -> Place:
+        """The start of the buffer ``instr`` owns."""
+        loc = self._assignment.location(instr)
+        if loc.space == "arena":
+            return Place("arena", 0, loc.offset)
+        if loc.space in ("input", "output"):
+            ports = frame.inputs if loc.space == "input" else frame.outputs
+            base = ports[loc.index]
+            return Place(base.space, base.index, base.offset + loc.offset, base.key)
+        raise XlacError(f"%{instr.name}: buffer assignment placed a computed value in "
+                        f"'{loc.space}'")
+
+    def base(self, instr: Instruction) -> Place:
+        """Where the bytes of an array value, or a tuple-shaped op's buffer, start."""
+        place = self._places[instr]
+        return place[0] if isinstance(place, tuple) else place
 
 
 class _ComputeEmitter:
@@ -141,13 +178,26 @@ class _ComputeEmitter:
 
     # -- instructions --
     def emit(self) -> None:
-        for instr in self.assignment.order:
-            self.places.resolve(instr)
+        entry = _Frame(tuple(Place("input", k) for k in range(len(self.interface.inputs))),
+                       tuple(Place("output", k) for k in range(len(self.interface.outputs))))
+        self._emit_computation(self.module.entry, self.assignment.order, entry)
+        self.b.ret_void()
+
+    def _emit_computation(self, comp: Computation, order: list[Instruction],
+                          frame: _Frame) -> None:
+        """The steps of ``comp`` at the builder's position, then the copies of its outputs
+        that do not already live in their frame's places."""
+        for instr in order:
+            self.places.resolve(instr, frame)
             if instr.opcode in _NO_CODE or view_offset(instr) is not None:
                 continue
-            if instr.shape.num_elements == 0 and not instr.shape.is_tuple:
+            if instr.opcode is Opcode.WHILE:
+                self._emit_while(instr)
+            elif instr.opcode is Opcode.CONDITIONAL:
+                self._emit_conditional(instr)
+            elif instr.shape.num_elements == 0 and not instr.shape.is_tuple:
                 continue
-            if instr in self.assignment.concats_in_place:
+            elif instr in self.assignment.concats_in_place:
                 self._emit_concat_copies(instr)
             elif instr.opcode in KERNEL_OPCODES:
                 self._emit_kernel_call(instr)
@@ -157,16 +207,60 @@ class _ComputeEmitter:
                 self._emit_loop_call(instr, emit_topk_function)
             else:
                 self._emit_loop_call(instr)
-        self._emit_output_copies()
-        self.b.ret_void()
+        if frame.outputs is not None:
+            self._emit_output_copies(comp, frame)
+
+    def _callee(self, comp: Computation, frame: _Frame) -> None:
+        self._emit_computation(comp, self.assignment.computations[comp].order, frame)
+
+    def _emit_while(self, w: Instruction) -> None:
+        """cond: the condition's steps, then on to the body or out; body: the body's
+        steps, then back to cond. The state stays where the init's elements are."""
+        cond, body = w.called
+        state = self.places.leaves(w)
+        b = self.b
+        head = self.fn.append_basic_block(f"{w.name}.cond")
+        loop = self.fn.append_basic_block(f"{w.name}.body")
+        done = self.fn.append_basic_block(f"{w.name}.end")
+        b.branch(head)
+        b.position_at_end(head)
+        self._callee(cond, _Frame(state, None))
+        pred = b.load(self.pointer(self.places[cond.root]), typ=I8)
+        b.cbranch(b.icmp_unsigned("!=", pred, ir.Constant(I8, 0)), loop, done)
+        b.position_at_end(loop)
+        self._callee(body, _Frame(state, state))
+        b.branch(head)
+        b.position_at_end(done)
+
+    def _emit_conditional(self, c: Instruction) -> None:
+        """A pred picks branch 0 (true) or 1; an s32 index picks its branch, the last
+        one when out of range (a switch's default)."""
+        b = self.b
+        index_place = self.places[c.operands[0]]
+        results = self.places.leaves(c)
+        blocks = [self.fn.append_basic_block(f"{c.name}.branch{k}") for k in range(len(c.called))]
+        done = self.fn.append_basic_block(f"{c.name}.end")
+        if c.operands[0].shape.dtype.is_pred:
+            pred = b.load(self.pointer(index_place), typ=I8)
+            b.cbranch(b.icmp_unsigned("!=", pred, ir.Constant(I8, 0)), blocks[0], blocks[1])
+        else:
+            index = b.load(self.pointer(index_place), typ=I32)
+            switch = b.switch(index, blocks[-1])
+            for k, block in enumerate(blocks[:-1]):
+                switch.add_case(ir.Constant(I32, k), block)
+        for k, (branch, block) in enumerate(zip(c.called, blocks)):
+            b.position_at_end(block)
+            self._callee(branch, _Frame(self.places.leaves(c.operands[k + 1]), results))
+            b.branch(done)
+        b.position_at_end(done)
 
     def _function_name(self, instr: Instruction) -> str:
         return self.llvm_module.get_unique_name(f"{self.interface.name}.{instr.name}")
 
     def _emit_loop_call(self, instr: Instruction, emit_function=emit_elemental_function) -> None:
-        out = self.places[instr]
+        out = self.places.base(instr)
         size = instr.shape.byte_size
-        operands = [(self.places[instr.operands[k]], instr.operands[k].shape.byte_size)
+        operands = [(self.places.base(instr.operands[k]), instr.operands[k].shape.byte_size)
                     for k in passed_operands(instr)]
         in_place = [p == out and s == size for p, s in operands]
         out_arg = self.pointer_arg(out, size, [o for o, same in zip(operands, in_place)
@@ -200,7 +294,7 @@ class _ComputeEmitter:
             fn = kernels.emit_kernel(self.llvm_module, instr, self._function_name(instr),
                                      self.target, lean)
             self._kernels[key] = fn
-        args = [self.pointer(self.places[instr])]
+        args = [self.pointer(self.places.base(instr))]
         args += [self.pointer(self.places[o]) for o in instr.operands]
         if kernels.scratch_bytes(instr, self.target, lean) > 0:
             loc = self.assignment.scratch[instr]
@@ -225,12 +319,15 @@ class _ComputeEmitter:
                 self._memcpy(self.pointer(slot), self.pointer(self.places[o]), size)
             offset += size
 
-    def _emit_output_copies(self) -> None:
-        for k, instr in enumerate(self.module.output_instructions):
+    def _emit_output_copies(self, comp: Computation, frame: _Frame) -> None:
+        # A loop body's outputs live in its own buffers, never in another output's
+        # place (control_flow.py copies rotated state elements), so the order of these
+        # copies does not matter.
+        for instr, target in zip(comp.outputs, frame.outputs):
             place = self.places[instr]
-            if place == Place("output", k) or instr.shape.byte_size == 0:
+            if place == target or instr.shape.byte_size == 0:
                 continue
-            self._memcpy(self.outputs[k], self.pointer(place), instr.shape.byte_size)
+            self._memcpy(self.pointer(target), self.pointer(place), instr.shape.byte_size)
 
 
 def _emit_run_v(llvm_module: ir.Module, interface: ModelInterface, compute: ir.Function,

@@ -1,5 +1,6 @@
 """The loop emitter: one internal function per elemental instruction (a fusion or an
-unfused element-wise, movement, reduce, reduce-window, gather or iota op).
+unfused element-wise, movement, reduce, reduce-window, gather or iota op) or
+dynamic-update-slice.
 
     void op(ptr out, ptr operand_a, ptr operand_b, ...)
 
@@ -20,7 +21,7 @@ from llvmlite import ir
 
 from ..hlo import Instruction, Opcode, Shape, XlacError
 from ..optimizer.aliasing import tuple_element_offset
-from .elemental import ElementalEmitter, Generator
+from .elemental import ElementalEmitter, Generator, clamped_starts
 from .indexing import linearize
 from .irutil import PTR, VOID, for_range, gep_bytes, gep_elem, llvm_type
 
@@ -83,8 +84,9 @@ def emit_elemental_function(llvm_module: ir.Module, instr: Instruction, name: st
                             out: PointerArg, operands: Sequence[PointerArg], alignment: int):
     """Define ``void name(ptr out, ptr operand...)`` computing ``instr``; ``operands`` holds
     one PointerArg per entry of ``passed_operands(instr)``; a tuple result's elements lie
-    at ``leaf_offsets(shape, alignment)``. The C library functions the code calls
-    are in the ``libcalls`` of the emitter ``em_factory`` made."""
+    at ``leaf_offsets(shape, alignment)``. A dynamic-update-slice is a copy of its
+    operand and a loop over its update (``LOOP_BODIES``). The C library functions the
+    code calls are in the ``libcalls`` of the emitter ``em_factory`` made."""
     passed = passed_operands(instr)
     fn = ir.Function(llvm_module, ir.FunctionType(VOID, [PTR] * (1 + len(passed))), name)
     fn.linkage = "internal"
@@ -104,6 +106,11 @@ def emit_elemental_function(llvm_module: ir.Module, instr: Instruction, name: st
             gens.append(buffer_reader(b, ptr, o.shape, operands[pos].align))
         else:
             gens.append(em.generator(o, []))
+    if instr.opcode in LOOP_BODIES:
+        in_place = 0 in passed and operands[passed.index(0)].is_output
+        LOOP_BODIES[instr.opcode](em, instr, gens, fn.args[0], out.align, in_place)
+        b.ret_void()
+        return fn
     generate = em.generator(instr, gens)
     leaves = instr.shape.leaves()
     if instr.shape.is_tuple and any(s.is_tuple for s in instr.shape.tuple_shapes):
@@ -124,3 +131,30 @@ def emit_elemental_function(llvm_module: ir.Module, instr: Instruction, name: st
     emit_loop_nest(b, leaves[0], store)
     b.ret_void()
     return fn
+
+
+def _dynamic_update_slice_body(em: ElementalEmitter, instr: Instruction, gens,
+                               out_ptr: ir.Value, align: int, in_place: bool) -> None:
+    """The result starts as a copy of the operand (none when it overwrites the operand in
+    place, as a loop's state does each iteration); then only the update's window is
+    written, at the clamped start."""
+    b = em.b
+    shape = instr.shape
+    ty = llvm_type(shape.dtype)
+    align = min(align, shape.dtype.itemsize)
+
+    def element(index):
+        return gep_elem(b, out_ptr, ty, linearize(b, index, shape.dims, shape.layout))
+
+    if not in_place:
+        emit_loop_nest(b, shape, lambda index: b.store(gens[0](index), element(index),
+                                                       align=align))
+    starts = clamped_starts(em, instr, gens, 2, instr.operands[1].shape.dims)
+    emit_loop_nest(b, instr.operands[1].shape, lambda u: b.store(
+        gens[1](u), element([b.add(s, i, flags=["nsw"]) for s, i in zip(starts, u)]),
+        align=align))
+
+
+# Ops that are no element generator but a loop body of their own:
+# body(em, instr, operand generators, out pointer, out alignment, operand 0 in place).
+LOOP_BODIES = {Opcode.DYNAMIC_UPDATE_SLICE: _dynamic_update_slice_body}

@@ -20,6 +20,14 @@ Per opcode (see the opcode table):
   gather             dimension_numbers: GatherDimensionNumbers, slice_sizes: tuple[int]
   get-tuple-element  index: int
   fusion             kind: str ('kLoop', 'kInput', 'kOutput')
+  dynamic-slice      dynamic_slice_sizes: tuple[int]
+
+Called computations (``Instruction.called``), not attributes:
+  reduce, reduce-window   [to_apply]
+  fusion                  [the fused computation]
+  while                   [condition, body]
+  conditional             [true, false] for a pred index; [branch 0, ..., branch N-1]
+                          for an s32 index
 """
 from __future__ import annotations
 

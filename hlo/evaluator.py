@@ -429,6 +429,45 @@ def _gather(instr, ops):
     return np.transpose(slices, perm)
 
 
+def _clamped_starts(x_dims, sizes, starts) -> list[int]:
+    """XLA clamps each start index so that the slice stays inside the operand."""
+    return [int(min(max(int(np.asarray(v)), 0), n - s)) for v, n, s in zip(starts, x_dims, sizes)]
+
+
+def _dynamic_slice(instr, ops):
+    x, sizes = ops[0], instr.attrs["dynamic_slice_sizes"]
+    starts = _clamped_starts(x.shape, sizes, ops[1:])
+    return x[tuple(slice(a, a + s) for a, s in zip(starts, sizes))].copy()
+
+
+def _dynamic_update_slice(instr, ops):
+    x, u = ops[0], ops[1]
+    starts = _clamped_starts(x.shape, u.shape, ops[2:])
+    out = x.copy()
+    out[tuple(slice(a, a + s) for a, s in zip(starts, u.shape))] = u
+    return out
+
+
+# --- control flow ------------------------------------------------------------
+
+def _while(instr, ops):
+    cond, body = instr.called
+    state = ops[0]
+    while bool(evaluate_computation(cond, [state])):
+        state = evaluate_computation(body, [state])
+    return state
+
+
+def _conditional(instr, ops):
+    index = ops[0][()]
+    n = len(instr.called)
+    if instr.operands[0].shape.dtype == dtypes.PRED:
+        k = 0 if index else 1
+    else:                                  # out of range: the last branch, as in XLA
+        k = int(index) if 0 <= int(index) < n else n - 1
+    return evaluate_computation(instr.called[k], [ops[k + 1]])
+
+
 # --- compute -----------------------------------------------------------------
 
 def _dot(instr, ops):
@@ -684,6 +723,10 @@ RULES: dict[Opcode, Callable] = {
     Opcode.REVERSE: _reverse,
     Opcode.SLICE: _slice,
     Opcode.TRANSPOSE: _transpose,
+    Opcode.DYNAMIC_SLICE: _dynamic_slice,
+    Opcode.DYNAMIC_UPDATE_SLICE: _dynamic_update_slice,
+    Opcode.WHILE: _while,
+    Opcode.CONDITIONAL: _conditional,
     Opcode.CONVOLUTION: _convolution,
     Opcode.DOT: _dot,
     Opcode.REDUCE: _reduce,

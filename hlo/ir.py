@@ -73,6 +73,13 @@ class Computation:
         ps = [i for i in self.instructions if i.opcode is Opcode.PARAMETER]
         return sorted(ps, key=lambda i: i.attrs["number"])
 
+    @property
+    def outputs(self) -> list[Instruction]:
+        """The values the computation returns: the root's operands if it is a tuple."""
+        if self.root.opcode is Opcode.TUPLE:
+            return list(self.root.operands)
+        return [self.root]
+
     def users(self) -> dict[Instruction, list[Instruction]]:
         """Users of every instruction (computed fresh: passes mutate the graph)."""
         out: dict[Instruction, list[Instruction]] = {i: [] for i in self.instructions}
@@ -160,11 +167,16 @@ class Module:
         self.signature: Signature | None = None
         self._names = _NameUniquer()
 
-    def add_computation(self, comp: Computation, entry: bool = False) -> Computation:
+    def add_computation(self, comp: Computation, entry: bool = False,
+                        before: Computation | None = None) -> Computation:
+        """Add ``comp`` (uniquely named): as the entry, last; else before ``before``
+        (its caller) or the entry, so that callees stay before their callers."""
         comp.name = self._names.unique(comp.name)
         if entry:
             self.computations.append(comp)
             self.entry = comp
+        elif before is not None:
+            self.computations.insert(self.computations.index(before), comp)
         elif self.entry is not None:
             self.computations.insert(self.computations.index(self.entry), comp)
         else:
@@ -177,10 +189,7 @@ class Module:
     @property
     def output_instructions(self) -> list[Instruction]:
         """The values of the model's outputs: the root's operands if it is a tuple."""
-        root = self.entry.root
-        if root.opcode is Opcode.TUPLE:
-            return list(root.operands)
-        return [root]
+        return self.entry.outputs
 
 
 class _NameUniquer:

@@ -92,6 +92,10 @@ class Opcode(Enum):
     REVERSE = ("reverse", 1, ("dimensions",))
     SLICE = ("slice", 1, ("slice",))
     TRANSPOSE = ("transpose", 1, ("dimensions",))
+    # operand, then one scalar start index per dimension (clamped into range)
+    DYNAMIC_SLICE = ("dynamic-slice", -1, ("dynamic_slice_sizes",))
+    # operand, update, then one scalar start index per dimension (clamped into range)
+    DYNAMIC_UPDATE_SLICE = ("dynamic-update-slice", -1)
 
     # compute
     CONVOLUTION = ("convolution", 2, ("window", "dimension_numbers",
@@ -101,6 +105,11 @@ class Opcode(Enum):
     REDUCE_WINDOW = ("reduce-window", -1, ("window",))   # likewise
     SORT = ("sort", -1, ("dimension", "is_stable"))      # N operands; comparator to_apply
     TOPK = ("topk", 1, ("k", "largest"))         # (k best values, their s32 indices), last dim
+
+    # control flow (XLA semantics; the called computations in Instruction.called)
+    WHILE = ("while", 1)                         # called: condition, body; state in and out
+    CONDITIONAL = ("conditional", -1)            # branch index (pred or s32), one operand
+                                                 # per branch; called: the branches
 
     # structure
     FUSION = ("fusion", -1, ("kind",))           # calls a fused computation
@@ -129,10 +138,14 @@ ELEMENTWISE = UNARY_ELEMENTWISE | BINARY_ELEMENTWISE | TERNARY_ELEMENTWISE
 MOVEMENT = frozenset({
     Opcode.BITCAST, Opcode.BROADCAST, Opcode.CONCATENATE, Opcode.COPY, Opcode.GATHER,
     Opcode.PAD, Opcode.RESHAPE, Opcode.REVERSE, Opcode.SLICE, Opcode.TRANSPOSE,
+    Opcode.DYNAMIC_SLICE,
 })
+# Control flow: the called computations run as code of their own (loops, branches),
+# not element by element.
+CONTROL_FLOW = frozenset({Opcode.WHILE, Opcode.CONDITIONAL})
 # Ops that call a sub-computation (Instruction.called).
 CALLS_COMPUTATION = frozenset({Opcode.REDUCE, Opcode.REDUCE_WINDOW, Opcode.SORT,
-                               Opcode.FUSION})
+                               Opcode.FUSION}) | CONTROL_FLOW
 # Transcendental element-wise ops (looser numeric tolerance in tests).
 TRANSCENDENTAL = frozenset({
     Opcode.ACOS, Opcode.ACOSH, Opcode.ASIN, Opcode.ASINH, Opcode.ATAN, Opcode.ATANH,

@@ -314,6 +314,89 @@ def _gather(op, ops, attrs, called, result):
     return x.with_dims(dims)
 
 
+def _start_indices(op, x, indices, first: int) -> None:
+    _check(len(indices) == x.rank, f"{op.text} takes one start index per dimension of {x}, "
+                                   f"got {len(indices)}")
+    for k, s in enumerate(indices):
+        _check(not s.is_tuple and s.rank == 0 and s.dtype.is_integer,
+               f"{op.text} start index {first + k} must be an integer scalar, got {s}")
+        _check(s.dtype == indices[0].dtype, f"{op.text} start indices differ in type")
+
+
+def _dynamic_slice(op, ops, attrs, called, result):
+    _check(len(ops) >= 1, "dynamic-slice needs an operand")
+    x = _array(ops[0], op.text)
+    _start_indices(op, x, ops[1:], 1)
+    sizes = attrs["dynamic_slice_sizes"]
+    _check(len(sizes) == x.rank and all(0 <= s <= n for s, n in zip(sizes, x.dims)),
+           f"dynamic_slice_sizes {tuple(sizes)} do not fit {x}")
+    return x.with_dims(sizes)
+
+
+def _dynamic_update_slice(op, ops, attrs, called, result):
+    _check(len(ops) >= 2, "dynamic-update-slice needs an operand and an update")
+    x, u = _array(ops[0], op.text), _array(ops[1], op.text)
+    _check(u.dtype == x.dtype and u.rank == x.rank
+           and all(a <= b for a, b in zip(u.dims, x.dims)),
+           f"update {u} does not fit operand {x}")
+    _start_indices(op, x, ops[2:], 2)
+    return Shape.array(x.dtype, x.dims)
+
+
+def _one_parameter(comp, what: str, shape: Shape) -> None:
+    params = comp.parameters
+    _check(len(params) == 1, f"{what} %{comp.name} must take one parameter, "
+                             f"it takes {len(params)}")
+    _check(compatible(params[0].shape, shape),
+           f"{what} %{comp.name} takes {params[0].shape}, the operand is {shape}")
+
+
+def compatible(a: Shape, b: Shape) -> bool:
+    """Same element types and dimensions, tuples element by element; layouts ignored."""
+    if a.is_tuple or b.is_tuple:
+        return (a.is_tuple and b.is_tuple and len(a.tuple_shapes) == len(b.tuple_shapes)
+                and all(map(compatible, a.tuple_shapes, b.tuple_shapes)))
+    return a.dtype == b.dtype and a.dims == b.dims
+
+
+def _while(op, ops, attrs, called, result):
+    """XLA while: ``condition`` maps the state to pred[], ``body`` maps it to the next
+    state; the result is the state when the condition is false."""
+    (state,) = ops
+    _check(len(called) == 2, "while calls a condition and a body")
+    cond, body = called
+    _one_parameter(cond, "while condition", state)
+    _one_parameter(body, "while body", state)
+    r = cond.root.shape
+    _check(not r.is_tuple and r.dtype == dtypes.PRED and r.rank == 0,
+           f"while condition %{cond.name} must return pred[], it returns {r}")
+    _check(compatible(body.root.shape, state),
+           f"while body %{body.name} returns {body.root.shape}, the state is {state}")
+    return state
+
+
+def _conditional(op, ops, attrs, called, result):
+    """XLA conditional: a pred index picks called[0] (true) or called[1] (false); an s32
+    index picks branch i, or the last branch when i is out of range. Branch i takes
+    operand i + 1."""
+    _check(len(ops) >= 2, "conditional needs a branch index and branch operands")
+    index = ops[0]
+    _check(not index.is_tuple and index.rank == 0
+           and index.dtype in (dtypes.PRED, dtypes.S32),
+           f"conditional branch index must be pred[] or s32[], got {index}")
+    _check(len(called) == len(ops) - 1 >= 1, f"conditional has {len(called)} branches "
+                                             f"and {len(ops) - 1} branch operands")
+    _check(index.dtype != dtypes.PRED or len(called) == 2,
+           "a conditional on a pred has two branches")
+    for k, (comp, operand) in enumerate(zip(called, ops[1:])):
+        _one_parameter(comp, f"branch {k}", operand)
+    out = called[0].root.shape
+    for k, comp in enumerate(called[1:], 1):
+        _check(compatible(comp.root.shape, out),
+               f"branch {k} returns {comp.root.shape}, branch 0 returns {out}")
+    return out
+
+
 def _fusion(op, ops, attrs, called, result):
     _check(len(called) == 1, "fusion calls one computation")
     params = called[0].parameters
@@ -362,6 +445,10 @@ RULES: dict[Opcode, Callable] = {
     Opcode.REDUCE_WINDOW: _reduce_window,
     Opcode.SORT: _sort,
     Opcode.TOPK: _topk,
+    Opcode.DYNAMIC_SLICE: _dynamic_slice,
+    Opcode.DYNAMIC_UPDATE_SLICE: _dynamic_update_slice,
+    Opcode.WHILE: _while,
+    Opcode.CONDITIONAL: _conditional,
     Opcode.FUSION: _fusion,
     Opcode.GET_TUPLE_ELEMENT: _get_tuple_element,
     Opcode.TUPLE: _tuple,

@@ -162,6 +162,7 @@ _FIELDS: dict[Opcode, tuple[_Field, ...]] = {
     Opcode.REVERSE: (_Field("dimensions", _INTS, "dimensions"),),
     Opcode.SLICE: (_Field("slice", _SLICE, "slice"),),
     Opcode.TRANSPOSE: (_Field("dimensions", _INTS, "dimensions"),),
+    Opcode.DYNAMIC_SLICE: (_Field("dynamic_slice_sizes", _INTS, "dynamic_slice_sizes"),),
     Opcode.CONVOLUTION: (_Field("window", _WINDOW, "window", _NO_WINDOW),
                          _Field("dim_labels", _DIM_LABELS, "dimension_numbers"),
                          _Field("feature_group_count", _INT, "feature_group_count", 1),
@@ -176,9 +177,14 @@ _FIELDS: dict[Opcode, tuple[_Field, ...]] = {
     Opcode.FUSION: (_Field("kind", _FUSION_KIND, "kind"),),
     Opcode.GET_TUPLE_ELEMENT: (_Field("index", _INT, "index"),),
 }
-# The key that names the called computation, printed after the attributes.
-_CALLED_KEY = {Opcode.REDUCE: "to_apply", Opcode.REDUCE_WINDOW: "to_apply",
-               Opcode.SORT: "to_apply", Opcode.FUSION: "calls"}
+# The keys that name the called computations (Instruction.called, in order), printed
+# after the attributes. A conditional on an s32 index lists its branches instead under
+# _BRANCHES_KEY (the parser takes that form for a pred index too).
+_CALLED_KEYS = {Opcode.REDUCE: ("to_apply",), Opcode.REDUCE_WINDOW: ("to_apply",),
+                Opcode.SORT: ("to_apply",), Opcode.FUSION: ("calls",),
+                Opcode.WHILE: ("condition", "body"),
+                Opcode.CONDITIONAL: ("true_computation", "false_computation")}
+_BRANCHES_KEY = "branch_computations"
 # Carried by XLA dumps, meaningless here: read and dropped.
 _IGNORED_KEYS = frozenset({"metadata"})
 
@@ -236,9 +242,18 @@ def _attribute_text(instr: Instruction) -> str:
             value = getattr(value, f.member)
         if value != f.default:
             parts.append(f"{f.key}={f.syntax.print(value)}")
-    if instr.opcode in _CALLED_KEY:
-        parts.append(f"{_CALLED_KEY[instr.opcode]}=%{instr.called[0].name}")
+    if _lists_branches(instr):
+        parts.append(f"{_BRANCHES_KEY}={{" + ", ".join(f"%{c.name}" for c in instr.called)
+                     + "}")
+    else:
+        parts += [f"{key}=%{c.name}"
+                  for key, c in zip(_CALLED_KEYS.get(instr.opcode, ()), instr.called)]
     return ", ".join(parts)
+
+
+def _lists_branches(instr: Instruction) -> bool:
+    return (instr.opcode is Opcode.CONDITIONAL
+            and instr.operands[0].shape.dtype != dtypes.PRED)
 
 
 # --- lexer -------------------------------------------------------------------
@@ -657,24 +672,34 @@ class _Parser:
                    op_tok: _Token) -> list[Computation]:
         """Reads ``, key=value`` pairs into ``attrs``; returns the called computations."""
         fields = {f.key: f for f in _FIELDS.get(opcode, ())}
-        called_key = _CALLED_KEY.get(opcode)
+        called_keys = _CALLED_KEYS.get(opcode, ())
         values: dict[str, Any] = {}
-        called: list[Computation] = []
+        by_key: dict[str, Any] = {}
         while self.accept(","):
             key = self.expect("word", "an attribute name")
             self.expect("=")
             if key.text in _IGNORED_KEYS:
                 self.skip_value()
-            elif key.text in values or (key.text == called_key and called):
+            elif key.text in values or key.text in by_key:
                 raise self.error(f"duplicate attribute '{key.text}'", key)
-            elif key.text == called_key:
-                called.append(self.computation_ref(module))
+            elif key.text in called_keys:
+                by_key[key.text] = self.computation_ref(module)
+            elif key.text == _BRANCHES_KEY and opcode is Opcode.CONDITIONAL:
+                by_key[key.text] = self.computation_list(module)
             elif key.text in fields:
                 values[key.text] = fields[key.text].syntax.parse(self)
             else:
                 raise self.error(f"unknown attribute '{key.text}' for {opcode.text}", key)
-        if called_key and not called:
-            raise self.error(f"{opcode.text} needs {called_key}=%computation", op_tok)
+        if _BRANCHES_KEY in by_key:
+            if set(by_key) & set(called_keys):
+                raise self.error(f"conditional takes {_BRANCHES_KEY} or "
+                                 f"true_computation/false_computation, not both", op_tok)
+            called = by_key[_BRANCHES_KEY]
+        else:
+            missing = [k for k in called_keys if k not in by_key]
+            if missing:
+                raise self.error(f"{opcode.text} needs {missing[0]}=%computation", op_tok)
+            called = [by_key[k] for k in called_keys]
         composites: dict[str, tuple[type, dict]] = {}
         for f in fields.values():
             value = values.get(f.key, f.default)
@@ -687,6 +712,14 @@ class _Parser:
         for attr, (of, members) in composites.items():
             attrs[attr] = of(**members)
         return called
+
+    def computation_list(self, module: Module) -> list[Computation]:
+        self.expect("{")
+        comps = [self.computation_ref(module)]
+        while self.accept(","):
+            comps.append(self.computation_ref(module))
+        self.expect("}")
+        return comps
 
     def computation_ref(self, module: Module) -> Computation:
         tok = self.expect("name", "a computation name")

@@ -13,7 +13,7 @@ from .dtypes import PRED, DType
 from .ir import Computation, Instruction, Module
 from .opcodes import Opcode
 from .shape import Shape
-from .shape_inference import infer_shape
+from .shape_inference import compatible, infer_shape
 
 FUSION_KINDS = ("kLoop", "kInput", "kOutput")
 _REDUCTIONS = (Opcode.REDUCE, Opcode.REDUCE_WINDOW)
@@ -21,14 +21,6 @@ _REDUCTIONS = (Opcode.REDUCE, Opcode.REDUCE_WINDOW)
 
 class VerifierError(ValueError):
     pass
-
-
-def compatible(a: Shape, b: Shape) -> bool:
-    """Same element types and dimensions, tuples element by element; layouts ignored."""
-    if a.is_tuple or b.is_tuple:
-        return (a.is_tuple and b.is_tuple and len(a.tuple_shapes) == len(b.tuple_shapes)
-                and all(compatible(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes)))
-    return a.dtype == b.dtype and a.dims == b.dims
 
 
 def verify(module: Module) -> None:

@@ -7,6 +7,7 @@ from .cse import CommonSubexpressionElimination
 from .dce import DeadCodeElimination
 from .fusion import InstructionFusion
 from .heap_simulator import simulate_peak
+from .licm import WhileLoopInvariantCodeMotion
 from .memory_model import MemoryModel
 from .memory_plan import plan_memory
 from .optimize import make_pipeline, optimize
@@ -19,7 +20,7 @@ __all__ = [
     "ComputationPass", "Pass", "Pipeline", "optimize", "make_pipeline",
     "AlgebraicSimplifier", "ConstantFolding", "CommonSubexpressionElimination",
     "ConvPhaseSplit",
-    "DeadCodeElimination", "InstructionFusion",
+    "DeadCodeElimination", "InstructionFusion", "WhileLoopInvariantCodeMotion",
     "MemoryModel", "schedule", "schedule_model", "ScheduleResult", "Scheduler", "DefinitionOrderScheduler", "PostOrderScheduler",
     "ListScheduler", "DEFAULT_SCHEDULERS", "check_order", "simulate_peak",
     "assign_buffers", "ArenaBlock", "BufferAssignment", "BufferLocation", "plan_memory",

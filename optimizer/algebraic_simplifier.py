@@ -183,6 +183,17 @@ def transpose_transpose(instr):
                        {"dimensions": perm}, name=instr.name)
 
 
+def transpose_of_unit_dims(instr):
+    # transpose(x, p) => reshape(x) when p moves only dims of extent 1: the elements keep
+    # their order, so the result is a view of x (a batch-first RNN input at batch 1)
+    (a,) = instr.operands
+    kept = [d for d in instr.attrs["dimensions"] if a.shape.dims[d] != 1]
+    if kept != sorted(kept) or not (a.shape.has_default_layout
+                                    and instr.shape.has_default_layout):
+        return None
+    return Instruction(Opcode.RESHAPE, instr.shape, [a], name=instr.name)
+
+
 def slice_whole(instr):
     # slice(x, [0:n:1] in every dim) => x
     (a,) = instr.operands
@@ -262,7 +273,7 @@ RULES: dict[Opcode, tuple[Rule, ...]] = {
     Opcode.RESHAPE: (reshape_same_shape, reshape_reshape),
     Opcode.BITCAST: (reshape_same_shape,),
     Opcode.COPY: (reshape_same_shape,),
-    Opcode.TRANSPOSE: (transpose_identity, transpose_transpose),
+    Opcode.TRANSPOSE: (transpose_identity, transpose_transpose, transpose_of_unit_dims),
     Opcode.SLICE: (slice_whole,),
     Opcode.CONCATENATE: (concatenate_one,),
     Opcode.PAD: (pad_zero,),

@@ -3,13 +3,22 @@ which may be written straight into another value's storage.
 
 A value *owns a buffer* unless it is a view (reshape, bitcast, a contiguous
 slice: bytes of its operand, at ``view_offset``), a get-tuple-element (an
-element of its operand's storage) or a tuple (no storage: its elements live
-where they are). Owned buffers live in one of four places: the caller's input
-buffers (entry parameters), read-only data (constants), the caller's output
-buffers (model outputs, see ``output_slots``), or the arena. A tuple-shaped
-value computed by one op (a multi-output reduce) owns one buffer holding its
-elements one after another, each starting at a multiple of the alignment
-(``tuple_element_offset``).
+element of its operand's storage), a tuple (no storage: its elements live
+where they are) or a while: as in XLA, the loop state, the body's parameter and
+root and the while's result share one storage per element, the storage of the
+init tuple's element (control_flow.py inserts copies where that is not safe), so
+``buffers_of(while)`` is its init's. Owned buffers live in one of four places:
+the caller's input buffers (entry parameters), read-only data (constants), the
+caller's output buffers (model outputs, see ``output_slots``), or the arena. A
+tuple-shaped value computed by one op (a multi-output reduce, a conditional)
+owns one buffer holding its elements one after another, each starting at a
+multiple of the alignment (``tuple_element_offset``).
+
+Inside a while body or condition or a conditional branch, the parameter's
+elements (``parameter_leaf``: a get-tuple-element of the parameter) are bytes the
+caller placed, as entry parameters are; they count as owners of their own, so
+that each element is tracked apart. The computation's outputs (``output_slots``)
+are the loop state's elements or the conditional's result.
 
 Two rules let one owner's bytes serve another, so nothing is copied:
   - ``concat_slots``: a concatenation along its outermost non-unit dimension is
@@ -22,7 +31,7 @@ Two rules let one owner's bytes serve another, so nothing is copied:
 """
 from __future__ import annotations
 
-from ..hlo import Computation, Instruction, Module, Opcode, Shape
+from ..hlo import Computation, Instruction, Opcode, Shape
 from ..hlo.opcodes import ELEMENTWISE
 
 # Always views: same bytes, new shape (row-major layouts on both sides).
@@ -67,23 +76,72 @@ def is_view(instr: Instruction) -> bool:
     return view_offset(instr) is not None
 
 
+_NO_STORAGE = frozenset({Opcode.GET_TUPLE_ELEMENT, Opcode.TUPLE, Opcode.WHILE})
+
+
 def owns_buffer(instr: Instruction) -> bool:
-    return not (is_view(instr) or instr.opcode in (Opcode.GET_TUPLE_ELEMENT, Opcode.TUPLE))
+    return not (is_view(instr) or instr.opcode in _NO_STORAGE)
 
 
-def buffers_of(instr: Instruction) -> list[Instruction]:
-    """The owners of the storage that reading ``instr`` reads (several for a tuple)."""
+def element_source(t: Instruction, k: int) -> Instruction | None:
+    """The instruction whose value is element ``k`` of the tuple-shaped ``t``, where the
+    structure says so: a tuple's operand k; a while's element lives where its init's
+    does. None when ``t`` holds its elements itself (a multi-output op, a parameter)."""
+    while t.opcode is Opcode.WHILE:
+        t = t.operands[0]
+    return t.operands[k] if t.opcode is Opcode.TUPLE else None
+
+
+def parameter_leaf(instr: Instruction) -> bool:
+    """An element of a tuple-shaped parameter: bytes the caller placed."""
+    return (instr.opcode is Opcode.GET_TUPLE_ELEMENT
+            and instr.operands[0].opcode is Opcode.PARAMETER)
+
+
+def loop_invariant(w: Instruction, k: int) -> bool:
+    """Whether element ``k`` of the while ``w``'s state passes through its body unchanged
+    (the body returns its parameter's element k there): the loop only reads it."""
+    root = w.called[1].root
+    if root.opcode is not Opcode.TUPLE:
+        return False
+    out = root.operands[k]
+    return parameter_leaf(out) and out.attrs["index"] == k
+
+
+def loop_state_owners(comp: Computation) -> set[Instruction]:
+    """The owners of the state elements the whiles of ``comp`` overwrite."""
+    owners: set[Instruction] = set()
+    for w in comp.instructions:
+        if w.opcode is Opcode.WHILE:
+            for k in range(len(w.shape.tuple_shapes or ())):
+                if not loop_invariant(w, k):
+                    src = element_source(w, k)
+                    owners.update(buffers_of(src) if src is not None else ())
+    return owners
+
+
+def buffers_of(instr: Instruction, stop: Instruction | None = None) -> list[Instruction]:
+    """The owners of the storage that reading ``instr`` reads (several for a tuple);
+    with ``stop`` (a while), leaving out what it reads through that while's result."""
     out: list[Instruction] = []
     stack = [instr]
     while stack:
         i = stack.pop()
+        if i is stop or (stop is not None and i.opcode is Opcode.GET_TUPLE_ELEMENT
+                         and i.operands[0] is stop):
+            continue
         if is_view(i):
             stack.append(i.operands[0])
+        elif parameter_leaf(i):
+            if i not in out:
+                out.append(i)
         elif i.opcode is Opcode.GET_TUPLE_ELEMENT:
             t = i.operands[0]
-            stack.append(t.operands[i.attrs["index"]] if t.opcode is Opcode.TUPLE else t)
+            stack.append(element_source(t, i.attrs["index"]) or t)
         elif i.opcode is Opcode.TUPLE:
             stack.extend(i.operands)
+        elif i.opcode is Opcode.WHILE:
+            stack.append(i.operands[0])
         elif i not in out:
             out.append(i)
     return out
@@ -102,34 +160,93 @@ def tuple_element_offset(shape: Shape, index: int, alignment: int) -> int:
                for s in shape.tuple_shapes[:index])
 
 
-def output_slots(module: Module) -> dict[Instruction, int]:
-    """Owners computed straight into the caller's output buffer k.
+def output_slots(comp: Computation, loop_body: bool = False) -> dict[Instruction, int]:
+    """Owners computed straight into the place of output k of ``comp`` (the caller's
+    output buffer k for the entry; element k of the loop state for a while body; element
+    k of the conditional's result for a branch).
 
-    Output k gets the owner of its value when that owner is computed by the
-    model (not a parameter or constant), is an array, is the whole of the
-    output's bytes (not a slice of a larger value), and has not already been
-    given an earlier output (one value returned twice is copied by the emitter).
+    Output k gets the owner of its value when that owner is computed by ``comp`` (not
+    a parameter, a parameter's element or a constant), is an array, is the whole of
+    the output's bytes (not a slice of a larger value), and has not already been given
+    an earlier output (one value returned twice is copied by the emitter).
     A producer that such an owner overwrites in place and nothing else reads
     computes into the output too (``_in_place_chain``).
+
+    In a loop body output k's place also holds parameter element k, the state the
+    iteration started from: a producer may write there only once nothing can still
+    read that element, that is when every reader of it is among the producer's
+    operands, directly or not, or is the producer itself reading it element by element
+    (``in_place_operands``) — so in any order of the body (XLA's copy insertion asks
+    the same of the dataflow order). The chain stops at the first producer for which
+    that fails.
     """
     slots: dict[Instruction, int] = {}
-    for k, out in enumerate(module.output_instructions):
+    outputs = comp.outputs
+    for k, out in enumerate(outputs):
         owners = buffers_of(out)
         if len(owners) != 1:
             continue
         owner = owners[0]
-        if (owner.opcode in (Opcode.PARAMETER, Opcode.CONSTANT) or owner.shape.is_tuple
-                or owner.shape.byte_size != out.shape.byte_size or owner in slots):
+        if (owner.opcode in (Opcode.PARAMETER, Opcode.CONSTANT) or not owns_buffer(owner)
+                or owner.shape.is_tuple or owner.shape.byte_size != out.shape.byte_size
+                or owner in slots):
             continue
         slots[owner] = k
     # Down a chain of in-place producers (a bias add after a matrix product): the first
     # computes into the output and the rest overwrite it there.
-    users = module.entry.users()
+    users = comp.users()
     for owner, k in list(slots.items()):
         for q in _in_place_chain(owner, users, lambda q: q not in slots
                                  and _produced_in_slot(q, {})):
             slots[q] = k
+    if loop_body:
+        slots = _after_the_old_state(comp, slots, users)
     return slots
+
+
+def _after_the_old_state(comp: Computation, slots: dict[Instruction, int],
+                         users) -> dict[Instruction, int]:
+    """The slots of a loop body where writing cannot clobber the old state element."""
+    leaves = {i.attrs["index"]: i for i in comp.instructions if parameter_leaf(i)}
+    readers: dict[int, set[Instruction]] = {}
+    for i in comp.instructions:
+        if i is comp.root:
+            continue
+        for o in i.operands:
+            for owner in buffers_of(o):
+                if owner in leaves.values():
+                    readers.setdefault(owner.attrs["index"], set()).add(i)
+    kept: dict[Instruction, int] = {}
+    by_output: dict[int, list[Instruction]] = {}
+    for q, k in slots.items():               # a chain, from the output down
+        by_output.setdefault(k, []).append(q)
+    for k, chain in by_output.items():
+        leaf = leaves.get(k)
+        for q in chain:
+            before = operands_closure(q)
+            if not all(r in before or (r is q and _reads_only_in_place(q, leaf))
+                       for r in readers.get(k, ())):
+                break
+            kept[q] = k
+    return kept
+
+
+def operands_closure(instr: Instruction) -> set[Instruction]:
+    """Every instruction ``instr`` depends on (its operands, theirs, ...)."""
+    seen: set[Instruction] = set()
+    stack = list(instr.operands)
+    while stack:
+        i = stack.pop()
+        if i not in seen:
+            seen.add(i)
+            stack.extend(i.operands)
+    return seen
+
+
+def _reads_only_in_place(instr: Instruction, leaf: Instruction) -> bool:
+    """Whether ``instr`` reads ``leaf`` only through operands it may overwrite in place."""
+    eligible = in_place_operands(instr)
+    return all(k in eligible for k, o in enumerate(instr.operands) if leaf in buffers_of(o))
 
 
 def _produced_in_slot(operand: Instruction, claimed: dict) -> bool:
@@ -153,9 +270,9 @@ def concat_slots(comp: Computation, excluded=frozenset(),
     producer ``q`` that a slot's producer overwrites in place (``in_place_operands``)
     and nothing else reads is given the same slot (it is not an operand of the
     concatenation). A concatenation in ``overwritten`` (one a user overwrites in place
-    whatever the order, as in an output's chain), or placed inside one, takes only
-    operands it alone reads: a reader scheduled after the overwrite would find the
-    slice gone.
+    whatever the order, as in an output's or a slot's chain), or placed inside one,
+    takes only operands it alone reads: a reader scheduled after the overwrite would
+    find the slice gone.
     """
     claimed: dict[Instruction, tuple[Instruction, int]] = {}
     users = comp.users()
@@ -176,6 +293,9 @@ def concat_slots(comp: Computation, excluded=frozenset(),
                 for q in _in_place_chain(o, users, lambda q: q not in excluded
                                          and _produced_in_slot(q, claimed)):
                     claimed[q] = (c, offset)
+                    # The one above overwrites q whatever the order: a concatenation q
+                    # keeps no slot producer another instruction reads.
+                    overwritten.add(q)
             offset += o.shape.byte_size
     return claimed
 
@@ -209,12 +329,17 @@ def in_place_operands(instr: Instruction) -> list[int]:
     Operand k qualifies when the result has its byte size and element size and
     output element j reads operand k only at element j: ``instr`` is element-wise,
     or a loop fusion whose parameter k reaches the root through element-wise ops
-    alone. The operand may be read through a view of the same bytes.
+    alone, or a dynamic-update-slice's operand 0. The operand may be read through a
+    view of the same bytes.
     """
     if instr.shape.is_tuple or not instr.shape.has_default_layout:
         return []
     if instr.opcode in ELEMENTWISE:
         candidates = list(range(len(instr.operands)))
+    elif instr.opcode is Opcode.DYNAMIC_UPDATE_SLICE:
+        # It starts from a copy of its operand, which in place is no copy at all, and
+        # then writes only the update's window.
+        candidates = [0]
     elif instr.opcode is Opcode.FUSION and instr.attrs.get("kind") == "kLoop":
         fused = instr.called[0]
         candidates = [k for k, p in enumerate(fused.parameters)

@@ -1,8 +1,21 @@
-"""Buffer assignment: where every value of the entry computation lives.
+"""Buffer assignment: where every value of the entry computation, and of the
+computations its whiles and conditionals call, lives.
 
 Contract with the emitter (xlac.emitter):
   - ``BufferAssignment.order`` is the schedule: every entry instruction once,
     operands before users. The emitter emits code in this order.
+  - ``computations[c]`` is the assignment of a computation a while or conditional
+    calls (control_flow.py makes each called from one site): its ``order`` is the
+    code of the loop condition, loop body or branch. Its values are located in the
+    same dictionaries as the entry's (``location``, ``scratch``, ``in_place``...),
+    arena offsets included: a callee's arena is the scratch of its caller's step
+    (``scratch[caller]``), so its bytes may overlap any buffer not live across that
+    step. Inside a callee, 'input' k is element k of its parameter (where the caller's
+    operand element lies) and 'output' k the place of its output k: element k of the
+    loop state for a body (where the init's element k lies: the state is updated
+    there, see aliasing.py), element k of the conditional's result for a branch. A
+    body or branch output located elsewhere is copied there at the end of the body
+    or branch; a condition's result is read where it is.
   - ``location(instr)`` says where an array value lives:
       space 'input'    -> inputs[index] + offset   (entry parameters)
       space 'output'   -> outputs[index] + offset  (written straight into the caller's buffer)
@@ -38,9 +51,12 @@ Contract with the emitter (xlac.emitter):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
-from ..hlo import Instruction, Module, Opcode
-from .aliasing import align_up, tuple_element_offset, view_offset
+from ..hlo import Computation, Instruction, Module, Opcode
+from ..hlo.opcodes import CONTROL_FLOW
+from .aliasing import align_up, element_source, parameter_leaf, tuple_element_offset, view_offset
+from .control_flow import ControlFlowPreparation, caller_of, planned_computations
 from .heap_simulator import PACKING_ORDERS, BestFitHeap, HeapResult, PeakHeap, simulate
 from .memory_model import MemoryModel, Scratch, ScratchFn
 from .packing import improve_packing
@@ -88,15 +104,25 @@ class BufferAssignment:
     # ``scratch`` slots are sized for it.
     lean_kernels: set[Instruction] = field(default_factory=set)
     blocks: list[ArenaBlock] = field(default_factory=list)
+    # The assignments of the computations whiles and conditionals call.
+    computations: dict[Computation, "BufferAssignment"] = field(default_factory=dict)
 
     def location(self, instr: Instruction) -> BufferLocation:
         return self.locations[instr]
 
 
+# Plans one computation: (computation, scratch callback, lean scratch callback) -> its
+# assignment, arena offsets relative to its own arena.
+ComputationPlanner = Callable[[Computation, ScratchFn | None, ScratchFn | None],
+                              BufferAssignment]
+
+
 def assign_buffers(module: Module, order: list[Instruction] | None = None,
                    alignment: int = 64, scratch: ScratchFn | None = None,
                    model: MemoryModel | None = None) -> BufferAssignment:
-    """Place every value of ``order`` (default: the entry's order) and pack the arena.
+    """Place every value of ``order`` (default: the entry's order) and pack the arena;
+    the computations whiles and conditionals call are placed in their own order
+    (``plan_module``).
 
     The arena is packed by global best fit under each of ``PACKING_ORDERS``; the
     smallest is kept, then improved by local search (packing.py) until it equals
@@ -104,9 +130,98 @@ def assign_buffers(module: Module, order: list[Instruction] | None = None,
     winner). ``model`` (built for ``alignment`` and ``scratch``) may be passed in
     when the caller already has it.
     """
-    order = list(order if order is not None else module.entry.instructions)
-    check_order(module, order)
-    model = model or MemoryModel(module, alignment, scratch)
+    if model is not None or not _has_control_flow(module):
+        return assign_computation(module, module.entry, order, alignment, scratch, model)
+
+    def plan(comp, scratch_of, _lean):
+        given = _with_inserted(comp, order) if comp is module.entry and order else None
+        return assign_computation(module, comp, given, alignment, scratch_of)
+    return plan_module(module, alignment, scratch, None, plan)
+
+
+def _with_inserted(comp: Computation, order: list[Instruction]) -> list[Instruction]:
+    """``order`` (made before ControlFlowPreparation) with the copies it inserted, each
+    just before its first user."""
+    known, members = set(order), set(comp.instructions)
+    added = [i for i in comp.instructions if i not in known]
+    if not added and known <= members:
+        return order
+    out: list[Instruction] = []
+    placed: set[Instruction] = set()
+
+    def place(i: Instruction) -> None:
+        if i in placed:
+            return
+        for o in i.operands:
+            place(o)
+        placed.add(i)
+        out.append(i)
+    for i in order:
+        if i in members:
+            place(i)
+    for i in added:
+        place(i)
+    return out
+
+
+def _has_control_flow(module: Module) -> bool:
+    return any(i.opcode in CONTROL_FLOW for i in module.entry.instructions)
+
+
+def plan_module(module: Module, alignment: int, scratch: ScratchFn | None,
+                lean_scratch: ScratchFn | None, plan: ComputationPlanner) -> BufferAssignment:
+    """Plan the entry and its control-flow callees with ``plan``, callees first: a while
+    or conditional needs, as the scratch of its step, the largest arena of the
+    computations it calls (they never run at once). Then every callee's arena offsets
+    are moved to where its caller's scratch landed. Runs ControlFlowPreparation first."""
+    if _has_control_flow(module):
+        ControlFlowPreparation().run(module)
+    own: dict[Instruction, int] = {}               # control-flow step -> callee arena bytes
+
+    def with_callees(fn: ScratchFn | None) -> ScratchFn | None:
+        if fn is None and not own:
+            return None
+        return lambda i: own[i] if i in own else (fn(i) if fn else 0)
+
+    plans: dict[Computation, BufferAssignment] = {}
+    for comp in planned_computations(module):          # callees first
+        plans[comp] = plan(comp, with_callees(scratch), with_callees(lean_scratch))
+        if comp is not module.entry:
+            caller = caller_of(module, comp)
+            own[caller] = max(own.get(caller, 0), plans[comp].arena_size)
+    top = plans.pop(module.entry)
+    for comp in reversed(planned_computations(module)):   # callers first: bases known
+        if comp is module.entry:
+            continue
+        sub = plans[comp]
+        caller = caller_of(module, comp)
+        base = top.scratch[caller].offset if caller in top.scratch else 0
+        sub.locations = {i: _moved(loc, base) for i, loc in sub.locations.items()}
+        sub.scratch = {i: _moved(loc, base) for i, loc in sub.scratch.items()}
+        top.locations.update(sub.locations)
+        top.scratch.update(sub.scratch)
+        top.in_place.update(sub.in_place)
+        top.concats_in_place |= sub.concats_in_place
+        top.lean_kernels |= sub.lean_kernels
+        top.computations[comp] = sub
+    return top
+
+
+def _moved(loc: BufferLocation, base: int) -> BufferLocation:
+    if loc.space != "arena":
+        return loc
+    return BufferLocation("arena", 0, loc.offset + base)
+
+
+def assign_computation(module: Module, comp: Computation,
+                       order: list[Instruction] | None = None, alignment: int = 64,
+                       scratch: ScratchFn | None = None,
+                       model: MemoryModel | None = None) -> BufferAssignment:
+    """``assign_buffers`` for one computation, its arena offsets relative to its own
+    arena; control-flow steps need their callees' arena as scratch (``plan_module``)."""
+    order = list(order if order is not None else comp.instructions)
+    check_order(module, order, comp)
+    model = model or MemoryModel(module, alignment, scratch, computation=comp)
     sim = model.events(order)
     lower_bound = simulate(sim.events, PeakHeap()).size
     packings = {name: simulate(sim.events, BestFitHeap(alignment, key))
@@ -155,10 +270,12 @@ def _blocks(order, model: MemoryModel, sim, offsets: dict) -> list[ArenaBlock]:
 def _location(i: Instruction, locs: dict[Instruction, BufferLocation], model: MemoryModel,
               storage: dict, offsets: dict, alignment: int) -> BufferLocation:
     if i.opcode is Opcode.PARAMETER:
-        return BufferLocation("input", i.number)
+        return BufferLocation("none") if i.shape.is_tuple else BufferLocation("input", i.number)
+    if parameter_leaf(i):
+        return BufferLocation("input", i.attrs["index"])
     if i.opcode is Opcode.CONSTANT:
         return BufferLocation("constant")
-    if i.opcode is Opcode.TUPLE:
+    if i.opcode in (Opcode.TUPLE, Opcode.WHILE):
         return BufferLocation("none")
     view = view_offset(i)
     if view is not None:
@@ -166,8 +283,9 @@ def _location(i: Instruction, locs: dict[Instruction, BufferLocation], model: Me
         return BufferLocation(base.space, base.index, base.offset + view)
     if i.opcode is Opcode.GET_TUPLE_ELEMENT:
         t, k = i.operands[0], i.attrs["index"]
-        if t.opcode is Opcode.TUPLE:
-            return locs[t.operands[k]]
+        src = element_source(t, k)
+        if src is not None:
+            return locs[src]
         base = locs[t]
         return BufferLocation(base.space, base.index,
                               base.offset + tuple_element_offset(t.shape, k, alignment))

@@ -33,7 +33,9 @@ from .rewrite import apply_replacements
 
 SMALL_BYTES = 1024
 _KERNELS = (Opcode.DOT, Opcode.CONVOLUTION)
-_NEVER_FOLDED = (Opcode.PARAMETER, Opcode.CONSTANT, Opcode.TUPLE, Opcode.GET_TUPLE_ELEMENT)
+# Control flow is not evaluated at compile time: a loop may run for long.
+_NEVER_FOLDED = (Opcode.PARAMETER, Opcode.CONSTANT, Opcode.TUPLE, Opcode.GET_TUPLE_ELEMENT,
+                 Opcode.WHILE, Opcode.CONDITIONAL)
 
 
 class ConstantFolding(ComputationPass):

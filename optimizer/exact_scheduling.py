@@ -79,7 +79,7 @@ class _Graph:
     ``evaluated`` counts the steps taken, the unit of the search budget."""
 
     def __init__(self, model: MemoryModel):
-        self.instructions: list[Instruction] = list(model.module.entry.instructions)
+        self.instructions: list[Instruction] = list(model.comp.instructions)
         index = {i: k for k, i in enumerate(self.instructions)}
         n = len(self.instructions)
         self.full = (1 << n) - 1

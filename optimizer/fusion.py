@@ -6,13 +6,15 @@ nest over the root's elements from the element generators of the fused
 instructions and writes only the root.
 
 Rules (XLA's instruction fusion, for one-output loop fusions):
-  - consumers: element-wise, movement, reduce, reduce-window, or a fusion.
+  - consumers: element-wise, movement (dynamic-slice included), reduce, reduce-window,
+    or a fusion.
     Never a dot or convolution: their kernels read operands from memory. Never a
     concatenation of contiguous blocks: buffer assignment builds it in place, its
     producers writing straight into their slices (aliasing.concat_slots), which
     saves the copy a fused concatenation makes.
   - producers: element-wise or movement ops (gather excluded: it is data
-    dependent), iota, and scalar constants. Never dot, convolution, reduce,
+    dependent; a dynamic-slice reads one window, so it fuses), iota, and scalar
+    constants. Never dot, convolution, reduce,
     reduce-window, gather, parameters, tuples, or a model output (its value
     must land in the caller's buffer).
   - a producer with one user is moved into it; a producer with several users is
@@ -25,16 +27,21 @@ Rules (XLA's instruction fusion, for one-output loop fusions):
     such a reader: it would be recomputed per read (LRN's pow under a 3x3 max pool).
 Consumers are visited from the root up, and each absorbs producers until none
 qualifies, so a chain collapses into the fusion of its last instruction.
+The entry and every computation a while or conditional calls are fused alike (a
+loop body's code is a computation like the entry's); their outputs stay
+materialized, as the model's do.
 """
 from __future__ import annotations
 
 from ..hlo import Computation, Instruction, Module, Opcode
 from ..hlo.opcodes import ELEMENTWISE, TRANSCENDENTAL
 from .aliasing import concat_of_blocks
+from .control_flow import planned_computations
 
 FUSIBLE_MOVEMENT = frozenset({
     Opcode.BROADCAST, Opcode.RESHAPE, Opcode.TRANSPOSE, Opcode.SLICE, Opcode.PAD,
     Opcode.CONCATENATE, Opcode.REVERSE, Opcode.IOTA, Opcode.BITCAST, Opcode.COPY,
+    Opcode.DYNAMIC_SLICE,
 })
 CONSUMERS = ELEMENTWISE | FUSIBLE_MOVEMENT | {
     Opcode.GATHER, Opcode.REDUCE, Opcode.REDUCE_WINDOW, Opcode.FUSION}
@@ -47,7 +54,10 @@ class InstructionFusion:
     name = "fusion"
 
     def run(self, module: Module) -> bool:
-        return _Fuser(module).run()
+        changed = False
+        for comp in planned_computations(module):
+            changed |= _Fuser(module, comp).run()
+        return changed
 
 
 def _is_scalar_constant(instr: Instruction) -> bool:
@@ -55,11 +65,11 @@ def _is_scalar_constant(instr: Instruction) -> bool:
 
 
 class _Fuser:
-    def __init__(self, module: Module):
+    def __init__(self, module: Module, comp: Computation):
         self.module = module
-        self.comp: Computation = module.entry
+        self.comp = comp
         self.users = {i: set(us) for i, us in self.comp.users().items()}
-        self.pinned = set(module.output_instructions) | {self.comp.root}
+        self.pinned = set(comp.outputs) | {self.comp.root}
 
     def run(self) -> bool:
         changed = False
@@ -107,7 +117,7 @@ class _Fuser:
                   for n, o in enumerate(operands)]
         by_operand = dict(zip(operands, params))
         fused.root = fused.add(_clone(consumer, [by_operand[o] for o in consumer.operands]))
-        self.module.add_computation(fused)
+        self.module.add_computation(fused, before=self.comp)
         fusion = self.comp.add(Instruction(Opcode.FUSION, consumer.shape, operands,
                                            {"kind": "kLoop"}, [fused], name="fusion",
                                            metadata=consumer.metadata))

@@ -1,5 +1,6 @@
-"""The memory model of the entry computation: logical buffers, and how a schedule
-turns them into alloc/free events.
+"""The memory model of one computation (the entry, or a while body or condition or
+a conditional branch, each planned on its own): logical buffers, and how a
+schedule turns them into alloc/free events.
 
 A *logical buffer* is storage some owners share for good (aliasing.py): one
 owner alone, or a concatenation together with the producers written into its
@@ -7,7 +8,13 @@ slices (``concat_slots``). It is allocated when the first of its definers runs
 and freed after the last instruction that reads any of its bytes (through views
 and tuples); a model output that is copied out at the end stays live to the
 end. Owners written straight into the caller's outputs are placed there, not in
-the arena.
+the arena. For a loop body or a branch the "outputs" are the places of the loop
+state's elements or of the conditional's result (aliasing.output_slots), and the
+parameter's elements are the caller's bytes, as the entry's inputs are.
+
+A while or conditional runs its called computations at its step: their own arena
+(planned first, on its own) is that step's scratch, so its bytes may overlap any
+buffer not live across the step.
 
 In-place writes depend on the order, so ``MemoryModel.events(order)`` decides
 them as XLA's heap simulator shares buffers: an instruction that may overwrite
@@ -24,9 +31,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Hashable
 
-from ..hlo import Instruction, Module, Opcode
-from .aliasing import (buffer_size, buffers_of, concat_slots, in_place_operands, output_slots,
-                       owns_buffer)
+from ..hlo import Computation, Instruction, Module, Opcode
+from .aliasing import (buffer_size, buffers_of, concat_slots, in_place_operands,
+                       loop_state_owners, output_slots, owns_buffer)
+from .control_flow import caller_of
 
 ScratchFn = Callable[[Instruction], int]
 
@@ -69,18 +77,28 @@ class Simulation:
 
 
 class MemoryModel:
-    """Logical buffers of ``module``'s entry and the in-place options of each instruction."""
+    """Logical buffers of one computation of ``module`` (the entry unless
+    ``computation`` is given) and the in-place options of each instruction."""
 
     def __init__(self, module: Module, alignment: int = 1, scratch: ScratchFn | None = None,
-                 concat_in_place: bool = True):
-        comp = module.entry
+                 concat_in_place: bool = True, computation: Computation | None = None):
+        comp = computation or module.entry
         self.module = module
+        self.comp = comp
         self.alignment = alignment
-        slots = output_slots(module)
-        outputs = module.output_instructions
+        caller = None if comp is module.entry else caller_of(module, comp)
+        # A while condition's result (the pred) has no place of its own outside.
+        condition = caller is not None and caller.opcode is Opcode.WHILE \
+            and comp is caller.called[0]
+        slots = {} if condition else output_slots(
+            comp, loop_body=caller is not None and caller.opcode is Opcode.WHILE)
+        outputs = comp.outputs
         # Owners of an output's chain that the next one overwrites there, in any order.
         overwritten = {q for q in slots if not any(q in buffers_of(out) for out in outputs)}
-        self.concat_slots = (concat_slots(comp, excluded=slots, overwritten=overwritten)
+        # A loop overwrites its state where the init's elements are: they take no slot
+        # of a concatenation, whose other readers would see the loop's writes.
+        self.concat_slots = (concat_slots(comp, excluded=set(slots) | loop_state_owners(comp),
+                                          overwritten=overwritten)
                              if concat_in_place else {})
         # owner -> (logical buffer, byte offset in it), for computed owners.
         self.placement: dict[Instruction, tuple[LogicalBuffer, int]] = {}
@@ -102,7 +120,7 @@ class MemoryModel:
                 for owner in buffers_of(o):
                     if owner in self.placement:
                         self.placement[owner][0].readers.add(i)
-        for out in module.output_instructions:
+        for out in outputs:
             for owner in buffers_of(out):
                 if owner in self.placement:
                     buf = self.placement[owner][0]
@@ -143,7 +161,7 @@ class MemoryModel:
                    if self.placement.get(owner, (None, 0))[0] is buf)
 
     def events(self, order: list[Instruction]) -> Simulation:
-        """Replay ``order`` (every entry instruction once, operands first)."""
+        """Replay ``order`` (every instruction of the computation once, operands first)."""
         end = len(order)
         pos = {i: t for t, i in enumerate(order)}
         first = {b: min(pos[d] for d in b.definers) for b in self.arena}

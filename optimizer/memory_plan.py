@@ -12,11 +12,14 @@ but where that is the peak step it sets the arena. Kernels with a variant that
 needs less scratch (``lean_scratch``) switch to it when their scratch is part of
 the peak, one round at a time, as long as the arena shrinks; they trade some speed
 for the bytes, only where the bytes count.
+
+Each computation a while or conditional calls is planned the same way, on its own
+and first: its arena is the scratch of its caller's step (buffer_assignment.plan_module).
 """
 from __future__ import annotations
 
-from ..hlo import Instruction, Module
-from .buffer_assignment import BufferAssignment, assign_buffers
+from ..hlo import Computation, Instruction, Module
+from .buffer_assignment import BufferAssignment, assign_computation, plan_module
 from .heap_simulator import PeakHeap
 from .memory_model import MemoryModel, Scratch, ScratchFn
 from .scheduling import schedule_model
@@ -30,16 +33,24 @@ def plan_memory(module: Module, alignment: int = 64, scratch: ScratchFn | None =
     """The buffer assignment (order included) with the smallest arena; ``stats`` says
     which scheduler won and whether the order is proven optimal, ``concats_in_place``
     which variant, and ``lean_kernels`` which kernels must be emitted lean."""
+    def plan(comp, scratch_of, lean_of):
+        return _plan_computation(module, comp, alignment, scratch_of, lean_of, exact_budget)
+    return plan_module(module, alignment, scratch, lean_scratch, plan)
+
+
+def _plan_computation(module: Module, comp: Computation, alignment: int,
+                      scratch: ScratchFn | None, lean_scratch: ScratchFn | None,
+                      exact_budget: int) -> BufferAssignment:
     # The variants are chosen with the heuristic schedulers; the exact search (the
     # expensive part) then runs once, on the chosen one.
     lean: frozenset[Instruction] = frozenset()
-    best, model = _best_plan(module, alignment, scratch, lean_scratch, lean)
+    best, model = _best_plan(module, comp, alignment, scratch, lean_scratch, lean)
     for _ in range(MAX_LEAN_ROUNDS if scratch and lean_scratch else 0):
         at_peak = {i for i in _scratch_at_peak(model, best.order)
                    if i not in lean and lean_scratch(i) < scratch(i)}
         if not at_peak:
             break
-        trial, trial_model = _best_plan(module, alignment, scratch, lean_scratch,
+        trial, trial_model = _best_plan(module, comp, alignment, scratch, lean_scratch,
                                         lean | at_peak)
         if trial.arena_size >= best.arena_size:
             break
@@ -52,14 +63,14 @@ def plan_memory(module: Module, alignment: int = 64, scratch: ScratchFn | None =
     return best
 
 
-def _best_plan(module, alignment, scratch, lean_scratch, lean):
+def _best_plan(module, comp, alignment, scratch, lean_scratch, lean):
     def scratch_of(i: Instruction) -> int:
         return lean_scratch(i) if i in lean else scratch(i)
 
     best = None
     for concat_in_place in (True, False):
         model = MemoryModel(module, alignment, scratch_of if scratch else None,
-                            concat_in_place=concat_in_place)
+                            concat_in_place=concat_in_place, computation=comp)
         if not concat_in_place and best is not None and not best[0].concats_in_place:
             break                           # no concatenation qualified: same plan again
         ba = _plan(module, model, alignment, 0)
@@ -70,7 +81,7 @@ def _best_plan(module, alignment, scratch, lean_scratch, lean):
 
 def _plan(module, model: MemoryModel, alignment: int, exact_budget: int) -> BufferAssignment:
     result = schedule_model(model, exact_budget=exact_budget)
-    ba = assign_buffers(module, result.order, alignment, model=model)
+    ba = assign_computation(module, model.comp, result.order, alignment, model=model)
     ba.stats.update(scheduler=result.scheduler, schedule_optimal=result.optimal,
                     scheduler_peaks=result.peaks)
     return ba

@@ -8,18 +8,20 @@ from .conv_phase_split import ConvPhaseSplit
 from .cse import CommonSubexpressionElimination
 from .dce import DeadCodeElimination
 from .fusion import InstructionFusion
+from .licm import WhileLoopInvariantCodeMotion
 from .pipeline import DumpHook, Pipeline
 
 
 def make_pipeline(opt_level: int = 2, verify: bool = False,
                   dump: DumpHook | None = None) -> Pipeline:
     """-O0: only DCE. -O1 and up: base-dilated convolutions split into dense phases,
-    then simplify, fold, CSE and DCE to a fixed point, then loop fusion and a DCE that
-    drops what fusion left unused."""
+    then simplify, fold, CSE, DCE and loop-invariant code motion to a fixed point, then
+    loop fusion and a DCE that drops what fusion left unused."""
     if opt_level <= 0:
         return Pipeline("O0", [DeadCodeElimination()], verify=verify, dump=dump)
     simplify = Pipeline("simplify", [AlgebraicSimplifier(), ConstantFolding(),
-                                     CommonSubexpressionElimination(), DeadCodeElimination()],
+                                     CommonSubexpressionElimination(), DeadCodeElimination(),
+                                     WhileLoopInvariantCodeMotion()],
                         fixed_point=True, verify=verify, dump=dump)
     return Pipeline(f"O{opt_level}", [ConvPhaseSplit(), simplify, InstructionFusion(),
                                       DeadCodeElimination()],

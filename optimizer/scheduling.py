@@ -1,7 +1,8 @@
-"""Memory scheduling: an order of the entry computation with a low peak of live bytes.
+"""Memory scheduling: an order of one computation (``MemoryModel.comp``: the entry, or
+a control-flow callee) with a low peak of live bytes.
 
 A scheduler is any object with a ``name`` and ``__call__(model) -> order`` (every
-entry instruction once, operands first) over a ``MemoryModel``, which holds the
+instruction of the computation once, operands first) over a ``MemoryModel``, which holds the
 logical buffers and the in-place options the order is judged by.
 ``schedule_model`` runs several heuristics and keeps the order whose simulated peak
 (heap_simulator.simulate_peak) is lowest, as XLA does (ties go to the earlier
@@ -13,7 +14,7 @@ import heapq
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from ..hlo import Instruction, Module
+from ..hlo import Computation, Instruction, Module
 from .aliasing import buffers_of
 from .exact_scheduling import exact_schedule, peak_lower_bound
 from .heap_simulator import simulate_peak
@@ -31,7 +32,7 @@ class DefinitionOrderScheduler:
     name = "definition-order"
 
     def __call__(self, model):
-        return list(model.module.entry.instructions)
+        return list(model.comp.instructions)
 
 
 class PostOrderScheduler:
@@ -45,7 +46,7 @@ class PostOrderScheduler:
         self.name = "dfs" if largest_first else "post-order"
 
     def __call__(self, model):
-        comp = model.module.entry
+        comp = model.comp
 
         def size(i: Instruction) -> int:                 # arena bytes behind a value
             bufs = {model.placement[o][0] for o in buffers_of(i) if o in model.placement}
@@ -79,7 +80,7 @@ class ListScheduler:
     name = "list"
 
     def __call__(self, model):
-        comp = model.module.entry
+        comp = model.comp
         position = {i: n for n, i in enumerate(comp.instructions)}
         arena = set(model.arena)
         reads = {i: set() for i in comp.instructions}
@@ -158,7 +159,7 @@ def schedule_model(model: MemoryModel, schedulers: Sequence[Scheduler] = DEFAULT
     peaks: dict[str, int] = {}
     for scheduler in schedulers:
         order = scheduler(model)
-        check_order(model.module, order)
+        check_order(model.module, order, model.comp)
         peak = simulate_peak(model, order)
         peaks[scheduler.name] = peak
         if best is None or peak < best.peak:
@@ -167,7 +168,7 @@ def schedule_model(model: MemoryModel, schedulers: Sequence[Scheduler] = DEFAULT
         found = exact_schedule(model, upper_bound=best.peak, budget=exact_budget)
         if found is not None:
             order, optimal = found
-            check_order(model.module, order)
+            check_order(model.module, order, model.comp)
             peak = simulate_peak(model, order)
             peaks["exact"] = peak
             if peak < best.peak:
@@ -184,9 +185,11 @@ def schedule(module: Module, schedulers: Sequence[Scheduler] = DEFAULT_SCHEDULER
     return schedule_model(MemoryModel(module, alignment, scratch), schedulers).order
 
 
-def check_order(module: Module, order: list[Instruction]) -> None:
-    """Raise ValueError unless ``order`` holds every entry instruction once, operands first."""
-    comp = module.entry
+def check_order(module: Module, order: list[Instruction],
+                computation: Computation | None = None) -> None:
+    """Raise ValueError unless ``order`` holds every instruction of ``computation`` (the
+    entry by default) once, operands first."""
+    comp = computation or module.entry
     seen: set[Instruction] = set()
     for i in order:
         if i in seen:

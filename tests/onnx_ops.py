@@ -538,3 +538,142 @@ _FOREST_X[2:4, 1] = [1.0, 3.0]
 for _agg, _post in ((1, 0), (0, 3), (2, 0), (3, 0)):
     case(f"TreeEnsemble_aggregate{_agg}_post{_post}", _forest(_agg, _post), {"x": _FOREST_X},
          outputs=[("y", np.float32, (6, 2))], opset={"": 13, "ai.onnx.ml": 5}, rtol=1e-5)
+# -- recurrent networks ----------------------------------------------------------------------
+# Y, Y_h (and Y_c) against onnxruntime: sequence lengths given at run time (shorter ones
+# freeze the state and zero Y; the reverse direction reverses within each length),
+# initial states, peepholes, activations with alpha/beta, clip. onnxruntime has no
+# layout 1: test_onnx_recurrent.py checks it against layout 0.
+
+
+def _recurrent(op, gates, hidden, x, dirs=1, outs=("Y", "Y_h"), lens=None, h0=False,
+               c0=False, peep=False, layout=0, bias=True, weights_as_inputs=True, **attrs):
+    steps, batch, inputs = (x.shape if layout == 0 else (x.shape[1], x.shape[0], x.shape[2]))
+    state = (dirs, batch, hidden) if layout == 0 else (batch, dirs, hidden)
+    values = {"X": x, "W": f32(dirs, gates * hidden, inputs) * 0.5,
+              "R": f32(dirs, gates * hidden, hidden) * 0.5}
+    if bias:
+        values["B"] = f32(dirs, 2 * gates * hidden) * 0.3
+    optional = {"sequence_lens": np.asarray(lens, np.int32) if lens is not None else None,
+                "initial_h": f32(*state) if h0 else None,
+                "initial_c": f32(*state) if c0 else None,
+                "P": f32(dirs, 3 * hidden) * 0.3 if peep else None}
+    names = ["X", "W", "R", "B"]
+    for n, v in optional.items():
+        if op != "LSTM" and n in ("initial_c", "P"):
+            continue
+        names.append(n)
+        if v is not None:
+            values[n] = v
+    present = [n if n in values else "" for n in names]
+    while present and not present[-1]:
+        present.pop()
+    inputs = {n: v for n, v in values.items() if weights_as_inputs or n not in ("W", "R", "B")}
+    inits = {n: v for n, v in values.items() if n not in inputs}
+    if dirs == 2:
+        attrs.setdefault("direction", "bidirectional")
+    out_names = [o if o in outs else "" for o in ("Y", "Y_h", "Y_c")[:len(outs) + 1]]
+    while out_names and not out_names[-1]:
+        out_names.pop()
+    return dict(nodes=node(op, present, out_names, hidden_size=hidden, layout=layout, **attrs),
+                inputs=inputs, outputs=list(outs), inits=inits, opset=14, rtol=1e-4, atol=1e-5)
+
+
+case("LSTM_bidirectional_lengths_all_outputs",
+     **_recurrent("LSTM", 4, 5, f32(6, 3, 4), dirs=2, outs=("Y", "Y_h", "Y_c"),
+                  lens=[6, 2, 4], h0=True, c0=True, peep=True))
+case("LSTM_reverse_lengths_constant_weights",
+     **_recurrent("LSTM", 4, 3, f32(5, 3, 2), outs=("Y", "Y_h", "Y_c"), lens=[1, 5, 3],
+                  h0=True, direction="reverse", weights_as_inputs=False))
+case("LSTM_clip_input_forget_activations",
+     **_recurrent("LSTM", 4, 4, f32(4, 2, 3) * 3, outs=("Y", "Y_h", "Y_c"), clip=1.5,
+                  input_forget=1, activations=["HardSigmoid", "Tanh", "Softsign"],
+                  activation_alpha=[0.3], activation_beta=[0.4]))
+case("GRU_linear_before_reset_bidirectional_lengths",
+     **_recurrent("GRU", 3, 4, f32(5, 2, 3), dirs=2, lens=[3, 5], h0=True,
+                  linear_before_reset=1))
+case("GRU_activations",
+     **_recurrent("GRU", 3, 4, f32(4, 2, 3), h0=True,
+                  activations=["HardSigmoid", "LeakyRelu"], activation_alpha=[0.25, 0.1],
+                  activation_beta=[0.45], weights_as_inputs=False))
+case("RNN_relu_reverse_lengths",
+     **_recurrent("RNN", 1, 4, f32(4, 3, 2), lens=[4, 1, 2], h0=True,
+                  direction="reverse", activations=["Relu"]))
+case("RNN_bidirectional_no_bias",
+     **_recurrent("RNN", 1, 3, f32(4, 2, 5), dirs=2, bias=False,
+                  activations=["Tanh", "Sigmoid"]))
+
+# -- control flow ----------------------------------------------------------------------------
+_F = onnx.TensorProto.FLOAT
+
+
+def _graph(name, nodes, ins, outs):
+    return helper.make_graph(nodes, name, [helper.make_tensor_value_info(n, t, s)
+                                           for n, t, s in ins],
+                             [helper.make_tensor_value_info(n, t, s) for n, t, s in outs])
+
+
+# A branch reading a value of the enclosing graph computed at run time, two outputs.
+case("If_runtime_condition_captures",
+     [node("ReduceSum", ["x"], ["s"], keepdims=0),
+      helper.make_node("Greater", ["s", "zero"], ["c"]),
+      helper.make_node("Exp", ["x"], ["e"]),
+      helper.make_node("If", ["c"], ["y", "z"], then_branch=_graph(
+          "then", [helper.make_node("Mul", ["e", "x"], ["t1"]),
+                   helper.make_node("Neg", ["x"], ["t2"])], [],
+          [("t1", _F, [3, 4]), ("t2", _F, [3, 4])]),
+          else_branch=_graph("else", [helper.make_node("Add", ["x", "k"], ["e1"]),
+                                      helper.make_node("Abs", ["e"], ["e2"])], [],
+                             [("e1", _F, [3, 4]), ("e2", _F, [3, 4])]))],
+     {"x": f32(3, 4)}, outputs=["y", "z"], inits={"zero": np.array(0, np.float32),
+                                                   "k": np.float32(2.5)})
+# A loop with M given at run time: carried values, a captured value, no scan outputs.
+case("Loop_runtime_trip_count",
+     helper.make_node("Loop", ["m", "", "a"], ["y"], body=_graph(
+         "body", [helper.make_node("Mul", ["a_in", "w"], ["p"]),
+                  helper.make_node("Tanh", ["p"], ["a_out"]),
+                  helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+         [("i", onnx.TensorProto.INT64, []), ("cond_in", onnx.TensorProto.BOOL, []),
+          ("a_in", _F, [2, 3])],
+         [("cond_out", onnx.TensorProto.BOOL, []), ("a_out", _F, [2, 3])])),
+     {"m": np.array(4, np.int64), "a": f32(2, 3), "w": f32(2, 3)},
+     outputs=[("y", np.float32, (2, 3))], opset=13)
+# Scan along axis 1, one input reversed, a scan output stacked along axis 1 in reverse.
+case("Scan_axes_and_directions",
+     helper.make_node("Scan", ["s0", "x", "v"], ["s", "y"], num_scan_inputs=2,
+                      scan_input_axes=[1, 0], scan_input_directions=[0, 1],
+                      scan_output_axes=[1], scan_output_directions=[1], body=_graph(
+         "step", [helper.make_node("Add", ["s_in", "x_t"], ["a"]),
+                  helper.make_node("Mul", ["a", "v_t"], ["s_out"]),
+                  helper.make_node("Sigmoid", ["s_out"], ["y_t"])],
+         [("s_in", _F, [2]), ("x_t", _F, [2]), ("v_t", _F, [2])],
+         [("s_out", _F, [2]), ("y_t", _F, [2])])),
+     {"s0": f32(2), "x": f32(2, 5), "v": f32(5, 2, low=0.5, high=1.0)}, outputs=["s", "y"],
+     opset=16)
+# Nested: a Loop whose body branches on the step's parity (If) and runs a Scan over a
+# value of the enclosing graph; the loop also has scan outputs (M known).
+_I64 = onnx.TensorProto.INT64
+case("Loop_nesting_If_and_Scan",
+     helper.make_node("Loop", ["m", "", "a"], ["y", "rows"], body=_graph(
+         "outer", [
+             helper.make_node("Div", ["i", "two"], ["half"]),
+             helper.make_node("Mul", ["half", "two"], ["even_part"]),
+             helper.make_node("Sub", ["i", "even_part"], ["parity"]),
+             helper.make_node("Equal", ["parity", "zero64"], ["even"]),
+             helper.make_node("If", ["even"], ["b"], then_branch=_graph(
+                 "double", [helper.make_node("Add", ["a_in", "a_in"], ["t"])], [],
+                 [("t", _F, [4])]),
+                 else_branch=_graph("shift", [helper.make_node("Sub", ["a_in", "one"], ["e"])],
+                                    [], [("e", _F, [4])])),
+             helper.make_node("Scan", ["b", "x"], ["a_out", "partial"], num_scan_inputs=1,
+                              body=_graph("rowsum", [
+                                  helper.make_node("Add", ["s_in", "row"], ["s_out"]),
+                                  helper.make_node("Tanh", ["s_out"], ["p"])],
+                                  [("s_in", _F, [4]), ("row", _F, [4])],
+                                  [("s_out", _F, [4]), ("p", _F, [4])])),
+             helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+             helper.make_node("ReduceSum", ["partial"], ["r"], keepdims=0)],
+         [("i", _I64, []), ("cond_in", onnx.TensorProto.BOOL, []), ("a_in", _F, [4])],
+         [("cond_out", onnx.TensorProto.BOOL, []), ("a_out", _F, [4]), ("r", _F, [])])),
+     {"a": f32(4), "x": f32(3, 4)}, outputs=[("y", np.float32, (4,)), ("rows", np.float32, (3,))],
+     inits={"m": np.array(3, np.int64), "two": np.array(2, np.int64),
+            "zero64": np.array(0, np.int64), "one": np.float32(1)}, opset=13)

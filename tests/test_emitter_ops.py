@@ -352,6 +352,17 @@ CASES = [
              np.uint8)), 1, largest=True))),
     Case("topk_3d_f16", [f32(2, 3, 17).astype(np.float16)],
          lambda b, p: _tuple_of(b, b.topk(p, 4, largest=True))),
+    # dynamic slices: starts clamped into range; an update in place writes only its window
+    Case("dynamic_slice", [f32(5, 6), np.array(3, np.int32), np.array(-2, np.int32)],
+         lambda b, x, i, j: b.op(Opcode.DYNAMIC_SLICE, x, i, j, dynamic_slice_sizes=(3, 4))),
+    Case("dynamic_slice_u8_index", [f32(4, 6), np.array(200, np.uint8), np.array(1, np.uint8)],
+         lambda b, x, i, j: b.op(Opcode.DYNAMIC_SLICE, x, i, j, dynamic_slice_sizes=(2, 2))),
+    Case("dynamic_update_slice", [f32(5, 6), f32(2, 3), np.array(4, np.int32),
+                                  np.array(1, np.int32)],
+         lambda b, x, u, i, j: b.op(Opcode.DYNAMIC_UPDATE_SLICE, x, u, i, j)),
+    Case("dynamic_update_slice_in_place", [f32(5, 6), f32(1, 6), np.array(2, np.int64)],
+         lambda b, x, u, i: b.op(Opcode.DYNAMIC_UPDATE_SLICE, b.op(Opcode.NEGATE, x), u, i,
+                                 b.constant(np.int64(0)))),
     # fusion and the kernels behind dot / convolution
     Case("fusion", [f32(4, 8), f32(4, 8)], _fused_axpy),
     Case("dot", [f32(5, 7), f32(7, 3)],

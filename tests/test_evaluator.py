@@ -95,6 +95,11 @@ def fused_multiply_add():
     return b.build(b.op(Opcode.ADD, b.op(Opcode.MULTIPLY, x, y), x))
 
 
+def negate_computation(name):
+    b = Builder(name)
+    return b.build(b.op(Opcode.NEGATE, b.parameter(0, Shape.array(dtypes.F32, (2,)))))
+
+
 class Case(NamedTuple):
     id: str
     opcode: Opcode
@@ -302,6 +307,19 @@ CASES = [
     C("fusion", Opcode.FUSION, [a([1, 2]), a([3, 4])], a([4, 10]),
       called=[fused_multiply_add()], kind="kLoop"),
     C("tuple", Opcode.TUPLE, [a([1, 2]), a(3, s32)], [a([1, 2]), a(3, s32)]),
+    # dynamic slices: starts are clamped so that the slice stays inside the operand
+    C("dynamic_slice", Opcode.DYNAMIC_SLICE, [M, a(1, s32), a(1, s32)], a([[5, 6]]),
+      dynamic_slice_sizes=(1, 2)),
+    C("dynamic_slice_clamped", Opcode.DYNAMIC_SLICE, [M, a(-3, s32), a(7, s32)], a([[2, 3]]),
+      dynamic_slice_sizes=(1, 2)),
+    C("dynamic_update_slice", Opcode.DYNAMIC_UPDATE_SLICE,
+      [M, a([[9, 8]]), a(5, s32), a(0, s32)], a([[1, 2, 3], [9, 8, 6]])),
+    # control flow: branch i takes operand i + 1; an s32 index out of range picks the last
+    C("conditional_pred", Opcode.CONDITIONAL, [a(False, pred), a([1, 2]), a([3, 4])],
+      a([-3, -4]), called=[negate_computation("t"), negate_computation("f")]),
+    C("conditional_index_out_of_range", Opcode.CONDITIONAL,
+      [a(-1, s32), a([1, 2]), a([3, 4])], a([-3, -4]),
+      called=[negate_computation("b0"), negate_computation("b1")]),
 ]
 
 
@@ -330,7 +348,8 @@ def test_opcode_table(case):
 
 
 # Sources and structure that a one-op module cannot hold (tested below).
-_TESTED_ELSEWHERE = {Opcode.PARAMETER, Opcode.CONSTANT, Opcode.GET_TUPLE_ELEMENT}
+_TESTED_ELSEWHERE = {Opcode.PARAMETER, Opcode.CONSTANT, Opcode.GET_TUPLE_ELEMENT,
+                     Opcode.WHILE}
 
 
 def test_table_covers_every_opcode():
@@ -685,3 +704,42 @@ def test_reduce_over_an_empty_dimension_gives_the_init():
     got = run(Opcode.REDUCE, np.zeros((2, 0), f32), a(-np.inf), called=[reducer(Opcode.MAXIMUM)],
               dimensions=(1,))
     check(got, a([-np.inf, -np.inf]))
+
+
+def test_while_runs_the_body_until_the_condition_fails():
+    """Counts i to 5 doubling x each time; a state whose condition fails at once
+    comes back unchanged."""
+    from xlac.hlo.text import parse_module
+    m = parse_module("""
+HloModule w
+
+%cond (s: (s32[], f32[2])) -> pred[] {
+  %s = (s32[], f32[2]) parameter(0)
+  %i = s32[] get-tuple-element(%s), index=0
+  %n = s32[] constant(5)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+%body (t: (s32[], f32[2])) -> (s32[], f32[2]) {
+  %t = (s32[], f32[2]) parameter(0)
+  %i = s32[] get-tuple-element(%t), index=0
+  %x = f32[2] get-tuple-element(%t), index=1
+  %one = s32[] constant(1)
+  %next = s32[] add(%i, %one)
+  %y = f32[2] add(%x, %x)
+  ROOT %r = (s32[], f32[2]) tuple(%next, %y)
+}
+
+ENTRY %main (i0: s32[], x: f32[2]) -> (s32[], f32[2]) {
+  %i0 = s32[] parameter(0)
+  %x = f32[2] parameter(1)
+  %init = (s32[], f32[2]) tuple(%i0, %x)
+  ROOT %w = (s32[], f32[2]) while(%init), condition=%cond, body=%body
+}
+""")
+    i, x = evaluate(m, [a(0, s32), a([1, -2])])
+    check(i, a(5, s32))
+    check(x, a([32, -64]))
+    i, x = evaluate(m, [a(9, s32), a([1, -2])])
+    check(i, a(9, s32))
+    check(x, a([1, -2]))

@@ -289,6 +289,50 @@ SNIPPETS = {
           %unused = f32[4]{0} exponential(f32[4]{0} %a)
         }
     """,
+    "control_flow": """
+        HloModule control_flow
+
+        %cond (s: (s32[]{}, f32[4]{0})) -> pred[]{} {
+          %s = (s32[]{}, f32[4]{0}) parameter(0)
+          %i = s32[]{} get-tuple-element((s32[]{}, f32[4]{0}) %s), index=0
+          %n = s32[]{} constant(5)
+          ROOT %lt = pred[]{} compare(s32[]{} %i, s32[]{} %n), direction=LT
+        }
+
+        %body (s.1: (s32[]{}, f32[4]{0})) -> (s32[]{}, f32[4]{0}) {
+          %s.1 = (s32[]{}, f32[4]{0}) parameter(0)
+          %i.1 = s32[]{} get-tuple-element((s32[]{}, f32[4]{0}) %s.1), index=0
+          %x = f32[4]{0} get-tuple-element((s32[]{}, f32[4]{0}) %s.1), index=1
+          %one = s32[]{} constant(1)
+          %next = s32[]{} add(s32[]{} %i.1, s32[]{} %one)
+          %y = f32[4]{0} add(f32[4]{0} %x, f32[4]{0} %x)
+          ROOT %t = (s32[]{}, f32[4]{0}) tuple(s32[]{} %next, f32[4]{0} %y)
+        }
+
+        %neg (a: f32[4]{0}) -> f32[4]{0} {
+          %a = f32[4]{0} parameter(0)
+          ROOT %n.1 = f32[4]{0} negate(f32[4]{0} %a)
+        }
+
+        %id (a.1: f32[4]{0}) -> f32[4]{0} {
+          ROOT %a.1 = f32[4]{0} parameter(0)
+        }
+
+        ENTRY %main (x.1: f32[4]{0}, p: pred[]{}, k: s32[]{}) -> (f32[4]{0}, f32[4]{0}, f32[2]{0}) {
+          %x.1 = f32[4]{0} parameter(0)
+          %p = pred[]{} parameter(1)
+          %k = s32[]{} parameter(2)
+          %zero = s32[]{} constant(0)
+          %init = (s32[]{}, f32[4]{0}) tuple(s32[]{} %zero, f32[4]{0} %x.1)
+          %while = (s32[]{}, f32[4]{0}) while((s32[]{}, f32[4]{0}) %init), condition=%cond, body=%body
+          %r = f32[4]{0} get-tuple-element((s32[]{}, f32[4]{0}) %while), index=1
+          %c = f32[4]{0} conditional(pred[]{} %p, f32[4]{0} %r, f32[4]{0} %x.1), true_computation=%neg, false_computation=%id
+          %c.1 = f32[4]{0} conditional(s32[]{} %k, f32[4]{0} %c, f32[4]{0} %x.1, f32[4]{0} %r), branch_computations={%neg, %id, %neg}
+          %ds = f32[2]{0} dynamic-slice(f32[4]{0} %c.1, s32[]{} %k), dynamic_slice_sizes={2}
+          %dus = f32[4]{0} dynamic-update-slice(f32[4]{0} %x.1, f32[2]{0} %ds, s32[]{} %zero)
+          ROOT %out = (f32[4]{0}, f32[4]{0}, f32[2]{0}) tuple(f32[4]{0} %r, f32[4]{0} %dus, f32[2]{0} %ds)
+        }
+    """,
 }
 SNIPPETS = {name: hlo(text) for name, text in SNIPPETS.items()}
 
@@ -561,3 +605,36 @@ def test_parse_error_is_a_value_error_and_an_xlac_error():
     with pytest.raises(XlacError, match="line 1, column 10: expected a module name, found "
                                         "end of input"):
         parse_module("HloModule")
+
+
+# --- control flow ----------------------------------------------------------------
+
+def test_control_flow_keeps_called_computations_in_order():
+    m = parse_module(SNIPPETS["control_flow"])
+    comps = {c.name: c for c in m.computations}
+    ins = {i.name: i for i in m.entry.instructions}
+    assert ins["while"].called == [comps["cond"], comps["body"]]
+    assert ins["c"].called == [comps["neg"], comps["id"]]
+    assert ins["c.1"].called == [comps["neg"], comps["id"], comps["neg"]]
+    assert ins["ds"].attrs == {"dynamic_slice_sizes": (2,)}
+
+
+def test_a_pred_conditional_may_list_its_branches():
+    text = SNIPPETS["control_flow"].replace(
+        "true_computation=%neg, false_computation=%id", "branch_computations={%neg, %id}")
+    assert print_module(parse_module(text)) == SNIPPETS["control_flow"]
+
+
+@pytest.mark.parametrize("old, new, message", [
+    (", body=%body", "", "while needs body=%computation"),
+    ("condition=%cond", "condition=%nowhere", "unknown computation %nowhere"),
+    ("false_computation=%id", "false_computation=%id, branch_computations={%id, %neg}",
+     "not both"),
+    ("branch_computations={%neg, %id, %neg}", "branch_computations={%neg, %id}",
+     "2 branches and 3 branch operands"),
+    ("dynamic_slice_sizes={2}", "dynamic_slice_sizes={5}", "do not fit f32[4]{0}"),
+    ("condition=%cond, body=%body", "condition=%body, body=%cond", r"must return pred\[\]"),
+])
+def test_control_flow_errors(old, new, message):
+    with pytest.raises(HloParseError, match=message):
+        parse_module(SNIPPETS["control_flow"].replace(old, new))

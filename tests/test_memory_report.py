@@ -88,22 +88,23 @@ def test_blocks_live_together_never_share_bytes(compiled):
             assert not (together and overlap) or handover, (a, b)
 
 
-def test_batch4_mlp_bounds_are_stated_on_the_same_terms(tmp_path, capsys):
+def test_mlp_bounds_are_stated_on_the_same_terms(tmp_path, capsys):
     """The issue's case: the ONNX-order bound (no kernels, so no scratch) read smaller
-    than the chosen order's, which counted the GEMM's scratch."""
-    r = xlac.compile(mlp(), tmp_path / "m.o", report=True).report
-    assert r["onnx_order_lower_bound_bytes"] == 2 * 4 * 32 * 4     # h and relu(h) in ONNX order
-    assert r["lower_bound_buffers_bytes"] == 4 * 32 * 4            # relu written over h
+    than the chosen order's, which counted the GEMM's scratch. At batch 16 the GEMM
+    packs B into scratch (a product of at most MR rows reads B in place, without)."""
+    r = xlac.compile(mlp(16), tmp_path / "m.o", report=True).report
+    assert r["onnx_order_lower_bound_bytes"] == 2 * 16 * 32 * 4    # h and relu(h) in ONNX order
+    assert r["lower_bound_buffers_bytes"] == 16 * 32 * 4           # relu written over h
     scratch = r["memory"]["kernel_scratch"]
     assert [k["name"] for k in scratch] and all(k["size"] > 0 for k in scratch)
     assert r["lower_bound_bytes"] == r["lower_bound_buffers_bytes"] + max(k["size"]
                                                                          for k in scratch)
-    onnx.save(mlp(), tmp_path / "mlp.onnx")
+    onnx.save(mlp(16), tmp_path / "mlp.onnx")
     assert main([str(tmp_path / "mlp.onnx"), "-o", str(tmp_path / "m.o"), "--report"]) == 0
     text = capsys.readouterr().out
     assert "kernel scratch included" in text
-    assert ("without scratch     512 bytes for the chosen order, 1,024 bytes (1.0 KiB) for "
-            "the ONNX node order") in text
+    assert ("without scratch     2,048 bytes (2.0 KiB) for the chosen order, 4,096 bytes "
+            "(4.0 KiB) for the ONNX node order") in text
 
 
 def test_text_names_the_layer_at_the_peak(tmp_path, capsys):
@@ -148,7 +149,7 @@ def test_a_buffer_passing_the_peak_is_named(tmp_path):
 
 
 def test_single_layer_peak_is_explained(tmp_path):
-    memory = xlac.compile(mlp(), tmp_path / "m.o", report=True).report["memory"]
+    memory = xlac.compile(mlp(16), tmp_path / "m.o", report=True).report["memory"]
     assert memory["why"][0].startswith(f"the peak, {memory['peak_bytes']:,} bytes, is at step ")
     assert "ONNX MatMul 'fc" in memory["why"][0] and "of kernel scratch" in memory["why"][0]
     assert memory["why"][1].startswith("nothing else is live then, so no order of the ops can "

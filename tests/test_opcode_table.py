@@ -2,6 +2,7 @@
 import pytest
 
 from xlac.hlo import Opcode
+from xlac.hlo.opcodes import CONTROL_FLOW
 from xlac.hlo import evaluator, shape_inference
 from xlac.emitter import elemental, kernels, sort
 
@@ -14,9 +15,11 @@ def test_every_opcode_has_an_evaluator_rule():
     assert set(evaluator.RULES) == set(Opcode)
 
 
-# Emitted as a whole rather than element by element: kernels, sort and topk (emitter/sort.py).
+# Emitted as a whole rather than element by element: kernels, sort and topk
+# (emitter/sort.py), and control flow (the called computations' code in a loop or a
+# branch, by the entry emitter).
 _KERNELS = {Opcode.DOT, Opcode.CONVOLUTION}
-_NOT_ELEMENTAL = _KERNELS | {Opcode.SORT, Opcode.TOPK}
+_NOT_ELEMENTAL = _KERNELS | {Opcode.SORT, Opcode.TOPK} | CONTROL_FLOW
 
 
 def test_every_opcode_has_an_emitter_rule():

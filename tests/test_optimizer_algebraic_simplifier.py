@@ -120,6 +120,23 @@ def test_transpose_of_transpose_composes():
                         x="f32[2,3,4]", result="f32[3,4,2]"))
 
 
+def test_transpose_of_unit_dims_is_a_reshape():
+    # Only the dims of extent 1 move: the elements keep their order, a view.
+    changed, m = simplify(entry("""  %t = f32[4,1,3] transpose(%x), dimensions={1,0,2}
+  ROOT %r = f32[4,1,3] exponential(%t)
+""", x="f32[1,4,3]", result="f32[4,1,3]"))
+    assert changed
+    assert_hlo(m, entry("""  %t.1 = f32[4,1,3] reshape(%x)
+  ROOT %r = f32[4,1,3] exponential(%t.1)
+""", x="f32[1,4,3]", result="f32[4,1,3]"))
+
+
+def test_does_not_turn_a_transpose_of_real_dims_into_a_reshape():
+    changed, _ = simplify(entry("  ROOT %r = f32[1,3,4] transpose(%x), dimensions={0,2,1}\n",
+                                x="f32[1,4,3]", result="f32[1,3,4]"))
+    assert not changed
+
+
 HOISTABLE = entry("""  %bx = f32[2,3] broadcast(%x), dimensions={1}
   %e = f32[3] exponential(%x)
   %be = f32[2,3] broadcast(%e), dimensions={1}

@@ -259,3 +259,29 @@ ENTRY %main (x: f32[256]) -> f32[256] {
     assert peaks["post-order"] < peaks["definition-order"]
     assert peaks["list"] < peaks["definition-order"]
     assert simulate_peak(m, schedule(m)) == min(peaks.values())
+
+
+def test_a_concatenation_overwritten_in_a_slot_keeps_no_slot_read_later():
+    """negate.6 overwrites %concatenate in place inside %concatenate.9's slot, so
+    %negate.1 cannot be built inside %concatenate: %add reads it after the overwrite
+    (found by test_random_dags_assignment_is_sound)."""
+    from xlac.hlo.text import parse_module
+    m = parse_module("""
+HloModule m
+
+ENTRY %main (p0: f32[4]) -> (f32[3,4], f32[1,4]) {
+  %p0 = f32[4] parameter(0)
+  %reshape = f32[1,4] reshape(%p0)
+  %negate.1 = f32[1,4] negate(%reshape)
+  %concatenate = f32[2,4] concatenate(%negate.1, %reshape), dimensions={0}
+  %negate.6 = f32[2,4] negate(%concatenate)
+  %add = f32[1,4] add(%reshape, %negate.1)
+  %concatenate.9 = f32[3,4] concatenate(%negate.6, %reshape), dimensions={0}
+  ROOT %out = (f32[3,4], f32[1,4]) tuple(%concatenate.9, %add)
+}
+""")
+    ba = assign_buffers(m, alignment=1)
+    check_assignment(m, ba)
+    args = args_for(m)
+    for got, want in zip(run_on_assigned_memory(m, ba, args), evaluate(m, args)):
+        np.testing.assert_array_equal(got, want)

@@ -62,9 +62,9 @@ def _randomize_batch_norms(model: nn.Module, gen: torch.Generator) -> None:
             m.weight.data.copy_(1 + 0.1 * torch.randn(m.num_features, generator=gen))
 
 
-def export(model: nn.Module, example: torch.Tensor) -> onnx.ModelProto:
+def export(model: nn.Module, example: torch.Tensor, opset: int = OPSET) -> onnx.ModelProto:
     buffer = io.BytesIO()
-    torch.onnx.export(model, (example,), buffer, dynamo=False, opset_version=OPSET,
+    torch.onnx.export(model, (example,), buffer, dynamo=False, opset_version=opset,
                       input_names=["input"], output_names=["output"])
     return onnx.load_from_string(buffer.getvalue())
 
@@ -136,3 +136,56 @@ def test_classifier_heads_match_onnxruntime(opset, tmp_path):
     np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-6)
     for g, w in zip(got[1:], want[1:]):
         np.testing.assert_array_equal(g, w)
+
+
+# -- recurrent networks: ONNX LSTM and GRU nodes, lowered to loops -----------------------
+
+class KeywordSpotter(nn.Module):
+    """A keyword-spotting LSTM: MFCC frames (batch, time, features) -> 12 class scores
+    from the last step's hidden state."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(10, 32, batch_first=True)
+        self.head = nn.Linear(32, 12)
+
+    def forward(self, x):
+        out, _ = self.lstm(x)
+        return torch.log_softmax(self.head(out[:, -1]), dim=-1)
+
+
+class SequenceTagger(nn.Module):
+    """Two bidirectional GRU layers over (time, batch, features), a class score per step."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(8, 16, num_layers=2, bidirectional=True)
+        self.head = nn.Linear(32, 5)
+
+    def forward(self, x):
+        out, _ = self.gru(x)
+        return self.head(out)
+
+
+RECURRENT = {"lstm_kws": (KeywordSpotter, (1, 20, 10)), "gru_tagger": (SequenceTagger, (7, 2, 8))}
+
+
+# The exporter warns about traced rnn flags and a batch size other than 1 on every export.
+@pytest.mark.filterwarnings("ignore:Converting a tensor to a Python boolean")
+@pytest.mark.filterwarnings("ignore:Exporting a model to ONNX with a batch_size")
+@pytest.mark.parametrize("opset", [17, 20])
+@pytest.mark.parametrize("name", sorted(RECURRENT))
+def test_recurrent_model_matches_onnxruntime(name, opset, tmp_path):
+    make, shape = RECURRENT[name]
+    torch.manual_seed(0)
+    model = make().eval()
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+    onnx_model = export(model, x, opset)
+    assert {"LSTM", "GRU"} & {n.op_type for n in onnx_model.graph.node}
+    sess = ort.InferenceSession(onnx_model.SerializeToString(),
+                                providers=["CPUExecutionProvider"])
+    (want,) = sess.run(None, {"input": x.numpy()})
+    result = xlac.compile(onnx_model, tmp_path / f"{name}.o")
+    (got,) = xlac.load(result.output)(x.numpy())
+    assert got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

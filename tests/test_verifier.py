@@ -211,3 +211,81 @@ ENTRY %main (a: f32[4,3]{1,0}) -> f32[4,3]{1,0} {
 
 def test_verifier_error_is_a_value_error():
     assert issubclass(VerifierError, ValueError)
+
+
+LOOP = """
+HloModule loop
+
+%cond (s: (s32[]{}, f32[2]{0})) -> pred[]{} {
+  %s = (s32[]{}, f32[2]{0}) parameter(0)
+  %i = s32[]{} get-tuple-element((s32[]{}, f32[2]{0}) %s), index=0
+  %n = s32[]{} constant(3)
+  ROOT %lt = pred[]{} compare(s32[]{} %i, s32[]{} %n), direction=LT
+}
+
+%body (t: (s32[]{}, f32[2]{0})) -> (s32[]{}, f32[2]{0}) {
+  %t = (s32[]{}, f32[2]{0}) parameter(0)
+  %j = s32[]{} get-tuple-element((s32[]{}, f32[2]{0}) %t), index=0
+  %x = f32[2]{0} get-tuple-element((s32[]{}, f32[2]{0}) %t), index=1
+  %y = f32[2]{0} negate(f32[2]{0} %x)
+  ROOT %r = (s32[]{}, f32[2]{0}) tuple(s32[]{} %j, f32[2]{0} %y)
+}
+
+%branch (a: f32[2]{0}) -> f32[2]{0} {
+  ROOT %a = f32[2]{0} parameter(0)
+}
+
+ENTRY %main (x0: f32[2]{0}, p: pred[]{}) -> f32[2]{0} {
+  %x0 = f32[2]{0} parameter(0)
+  %p = pred[]{} parameter(1)
+  %zero = s32[]{} constant(0)
+  %init = (s32[]{}, f32[2]{0}) tuple(s32[]{} %zero, f32[2]{0} %x0)
+  %w = (s32[]{}, f32[2]{0}) while((s32[]{}, f32[2]{0}) %init), condition=%cond, body=%body
+  %out = f32[2]{0} get-tuple-element((s32[]{}, f32[2]{0}) %w), index=1
+  ROOT %c = f32[2]{0} conditional(pred[]{} %p, f32[2]{0} %out, f32[2]{0} %x0), true_computation=%branch, false_computation=%branch
+}
+"""
+
+
+def _comp(m, name):
+    return next(c for c in m.computations if c.name == name)
+
+
+def _break_body_root(m):
+    body = _comp(m, "body")
+    body.root = _instr(body, "y")
+
+
+def _break_condition_root(m):
+    cond = _comp(m, "cond")
+    cond.root = _instr(cond, "i")
+
+
+def _break_body_parameter(m):
+    _instr(m.entry, "w").called[1] = _comp(m, "branch")
+
+
+def _break_branch_parameter(m):
+    _instr(_comp(m, "branch"), "a").shape = Shape.array(dtypes.F32, (3,))
+    _comp(m, "branch").root.shape = Shape.array(dtypes.F32, (3,))
+
+
+def _break_branch_count(m):
+    _instr(m.entry, "c").called.pop()
+
+
+@pytest.mark.parametrize("breakage, instr, message", [
+    (_break_body_root, "w", "while body %body returns f32[2]{0}"),
+    (_break_condition_root, "w", "while condition %cond must return pred[]"),
+    (_break_body_parameter, "w", "while body %branch takes f32[2]{0}, the operand is"),
+    (_break_branch_parameter, "c", "branch 0 %branch takes f32[3]{0}"),
+    (_break_branch_count, "c", "conditional has 1 branches and 2 branch operands"),
+], ids=lambda v: getattr(v, "__name__", "")[7:] or None)
+def test_catches_control_flow(breakage, instr, message):
+    m = parse_module(LOOP)
+    verify(m)
+    breakage(m)
+    with pytest.raises(VerifierError) as info:
+        verify(m)
+    assert f"instruction %{instr}: " in str(info.value) and message in str(info.value), \
+        str(info.value)

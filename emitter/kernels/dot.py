@@ -8,6 +8,7 @@ batch loops. The f32 product then takes one of three paths:
 
     M == 1 or N == 1, matrix contiguous along K  -> gemv.emit_row_dot
     M == 1 or N == 1, matrix contiguous along N  -> gemv.emit_row_stream
+    M <= MR, B's columns contiguous               -> gemm.emit_gemm, B read in place
     otherwise                                     -> gemm.emit_gemm (packed B sliver)
 
 The fast paths (``FastDot``) take M, N, K, the strides and the batch loops as run-time
@@ -26,7 +27,8 @@ from ...hlo import DotDimensionNumbers, Instruction, Shape, dtypes
 from ..irutil import alloca_once, for_range, i64, llvm_type
 from . import scalar
 from .function import Frame, KernelPlan
-from .gemm import GemmShape, MatrixPacker, Tiling, emit_gemm, scratch_floats, tiling_for
+from .gemm import (DirectRows, GemmShape, MatrixPacker, Tiling, emit_gemm, scratch_floats,
+                   tiling_for)
 from .gemv import emit_row_dot, emit_row_stream
 from .vec import F32, offset_ptr
 
@@ -125,7 +127,7 @@ def _gemv(plan: DotPlan):
     return None
 
 
-def _path(instr: Instruction, plan: DotPlan | None) -> str:
+def _path(instr: Instruction, plan: DotPlan | None, tiling: Tiling) -> str:
     if instr.shape.dtype != dtypes.F32 or plan is None or plan.k == 0 or plan.m * plan.n == 0:
         return "naive"
     g = _gemv(plan)
@@ -135,6 +137,8 @@ def _path(instr: Instruction, plan: DotPlan | None) -> str:
             return "row_dot"
         if sr == 1 and so == 1:
             return "row_stream"
+    if plan.m <= tiling.mr and plan.b_sn == 1:
+        return "gemm_direct"          # one row of tiles: each B element is read once
     return "gemm"
 
 
@@ -145,7 +149,7 @@ _MATMUL_PARAMS = ("m", "n", "k", "a_sm", "a_sk", "b_sk", "b_sn", "c_sm", "c_sn")
 class FastDot:
     """An f32 dot on the gemm / gemv paths; every size and stride is a run-time argument,
     so dots that differ only in sizes share it."""
-    path: str               # "gemm" | "row_dot" | "row_stream"
+    path: str               # "gemm" | "gemm_direct" | "row_dot" | "row_stream"
     batch_loops: int
     vector_lhs: bool        # gemv: A is the vector (M == 1), else B is (N == 1)
     unit_bn: bool           # gemm: B's columns are contiguous, packed with vector loads
@@ -170,9 +174,12 @@ class FastDot:
 
     def _emit_one(self, b, s, a, bb, c, scratch):
         t = self.tiling
-        if self.path == "gemm":
+        if self.path in ("gemm", "gemm_direct"):
             g = GemmShape(s["m"], s["n"], s["k"], s["a_sm"], s["a_sk"], s["c_sm"])
-            packer = MatrixPacker(bb, s["b_sk"], s["b_sn"], self.unit_bn, t, t.kc)
+            if self.path == "gemm":
+                packer = MatrixPacker(bb, s["b_sk"], s["b_sn"], self.unit_bn, t, t.kc)
+            else:
+                packer = DirectRows(bb, s["b_sk"], t.kc)
             emit_gemm(b, g, a, c, packer, scratch, t)
             return
         if self.vector_lhs:     # out row = B^T a
@@ -206,7 +213,8 @@ def plan_dot(instr: Instruction, target, lean: bool = False) -> KernelPlan:
     """``lean`` changes nothing: dots have no variant without scratch yet (theirs is one
     KC x NR sliver)."""
     plan = canonicalize(instr)
-    path = _path(instr, plan)
+    tiling = tiling_for(target)
+    path = _path(instr, plan, tiling)
     if path == "naive":
         lhs, rhs = (o.shape for o in instr.operands)
         return KernelPlan(NaiveDot(lhs, rhs, instr.shape, instr.attrs["dimension_numbers"]), {})
@@ -214,9 +222,13 @@ def plan_dot(instr: Instruction, target, lean: bool = False) -> KernelPlan:
     for i, loop in enumerate(plan.batch):
         sizes.update({f"batch{i}.extent": loop.extent, f"batch{i}.sa": loop.sa,
                       f"batch{i}.sb": loop.sb, f"batch{i}.sc": loop.sc})
-    spec = FastDot(path, len(plan.batch), vector_lhs=path != "gemm" and plan.m == 1,
-                   unit_bn=path == "gemm" and plan.b_sn == 1, tiling=tiling_for(target))
-    return KernelPlan(spec, sizes)
+    spec = FastDot(path, len(plan.batch), vector_lhs=path in ("row_dot", "row_stream")
+                   and plan.m == 1,
+                   unit_bn=path == "gemm" and plan.b_sn == 1, tiling=tiling)
+    # The packed sliver holds at most K rows: a short K (an RNN's input projection, K =
+    # its features) needs a fraction of the KC-row scratch the shared code allows for.
+    scratch = scratch_floats(tiling, min(plan.k, tiling.kc)) * 4 if path == "gemm" else None
+    return KernelPlan(spec, sizes, scratch)
 
 
 def _batch_loops(b, loops, a, bb, c, body):

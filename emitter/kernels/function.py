@@ -32,9 +32,16 @@ class KernelSpec(Hashable, Protocol):
 
 @dataclass(frozen=True)
 class KernelPlan:
-    """One instruction's kernel: the shared code (``spec``) and its own sizes."""
+    """One instruction's kernel: the shared code (``spec``) and its own sizes; ``scratch``
+    the bytes of scratch this instruction's call needs where that is less than the
+    spec's (the shared code writes no more than its sizes require)."""
     spec: KernelSpec
     sizes: dict[str, int]
+    scratch: int | None = None
+
+    @property
+    def scratch_bytes(self) -> int:
+        return self.spec.scratch_bytes if self.scratch is None else self.scratch
 
     @property
     def arguments(self) -> list[int]:

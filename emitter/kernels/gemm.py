@@ -11,8 +11,10 @@ Blocking (GotoBLAS, shrunk so the scratch stays small):
 
 Only one sliver is packed at a time, so the scratch is KC x NR floats (16 KiB for
 AVX2) whatever the problem size. The packer is a parameter: a strided matrix here,
-an on-the-fly im2col in conv.py. A's elements are broadcast straight from memory
-(any strides).
+an on-the-fly im2col in conv.py, or ``DirectRows``: B's rows read where they are
+(their columns contiguous), no scratch, which is what a product of at most MR rows
+wants anyway (each B element is read once, so packing would only copy it).
+A's elements are broadcast straight from memory (any strides).
 
 M, N, K and the strides are run-time values, so one function serves every layer with
 the same tiling. Remainders are handled at run time: the last rows of M take the
@@ -125,6 +127,18 @@ class MatrixPacker:
 
 
 @dataclass(frozen=True)
+class DirectRows:
+    """B (columns contiguous, rows ``sk`` apart) read in place instead of packed: the
+    sliver at (k0, n0) is B itself there; lanes past N are masked off on load."""
+    base: ir.Value
+    sk: ir.Value
+    k_block: int
+
+    def sliver(self, b: ir.IRBuilder, k0: ir.Value, n0: ir.Value) -> ir.Value:
+        return offset_ptr(b, self.base, F32, b.add(b.mul(k0, self.sk), n0))
+
+
+@dataclass(frozen=True)
 class GemmShape:
     """Run-time sizes: A element (m, k) at a[m*a_sm + k*a_sk], C element (m, n) at
     c[m*c_sm + n] (columns contiguous)."""
@@ -140,9 +154,10 @@ def scratch_floats(tiling: Tiling, k_block: int) -> int:
     return k_block * tiling.nr
 
 
-def emit_gemm(b: ir.IRBuilder, g: GemmShape, a: ir.Value, c: ir.Value, packer: Packer,
-              scratch: ir.Value, t: Tiling) -> None:
-    """Emit ``C = A * B`` at the builder's position (B comes through ``packer``)."""
+def emit_gemm(b: ir.IRBuilder, g: GemmShape, a: ir.Value, c: ir.Value,
+              packer: Packer | DirectRows, scratch: ir.Value | None, t: Tiling) -> None:
+    """Emit ``C = A * B`` at the builder's position (B comes through ``packer``, into
+    ``scratch``, or is read in place)."""
     # Equal M blocks, a multiple of MR each: a 4-row leftover block would repack every
     # B sliver for a quarter-empty micro-kernel.
     blocks = ceil_div(b, g.m, t.mc)
@@ -157,8 +172,12 @@ def emit_gemm(b: ir.IRBuilder, g: GemmShape, a: ir.Value, c: ir.Value, packer: P
             with for_range(b, g.n, "n0", step=t.nr) as n0:
                 valid = b.sub(g.n, n0)
                 full = b.icmp_signed(">=", valid, i64(t.nr))
-                packer.pack(b, scratch, k0, kc, n0, valid)
-                sliver = _Sliver(b, g, t, a, c, scratch, n0, k0, kc, first, valid)
+                if isinstance(packer, DirectRows):
+                    bp, row, masked = packer.sliver(b, k0, n0), packer.sk, True
+                else:
+                    packer.pack(b, scratch, k0, kc, n0, valid)
+                    bp, row, masked = scratch, i64(t.nr), False
+                sliver = _Sliver(b, g, t, a, c, bp, row, masked, n0, k0, kc, first, valid)
                 # A tail of at most one vector of columns gets one-vector tiles: half the
                 # work where N is small (7x7 = 3 x 16 + 1 pixels).
                 with b.if_else(b.icmp_signed(">", valid, i64(t.lanes))) as (wide, thin):
@@ -184,7 +203,9 @@ class _Sliver:
     t: Tiling
     a: ir.Value
     c: ir.Value
-    bp: ir.Value            # the packed sliver
+    bp: ir.Value            # the packed sliver (or B in place)
+    b_row: ir.Value         # elements from one of its rows to the next: NR packed
+    b_masked: bool          # B in place: lanes past N must not be read
     n0: ir.Value
     k0: ir.Value
     kc: ir.Value
@@ -255,10 +276,14 @@ class _Sliver:
                 over_c(load_c)
         a_start = b.mul(self.k0, g.a_sk)
         a_rows = [offset_ptr(b, self.a, F32, b.add(b.mul(r, g.a_sm), a_start)) for r in rows]
+        b_masks = [first_lanes(b, t.lanes, v * t.lanes, self.valid) if self.b_masked
+                   else None for v in range(nvec)]
         with for_range(b, self.kc, "k") as k:
-            bk = b.mul(k, i64(t.nr))
-            bvec = [load_vec(b, offset_ptr(b, self.bp, F32, b.add(bk, i64(v * t.lanes))), vty)
+            bk = b.mul(k, self.b_row)
+            bptr = [offset_ptr(b, self.bp, F32, b.add(bk, i64(v * t.lanes)))
                     for v in range(nvec)]
+            bvec = [load_vec(b, p, vty) if mask is None else masked_load(b, p, vty, mask)
+                    for p, mask in zip(bptr, b_masks)]
             ak = b.mul(k, g.a_sk)
             for i in range(height):
                 s = splat(b, b.load(offset_ptr(b, a_rows[i], F32, ak), typ=F32), t.lanes)

@@ -56,23 +56,43 @@ def _attribute_value(node: onnx.NodeProto, a: onnx.AttributeProto):
         return tuple(a.ints)
     if a.type == A.STRINGS:
         return tuple(s.decode() for s in a.strings)
+    if a.type == A.GRAPH:
+        return a.g
     raise XlacError(f"{node.op_type} node '{node_label(node)}': attribute '{a.name}' of type "
                     f"{A.AttributeType.Name(a.type)} is not supported")
 
 
 class ImportContext:
-    def __init__(self, module: Module, builder: Builder, opsets: dict[str, int]):
+    def __init__(self, module: Module, builder: Builder, opsets: dict[str, int],
+                 scope: str | None = None):
         self.module = module
         self.b = builder
         self.opsets = opsets                       # domain -> opset version
         self.values: dict[str, Instruction] = {}  # ONNX value name -> instruction
         self.input_names: list[str] = []           # parameter number -> ONNX input name
+        # None for the main graph; for a subgraph (a loop body, a branch) what it is,
+        # for messages: its parameters are no model inputs.
+        self.scope = scope
+        # RNN/GRU/LSTM: compute the input projection of all steps before the loop (one
+        # matrix product, a buffer of steps x batch x gates live across the loop) or
+        # each step's inside it (rnn.py).
+        self.hoist_recurrent_projection = True
         self._folded: dict[int, np.ndarray | None] = {}
         self._reducers: dict[tuple, Computation] = {}
         self._node: onnx.NodeProto | None = None
         self._attrs: dict[str, onnx.AttributeProto] = {}
         self._read_attrs: set[str] = set()
         self._read_inputs: set[int] = set()
+
+    def child(self, builder: Builder, scope: str | None) -> "ImportContext":
+        """A context for lowering a subgraph into ``builder`` (its values bound by the
+        caller): a computation of its own described by ``scope``, or (None) inlined into
+        this context's computation. Reducers are shared module-wide."""
+        sub = ImportContext(self.module, builder, self.opsets, scope)
+        sub.input_names = self.input_names
+        sub.hoist_recurrent_projection = self.hoist_recurrent_projection
+        sub._reducers = self._reducers
+        return sub
 
     # -- the node being lowered ---------------------------------------------
     def begin_node(self, node: onnx.NodeProto) -> None:
@@ -130,6 +150,10 @@ class ImportContext:
                 raise self.error(node, f"missing input {i} ({what})")
             return default
         value = self.value_of(x)
+        if value is None and self.scope is not None:
+            raise self.error(node, f"input '{node.input[i]}' ({what}) must be known at "
+                                   f"compile time, but in {self.scope} it depends on values "
+                                   f"computed at run time")
         if value is None:
             names = tuple(self.input_names[p.number] for p in _parameters_reached(x))
             problem = (f"{node.op_type} node '{node_label(node)}': input '{node.input[i]}' "

@@ -34,7 +34,8 @@ from .types import hlo_dtype
 
 
 def import_onnx(model, input_shapes: dict | None = None, name: str | None = None,
-                const_inputs: dict | None = None) -> Module:
+                const_inputs: dict | None = None,
+                hoist_recurrent_projection: bool = True) -> Module:
     """Lower an ONNX model (path, bytes or ModelProto) to an HLO module.
 
     ``input_shapes`` maps input names to dims that replace the model's
@@ -42,6 +43,9 @@ def import_onnx(model, input_shapes: dict | None = None, name: str | None = None
     those inputs become weights with that value and leave the signature. Entry
     parameter i is the i-th remaining graph input that has no initializer; the
     entry root is the single output, or a tuple of all outputs in graph order.
+    ``hoist_recurrent_projection``: RNN/GRU/LSTM compute the input projection of all
+    steps before their loop (faster, a buffer of steps x batch x gates) or each step's
+    in the loop (the smaller arena); see rnn.py.
     """
     model, source = _load(model)
     opsets = {_domain(o.domain): o.version for o in model.opset_import}
@@ -52,7 +56,8 @@ def import_onnx(model, input_shapes: dict | None = None, name: str | None = None
     pin_const_inputs(model, const_inputs or {})
     model = _pin_input_shapes(model, input_shapes or {})
     model = _infer_shapes(model)
-    return _lower(model, opsets, name or model.graph.name or "model")
+    return _lower(model, opsets, name or model.graph.name or "model",
+                  hoist_recurrent_projection)
 
 
 # -- 1-5: loading and checking ------------------------------------------------
@@ -290,11 +295,13 @@ def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
 
 # -- 6: lowering ----------------------------------------------------------------
 
-def _lower(model: onnx.ModelProto, opsets: dict[str, int], name: str) -> Module:
+def _lower(model: onnx.ModelProto, opsets: dict[str, int], name: str,
+           hoist_recurrent_projection: bool) -> Module:
     graph = model.graph
     module = Module(name)
     b = Builder("main")
     ctx = ImportContext(module, b, opsets)
+    ctx.hoist_recurrent_projection = hoist_recurrent_projection
     signature = Signature()
 
     for number, vi in enumerate(_graph_inputs(graph)):
@@ -309,9 +316,7 @@ def _lower(model: onnx.ModelProto, opsets: dict[str, int], name: str) -> Module:
         ctx.values[t.name] = b.constant(numpy_helper.to_array(t).astype(dtype.np, copy=False),
                                         dtype, name=t.name)
 
-    used = {n for node in graph.node for n in node.input} | {o.name for o in graph.output}
-    for node in graph.node:
-        _lower_node(ctx, node, used)
+    lower_nodes(ctx, graph)
 
     outputs = [ctx.values[o.name] for o in graph.output]
     if not outputs:
@@ -322,6 +327,14 @@ def _lower(model: onnx.ModelProto, opsets: dict[str, int], name: str) -> Module:
     module.add_computation(b.build(root), entry=True)
     module.signature = signature
     return module
+
+
+def lower_nodes(ctx: ImportContext, graph: onnx.GraphProto) -> None:
+    """Lower the nodes of ``graph`` into ``ctx`` (whose values hold what they read from
+    outside: graph inputs, initializers, values of enclosing graphs)."""
+    used = {o.name for o in graph.output} | {n for node in all_nodes(graph) for n in node.input}
+    for node in graph.node:
+        _lower_node(ctx, node, used)
 
 
 def _lower_node(ctx: ImportContext, node: onnx.NodeProto, used: set[str]) -> None:

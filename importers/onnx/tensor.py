@@ -202,8 +202,63 @@ def slice_v10(ctx, node):
     def vec(i, what):
         v = ctx.const_input(node, i, what, None)
         return None if v is None else v.reshape(-1).tolist()
+    if ctx.value_of(ctx.input(node, 1)) is None:
+        window = _run_time_window(ctx, node)
+        if window is not None:
+            return [window]
     return [_slice(ctx, node, ctx.input(node, 0), vec(1, "starts"), vec(2, "ends"),
                    vec(3, "axes"), vec(4, "steps"))]
+
+
+def _run_time_window(ctx, node):
+    """A slice whose starts are computed at run time (a loop's step) but whose ends are
+    the starts plus constants, in steps of 1: a window of static size at a run-time
+    position, a dynamic-slice. Negative starts count from the end as in ONNX; a window
+    running past the end is moved back inside (XLA's clamping), since the size must stay
+    static. None where the pattern does not hold."""
+    x, starts, ends = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2)
+    axes = ctx.const_input(node, 3, "axes", None)
+    steps = ctx.const_input(node, 4, "steps", None)
+    if steps is not None and any(int(v) != 1 for v in steps.reshape(-1)):
+        return None
+    sizes = _extent(ctx, starts, ends)
+    r = x.shape.rank
+    if sizes is None:
+        return None
+    axes = list(range(len(sizes))) if axes is None else \
+        _axes(ctx, node, axes.reshape(-1).tolist(), r)
+    if len(axes) != len(sizes) or any(not 0 <= n <= x.shape.dims[a]
+                                      for a, n in zip(axes, sizes)):
+        return None
+    b = ctx.b
+    flat = b.convert(b.reshape(starts, (len(sizes),)), dtypes.S64)
+    index = [b.constant(np.int64(0))] * r
+    window = list(x.shape.dims)
+    for k, (a, n) in enumerate(zip(axes, sizes)):
+        start = b.reshape(b.slice(flat, (k,), (k + 1,)), ())
+        dim = b.constant(np.int64(x.shape.dims[a]))
+        negative = b.compare(start, b.constant(np.int64(0)), "LT")
+        index[a] = b.op(Opcode.SELECT, negative, b.op(Opcode.ADD, start, dim), start)
+        window[a] = n
+    return b.op(Opcode.DYNAMIC_SLICE, x, *index, dynamic_slice_sizes=tuple(window))
+
+
+def _extent(ctx, starts, ends):
+    """ends - starts when that is known at compile time although both are not: ends is
+    starts plus a constant, through reshapes and conversions. None otherwise."""
+    def strip(v):
+        while v.opcode in (Opcode.RESHAPE, Opcode.BITCAST, Opcode.CONVERT):
+            v = v.operands[0]
+        return v
+    base, end = strip(starts), strip(ends)
+    if end.opcode is not Opcode.ADD:
+        return None
+    for a, c in (end.operands, end.operands[::-1]):
+        value = ctx.value_of(c)
+        if strip(a) is base and value is not None:
+            sizes = np.broadcast_to(value, starts.shape.dims).reshape(-1)
+            return [int(v) for v in sizes]
+    return None
 
 
 @register("Gather", since=1)
