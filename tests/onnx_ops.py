@@ -300,6 +300,32 @@ for _op in ("Softmax", "LogSoftmax"):
     case(f"{_op}_v11_default", node(_op, ["x"]), {"x": _SM}, opset=11, rtol=1e-4)
     case(f"{_op}_v13_axis1", node(_op, ["x"], axis=1), {"x": _SM}, rtol=1e-4)
     case(f"{_op}_v13_default", node(_op, ["x"]), {"x": _SM * 30}, rtol=1e-4)
+_LN = f32(2, 3, 8) * 3 + 1
+case("LayerNormalization_last_axis_stats", node("LayerNormalization", ["x", "s", "b"],
+                                                ["y", "mean", "inv"]),
+     {"x": _LN}, outputs=("y", "mean", "inv"), inits={"s": f32(8), "b": f32(8)}, opset=17,
+     rtol=1e-4, atol=1e-5)
+case("LayerNormalization_axis1_no_bias", node("LayerNormalization", ["x", "s"], axis=1,
+                                              epsilon=1e-3),
+     {"x": _LN, "s": f32(3, 8)}, opset=17, rtol=1e-4, atol=1e-5)
+case("LayerNormalization_f16", node("LayerNormalization", ["x", "s", "b"]),
+     {"x": _LN.astype(np.float16)}, inits={"s": f32(8).astype(np.float16),
+                                           "b": f32(8).astype(np.float16)},
+     opset=17, rtol=2e-3, atol=2e-3)
+case("RMSNormalization_axis_neg2", node("RMSNormalization", ["x", "s"], axis=-2, epsilon=1e-4),
+     {"x": _LN}, inits={"s": f32(3, 8)}, opset=23, rtol=1e-4, atol=1e-5)
+case("GroupNormalization_v21", node("GroupNormalization", ["x", "s", "b"], num_groups=2),
+     {"x": f32(2, 6, 3, 2)}, outputs=[("y", np.float32, (2, 6, 3, 2))],
+     inits={"s": f32(6), "b": f32(6)}, opset=21, rtol=1e-4, atol=1e-5)
+case("InstanceNormalization", node("InstanceNormalization", ["x", "s", "b"], epsilon=1e-3),
+     {"x": f32(2, 3, 4, 5) + 2}, inits={"s": f32(3), "b": f32(3)}, rtol=1e-4, atol=1e-5)
+case("InstanceNormalization_1d_v22", node("InstanceNormalization", ["x", "s", "b"]),
+     {"x": f32(2, 3, 7), "s": f32(3), "b": f32(3)}, opset=22, rtol=1e-4, atol=1e-5)
+for _p in (1, 2):
+    case(f"LpNormalization_p{_p}_axis0", node("LpNormalization", ["x"], axis=0, p=_p),
+         {"x": f32(3, 4)}, opset=22, rtol=1e-5)
+case("MeanVarianceNormalization_axes", node("MeanVarianceNormalization", ["x"], axes=[1, 2]),
+     {"x": f32(2, 3, 4) + 1}, rtol=1e-4, atol=1e-5)
 case("Dropout_v9", node("Dropout", ["x"], ratio=0.3), {"x": _X}, opset=9)
 case("Dropout_v13_mask", node("Dropout", ["x", "r"], ["y", "mask"]), {"x": _X},
      outputs=("y", "mask"), inits={"r": np.float32(0.4)})

@@ -51,6 +51,7 @@ def import_onnx(model, input_shapes: dict | None = None, name: str | None = None
     _check(model, source)
     pin_const_inputs(model, const_inputs or {})
     model = _pin_input_shapes(model, input_shapes or {})
+    _spell_out_function_defaults(model.graph, opsets)
     model = _infer_shapes(model)
     return _lower(model, opsets, name or model.graph.name or "model")
 
@@ -277,6 +278,25 @@ def _spell_out_defaults(graph: onnx.GraphProto) -> None:
                                                       {}).items():
             if not any(a.name == name for a in node.attribute):
                 node.attribute.append(onnx.helper.make_attribute(name, value))
+
+
+def _spell_out_function_defaults(graph: onnx.GraphProto, opsets: dict[str, int]) -> None:
+    """Write the schema's default into every node of a function-defined op that omits
+    an attribute: ONNX's shape inference expands the function body without the defaults,
+    so a body that reads ``@axes`` fails where the node leaves ``axes`` out
+    (MeanVarianceNormalization)."""
+    for node in graph.node:
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opsets.get(_domain(node.domain), 0),
+                                          node.domain)
+        except onnx.defs.SchemaError:
+            continue
+        if not schema.has_function:
+            continue
+        given = {a.name for a in node.attribute}
+        for name, a in schema.attributes.items():
+            if name not in given and a.default_value.type != onnx.AttributeProto.UNDEFINED:
+                node.attribute.append(a.default_value)
 
 
 def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
