@@ -4,7 +4,7 @@
 One module per op family registers its handlers in ``registry`` on import.
 """
 from . import (activations, cast, conv, elementwise, linalg, loss, math, ml,  # noqa: F401
-               nn, normalization, reduce, signal, sort, tensor)  # (register the handlers)
+               nn, normalization, reduce, signal, sort, tensor, transformer)  # (register the handlers)
 from .context import ConstantInputNeeded
 from .importer import import_onnx, pin_const_inputs
 from .registry import supported_ops

@@ -1,0 +1,345 @@
+"""Transformer ONNX ops: Attention (opsets 23-25), FlexAttention (ai.onnx.preview),
+RotaryEmbedding, SwiGLU and CausalConvWithState.
+
+Attention is two batched HLO dots with a softmax between them. Q keeps its layout:
+a 4-D (B, Hq, S, D) query is viewed as (B, Hkv, G, S, D) and a 3-D (B, S, Hq*D) one
+as (B, S, Hkv, G, D), G = Hq / Hkv query heads per key/value head, and the dots take
+K and V as they come, (B, Hkv, S, D) or (B, S, Hkv, D), with the KV heads as a batch
+dim: grouped-query attention reads each KV head once, never a repeated copy, and 3-D
+inputs are never transposed. The scores come out (B, Hkv, G, Sq, Skv) for a 4-D
+query, (B, Hkv, Sq, G, Skv) for a 3-D one. Masks (boolean or additive, causal,
+sliding window, the nonpad_kv_seqlen padding) are built as one bias in the canonical
+(B, Hkv, G, Sq, Skv) order with size-1 dims where they do not vary, and broadcast
+into the score loop by fusion.
+
+Arithmetic follows the ONNX reference where rounding is visible (f16 and bf16: one
+bf16 ulp is 4e-3): Q and K are scaled by sqrt(scale) before the dot, as the spec's
+pattern does, the probabilities are stored in the input type before the second dot,
+and sums accumulate as numpy's do (f16 in f32, bf16 in bf16). f32 and f64 scale the
+scores instead, inside the softmax loop, and divide by the softmax denominator after
+the second dot (on Sq x Dv values, not Sq x Skv): the probabilities are never stored,
+only exp(scores - max).
+"""
+from __future__ import annotations
+
+from math import prod, sqrt
+
+import numpy as np
+
+from ...hlo import ConvDimensionNumbers, DotDimensionNumbers, Opcode, Shape, Window, dtypes
+from .context import normalize_axis
+from .registry import register
+from .types import hlo_dtype
+
+PREVIEW = "ai.onnx.preview"
+_PATTERN_ROUNDING = (dtypes.F16, dtypes.BF16)
+
+
+def _sum_type(dtype):
+    """numpy sums f16 in f32 (pairwise float accumulators), bf16 (ml_dtypes) in bf16."""
+    return dtypes.F32 if dtype == dtypes.F16 else dtype
+
+
+def _fill_like(ctx, x, value):
+    return ctx.full(value, x.shape.dtype, x.shape.dims)
+
+
+def _bcast(ctx, x, dims):
+    """``x`` (same rank as ``dims``, size-1 dims where it does not vary) broadcast to dims."""
+    return ctx.broadcast_to(x, dims)
+
+
+def _and(ctx, a, c):
+    if a is None:
+        return c
+    dims = tuple(np.broadcast_shapes(a.shape.dims, c.shape.dims))
+    return ctx.b.op(Opcode.AND, _bcast(ctx, a, dims), _bcast(ctx, c, dims))
+
+
+def softmax_parts(ctx, x, guarded):
+    """(exp(x - max), sum of it) over the last dim of ``x``; the sum keeps the other dims.
+
+    ``guarded``: x may hold rows that are all -inf (fully masked). Their max counts as
+    0 and their sum as 1, so those rows come out 0, never NaN (the ONNX reference).
+    """
+    b = ctx.b
+    last = x.shape.rank - 1
+    kept = tuple(range(last))
+    dt = x.shape.dtype
+    m = ctx.reduce(x, (last,), Opcode.MAXIMUM, -np.inf)
+    if guarded:
+        m = b.op(Opcode.SELECT, b.compare(m, _fill_like(ctx, m, -np.inf), "EQ"),
+                 _fill_like(ctx, m, 0), m)
+    e = b.op(Opcode.EXP, b.op(Opcode.SUBTRACT, x, b.broadcast(m, x.shape.dims, kept)))
+    total = b.convert(ctx.reduce(b.convert(e, _sum_type(dt)), (last,), Opcode.ADD, 0), dt)
+    if guarded:
+        total = b.op(Opcode.SELECT, b.compare(total, _fill_like(ctx, total, 0), "EQ"),
+                     _fill_like(ctx, total, 1), total)
+    return e, total
+
+
+# -- Attention ------------------------------------------------------------------------
+
+class _Heads:
+    """The head geometry of one Attention node and the layouts of Q, K and V.
+
+    ``q`` is 5-D: (B, Hkv, G, Sq, D) from a 4-D query (``q_major`` False) or
+    (B, Sq, Hkv, G, D) from a 3-D one. ``k`` and ``v`` are 4-D, (B, Hkv, S, d)
+    (``kv_seq_dim`` 2) or (B, S, Hkv, d) (``kv_seq_dim`` 1).
+    """
+
+    def __init__(self, ctx, node, q, k, v):
+        b = ctx.b
+        rank = q.shape.rank
+        if rank not in (3, 4) or k.shape.rank != rank or v.shape.rank != rank:
+            raise ctx.error(node, f"Q, K and V must all be 3-D or all 4-D, got {q.shape}, "
+                                  f"{k.shape}, {v.shape}")
+        q_heads, kv_heads = ctx.attr(node, "q_num_heads", None), \
+            ctx.attr(node, "kv_num_heads", None)
+        if rank == 3:
+            if q_heads is None or kv_heads is None:
+                raise ctx.error(node, "3-D Q, K and V need q_num_heads and kv_num_heads")
+            for what, x, h in (("Q", q, q_heads), ("K", k, kv_heads), ("V", v, kv_heads)):
+                if h <= 0 or x.shape.dims[2] % h:
+                    raise ctx.error(node, f"{what} {x.shape}: hidden size is not a multiple "
+                                          f"of {h} heads")
+            self.batch, self.sq = q.shape.dims[:2]
+            self.hq, self.hkv = q_heads, kv_heads
+            q = b.reshape(q, (self.batch, self.sq, q_heads, q.shape.dims[2] // q_heads))
+            k = b.reshape(k, k.shape.dims[:2] + (kv_heads, k.shape.dims[2] // kv_heads))
+            v = b.reshape(v, v.shape.dims[:2] + (kv_heads, v.shape.dims[2] // kv_heads))
+            self.kv_seq_dim = 1
+        else:
+            self.batch, self.hq, self.sq = q.shape.dims[:3]
+            self.hkv = k.shape.dims[1]
+            if (q_heads not in (None, self.hq) or kv_heads not in (None, self.hkv)):
+                raise ctx.error(node, f"q_num_heads/kv_num_heads disagree with {q.shape}, "
+                                      f"{k.shape}")
+            self.kv_seq_dim = 2
+        self.q_major = rank == 4
+        if self.hkv <= 0 or self.hq % self.hkv:
+            raise ctx.error(node, f"{self.hq} query heads are not a multiple of {self.hkv} "
+                                  f"key/value heads")
+        if v.shape.dims[3 - self.kv_seq_dim] != self.hkv or \
+                v.shape.dims[self.kv_seq_dim] != k.shape.dims[self.kv_seq_dim]:
+            raise ctx.error(node, f"K {k.shape} and V {v.shape} do not match")
+        self.g = self.hq // self.hkv
+        self.head_size = q.shape.dims[3]
+        if k.shape.dims[3] != self.head_size:
+            raise ctx.error(node, f"Q and K head sizes differ: {q.shape}, {k.shape}")
+        self.q, self.k, self.v = q, k, v
+        self.rank = rank
+
+    def q5(self, ctx, q):
+        """The 4-D (B, Hq, Sq, D) or (B, Sq, Hq, D) query as 5-D (see the class doc)."""
+        d = q.shape.dims
+        if self.q_major:
+            return ctx.b.reshape(q, (d[0], self.hkv, self.g) + d[2:])
+        return ctx.b.reshape(q, d[:2] + (self.hkv, self.g, d[3]))
+
+    def to_kv_major(self, ctx, x):
+        """K or V as (B, Hkv, S, d)."""
+        return ctx.b.transpose(x, (0, 2, 1, 3)) if self.kv_seq_dim == 1 else x
+
+    def scores_perm(self):
+        """Canonical (B, Hkv, G, Sq, Skv) <-> the dots' order (a self-inverse perm)."""
+        return (0, 1, 2, 3, 4) if self.q_major else (0, 1, 3, 2, 4)
+
+
+def _q_dot_k(ctx, heads, q5, k):
+    """(B, Hkv, G, Sq, Skv) or (B, Hkv, Sq, G, Skv) scores: Q5 . K^T over D."""
+    q_batch = (0, 1) if heads.q_major else (0, 2)
+    kv_batch = (0, 3 - heads.kv_seq_dim)
+    return ctx.b.dot(q5, k, DotDimensionNumbers(q_batch, (4,), kv_batch, (3,)))
+
+
+def _p_dot_v(ctx, heads, p, v):
+    """Probabilities (the scores' layout) . V over the key sequence."""
+    kv_batch = (0, 3 - heads.kv_seq_dim)
+    return ctx.b.dot(p, v, DotDimensionNumbers((0, 1), (4,), kv_batch, (heads.kv_seq_dim,)))
+
+
+def _canonical_mask(ctx, node, heads, mask, total):
+    """attn_mask as (B|1, Hkv|1, G|1, Sq|1, total): padded to ``total`` keys (with False
+    or -inf), right-aligned to (batch, heads, Sq, keys), the heads split by KV head."""
+    b = ctx.b
+    if mask.shape.rank > 4 or mask.shape.rank < 1:
+        raise ctx.error(node, f"attn_mask {mask.shape} must have rank 1 to 4")
+    is_bool = mask.shape.dtype.is_pred
+    short = total - mask.shape.dims[-1]
+    if short < 0:
+        raise ctx.error(node, f"attn_mask {mask.shape} has more than the {total} keys")
+    if short:
+        fill = ctx.scalar(False if is_bool else -np.inf, mask.shape.dtype)
+        mask = b.pad(mask, fill, (0,) * mask.shape.rank, (0,) * (mask.shape.rank - 1) + (short,))
+    mb, mh, mq, mk = (1,) * (4 - mask.shape.rank) + mask.shape.dims
+    if mh == heads.hq:
+        split = (heads.hkv, heads.g)
+    elif mh == 1:
+        split = (1, 1)
+    else:
+        raise ctx.error(node, f"attn_mask {mask.shape} does not broadcast to {heads.hq} heads")
+    if mb not in (1, heads.batch) or mq not in (1, heads.sq):
+        raise ctx.error(node, f"attn_mask {mask.shape} does not broadcast to "
+                              f"({heads.batch}, {heads.hq}, {heads.sq}, {total})")
+    return b.reshape(mask, (mb,) + split + (mq, mk))
+
+
+def _positions(ctx, heads, total, offset):
+    """(i + offset, j) as s64 (B|1, 1, 1, Sq, total): the absolute query position and the
+    key index; ``offset`` is an int or a (B,) s64 instruction."""
+    b = ctx.b
+    if isinstance(offset, int):
+        shape = Shape.array(dtypes.S64, (1, 1, 1, heads.sq, total))
+        i = b.op(Opcode.ADD, b.iota(shape, 3), ctx.full(offset, dtypes.S64, shape.dims))
+        return i, b.iota(shape, 4)
+    shape = Shape.array(dtypes.S64, (heads.batch, 1, 1, heads.sq, total))
+    i = b.op(Opcode.ADD, b.iota(shape, 3), b.broadcast(offset, shape.dims, (0,)))
+    return i, b.iota(shape, 4)
+
+
+def _attention_bias(ctx, node, heads, mask, nonpad, past_len, total):
+    """The additive bias of the scores (0 or -inf where a key is masked, plus a float
+    mask) in the query type, canonical order with size-1 dims; None without masks."""
+    b = ctx.b
+    t1 = heads.q.shape.dtype
+    allowed, additive = None, None
+    if mask is not None:
+        mask = _canonical_mask(ctx, node, heads, mask, total)
+        if mask.shape.dtype.is_pred:
+            allowed = mask
+        else:
+            additive = b.convert(mask, t1)
+    causal = ctx.attr(node, "is_causal", 0)
+    left = ctx.attr(node, "left_window_size", -1)
+    right = ctx.attr(node, "right_window_size", -1)
+    if left < -1 or right < -1:
+        raise ctx.error(node, "left_window_size and right_window_size must be -1 or >= 0")
+    if causal or left >= 0 or right >= 0:
+        # Bottom-right alignment: query i sits at absolute position i + offset, offset =
+        # the cached keys before the block (past_key's length, or nonpad - Sq per batch).
+        if nonpad is not None:
+            offset = b.op(Opcode.SUBTRACT, nonpad, ctx.full(heads.sq, dtypes.S64,
+                                                            nonpad.shape.dims))
+        else:
+            offset = past_len
+        i, j = _positions(ctx, heads, total, offset)
+        if causal:
+            allowed = _and(ctx, allowed, b.compare(j, i, "LE"))
+        if left >= 0:
+            allowed = _and(ctx, allowed, b.compare(b.op(Opcode.SUBTRACT, i, j),
+                                                   _fill_like(ctx, i, left), "LE"))
+        if right >= 0:
+            allowed = _and(ctx, allowed, b.compare(b.op(Opcode.SUBTRACT, j, i),
+                                                   _fill_like(ctx, i, right), "LE"))
+    if nonpad is not None:
+        shape = Shape.array(dtypes.S64, (heads.batch, 1, 1, 1, total))
+        limit = b.broadcast(nonpad, shape.dims, (0,))
+        allowed = _and(ctx, allowed, b.compare(b.iota(shape, 4), limit, "LT"))
+    if allowed is None:
+        return additive
+    if additive is None:
+        additive = ctx.full(0, t1, (1,) * 5)
+    dims = tuple(np.broadcast_shapes(allowed.shape.dims, additive.shape.dims))
+    return b.op(Opcode.SELECT, _bcast(ctx, allowed, dims), _bcast(ctx, additive, dims),
+                ctx.full(-np.inf, t1, dims))
+
+
+@register("Attention", since=23)
+def attention(ctx, node):
+    b = ctx.b
+    q, k, v = (ctx.input(node, i) for i in range(3))
+    mask = ctx.input(node, 3)
+    past_k, past_v = ctx.input(node, 4), ctx.input(node, 5)
+    nonpad = ctx.input(node, 6)
+    if (past_k is None) != (past_v is None):
+        raise ctx.error(node, "past_key and past_value must be given together")
+    if nonpad is not None and past_k is not None:
+        raise ctx.error(node, "nonpad_kv_seqlen cannot be combined with past_key/past_value")
+    t1 = q.shape.dtype
+    if not t1.is_float or k.shape.dtype != t1 or v.shape.dtype != t1:
+        raise ctx.error(node, f"Q, K and V must share one floating-point type, got "
+                              f"{q.shape}, {k.shape}, {v.shape}")
+    heads = _Heads(ctx, node, q, k, v)
+    k, v = heads.k, heads.v
+    past_len = 0
+    if past_k is not None:
+        k = b.concatenate([past_k, heads.to_kv_major(ctx, k)], 2)
+        v = b.concatenate([past_v, heads.to_kv_major(ctx, v)], 2)
+        past_len = past_k.shape.dims[2]
+        heads.kv_seq_dim = 2
+    present_k, present_v = heads.to_kv_major(ctx, k), heads.to_kv_major(ctx, v)
+    total = k.shape.dims[heads.kv_seq_dim]
+    if nonpad is not None and nonpad.shape.dims != (heads.batch,):
+        raise ctx.error(node, f"nonpad_kv_seqlen {nonpad.shape} must have shape "
+                              f"({heads.batch},)")
+
+    # Q . K^T, scaled: sqrt(scale) on each of Q and K where the rounding shows (f16, bf16).
+    scale = ctx.attr(node, "scale", None)
+    scale = 1 / sqrt(heads.head_size) if scale is None else scale
+    q5 = heads.q5(ctx, heads.q)
+    if t1 in _PATTERN_ROUNDING:
+        root = ctx.scalar(sqrt(scale), t1)          # rounded to T1, as the reference
+        q5 = b.op(Opcode.MULTIPLY, q5, b.broadcast(root, q5.shape.dims, ()))
+        k = b.op(Opcode.MULTIPLY, k, b.broadcast(root, k.shape.dims, ()))
+        raw = _q_dot_k(ctx, heads, q5, k)
+    else:
+        raw = _q_dot_k(ctx, heads, q5, k)
+        raw = b.op(Opcode.MULTIPLY, raw, _fill_like(ctx, raw, scale))
+    softcap = ctx.attr(node, "softcap", 0.0)
+    capped = raw
+    if softcap > 0:
+        capped = b.op(Opcode.MULTIPLY, b.op(Opcode.TANH, b.op(
+            Opcode.DIVIDE, raw, _fill_like(ctx, raw, softcap))), _fill_like(ctx, raw, softcap))
+
+    perm = heads.scores_perm()
+    canonical_dims = tuple(raw.shape.dims[p] for p in perm)
+    bias = _attention_bias(ctx, node, heads, mask, nonpad, past_len, total)
+    x = capped
+    if bias is not None:
+        full = b.transpose(_bcast(ctx, bias, canonical_dims), perm)
+        x = b.op(Opcode.ADD, capped, full)
+    biased = x
+    precision = ctx.attr(node, "softmax_precision", None)
+    sp = t1 if precision is None else hlo_dtype(precision, "softmax_precision")
+    if not sp.is_float:
+        raise ctx.error(node, f"softmax_precision {sp} is not a floating-point type")
+    e, total_e = softmax_parts(ctx, b.convert(x, sp), guarded=bias is not None)
+    kept = (0, 1, 2, 3)
+    row_dead = None
+    if bias is not None:
+        # A row whose bias is -inf everywhere attends nothing: its output is 0.
+        worst = ctx.reduce(bias, (4,), Opcode.MAXIMUM, -np.inf)
+        row_dead = b.transpose(_bcast(ctx, b.compare(worst, _fill_like(ctx, worst, -np.inf),
+                                                     "EQ"), canonical_dims[:4]), perm[:4])
+
+    mode = ctx.attr(node, "qk_matmul_output_mode", 0)
+    if mode not in (0, 1, 2, 3):
+        raise ctx.error(node, f"qk_matmul_output_mode must be 0 to 3, got {mode}")
+    wants_probs = mode == 3 and len(node.output) > 3 and node.output[3]
+    if t1 == sp and t1 not in _PATTERN_ROUNDING and not wants_probs:
+        # exp(x - max) . V, then divided by the row sums: the probabilities are never stored
+        y = _p_dot_v(ctx, heads, e, v)
+        y = b.op(Opcode.DIVIDE, y, b.broadcast(total_e, y.shape.dims, kept))
+        probs = None
+    else:
+        probs = b.op(Opcode.DIVIDE, e, b.broadcast(total_e, e.shape.dims, kept))
+        if row_dead is not None:
+            probs = b.op(Opcode.SELECT, b.broadcast(row_dead, probs.shape.dims, kept),
+                         _fill_like(ctx, probs, 0), probs)
+        probs = b.convert(probs, t1)
+        y = _p_dot_v(ctx, heads, probs, v)
+    if row_dead is not None and probs is None:
+        y = b.op(Opcode.SELECT, b.broadcast(row_dead, y.shape.dims, kept),
+                 _fill_like(ctx, y, 0), y)
+
+    dv = y.shape.dims[4]
+    if heads.q_major:
+        y = b.reshape(y, (heads.batch, heads.hq, heads.sq, dv))
+    else:
+        y = b.reshape(b.transpose(y, (0, 2, 1, 3, 4)), (heads.batch, heads.sq, heads.hq * dv))
+    qk = {0: raw, 1: capped, 2: biased, 3: probs}[mode]
+    if qk is not None:
+        qk = b.convert(b.reshape(b.transpose(qk, perm), (heads.batch, heads.hq, heads.sq, total)),
+                       t1)
+    return [y, present_k, present_v, qk]
