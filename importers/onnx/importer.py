@@ -344,6 +344,31 @@ def _lower(model: onnx.ModelProto, opsets: dict[str, int], name: str) -> Module:
     return module
 
 
+def inline_graph(ctx: ImportContext, graph: onnx.GraphProto, inputs: list) -> list:
+    """Lower the nodes of ``graph``, a graph attribute of the node being lowered, into the
+    current computation with its inputs bound to ``inputs``; returns its outputs. The
+    enclosing graph's values stay visible to it, as ONNX's scoping rules say."""
+    _reject_unsupported(graph, ctx.opsets)
+    if len(graph.input) != len(inputs):
+        raise XlacError(f"subgraph '{graph.name}' takes {len(graph.input)} inputs, "
+                        f"given {len(inputs)}")
+    with ctx.subgraph_scope():
+        for vi, x in zip(graph.input, inputs):
+            dtype = hlo_dtype(vi.type.tensor_type.elem_type, f"subgraph input '{vi.name}'")
+            if dtype != x.shape.dtype:
+                raise XlacError(f"subgraph '{graph.name}' input '{vi.name}' is {dtype}, "
+                                f"given {x.shape.dtype}")
+            ctx.values[vi.name] = x
+        for t in graph.initializer:
+            dtype = hlo_dtype(t.data_type, f"initializer '{t.name}'")
+            ctx.values[t.name] = ctx.b.constant(
+                numpy_helper.to_array(t).astype(dtype.np, copy=False), dtype)
+        used = {n for node in graph.node for n in node.input} | {o.name for o in graph.output}
+        for node in graph.node:
+            _lower_node(ctx, node, used)
+        return [ctx.values[o.name] for o in graph.output]
+
+
 def _lower_node(ctx: ImportContext, node: onnx.NodeProto, used: set[str]) -> None:
     domain = _domain(node.domain)
     rule = lookup(domain, node.op_type, ctx.opsets.get(domain, 0))

@@ -22,12 +22,12 @@ only exp(scores - max).
 """
 from __future__ import annotations
 
-from math import prod, sqrt
+from math import sqrt
 
 import numpy as np
 
-from ...hlo import ConvDimensionNumbers, DotDimensionNumbers, Opcode, Shape, Window, dtypes
-from .context import normalize_axis
+from ...hlo import (ConvDimensionNumbers, DotDimensionNumbers, GatherDimensionNumbers, Opcode,
+                    Shape, Window, dtypes)
 from .registry import register
 from .types import hlo_dtype
 
@@ -343,3 +343,161 @@ def attention(ctx, node):
         qk = b.convert(b.reshape(b.transpose(qk, perm), (heads.batch, heads.hq, heads.sq, total)),
                        t1)
     return [y, present_k, present_v, qk]
+
+
+# -- FlexAttention --------------------------------------------------------------------
+
+@register("FlexAttention", since=1, domain=PREVIEW)
+def flex_attention(ctx, node):
+    # Softmax(score_mod(Q . K^T * scale)) then prob_mod, . V; the modifiers are subgraphs
+    # on the (B, Hq, Sq, Skv) tensor, inlined. Scores and probabilities are in
+    # softmax_precision, by default f32 for f16/bf16 inputs and the input type otherwise.
+    from .importer import inline_graph
+    b = ctx.b
+    q, k, v = (ctx.input(node, i) for i in range(3))
+    if q.shape.rank != 4:
+        raise ctx.error(node, f"Q, K and V must be 4-D, got {q.shape}, {k.shape}, {v.shape}")
+    t1 = q.shape.dtype
+    heads = _Heads(ctx, node, q, k, v)
+    precision = ctx.attr(node, "softmax_precision", None)
+    if precision is not None:
+        sp = hlo_dtype(precision, "softmax_precision")
+    else:
+        sp = dtypes.F32 if t1.bits < 32 else t1
+    scale = ctx.attr(node, "scale", None)
+    scale = 1 / sqrt(heads.head_size) if scale is None else scale
+    q5 = heads.q5(ctx, heads.q)
+    root = ctx.scalar(np.sqrt(np.float32(scale)), t1)   # sqrt in f32, then T1: the reference
+    q5 = b.op(Opcode.MULTIPLY, q5, b.broadcast(root, q5.shape.dims, ()))
+    k = b.op(Opcode.MULTIPLY, heads.k, b.broadcast(root, heads.k.shape.dims, ()))
+    scores = b.convert(_q_dot_k(ctx, heads, q5, k), sp)
+    dims4 = (heads.batch, heads.hq, heads.sq, scores.shape.dims[4])
+
+    def modified(attr, x):
+        graph = ctx.attr(node, attr, None)
+        if graph is None:
+            return x
+        (y,) = inline_graph(ctx, graph, [b.reshape(x, dims4)])
+        if y.shape.dims != dims4 or y.shape.dtype != sp:
+            raise ctx.error(node, f"{attr} must return {sp}{list(dims4)}, got {y.shape}")
+        return b.reshape(y, x.shape.dims)
+
+    e, total = softmax_parts(ctx, modified("score_mod", scores), guarded=False)
+    probs = b.op(Opcode.DIVIDE, e, b.broadcast(total, e.shape.dims, (0, 1, 2, 3)))
+    probs = modified("prob_mod", probs)
+    y = _p_dot_v(ctx, heads, probs, b.convert(heads.v, sp))
+    return [b.convert(b.reshape(y, dims4[:3] + (y.shape.dims[4],)), t1)]
+
+
+# -- RotaryEmbedding ------------------------------------------------------------------
+
+@register("RotaryEmbedding", since=23)
+def rotary_embedding(ctx, node):
+    # The first rotary_embedding_dim features of each head are rotated as rd/2 pairs,
+    # (x1, x2) -> (cos x1 - sin x2, sin x1 + cos x2): pairs are the two halves, or
+    # neighbours (interleaved). cos/sin come from the caches at position_ids.
+    b = ctx.b
+    x, cos, sin, pos = (ctx.input(node, i) for i in range(4))
+    interleaved = ctx.attr(node, "interleaved", 0)
+    rd = ctx.attr(node, "rotary_embedding_dim", 0)
+    num_heads = ctx.attr(node, "num_heads", 0)
+    if x.shape.rank == 4:
+        batch, _, seq, d = x.shape.dims
+        x4, cache_dims = x, (0, 2, 3)
+    elif x.shape.rank == 3:
+        batch, seq, hidden = x.shape.dims
+        if num_heads <= 0 or hidden % num_heads:
+            raise ctx.error(node, f"a 3-D input {x.shape} needs num_heads dividing its "
+                                  f"hidden size, got num_heads={num_heads}")
+        d = hidden // num_heads
+        x4, cache_dims = b.reshape(x, (batch, seq, num_heads, d)), (0, 1, 3)
+    else:
+        raise ctx.error(node, f"input must be 3-D or 4-D, got {x.shape}")
+    rd = rd or d
+    if rd % 2 or rd > d:
+        raise ctx.error(node, f"rotary_embedding_dim {rd} must be even and at most the "
+                              f"head size {d}")
+    half = rd // 2
+    if pos is not None:
+        if pos.shape.dims != (batch, seq) or cos.shape.rank != 2:
+            raise ctx.error(node, f"position_ids {pos.shape} must be ({batch}, {seq}) and "
+                                  f"the caches 2-D, got {cos.shape}")
+        dn = GatherDimensionNumbers((2,), (0,), (0,), 2)
+        cos = b.gather(cos, pos, dn, (1, cos.shape.dims[1]))
+        sin = b.gather(sin, pos, dn, (1, sin.shape.dims[1]))
+    for what, c in (("cos_cache", cos), ("sin_cache", sin)):
+        if c.shape.dims != (batch, seq, half):
+            raise ctx.error(node, f"{what} gives {c.shape.dims}, expected "
+                                  f"({batch}, {seq}, {half}) for rotary_embedding_dim {rd}")
+    cos = b.broadcast(cos, x4.shape.dims[:3] + (half,), cache_dims)
+    sin = b.broadcast(sin, x4.shape.dims[:3] + (half,), cache_dims)
+
+    def part(start, stop, stride=1):
+        lead = x4.shape.dims[:3]
+        return b.slice(x4, (0, 0, 0, start), lead + (stop,), (1, 1, 1, stride))
+
+    x1, x2 = (part(0, rd, 2), part(1, rd, 2)) if interleaved else \
+        (part(0, half), part(half, rd))
+    mul = lambda p, q: b.op(Opcode.MULTIPLY, p, q)   # noqa: E731
+    real = b.op(Opcode.SUBTRACT, mul(cos, x1), mul(sin, x2))
+    imag = b.op(Opcode.ADD, mul(sin, x1), mul(cos, x2))
+    if interleaved:
+        pairs = [b.reshape(t, t.shape.dims + (1,)) for t in (real, imag)]
+        rotated = b.reshape(b.concatenate(pairs, 4), real.shape.dims[:3] + (rd,))
+    else:
+        rotated = b.concatenate([real, imag], 3)
+    if rd < d:
+        rotated = b.concatenate([rotated, part(rd, d)], 3)
+    return [b.reshape(rotated, x.shape.dims)]
+
+
+# -- SwiGLU, CausalConvWithState ----------------------------------------------------------
+
+def _swish(ctx, x, alpha=1.0):
+    """x * sigmoid(alpha * x)."""
+    b = ctx.b
+    z = x if alpha == 1.0 else b.op(Opcode.MULTIPLY, x, _fill_like(ctx, x, alpha))
+    return b.op(Opcode.MULTIPLY, x, b.op(Opcode.LOGISTIC, z))
+
+
+@register("SwiGLU", since=28)
+def swiglu(ctx, node):
+    # y = a * sigmoid(alpha * a) * b, a and b of one shape (no broadcasting).
+    a, g = ctx.input(node, 0), ctx.input(node, 1)
+    if a.shape != g.shape:
+        raise ctx.error(node, f"A {a.shape} and B {g.shape} must have one shape and type")
+    return [ctx.b.op(Opcode.MULTIPLY, _swish(ctx, a, ctx.attr(node, "alpha", 1.0)), g)]
+
+
+@register("CausalConvWithState", since=27)
+def causal_conv_with_state(ctx, node):
+    # A depthwise 1-D convolution over (B, C, L) whose left context is past_state (the
+    # last k-1 inputs of the previous call; zeros without it), optionally followed by
+    # SiLU. present_state is the last k-1 positions of past_state ++ input.
+    b = ctx.b
+    x, w, bias, past = (ctx.input(node, i) for i in range(4))
+    activation = ctx.attr(node, "activation", "none")
+    if activation not in ("none", "silu", "swish"):
+        raise ctx.error(node, f"unsupported activation '{activation}'")
+    if x.shape.rank != 3 or w.shape.rank != 3:
+        raise ctx.error(node, f"input (B, C, L) and weight (C, 1, k) must be 3-D, got "
+                              f"{x.shape}, {w.shape}")
+    batch, channels, length = x.shape.dims
+    k = w.shape.dims[2]
+    if w.shape.dims[:2] != (channels, 1) or k < 1:
+        raise ctx.error(node, f"weight {w.shape} must be ({channels}, 1, k)")
+    if past is None:
+        padded = b.pad(x, ctx.scalar(0, x.shape.dtype), (0, 0, k - 1), (0, 0, 0))
+    else:
+        if past.shape.dims != (batch, channels, k - 1):
+            raise ctx.error(node, f"past_state {past.shape} must be ({batch}, {channels}, "
+                                  f"{k - 1})")
+        padded = b.concatenate([past, x], 2)
+    y = b.convolution(padded, w, Window.make((k,)), ConvDimensionNumbers.nchw(1),
+                      feature_group_count=channels)
+    if bias is not None:
+        y = b.op(Opcode.ADD, y, b.broadcast(bias, y.shape.dims, (1,)))
+    if activation != "none":
+        y = _swish(ctx, y)
+    present = b.slice(padded, (0, 0, length), (batch, channels, length + k - 1))
+    return [y, present]
