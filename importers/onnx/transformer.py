@@ -1,5 +1,5 @@
 """Transformer ONNX ops: Attention (opsets 23-25), FlexAttention (ai.onnx.preview),
-RotaryEmbedding, SwiGLU and CausalConvWithState.
+RotaryEmbedding, SwiGLU, CausalConvWithState and LinearAttention.
 
 Attention is two batched HLO dots with a softmax between them. Q keeps its layout:
 a 4-D (B, Hq, S, D) query is viewed as (B, Hkv, G, S, D) and a 3-D (B, S, Hq*D) one
@@ -501,3 +501,102 @@ def causal_conv_with_state(ctx, node):
         y = _swish(ctx, y)
     present = b.slice(padded, (0, 0, length), (batch, channels, length + k - 1))
     return [y, present]
+
+
+# -- LinearAttention ------------------------------------------------------------------
+
+_UPDATE_RULES = {"linear": (False, False), "gated": (True, False), "delta": (False, True),
+                 "gated_delta": (True, True)}      # rule -> (gating, delta correction)
+
+
+def _heads_of(ctx, node, what, x, shape, heads, per_head_sizes):
+    """A packed (B, T, heads * d) input as (B, T, heads, d), d one of ``per_head_sizes``."""
+    if x.shape.rank != 3 or x.shape.dims[:2] != shape or \
+            x.shape.dims[2] not in tuple(heads * n for n in per_head_sizes):
+        raise ctx.error(node, f"{what} {x.shape} must be ({shape[0]}, {shape[1]}, "
+                              f"{' or '.join(str(heads * n) for n in per_head_sizes)})")
+    return ctx.b.reshape(x, shape + (heads, x.shape.dims[2] // heads))
+
+
+@register("LinearAttention", since=27, ignore=("chunk_size",))   # a tuning hint
+def linear_attention(ctx, node):
+    # The recurrence over T in f32, one step per token as the reference runs it, unrolled
+    # (T is static; long prefills want an HLO while loop once the IR has one). Per step,
+    # with the state S (B, Hkv, dk, dv):
+    #   gated:  S *= exp(g_t)                (g_t per KV head or per key dim)
+    #   delta:  v_t = beta_t * (v_t - S^T k_t)
+    #   S += k_t (outer) v_t;   o_t = scale * q_t^T S, query head h reading KV head h // G
+    b = ctx.b
+    q, k, v, past, decay, beta = (ctx.input(node, i) for i in range(6))
+    rule = ctx.attr(node, "update_rule", "gated_delta")
+    if rule not in _UPDATE_RULES:
+        raise ctx.error(node, f"unknown update_rule '{rule}'")
+    gating, delta = _UPDATE_RULES[rule]
+    for what, x, needed in (("decay", decay, gating), ("beta", beta, delta)):
+        if (x is not None) != needed:
+            raise ctx.error(node, f"update_rule '{rule}' {'needs' if needed else 'takes no'} "
+                                  f"{what} input")
+    hq, hkv = ctx.attr(node, "q_num_heads"), ctx.attr(node, "kv_num_heads")
+    if hkv <= 0 or hq <= 0 or hq % hkv:
+        raise ctx.error(node, f"q_num_heads {hq} must be a positive multiple of "
+                              f"kv_num_heads {hkv}")
+    if q.shape.rank != 3:
+        raise ctx.error(node, f"query must be (B, T, H*d), got {q.shape}")
+    bt = q.shape.dims[:2]
+    batch, steps = bt
+    if q.shape.dims[2] % hq:
+        raise ctx.error(node, f"query {q.shape} does not split into {hq} heads")
+    dk = q.shape.dims[2] // hq
+    f32 = dtypes.F32
+    q4 = b.convert(b.reshape(q, bt + (hq, dk)), f32)
+    k4 = b.convert(_heads_of(ctx, node, "key", k, bt, hkv, (dk,)), f32)
+    if v.shape.rank != 3 or v.shape.dims[2] % hkv:
+        raise ctx.error(node, f"value {v.shape} does not split into {hkv} heads")
+    dv = v.shape.dims[2] // hkv
+    v4 = b.convert(_heads_of(ctx, node, "value", v, bt, hkv, (dv,)), f32)
+    state_shape = (batch, hkv, dk, dv)
+    if past is not None:
+        if past.shape.dims != state_shape:
+            raise ctx.error(node, f"past_state {past.shape} must be {state_shape}")
+        state, state_type = b.convert(past, f32), past.shape.dtype
+    else:
+        state, state_type = ctx.full(0, f32, state_shape), q.shape.dtype
+    if gating:
+        decay = b.convert(_heads_of(ctx, node, "decay", decay, bt, hkv, (1, dk)), f32)
+    if delta:
+        if beta.shape.dims not in (bt + (hkv,), bt + (1,)):
+            raise ctx.error(node, f"beta {beta.shape} must be ({batch}, {steps}, {hkv} or 1)")
+        beta = b.convert(beta, f32)
+    scale = ctx.attr(node, "scale", 0.0) or 1 / sqrt(dk)
+
+    def at(x, t):
+        """Step t of a (B, T, ...) tensor, as (B, ...)."""
+        rest = x.shape.dims[2:]
+        return b.reshape(b.slice(x, (0, t) + (0,) * len(rest), (batch, t + 1) + rest),
+                         (batch,) + rest)
+
+    def over(x, dims):
+        """x broadcast over the trailing dims of ``dims`` it lacks."""
+        return ctx.broadcast_to(b.reshape(x, x.shape.dims + (1,) * (len(dims) - x.shape.rank)),
+                                dims)
+
+    outputs = []
+    for t in range(steps):
+        k_t, v_t = at(k4, t), at(v4, t)                          # (B, Hkv, dk), (B, Hkv, dv)
+        if gating:     # decay (B, Hkv, 1 or dk) scales the rows of S
+            state = b.op(Opcode.MULTIPLY, state, over(b.op(Opcode.EXP, at(decay, t)),
+                                                      state_shape))
+        if delta:
+            # retrieved[b, h, m] = sum_d S[b, h, d, m] k_t[b, h, d]
+            retrieved = b.dot(state, k_t, DotDimensionNumbers((0, 1), (2,), (0, 1), (2,)))
+            v_t = b.op(Opcode.MULTIPLY, over(at(beta, t), v_t.shape.dims),
+                       b.op(Opcode.SUBTRACT, v_t, retrieved))
+        outer = b.op(Opcode.MULTIPLY, b.broadcast(k_t, state_shape, (0, 1, 2)),
+                     b.broadcast(v_t, state_shape, (0, 1, 3)))
+        state = b.op(Opcode.ADD, state, outer)
+        q_t = b.reshape(at(q4, t), (batch, hkv, hq // hkv, dk))
+        o_t = b.dot(q_t, state, DotDimensionNumbers((0, 1), (3,), (0, 1), (2,)))
+        o_t = b.op(Opcode.MULTIPLY, o_t, _fill_like(ctx, o_t, scale))  # (B, Hkv, G, dv)
+        outputs.append(b.reshape(o_t, (batch, 1, hq * dv)))
+    y = b.convert(b.concatenate(outputs, 1), q.shape.dtype)
+    return [y, b.convert(state, state_type)]
