@@ -51,7 +51,7 @@ def kernel_arguments(instr: Instruction, target, lean: bool = False) -> list[int
 
 def scratch_bytes(instr: Instruction, target, lean: bool = False) -> int:
     """Bytes of scratch memory the kernel of ``instr`` needs (0 if none)."""
-    return plan_kernel(instr, target, lean).spec.scratch_bytes
+    return plan_kernel(instr, target, lean).scratch_bytes
 
 
 __all__ = ["emit_kernel", "kernel_arguments", "kernel_key", "plan_kernel", "scratch_bytes"]

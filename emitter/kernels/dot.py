@@ -161,6 +161,13 @@ class FastDot:
     def scratch_bytes(self) -> int:
         return scratch_floats(self.tiling, self.tiling.kc) * 4 if self.path == "gemm" else 0
 
+    def scratch_for(self, sizes: dict[str, int]) -> int:
+        """The packer fills min(K, KC) rows of the B sliver: a short K needs less (the
+        16 x 16 score dots of a small transformer, 2 KiB instead of 32)."""
+        if self.path != "gemm":
+            return 0
+        return scratch_floats(self.tiling, min(self.tiling.kc, sizes["k"])) * 4
+
     def emit(self, f: Frame) -> None:
         b, s = f.b, f.size
         loops = [tuple(s[f"batch{i}.{x}"] for x in ("extent", "sa", "sb", "sc"))

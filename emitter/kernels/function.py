@@ -7,8 +7,10 @@ vary between layers (M/N/K, channels, image sizes, strides) are the trailing i64
 arguments, so e.g. every 1x1 convolution of a model runs the same code.
 
 Spec classes implement ``params`` (the names of the i64 arguments, in order),
-``scratch_bytes`` and ``emit(frame)``; ``emit`` sees the spec and the frame only,
-never the instruction, so nothing shape-specific can leak into a shared function.
+``scratch_bytes`` (the most any call uses) and ``emit(frame)``, and may implement
+``scratch_for(sizes)``, what one call with those sizes uses; ``emit`` sees the spec and
+the frame only, never the instruction, so nothing shape-specific can leak into a shared
+function.
 """
 from __future__ import annotations
 
@@ -39,6 +41,13 @@ class KernelPlan:
     @property
     def arguments(self) -> list[int]:
         return [self.sizes[p] for p in self.spec.params]
+
+    @property
+    def scratch_bytes(self) -> int:
+        """The scratch this instruction's call uses: the spec's bound for any sizes, or
+        less where the spec can tell from these sizes (``scratch_for``)."""
+        fit = getattr(self.spec, "scratch_for", None)
+        return fit(self.sizes) if fit is not None else self.spec.scratch_bytes
 
 
 @dataclass(frozen=True)
