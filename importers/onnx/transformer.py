@@ -1,13 +1,13 @@
 """Transformer ONNX ops: Attention (opsets 23-25), FlexAttention (ai.onnx.preview),
 RotaryEmbedding, SwiGLU, CausalConvWithState and LinearAttention.
 
-Attention is two batched HLO dots with a softmax between them. Q keeps its layout:
-a 4-D (B, Hq, S, D) query is viewed as (B, Hkv, G, S, D) and a 3-D (B, S, Hq*D) one
-as (B, S, Hkv, G, D), G = Hq / Hkv query heads per key/value head, and the dots take
-K and V as they come, (B, Hkv, S, D) or (B, S, Hkv, D), with the KV heads as a batch
-dim: grouped-query attention reads each KV head once, never a repeated copy, and 3-D
-inputs are never transposed. The scores come out (B, Hkv, G, Sq, Skv) for a 4-D
-query, (B, Hkv, Sq, G, Skv) for a 3-D one. Masks (boolean or additive, causal,
+Attention is two batched HLO dots with a softmax between them. The query, scaled,
+becomes (B, Hkv, G, Sq, D), G = Hq / Hkv query heads per key/value head (a 3-D
+query without grouping stays (B, Sq, Hkv, 1, D)), and the dots take K and V as they
+come, (B, Hkv, S, D) or (B, S, Hkv, D), with the KV heads as a batch dim:
+grouped-query attention reads each KV head once, never a repeated copy, and 3-D keys
+and values are never transposed. The scores come out (B, Hkv, G, Sq, Skv), or
+(B, Hkv, Sq, 1, Skv). Masks (boolean or additive, causal,
 sliding window, the nonpad_kv_seqlen padding) are built as one bias in the canonical
 (B, Hkv, G, Sq, Skv) order with size-1 dims where they do not vary, and broadcast
 into the score loop by fusion.
@@ -15,10 +15,9 @@ into the score loop by fusion.
 Arithmetic follows the ONNX reference where rounding is visible (f16 and bf16: one
 bf16 ulp is 4e-3): Q and K are scaled by sqrt(scale) before the dot, as the spec's
 pattern does, the probabilities are stored in the input type before the second dot,
-and sums accumulate as numpy's do (f16 in f32, bf16 in bf16). f32 and f64 scale the
-scores instead, inside the softmax loop, and divide by the softmax denominator after
-the second dot (on Sq x Dv values, not Sq x Skv): the probabilities are never stored,
-only exp(scores - max).
+and sums accumulate as numpy's do (f16 in f32, bf16 in bf16). f32 and f64 scale Q
+once and divide by the softmax denominator after the second dot (on Sq x Dv values,
+not Sq x Skv): the probabilities are never stored, only exp(scores - max).
 """
 from __future__ import annotations
 
@@ -83,9 +82,10 @@ def softmax_parts(ctx, x, guarded):
 class _Heads:
     """The head geometry of one Attention node and the layouts of Q, K and V.
 
-    ``q`` is 5-D: (B, Hkv, G, Sq, D) from a 4-D query (``q_major`` False) or
-    (B, Sq, Hkv, G, D) from a 3-D one. ``k`` and ``v`` are 4-D, (B, Hkv, S, d)
-    (``kv_seq_dim`` 2) or (B, S, Hkv, d) (``kv_seq_dim`` 1).
+    ``q`` is (B, Hq, Sq, D) or (B, Sq, Hq, D); ``q5`` makes the first dot's operand of
+    it. ``k`` and ``v`` are 4-D, (B, Hkv, S, d) (``kv_seq_dim`` 2) or (B, S, Hkv, d)
+    (``kv_seq_dim`` 1). ``q_major``: the scores come out (B, Hkv, G, Sq, Skv), else
+    (B, Hkv, Sq, 1, Skv) (a 3-D query without grouping, which is never transposed).
     """
 
     def __init__(self, ctx, node, q, k, v):
@@ -116,7 +116,6 @@ class _Heads:
                 raise ctx.error(node, f"q_num_heads/kv_num_heads disagree with {q.shape}, "
                                       f"{k.shape}")
             self.kv_seq_dim = 2
-        self.q_major = rank == 4
         if self.hkv <= 0 or self.hq % self.hkv:
             raise ctx.error(node, f"{self.hq} query heads are not a multiple of {self.hkv} "
                                   f"key/value heads")
@@ -124,18 +123,29 @@ class _Heads:
                 v.shape.dims[self.kv_seq_dim] != k.shape.dims[self.kv_seq_dim]:
             raise ctx.error(node, f"K {k.shape} and V {v.shape} do not match")
         self.g = self.hq // self.hkv
+        self.q_major = rank == 4 or self.g > 1
         self.head_size = q.shape.dims[3]
         if k.shape.dims[3] != self.head_size:
             raise ctx.error(node, f"Q and K head sizes differ: {q.shape}, {k.shape}")
         self.q, self.k, self.v = q, k, v
         self.rank = rank
 
-    def q5(self, ctx, q):
-        """The 4-D (B, Hq, Sq, D) or (B, Sq, Hq, D) query as 5-D (see the class doc)."""
+    def q5(self, ctx, q, scale=None):
+        """The query as the first dot's operand, (B, Hkv, G, Sq, D) or (B, Sq, Hkv, 1, D),
+        times the scalar instruction ``scale`` if given. A grouped 3-D query is transposed
+        (in the loop that scales it) so that one product runs over G x Sq rows: left
+        strided, G would be the rows and Sq a loop repacking K per query."""
+        b = ctx.b
         d = q.shape.dims
-        if self.q_major:
-            return ctx.b.reshape(q, (d[0], self.hkv, self.g) + d[2:])
-        return ctx.b.reshape(q, d[:2] + (self.hkv, self.g, d[3]))
+        if self.rank == 4:
+            q = b.reshape(q, (d[0], self.hkv, self.g) + d[2:])
+        else:
+            q = b.reshape(q, d[:2] + (self.hkv, self.g, d[3]))
+            if self.q_major:
+                q = b.transpose(q, (0, 2, 3, 1, 4))
+        if scale is not None:
+            q = b.op(Opcode.MULTIPLY, q, b.broadcast(scale, q.shape.dims, ()))
+        return q
 
     def to_kv_major(self, ctx, x):
         """K or V as (B, Hkv, S, d)."""
@@ -147,7 +157,7 @@ class _Heads:
 
 
 def _q_dot_k(ctx, heads, q5, k):
-    """(B, Hkv, G, Sq, Skv) or (B, Hkv, Sq, G, Skv) scores: Q5 . K^T over D."""
+    """(B, Hkv, G, Sq, Skv) or (B, Hkv, Sq, 1, Skv) scores: Q5 . K^T over D."""
     q_batch = (0, 1) if heads.q_major else (0, 2)
     kv_batch = (0, 3 - heads.kv_seq_dim)
     return ctx.b.dot(q5, k, DotDimensionNumbers(q_batch, (4,), kv_batch, (3,)))
@@ -274,18 +284,17 @@ def attention(ctx, node):
         raise ctx.error(node, f"nonpad_kv_seqlen {nonpad.shape} must have shape "
                               f"({heads.batch},)")
 
-    # Q . K^T, scaled: sqrt(scale) on each of Q and K where the rounding shows (f16, bf16).
+    # Q . K^T, scaled: sqrt(scale) on each of Q and K where the rounding shows (f16,
+    # bf16), else the whole scale on Q (D values per query, not Skv scores).
     scale = ctx.attr(node, "scale", None)
     scale = 1 / sqrt(heads.head_size) if scale is None else scale
-    q5 = heads.q5(ctx, heads.q)
     if t1 in _PATTERN_ROUNDING:
         root = ctx.scalar(sqrt(scale), t1)          # rounded to T1, as the reference
-        q5 = b.op(Opcode.MULTIPLY, q5, b.broadcast(root, q5.shape.dims, ()))
+        q5 = heads.q5(ctx, heads.q, root)
         k = b.op(Opcode.MULTIPLY, k, b.broadcast(root, k.shape.dims, ()))
-        raw = _q_dot_k(ctx, heads, q5, k)
     else:
-        raw = _q_dot_k(ctx, heads, q5, k)
-        raw = b.op(Opcode.MULTIPLY, raw, _fill_like(ctx, raw, scale))
+        q5 = heads.q5(ctx, heads.q, ctx.scalar(scale, t1))
+    raw = _q_dot_k(ctx, heads, q5, k)
     softcap = ctx.attr(node, "softcap", 0.0)
     capped = raw
     if softcap > 0:
@@ -334,10 +343,11 @@ def attention(ctx, node):
                  _fill_like(ctx, y, 0), y)
 
     dv = y.shape.dims[4]
-    if heads.q_major:
+    if heads.rank == 4:
         y = b.reshape(y, (heads.batch, heads.hq, heads.sq, dv))
-    else:
-        y = b.reshape(b.transpose(y, (0, 2, 1, 3, 4)), (heads.batch, heads.sq, heads.hq * dv))
+    else:               # to (B, Sq, Hkv, G, Dv)
+        to_rows = (0, 3, 1, 2, 4) if heads.q_major else (0, 2, 1, 3, 4)
+        y = b.reshape(b.transpose(y, to_rows), (heads.batch, heads.sq, heads.hq * dv))
     qk = {0: raw, 1: capped, 2: biased, 3: probs}[mode]
     if qk is not None:
         qk = b.convert(b.reshape(b.transpose(qk, perm), (heads.batch, heads.hq, heads.sq, total)),
@@ -366,9 +376,8 @@ def flex_attention(ctx, node):
         sp = dtypes.F32 if t1.bits < 32 else t1
     scale = ctx.attr(node, "scale", None)
     scale = 1 / sqrt(heads.head_size) if scale is None else scale
-    q5 = heads.q5(ctx, heads.q)
     root = ctx.scalar(np.sqrt(np.float32(scale)), t1)   # sqrt in f32, then T1: the reference
-    q5 = b.op(Opcode.MULTIPLY, q5, b.broadcast(root, q5.shape.dims, ()))
+    q5 = heads.q5(ctx, heads.q, root)
     k = b.op(Opcode.MULTIPLY, heads.k, b.broadcast(root, heads.k.shape.dims, ()))
     scores = b.convert(_q_dot_k(ctx, heads, q5, k), sp)
     dims4 = (heads.batch, heads.hq, heads.sq, scores.shape.dims[4])
