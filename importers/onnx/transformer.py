@@ -278,7 +278,10 @@ def attention(ctx, node):
         v = b.concatenate([past_v, heads.to_kv_major(ctx, v)], 2)
         past_len = past_k.shape.dims[2]
         heads.kv_seq_dim = 2
-    present_k, present_v = heads.to_kv_major(ctx, k), heads.to_kv_major(ctx, v)
+    # (B, Hkv, S, d) for the present outputs: a transposing copy of 3-D K and V
+    wanted = [len(node.output) > i and bool(node.output[i]) for i in range(4)]
+    present_k = heads.to_kv_major(ctx, k) if wanted[1] else None
+    present_v = heads.to_kv_major(ctx, v) if wanted[2] else None
     total = k.shape.dims[heads.kv_seq_dim]
     if nonpad is not None and nonpad.shape.dims != (heads.batch,):
         raise ctx.error(node, f"nonpad_kv_seqlen {nonpad.shape} must have shape "
@@ -325,7 +328,7 @@ def attention(ctx, node):
     mode = ctx.attr(node, "qk_matmul_output_mode", 0)
     if mode not in (0, 1, 2, 3):
         raise ctx.error(node, f"qk_matmul_output_mode must be 0 to 3, got {mode}")
-    wants_probs = mode == 3 and len(node.output) > 3 and node.output[3]
+    wants_probs = mode == 3 and wanted[3]
     if t1 == sp and t1 not in _PATTERN_ROUNDING and not wants_probs:
         # exp(x - max) . V, then divided by the row sums: the probabilities are never stored
         y = _p_dot_v(ctx, heads, e, v)
@@ -348,7 +351,7 @@ def attention(ctx, node):
     else:               # to (B, Sq, Hkv, G, Dv)
         to_rows = (0, 3, 1, 2, 4) if heads.q_major else (0, 2, 1, 3, 4)
         y = b.reshape(b.transpose(y, to_rows), (heads.batch, heads.sq, heads.hq * dv))
-    qk = {0: raw, 1: capped, 2: biased, 3: probs}[mode]
+    qk = {0: raw, 1: capped, 2: biased, 3: probs}[mode] if wanted[3] else None
     if qk is not None:
         qk = b.convert(b.reshape(b.transpose(qk, perm), (heads.batch, heads.hq, heads.sq, total)),
                        t1)
