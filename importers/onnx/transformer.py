@@ -7,10 +7,10 @@ query without grouping stays (B, Sq, Hkv, 1, D)), and the dots take K and V as t
 come, (B, Hkv, S, D) or (B, S, Hkv, D), with the KV heads as a batch dim:
 grouped-query attention reads each KV head once, never a repeated copy, and 3-D keys
 and values are never transposed. The scores come out (B, Hkv, G, Sq, Skv), or
-(B, Hkv, Sq, 1, Skv). Masks (boolean or additive, causal,
-sliding window, the nonpad_kv_seqlen padding) are built as one bias in the canonical
-(B, Hkv, G, Sq, Skv) order with size-1 dims where they do not vary, and broadcast
-into the score loop by fusion.
+(B, Hkv, Sq, 1, Skv). Masks (boolean or additive, causal, sliding window, the
+nonpad_kv_seqlen padding) are built as one bias in the canonical (B, Hkv, G, Sq, Skv)
+order with size-1 dims where they do not vary, and broadcast into the score loop by
+fusion.
 
 Arithmetic follows the ONNX reference where rounding is visible (f16 and bf16: one
 bf16 ulp is 4e-3): Q and K are scaled by sqrt(scale) before the dot, as the spec's
@@ -27,6 +27,7 @@ import numpy as np
 
 from ...hlo import (ConvDimensionNumbers, DotDimensionNumbers, GatherDimensionNumbers, Opcode,
                     Shape, Window, dtypes)
+from .importer import inline_graph
 from .registry import register
 from .types import hlo_dtype
 
@@ -43,19 +44,14 @@ def _fill_like(ctx, x, value):
     return ctx.full(value, x.shape.dtype, x.shape.dims)
 
 
-def _bcast(ctx, x, dims):
-    """``x`` (same rank as ``dims``, size-1 dims where it does not vary) broadcast to dims."""
-    return ctx.broadcast_to(x, dims)
-
-
 def _and(ctx, a, c):
     if a is None:
         return c
     dims = tuple(np.broadcast_shapes(a.shape.dims, c.shape.dims))
-    return ctx.b.op(Opcode.AND, _bcast(ctx, a, dims), _bcast(ctx, c, dims))
+    return ctx.b.op(Opcode.AND, ctx.broadcast_to(a, dims), ctx.broadcast_to(c, dims))
 
 
-def softmax_parts(ctx, x, guarded):
+def _softmax_parts(ctx, x, guarded):
     """(exp(x - max), sum of it) over the last dim of ``x``; the sum keeps the other dims.
 
     ``guarded``: x may hold rows that are all -inf (fully masked). Their max counts as
@@ -251,8 +247,8 @@ def _attention_bias(ctx, node, heads, mask, nonpad, past_len, total):
     if additive is None:
         additive = ctx.full(0, t1, (1,) * 5)
     dims = tuple(np.broadcast_shapes(allowed.shape.dims, additive.shape.dims))
-    return b.op(Opcode.SELECT, _bcast(ctx, allowed, dims), _bcast(ctx, additive, dims),
-                ctx.full(-np.inf, t1, dims))
+    return b.op(Opcode.SELECT, ctx.broadcast_to(allowed, dims),
+                ctx.broadcast_to(additive, dims), ctx.full(-np.inf, t1, dims))
 
 
 @register("Attention", since=23)
@@ -309,21 +305,21 @@ def attention(ctx, node):
     bias = _attention_bias(ctx, node, heads, mask, nonpad, past_len, total)
     x = capped
     if bias is not None:
-        full = b.transpose(_bcast(ctx, bias, canonical_dims), perm)
+        full = b.transpose(ctx.broadcast_to(bias, canonical_dims), perm)
         x = b.op(Opcode.ADD, capped, full)
     biased = x
     precision = ctx.attr(node, "softmax_precision", None)
     sp = t1 if precision is None else hlo_dtype(precision, "softmax_precision")
     if not sp.is_float:
         raise ctx.error(node, f"softmax_precision {sp} is not a floating-point type")
-    e, total_e = softmax_parts(ctx, b.convert(x, sp), guarded=bias is not None)
+    e, total_e = _softmax_parts(ctx, b.convert(x, sp), guarded=bias is not None)
     kept = (0, 1, 2, 3)
     row_dead = None
     if bias is not None:
         # A row whose bias is -inf everywhere attends nothing: its output is 0.
         worst = ctx.reduce(bias, (4,), Opcode.MAXIMUM, -np.inf)
-        row_dead = b.transpose(_bcast(ctx, b.compare(worst, _fill_like(ctx, worst, -np.inf),
-                                                     "EQ"), canonical_dims[:4]), perm[:4])
+        dead = b.compare(worst, _fill_like(ctx, worst, -np.inf), "EQ")
+        row_dead = b.transpose(ctx.broadcast_to(dead, canonical_dims[:4]), perm[:4])
 
     mode = ctx.attr(node, "qk_matmul_output_mode", 0)
     if mode not in (0, 1, 2, 3):
@@ -353,8 +349,8 @@ def attention(ctx, node):
         y = b.reshape(b.transpose(y, to_rows), (heads.batch, heads.sq, heads.hq * dv))
     qk = {0: raw, 1: capped, 2: biased, 3: probs}[mode] if wanted[3] else None
     if qk is not None:
-        qk = b.convert(b.reshape(b.transpose(qk, perm), (heads.batch, heads.hq, heads.sq, total)),
-                       t1)
+        qk = b.reshape(b.transpose(qk, perm), (heads.batch, heads.hq, heads.sq, total))
+        qk = b.convert(qk, t1)
     return [y, present_k, present_v, qk]
 
 
@@ -365,7 +361,6 @@ def flex_attention(ctx, node):
     # Softmax(score_mod(Q . K^T * scale)) then prob_mod, . V; the modifiers are subgraphs
     # on the (B, Hq, Sq, Skv) tensor, inlined. Scores and probabilities are in
     # softmax_precision, by default f32 for f16/bf16 inputs and the input type otherwise.
-    from .importer import inline_graph
     b = ctx.b
     q, k, v = (ctx.input(node, i) for i in range(3))
     if q.shape.rank != 4:
@@ -394,7 +389,7 @@ def flex_attention(ctx, node):
             raise ctx.error(node, f"{attr} must return {sp}{list(dims4)}, got {y.shape}")
         return b.reshape(y, x.shape.dims)
 
-    e, total = softmax_parts(ctx, modified("score_mod", scores), guarded=False)
+    e, total = _softmax_parts(ctx, modified("score_mod", scores), guarded=False)
     probs = b.op(Opcode.DIVIDE, e, b.broadcast(total, e.shape.dims, (0, 1, 2, 3)))
     probs = modified("prob_mod", probs)
     y = _p_dot_v(ctx, heads, probs, b.convert(heads.v, sp))
@@ -450,7 +445,9 @@ def rotary_embedding(ctx, node):
 
     x1, x2 = (part(0, rd, 2), part(1, rd, 2)) if interleaved else \
         (part(0, half), part(half, rd))
-    mul = lambda p, q: b.op(Opcode.MULTIPLY, p, q)   # noqa: E731
+    def mul(p, q):
+        return b.op(Opcode.MULTIPLY, p, q)
+
     real = b.op(Opcode.SUBTRACT, mul(cos, x1), mul(sin, x2))
     imag = b.op(Opcode.ADD, mul(sin, x1), mul(cos, x2))
     if interleaved:
