@@ -41,7 +41,7 @@ def _mean(ctx, x, dims):
     return ctx.b.op(Opcode.DIVIDE, s, ctx.full(count, s.shape.dtype, s.shape.dims))
 
 
-def moments(ctx, x, dims):
+def _moments(ctx, x, dims):
     """(mean, variance) of ``x`` over ``dims``, both reduced straight from ``x``.
 
     var = max(E[x^2] - E[x]^2, 0): two reductions that each read x, so no centered
@@ -55,13 +55,13 @@ def moments(ctx, x, dims):
     return mean, var
 
 
-def standardize(ctx, x, dims, epsilon):
+def _standardize(ctx, x, dims, epsilon):
     """((x - mean) * inv_std_dev, mean, inv_std_dev) over ``dims`` of ``x``, in x's type.
 
     The statistics are reduced to the kept dims; inv_std_dev = 1 / sqrt(var + epsilon).
     """
     b = ctx.b
-    mean, var = moments(ctx, x, dims)
+    mean, var = _moments(ctx, x, dims)
     dt = var.shape.dtype
     inv = b.op(Opcode.RSQRT, b.op(Opcode.ADD, var, ctx.full(epsilon, dt, var.shape.dims)))
     kept = [d for d in range(x.shape.rank) if d not in dims]
@@ -83,7 +83,7 @@ def layer_normalization(ctx, node):
     axis = normalize_axis(ctx, node, ctx.attr(node, "axis", -1), r)
     stash = _stash_type(ctx, node)
     dims = tuple(range(axis, r))
-    y, mean, inv = standardize(ctx, ctx.b.convert(x, stash), dims,
+    y, mean, inv = _standardize(ctx, ctx.b.convert(x, stash), dims,
                                ctx.attr(node, "epsilon", 1e-5))
     y = ctx.binary(node, Opcode.MULTIPLY, ctx.b.convert(y, x.shape.dtype), scale)
     if bias is not None:
@@ -142,7 +142,7 @@ def group_normalization(ctx, node):
     spatial = prod(x.shape.dims[2:])
     grouped = b.reshape(b.convert(x, _stash_type(ctx, node)),
                         (n, groups, c // groups * spatial))
-    y, _, _ = standardize(ctx, grouped, (2,), ctx.attr(node, "epsilon", 1e-5))
+    y, _, _ = _standardize(ctx, grouped, (2,), ctx.attr(node, "epsilon", 1e-5))
     y = b.reshape(b.convert(y, x.shape.dtype), (n, c, spatial))
     return [b.reshape(_channel_affine(ctx, y, scale, bias, 1), x.shape.dims)]
 
@@ -159,7 +159,7 @@ def instance_normalization(ctx, node):
     _check_vector(ctx, node, "B", bias, c)
     b = ctx.b
     xs = b.convert(x, _at_least_f32(x.shape.dtype))
-    y, _, _ = standardize(ctx, xs, tuple(range(2, x.shape.rank)),
+    y, _, _ = _standardize(ctx, xs, tuple(range(2, x.shape.rank)),
                           ctx.attr(node, "epsilon", 1e-5))
     return [_channel_affine(ctx, b.convert(y, x.shape.dtype), scale, bias, 1)]
 
@@ -194,7 +194,7 @@ def mean_variance_normalization(ctx, node):
     dims = tuple(sorted({normalize_axis(ctx, node, a, r) for a in axes}))
     b = ctx.b
     xs = b.convert(x, _at_least_f32(x.shape.dtype))
-    mean, var = moments(ctx, xs, dims)
+    mean, var = _moments(ctx, xs, dims)
     dt = var.shape.dtype
     std = b.op(Opcode.ADD, b.op(Opcode.SQRT, var), ctx.full(1e-9, dt, var.shape.dims))
     kept = [d for d in range(r) if d not in dims]
