@@ -4,15 +4,18 @@ numbers (tests/onnx_ops.py checks those against onnxruntime).
 The properties that keep them fast and small: grouped-query attention reads each KV
 head once (no repeated copy of K or V), 3-D keys and values are read in place, f32
 attention never stores the probabilities, and LayerNormalization needs no buffer as
-large as X beyond its output.
+large as X beyond its output. LinearAttention's unrolled recurrence has a length limit
+with its own message.
 """
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from onnx_ops import f32, make_model, node
-from xlac.hlo import Opcode
+from xlac.hlo import Opcode, XlacError
 from xlac.importers.onnx import import_onnx
+from xlac.importers.onnx.transformer import MAX_UNROLLED_STEPS
 from xlac.optimizer import optimize
 
 
@@ -80,3 +83,14 @@ def test_layer_normalization_keeps_no_copy_of_x():
     assert big == [entry.root]
     readers = [i for i in entry.instructions if x in i.operands]
     assert len(readers) == 3 and all(i.opcode is Opcode.FUSION for i in readers)
+
+
+def test_long_linear_attention_is_refused_in_one_line():
+    steps = MAX_UNROLLED_STEPS + 1
+    model = make_model([node("LinearAttention", ["q", "k", "v"], ["y", "s"], q_num_heads=2,
+                             kv_num_heads=2, update_rule="linear")],
+                       {"q": f32(1, steps, 8), "k": f32(1, steps, 8), "v": f32(1, steps, 8)},
+                       outputs=[("y", np.float32, (1, steps, 8)),
+                                ("s", np.float32, (1, 2, 4, 4))], opset=27)
+    with pytest.raises(XlacError, match=f"{steps} tokens: .* at most {MAX_UNROLLED_STEPS}"):
+        import_onnx(model)

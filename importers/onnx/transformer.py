@@ -514,6 +514,9 @@ def causal_conv_with_state(ctx, node):
 
 # -- LinearAttention ------------------------------------------------------------------
 
+# The recurrence is unrolled, and LLVM's time grows faster than the steps (16: 7 s,
+# 32: 25 s, 64: 90 s): longer sequences wait for an HLO while loop over the tokens.
+MAX_UNROLLED_STEPS = 32
 _UPDATE_RULES = {"linear": (False, False), "gated": (True, False), "delta": (False, True),
                  "gated_delta": (True, True)}      # rule -> (gating, delta correction)
 
@@ -530,8 +533,7 @@ def _heads_of(ctx, node, what, x, shape, heads, per_head_sizes):
 @register("LinearAttention", since=27, ignore=("chunk_size",))   # a tuning hint
 def linear_attention(ctx, node):
     # The recurrence over T in f32, one step per token as the reference runs it, unrolled
-    # (T is static; long prefills want an HLO while loop once the IR has one). Per step,
-    # with the state S (B, Hkv, dk, dv):
+    # (see MAX_UNROLLED_STEPS). Per step, with the state S (B, Hkv, dk, dv):
     #   gated:  S *= exp(g_t)                (g_t per KV head or per key dim)
     #   delta:  v_t = beta_t * (v_t - S^T k_t)
     #   S += k_t (outer) v_t;   o_t = scale * q_t^T S, query head h reading KV head h // G
@@ -553,6 +555,10 @@ def linear_attention(ctx, node):
         raise ctx.error(node, f"query must be (B, T, H*d), got {q.shape}")
     bt = q.shape.dims[:2]
     batch, steps = bt
+    if steps > MAX_UNROLLED_STEPS:
+        raise ctx.error(node, f"{steps} tokens: xlac unrolls the recurrence, which it does "
+                              f"for at most {MAX_UNROLLED_STEPS} (run longer sequences in "
+                              f"chunks, carrying present_state into past_state)")
     if q.shape.dims[2] % hq:
         raise ctx.error(node, f"query {q.shape} does not split into {hq} heads")
     dk = q.shape.dims[2] // hq
