@@ -347,8 +347,8 @@ def _lower(model: onnx.ModelProto, opsets: dict[str, int], name: str) -> Module:
 def inline_graph(ctx: ImportContext, graph: onnx.GraphProto, inputs: list) -> list:
     """Lower the nodes of ``graph``, a graph attribute of the node being lowered, into the
     current computation with its inputs bound to ``inputs``; returns its outputs. The
-    enclosing graph's values stay visible to it, as ONNX's scoping rules say."""
-    _reject_unsupported(graph, ctx.opsets)
+    enclosing graph's values stay visible to it, as ONNX's scoping rules say. (Its ops
+    were checked with the model's: _reject_unsupported walks subgraphs.)"""
     if len(graph.input) != len(inputs):
         raise XlacError(f"subgraph '{graph.name}' takes {len(graph.input)} inputs, "
                         f"given {len(inputs)}")
