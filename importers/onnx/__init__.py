@@ -3,8 +3,9 @@
 
 One module per op family registers its handlers in ``registry`` on import.
 """
+# imported to register their handlers
 from . import (activations, cast, conv, elementwise, linalg, loss, math, ml,  # noqa: F401
-               nn, normalization, reduce, signal, sort, tensor, transformer)  # (register the handlers)
+               nn, normalization, reduce, signal, sort, tensor, transformer)
 from .context import ConstantInputNeeded
 from .importer import import_onnx, pin_const_inputs
 from .registry import supported_ops
