@@ -576,21 +576,74 @@ def _results(em, accs):
     return vals if len(vals) > 1 else vals[0]
 
 
+# Partial results a lane-split reduction keeps (see _reduce): independent chains that
+# hide the reducer's latency and that LLVM's SLP vectorizer turns into vector ops.
+LANES = 8
+
+
 def _reduce(em, instr, ops, index):
-    """Loop over the reduced dimensions (last one innermost) folding with to_apply."""
+    """Loop over the reduced dimensions (last one innermost) folding with to_apply; where
+    _splits_into_lanes allows, the innermost dim is folded into LANES partial results
+    (element i into lane i % LANES) that are combined pairwise at the end."""
     n = len(instr.operands) // 2
     dims = instr.attrs["dimensions"]
     shape = instr.operands[0].shape
-    accs = _accumulators(em, [ops[n + k]([]) for k in range(n)])
     full: list = [None] * shape.rank
     kept = [d for d in range(shape.rank) if d not in dims]
     for d, v in zip(kept, index):
         full[d] = v
+    inner = max(dims, default=None)
+    lanes = LANES if inner is not None and shape.dims[inner] >= 2 * LANES and \
+        _splits_into_lanes(instr) else 1
+    accs = _accumulators(em, [ops[n + k]([]) for k in range(n)] * lanes)
+    comp = instr.called[0]
     with ExitStack() as loops:
         for d in sorted(dims):
-            full[d] = loops.enter_context(for_range(em.b, shape.dims[d], f"r{d}"))
-        _accumulate(em, instr.called[0], accs, [ops[k](full) for k in range(n)])
-    return _results(em, accs)
+            if d != inner or lanes == 1:
+                full[d] = loops.enter_context(for_range(em.b, shape.dims[d], f"r{d}"))
+                continue
+            extent = shape.dims[d]
+            whole = extent - extent % lanes
+            with for_range(em.b, whole, f"r{d}", step=lanes) as start:
+                for j, acc in enumerate(accs):
+                    full[d] = em.b.add(start, i64(j)) if j else start
+                    _accumulate(em, comp, [acc], [ops[0](list(full))])
+            for j in range(whole, extent):
+                full[d] = i64(j)
+                _accumulate(em, comp, [accs[j - whole]], [ops[0](list(full))])
+        if lanes == 1:
+            _accumulate(em, comp, accs, [ops[k](full) for k in range(n)])
+    if lanes == 1:
+        return _results(em, accs)
+    values = [em.b.load(a, typ=a.allocated_type) for a in accs]
+    while len(values) > 1:
+        values = [em.apply(comp, values[i:i + 2]) if i + 1 < len(values) else values[i]
+                  for i in range(0, len(values), 2)]
+    return values[0]
+
+
+# Reducers whose result does not depend on the order of the elements: exact for these
+# ops, and for float add and multiply in f32/f64 up to rounding (XLA leaves the order of
+# a reduction unspecified). f16 and bf16 sums stay in order: they round at every step,
+# and numpy (the oracle) sums bf16 sequentially.
+_REORDERABLE = frozenset({Opcode.ADD, Opcode.MULTIPLY, Opcode.MAXIMUM, Opcode.MINIMUM,
+                          Opcode.AND, Opcode.OR, Opcode.XOR})
+
+
+def _splits_into_lanes(instr) -> bool:
+    """Whether a reduce may fold its innermost dim as LANES partial results: one operand,
+    a reducer op(x, y) of _REORDERABLE, and an init value that each lane may fold in
+    (_init_is_neutral)."""
+    root = instr.called[0].root
+    if len(instr.operands) != 2 or root.opcode not in _REORDERABLE:
+        return False
+    if {o.opcode for o in root.operands} != {Opcode.PARAMETER} or \
+            {o.number for o in root.operands} != {0, 1}:
+        return False
+    dt = root.shape.dtype
+    if dt.is_float and dt.bits < 32 and root.opcode in (Opcode.ADD, Opcode.MULTIPLY):
+        return False
+    return _init_is_neutral(instr)
 
 
 # Reducers for which folding the init value in once more changes nothing, whatever it is:
@@ -599,10 +652,11 @@ _IDEMPOTENT_REDUCERS = frozenset({Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.AND, Op
 _IDENTITY = {Opcode.ADD: 0, Opcode.MULTIPLY: 1}
 
 
-def _padding_is_neutral(instr) -> bool:
-    """Whether window positions in the padding (or between dilated base elements) may be
-    skipped. XLA pads with the init value, so each such position folds init in once
-    more: a no-op for idempotent reducers and for add/multiply whose init is 0/1."""
+def _init_is_neutral(instr) -> bool:
+    """Whether folding the init value in once more changes nothing: true for idempotent
+    reducers and for add/multiply whose init is 0/1. Reduce-window may then skip window
+    positions in the padding (or between dilated base elements), where XLA folds init
+    in, and a lane-split reduce may start every lane at init."""
     n = len(instr.operands) // 2
     root = instr.called[0].root
     if n != 1 or root.opcode not in _IDEMPOTENT_REDUCERS | set(_IDENTITY):
@@ -636,7 +690,7 @@ def _reduce_window(em, instr, ops, index):
                 p = b.sdiv(p, dil)
             inside = b.and_(inside, b.icmp_unsigned("<", p, i64(shape.dims[d])))
             src.append(p)
-        if _padding_is_neutral(instr):
+        if _init_is_neutral(instr):
             with b.if_then(inside):
                 _accumulate(em, instr.called[0], accs, [ops[k](src) for k in range(n)])
         else:

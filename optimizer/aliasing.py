@@ -328,9 +328,10 @@ def in_place_operands(instr: Instruction) -> list[int]:
 
     Operand k qualifies when the result has its byte size and element size and
     output element j reads operand k only at element j: ``instr`` is element-wise,
-    or a loop fusion whose parameter k reaches the root through element-wise ops
-    alone, or a dynamic-update-slice's operand 0. The operand may be read through a
-    view of the same bytes.
+    or a loop fusion whose parameter k reaches the root through element-wise ops and
+    reshapes alone (a reshape keeps the row-major order: a dot's (M, N) result
+    reshaped to (1, M, N) for its bias and activation), or a dynamic-update-slice's
+    operand 0. The operand may be read through a view of the same bytes.
     """
     if instr.shape.is_tuple or not instr.shape.has_default_layout:
         return []
@@ -357,13 +358,16 @@ def in_place_operands(instr: Instruction) -> list[int]:
 
 
 def _reaches_root_elementwise(fused: Computation, param: Instruction) -> bool:
-    """Every instruction that reads ``param`` (directly or not) is element-wise with
-    ``param``'s dims, and the root is one of them."""
+    """Every instruction that reads ``param`` (directly or not) is element-wise or a
+    reshape, with ``param``'s element count and row-major layouts, so that its element j
+    depends on ``param``'s element j alone; and the root is one of them."""
     users = fused.users()
     seen, stack = {param}, [param]
     while stack:
         for u in users[stack.pop()]:
-            if u.opcode not in ELEMENTWISE or u.shape.dims != param.shape.dims:
+            if u.opcode not in ELEMENTWISE | {Opcode.RESHAPE, Opcode.BITCAST} or \
+                    u.shape.num_elements != param.shape.num_elements or \
+                    not (u.shape.has_default_layout and param.shape.has_default_layout):
                 return False
             if u not in seen:
                 seen.add(u)

@@ -300,7 +300,70 @@ for _op in ("Softmax", "LogSoftmax"):
     case(f"{_op}_v11_default", node(_op, ["x"]), {"x": _SM}, opset=11, rtol=1e-4)
     case(f"{_op}_v13_axis1", node(_op, ["x"], axis=1), {"x": _SM}, rtol=1e-4)
     case(f"{_op}_v13_default", node(_op, ["x"]), {"x": _SM * 30}, rtol=1e-4)
+_LN = f32(2, 3, 8) * 3 + 1
+case("LayerNormalization_last_axis_stats", node("LayerNormalization", ["x", "s", "b"],
+                                                ["y", "mean", "inv"]),
+     {"x": _LN}, outputs=("y", "mean", "inv"), inits={"s": f32(8), "b": f32(8)}, opset=17,
+     rtol=1e-4, atol=1e-5)
+case("LayerNormalization_axis1_no_bias", node("LayerNormalization", ["x", "s"], axis=1,
+                                              epsilon=1e-3),
+     {"x": _LN, "s": f32(3, 8)}, opset=17, rtol=1e-4, atol=1e-5)
+case("LayerNormalization_f16", node("LayerNormalization", ["x", "s", "b"]),
+     {"x": _LN.astype(np.float16)}, inits={"s": f32(8).astype(np.float16),
+                                           "b": f32(8).astype(np.float16)},
+     opset=17, rtol=2e-3, atol=2e-3)
+case("RMSNormalization_axis_neg2", node("RMSNormalization", ["x", "s"], axis=-2, epsilon=1e-4),
+     {"x": _LN}, inits={"s": f32(3, 8)}, opset=23, rtol=1e-4, atol=1e-5)
+case("GroupNormalization_v21", node("GroupNormalization", ["x", "s", "b"], num_groups=2),
+     {"x": f32(2, 6, 3, 2)}, outputs=[("y", np.float32, (2, 6, 3, 2))],
+     inits={"s": f32(6), "b": f32(6)}, opset=21, rtol=1e-4, atol=1e-5)
+case("InstanceNormalization", node("InstanceNormalization", ["x", "s", "b"], epsilon=1e-3),
+     {"x": f32(2, 3, 4, 5) + 2}, inits={"s": f32(3), "b": f32(3)}, rtol=1e-4, atol=1e-5)
+case("InstanceNormalization_1d_v22", node("InstanceNormalization", ["x", "s", "b"]),
+     {"x": f32(2, 3, 7), "s": f32(3), "b": f32(3)}, opset=22, rtol=1e-4, atol=1e-5)
+for _p in (1, 2):
+    case(f"LpNormalization_p{_p}_axis0", node("LpNormalization", ["x"], axis=0, p=_p),
+         {"x": f32(3, 4)}, opset=22, rtol=1e-5)
+case("MeanVarianceNormalization_axes", node("MeanVarianceNormalization", ["x"], axes=[1, 2]),
+     {"x": f32(2, 3, 4) + 1}, rtol=1e-4, atol=1e-5)
 case("Dropout_v9", node("Dropout", ["x"], ratio=0.3), {"x": _X}, opset=9)
+
+# -- transformer ops ---------------------------------------------------------------------
+# Attention: 4 query heads over 2 KV heads (GQA), 5 queries, 7 keys.
+_AQ, _AK, _AV = f32(2, 4, 5, 8), f32(2, 2, 7, 8), f32(2, 2, 7, 6)
+_AQ3, _AK3, _AV3 = f32(2, 5, 32), f32(2, 7, 16), f32(2, 7, 12)
+_PAST = {"pk": f32(2, 2, 3, 8), "pv": f32(2, 2, 3, 6)}
+case("Attention_gqa_causal_float_mask", node("Attention", ["q", "k", "v", "m"], is_causal=1),
+     {"q": _AQ, "k": _AK, "v": _AV, "m": f32(5, 7)}, opset=23, rtol=1e-4, atol=1e-5)
+case("Attention_bool_mask_4d", node("Attention", ["q", "k", "v", "m"]),
+     {"q": _AQ, "k": _AK, "v": _AV, "m": boolean(2, 4, 5, 7) | np.eye(5, 7, dtype=bool)},
+     opset=23, rtol=1e-4, atol=1e-5)
+case("Attention_softcap_scale", node("Attention", ["q", "k", "v"], softcap=3.0, scale=0.2),
+     {"q": _AQ, "k": _AK, "v": _AV}, opset=23, rtol=1e-4, atol=1e-5)
+case("Attention_3d_past_present_probs",
+     node("Attention", ["q", "k", "v", "m", "pk", "pv"], ["y", "present_k", "present_v", "qk"],
+          q_num_heads=4, kv_num_heads=2, qk_matmul_output_mode=3),
+     {"q": _AQ3, "k": _AK3, "v": _AV3, "m": f32(5, 10), **_PAST},
+     outputs=("y", "present_k", "present_v", "qk"), opset=23, rtol=1e-4, atol=1e-5)
+case("Attention_3d_past_causal",
+     node("Attention", ["q", "k", "v", "", "pk", "pv"], ["y", "present_k", "present_v"],
+          q_num_heads=4, kv_num_heads=2, is_causal=1),
+     {"q": _AQ3, "k": _AK3, "v": _AV3, **_PAST}, outputs=("y", "present_k", "present_v"),
+     opset=23, rtol=1e-4, atol=1e-5)
+case("Attention_nonpad_kv_seqlen_causal",
+     node("Attention", ["q", "k", "v", "", "", "", "n"], is_causal=1),
+     {"q": _AQ, "k": _AK, "v": _AV, "n": np.array([7, 4], np.int64)}, opset=24,
+     rtol=1e-4, atol=1e-5)
+case("Attention_f16_causal", node("Attention", ["q", "k", "v"], is_causal=1),
+     {"q": _AQ.astype(np.float16), "k": _AK.astype(np.float16),
+      "v": _AV.astype(np.float16)}, opset=23, rtol=2e-3, atol=2e-3)
+_POS = _RNG.integers(0, 20, (2, 5)).astype(np.int64)
+case("RotaryEmbedding_4d", node("RotaryEmbedding", ["x", "c", "s", "p"]),
+     {"x": f32(2, 3, 5, 8), "p": _POS}, inits={"c": f32(20, 4), "s": f32(20, 4)}, opset=23)
+case("RotaryEmbedding_3d_interleaved_partial",
+     node("RotaryEmbedding", ["x", "c", "s", "p"], interleaved=1, rotary_embedding_dim=4,
+          num_heads=3),
+     {"x": f32(2, 5, 24), "c": f32(20, 2), "s": f32(20, 2), "p": _POS}, opset=23)
 case("Dropout_v13_mask", node("Dropout", ["x", "r"], ["y", "mask"]), {"x": _X},
      outputs=("y", "mask"), inits={"r": np.float32(0.4)})
 case("Dropout_training_ratio0", node("Dropout", ["x", "r", "t"], ["y", "mask"]), {"x": _X},

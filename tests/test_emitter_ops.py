@@ -315,6 +315,17 @@ CASES = [
     Case("reduce_max_all", [f32(7, 3)],
          lambda b, p: b.reduce(p, b.constant(np.float32(-np.inf)), (0, 1), _MAX_F32)),
     Case("reduce_argmax", [f32(4, 6)], _argmax),
+    # A long innermost dim folds into lanes (37 = 4 x 8 + a tail of 5); a NaN anywhere
+    # still wins the max; an init that is no identity keeps the sum in one lane.
+    Case("reduce_sum_lanes_with_tail", [f32(3, 37)],
+         lambda b, p: b.reduce(p, b.constant(np.float32(0)), (1,), _ADD_F32), tol=1e-5),
+    Case("reduce_max_lanes_nan", [np.where(np.arange(80).reshape(2, 40) == 53, np.nan,
+                                           f32(2, 40)).astype(np.float32)],
+         lambda b, p: b.reduce(p, b.constant(np.float32(-np.inf)), (1,), _MAX_F32)),
+    Case("reduce_sum_lanes_outer_dims", [f32(2, 3, 20)],
+         lambda b, p: b.reduce(p, b.constant(np.float32(0)), (0, 2), _ADD_F32), tol=1e-5),
+    Case("reduce_sum_init_once", [f32(2, 33)],
+         lambda b, p: b.reduce(p, b.constant(np.float32(0.5)), (1,), _ADD_F32), tol=1e-6),
     Case("reduce_window_maxpool", [f32(1, 1, 5, 6)],
          lambda b, p: b.reduce_window(p, b.constant(np.float32(-np.inf)),
                                       Window.make((1, 1, 2, 2), (1, 1, 2, 2), (0, 0, 0, 1),

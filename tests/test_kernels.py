@@ -421,6 +421,18 @@ def test_scratch_is_small():
     assert scratch_bytes(big, host_target()) <= 64 * 1024
 
 
+def test_gemm_scratch_fits_a_short_k():
+    """A product over K < KC packs K rows of the B sliver, not KC (attention's scores);
+    the guarded call checks that the kernel stays inside them."""
+    target = host_target()
+    t = tiling_for(target)
+    short = make_dot((2, 4, 16, 8), (2, 4, 16, 8), (0, 1), (3,), (0, 1), (3,))
+    assert scratch_bytes(short, target) == 8 * t.nr * 4
+    assert scratch_bytes(short, target) < plan_kernel(short, target).spec.scratch_bytes
+    x, y = (_random(o.shape.dims, F32) for o in short.operands)
+    _check(CompiledKernel(short)(x, y), dot_reference(short, x, y), F32)
+
+
 def test_other_opcodes_are_rejected():
     b = Builder("add")
     x = b.parameter(0, Shape.array(F32, (2,)))

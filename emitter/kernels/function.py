@@ -7,8 +7,9 @@ vary between layers (M/N/K, channels, image sizes, strides) are the trailing i64
 arguments, so e.g. every 1x1 convolution of a model runs the same code.
 
 Spec classes implement ``params`` (the names of the i64 arguments, in order),
-``scratch_bytes`` and ``emit(frame)``; ``emit`` sees the spec and the frame only,
-never the instruction, so nothing shape-specific can leak into a shared function.
+``scratch_bytes`` (the most any call uses; a KernelPlan may say its call uses less) and
+``emit(frame)``; ``emit`` sees the spec and the frame only, never the instruction, so
+nothing shape-specific can leak into a shared function.
 """
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ class KernelPlan:
     @property
     def arguments(self) -> list[int]:
         return [self.sizes[p] for p in self.spec.params]
+
 
 
 @dataclass(frozen=True)

@@ -52,13 +52,15 @@ def host_machine() -> llvm.TargetMachine:
                                         opt=3, jit=True)
 
 
+_GUARD = 1024
+
+
 class CompiledKernel:
     """``kernel(*operands) -> output``: numpy arrays in, a fresh numpy array out."""
 
     def __init__(self, instr: Instruction, target=None, lean: bool = False):
         target = target or host_target()
         self.instr, self.target, self.lean = instr, target, lean
-        self.scratch = scratch_bytes(instr, target, lean)
         module = ir.Module("kernel")
         module.triple = llvm.get_process_triple()
         kernel = emit_kernel(module, instr, "kernel", target, lean)
@@ -81,7 +83,6 @@ class CompiledKernel:
         self._engine.finalize_object()
         self._fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 5)(
             self._engine.get_function_address("entry"))
-        self._scratch = np.empty(max(self.scratch, 1) + 64, np.uint8)
 
     def __call__(self, *operands: np.ndarray, out: np.ndarray | None = None,
                  instr: Instruction | None = None) -> np.ndarray:
@@ -103,8 +104,15 @@ class CompiledKernel:
                 raise ValueError(f"operand shape {x.shape} != {o.shape.dims}")
         if out is None:
             out = np.empty(shape.dims, shape.dtype.np)
-        scratch = self._scratch.ctypes.data
-        scratch += -scratch % 64            # the arena gives 64-byte aligned slots
-        self._fn(out.ctypes.data, args[0].ctypes.data, args[1].ctypes.data, scratch,
-                 sizes.ctypes.data)
+        # The instruction's own scratch, 64-byte aligned as in the arena, and a guard
+        # after it: a kernel writing past what scratch_bytes promised is a bug.
+        need = scratch_bytes(instr, self.target, self.lean)
+        block = np.empty(need + 2 * _GUARD, np.uint8)
+        start = -block.ctypes.data % 64
+        block[start + need:] = 0xA5
+        self._fn(out.ctypes.data, args[0].ctypes.data, args[1].ctypes.data,
+                 block.ctypes.data + start, sizes.ctypes.data)
+        if (block[start + need:] != 0xA5).any():
+            raise RuntimeError(f"the kernel of %{instr.name} wrote past its {need} bytes of "
+                               f"scratch")
         return out

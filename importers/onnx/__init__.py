@@ -3,8 +3,9 @@
 
 One module per op family registers its handlers in ``registry`` on import.
 """
-from . import (activations, cast, control, conv, elementwise, linalg, loss, math,  # noqa: F401
-               ml, nn, reduce, rnn, signal, sort, tensor)  # (register the handlers)
+# imported to register their handlers
+from . import (activations, cast, control, conv, elementwise, linalg, loss,  # noqa: F401
+               math, ml, nn, normalization, reduce, rnn, signal, sort, tensor, transformer)
 from .context import ConstantInputNeeded
 from .importer import import_onnx, pin_const_inputs
 from .registry import supported_ops

@@ -8,6 +8,7 @@ reducer computations, and ``constant_value`` for values known at compile time.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
@@ -50,6 +51,8 @@ def _attribute_value(node: onnx.NodeProto, a: onnx.AttributeProto):
         return a.s.decode()
     if a.type == A.TENSOR:
         return numpy_helper.to_array(a.t)
+    if a.type == A.GRAPH:
+        return a.g
     if a.type == A.FLOATS:
         return tuple(a.floats)
     if a.type == A.INTS:
@@ -99,6 +102,18 @@ class ImportContext:
         self._node = node
         self._attrs = {a.name: a for a in node.attribute}
         self._read_attrs, self._read_inputs = set(), set()
+
+    @contextlib.contextmanager
+    def subgraph_scope(self):
+        """Lower a subgraph's nodes from inside a handler: afterwards the handler's node
+        state is back and the names the subgraph defined are gone (ONNX scoping)."""
+        saved = (self._node, self._attrs, self._read_attrs, self._read_inputs,
+                 dict(self.values))
+        try:
+            yield
+        finally:
+            (self._node, self._attrs, self._read_attrs, self._read_inputs,
+             self.values) = saved
 
     def unread_attributes(self) -> list[str]:
         return sorted(set(self._attrs) - self._read_attrs)

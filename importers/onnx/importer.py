@@ -55,6 +55,7 @@ def import_onnx(model, input_shapes: dict | None = None, name: str | None = None
     _check(model, source)
     pin_const_inputs(model, const_inputs or {})
     model = _pin_input_shapes(model, input_shapes or {})
+    _spell_out_function_defaults(model.graph, opsets)
     model = _infer_shapes(model)
     return _lower(model, opsets, name or model.graph.name or "model",
                   hoist_recurrent_projection)
@@ -284,6 +285,25 @@ def _spell_out_defaults(graph: onnx.GraphProto) -> None:
                 node.attribute.append(onnx.helper.make_attribute(name, value))
 
 
+def _spell_out_function_defaults(graph: onnx.GraphProto, opsets: dict[str, int]) -> None:
+    """Write the schema's default into every node of a function-defined op that omits
+    an attribute: ONNX's shape inference expands the function body without the defaults,
+    so a body that reads ``@axes`` fails where the node leaves ``axes`` out
+    (MeanVarianceNormalization)."""
+    for node in graph.node:
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opsets.get(_domain(node.domain), 0),
+                                          node.domain)
+        except onnx.defs.SchemaError:
+            continue
+        if not schema.has_function:
+            continue
+        given = {a.name for a in node.attribute}
+        for name, a in schema.attributes.items():
+            if name not in given and a.default_value.type != onnx.AttributeProto.UNDEFINED:
+                node.attribute.append(a.default_value)
+
+
 def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     _spell_out_defaults(model.graph)
     try:
@@ -335,6 +355,31 @@ def lower_nodes(ctx: ImportContext, graph: onnx.GraphProto) -> None:
     used = {o.name for o in graph.output} | {n for node in all_nodes(graph) for n in node.input}
     for node in graph.node:
         _lower_node(ctx, node, used)
+
+
+def inline_graph(ctx: ImportContext, graph: onnx.GraphProto, inputs: list) -> list:
+    """Lower the nodes of ``graph``, a graph attribute of the node being lowered, into the
+    current computation with its inputs bound to ``inputs``; returns its outputs. The
+    enclosing graph's values stay visible to it, as ONNX's scoping rules say. (Its ops
+    were checked with the model's: _reject_unsupported walks subgraphs.)"""
+    if len(graph.input) != len(inputs):
+        raise XlacError(f"subgraph '{graph.name}' takes {len(graph.input)} inputs, "
+                        f"given {len(inputs)}")
+    with ctx.subgraph_scope():
+        for vi, x in zip(graph.input, inputs):
+            dtype = hlo_dtype(vi.type.tensor_type.elem_type, f"subgraph input '{vi.name}'")
+            if dtype != x.shape.dtype:
+                raise XlacError(f"subgraph '{graph.name}' input '{vi.name}' is {dtype}, "
+                                f"given {x.shape.dtype}")
+            ctx.values[vi.name] = x
+        for t in graph.initializer:
+            dtype = hlo_dtype(t.data_type, f"initializer '{t.name}'")
+            ctx.values[t.name] = ctx.b.constant(
+                numpy_helper.to_array(t).astype(dtype.np, copy=False), dtype)
+        used = {o.name for o in graph.output} | {n for node in all_nodes(graph) for n in node.input}
+        for node in graph.node:
+            _lower_node(ctx, node, used)
+        return [ctx.values[o.name] for o in graph.output]
 
 
 def _lower_node(ctx: ImportContext, node: onnx.NodeProto, used: set[str]) -> None:

@@ -341,7 +341,10 @@ def softmax(ctx, x, dims, log):
     shifted = b.op(Opcode.SUBTRACT, x, back(ctx.reduce(x, dims, Opcode.MAXIMUM,
                                                        lowest(x.shape.dtype))))
     e = b.op(Opcode.EXP, shifted)
-    total = ctx.reduce(e, dims, Opcode.ADD, 0)
+    # f16 sums accumulate in f32, as numpy's (the reference's) do: one rounding, not one
+    # per element
+    wide = dtypes.F32 if x.shape.dtype == dtypes.F16 else x.shape.dtype
+    total = b.convert(ctx.reduce(b.convert(e, wide), dims, Opcode.ADD, 0), x.shape.dtype)
     if log:
         return b.op(Opcode.SUBTRACT, shifted, back(b.op(Opcode.LOG, total)))
     return b.op(Opcode.DIVIDE, e, back(total))
