@@ -493,25 +493,41 @@ def _concatenate(em, instr, ops, index):
 
 def _gather(em, instr, ops, index):
     """XLA gather: start indices are read from operand 1 and clamped so that the whole
-    slice stays inside the operand."""
+    slice stays inside the operand; a batching dim reads the operand at the batch
+    position itself."""
     b = em.b
     x, idx = (o.shape for o in instr.operands)
     dn, sizes = instr.attrs["dimension_numbers"], instr.attrs["slice_sizes"]
     batch = [v for d, v in enumerate(index) if d not in dn.offset_dims]
     offsets = [index[d] for d in dn.offset_dims]
-    kept = [d for d in range(x.rank) if d not in dn.collapsed_slice_dims]
+    kept = [d for d in range(x.rank)
+            if d not in dn.collapsed_slice_dims + dn.operand_batching_dims]
     src = [i64(0)] * x.rank
     for d, v in zip(kept, offsets):
         src[d] = v
     ivd = dn.index_vector_dim
+    for od, sd in zip(dn.operand_batching_dims, dn.start_indices_batching_dims):
+        src[od] = batch[sd if sd < ivd else sd - 1]
     for k, d in enumerate(dn.start_index_map):
         at = batch[:ivd] + [i64(k)] + batch[ivd:] if ivd < idx.rank else batch
-        start = convert(b, ops[1](at), idx.dtype, dtypes.S64)
-        limit = i64(x.dims[d] - sizes[d])
-        start = b.select(b.icmp_signed("<", start, i64(0)), i64(0), start)
-        start = b.select(b.icmp_signed(">", start, limit), limit, start)
+        start = clamped_index(b, ops[1](at), idx.dtype, x.dims[d] - sizes[d])
         src[d] = b.add(start, src[d])
     return ops[0](src)
+
+
+def index_value(b: ir.IRBuilder, v: ir.Value, dtype) -> ir.Value:
+    """An index element as i64; unsigned values beyond the i64 range saturate (they are
+    out of range either way)."""
+    if is_unsigned_like(dtype) and dtype.bits == 64:
+        return b.select(b.icmp_signed("<", v, i64(0)), i64((1 << 63) - 1), v)
+    return convert(b, v, dtype, dtypes.S64)
+
+
+def clamped_index(b: ir.IRBuilder, v: ir.Value, dtype, limit: int) -> ir.Value:
+    """An index element as i64, clamped to [0, limit]."""
+    start = index_value(b, v, dtype)
+    start = b.select(b.icmp_signed("<", start, i64(0)), i64(0), start)
+    return b.select(b.icmp_signed(">", start, i64(limit)), i64(limit), start)
 
 
 # --- reductions ------------------------------------------------------------

@@ -6,9 +6,10 @@
 
 NAME_compute walks ``assignment.order``: views, tuples, parameters and constants emit
 no code; dot and convolution call kernels (emitter/kernels/); sort and topk call their
-functions (sort.py); everything else calls its loop function (loops.py). Model outputs
-that do not already live in their output slot are copied there at the end. All state
-lives in the caller's buffers: no mutable globals, so the code is reentrant.
+functions (sort.py), scatter its own (scatter.py); everything else calls its loop
+function (loops.py). Model outputs that do not already live in their output slot are
+copied there at the end. All state lives in the caller's buffers: no mutable globals,
+so the code is reentrant.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from .elemental import ElementalEmitter
 from .interface import ModelInterface
 from .irutil import I1, I32, I64, PTR, VOID, gep_bytes, i64
 from .loops import PointerArg, emit_elemental_function, leaf_offsets, passed_operands
+from .scatter import emit_scatter_function
 from .sort import emit_sort_function, emit_topk_function
 from .target import TargetInfo
 
@@ -155,6 +157,8 @@ class _ComputeEmitter:
                 self._emit_loop_call(instr, emit_sort_function)
             elif instr.opcode is Opcode.TOPK:
                 self._emit_loop_call(instr, emit_topk_function)
+            elif instr.opcode is Opcode.SCATTER:
+                self._emit_loop_call(instr, emit_scatter_function)
             else:
                 self._emit_loop_call(instr)
         self._emit_output_copies()

@@ -90,6 +90,9 @@ class Opcode(Enum):
     PAD = ("pad", 2, ("padding",))               # pad(operand, padding_value)
     RESHAPE = ("reshape", 1)
     REVERSE = ("reverse", 1, ("dimensions",))
+    # scatter(operand, indices, updates): a copy of operand with each update combined
+    # into it by to_apply, in the updates' row-major order
+    SCATTER = ("scatter", 3, ("dimension_numbers",))
     SLICE = ("slice", 1, ("slice",))
     TRANSPOSE = ("transpose", 1, ("dimensions",))
 
@@ -131,8 +134,8 @@ MOVEMENT = frozenset({
     Opcode.PAD, Opcode.RESHAPE, Opcode.REVERSE, Opcode.SLICE, Opcode.TRANSPOSE,
 })
 # Ops that call a sub-computation (Instruction.called).
-CALLS_COMPUTATION = frozenset({Opcode.REDUCE, Opcode.REDUCE_WINDOW, Opcode.SORT,
-                               Opcode.FUSION})
+CALLS_COMPUTATION = frozenset({Opcode.REDUCE, Opcode.REDUCE_WINDOW, Opcode.SCATTER,
+                               Opcode.SORT, Opcode.FUSION})
 # Transcendental element-wise ops (looser numeric tolerance in tests).
 TRANSCENDENTAL = frozenset({
     Opcode.ACOS, Opcode.ACOSH, Opcode.ASIN, Opcode.ASINH, Opcode.ATAN, Opcode.ATANH,

@@ -3,7 +3,7 @@ import pytest
 
 from xlac.hlo import Opcode
 from xlac.hlo import evaluator, shape_inference
-from xlac.emitter import elemental, kernels, sort
+from xlac.emitter import elemental, kernels, scatter, sort
 
 
 def test_every_opcode_has_a_shape_rule():
@@ -14,9 +14,10 @@ def test_every_opcode_has_an_evaluator_rule():
     assert set(evaluator.RULES) == set(Opcode)
 
 
-# Emitted as a whole rather than element by element: kernels, sort and topk (emitter/sort.py).
+# Emitted as a whole rather than element by element: kernels, sort and topk
+# (emitter/sort.py), scatter (emitter/scatter.py).
 _KERNELS = {Opcode.DOT, Opcode.CONVOLUTION}
-_NOT_ELEMENTAL = _KERNELS | {Opcode.SORT, Opcode.TOPK}
+_NOT_ELEMENTAL = _KERNELS | {Opcode.SORT, Opcode.TOPK, Opcode.SCATTER}
 
 
 def test_every_opcode_has_an_emitter_rule():
@@ -24,6 +25,7 @@ def test_every_opcode_has_an_emitter_rule():
     assert not missing, sorted(o.text for o in missing)
     assert _KERNELS <= set(kernels._EMITTERS)
     assert callable(sort.emit_sort_function) and callable(sort.emit_topk_function)
+    assert callable(scatter.emit_scatter_function)
 
 
 @pytest.mark.parametrize("op", list(Opcode), ids=lambda o: o.text)
