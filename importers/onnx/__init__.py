@@ -3,8 +3,8 @@
 
 One module per op family registers its handlers in ``registry`` on import.
 """
-from . import (activations, cast, conv, elementwise, indexing, linalg, loss, math,  # noqa: F401
-               ml, nn, reduce, signal, sort, tensor)  # (register the handlers)
+from . import (activations, cast, conv, elementwise, image, indexing, linalg, loss,  # noqa: F401
+               math, ml, nn, reduce, signal, sort, tensor)  # (register the handlers)
 from .context import ConstantInputNeeded
 from .importer import import_onnx, pin_const_inputs
 from .registry import supported_ops
