@@ -54,9 +54,11 @@ def test_op_case_matches_onnxruntime(case, tmp_path):
 
 _BY_NAME = {c.name: c for c in CASES}
 # Models whose arena holds several live intermediates: LRN (a pool over squares),
-# reductions (softmax, log-softmax), a batched matmul, and the bundled LeNet (convolutions).
+# reductions (softmax, log-softmax), a batched matmul, a scatter written in place over
+# its operand, and the bundled LeNet (convolutions).
 ARENA_MODELS = ["LogSoftmax_v13_axis1", "LRN_size3",
-                "Softmax_v13_axis1", "MatMul_broadcast_batch", "lenet"]
+                "Softmax_v13_axis1", "MatMul_broadcast_batch",
+                "ScatterElements_in_arena_feeding_matmul", "lenet"]
 
 
 def _lenet_input() -> np.ndarray:
