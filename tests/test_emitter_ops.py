@@ -315,6 +315,9 @@ CASES = [
     Case("broadcast_degenerate", [f32(1, 4)], lambda b, p: b.broadcast(p, (3, 4), (0, 1))),
     Case("reshape", [f32(2, 3, 4)], lambda b, p: b.op(Opcode.NEGATE,
                                                        b.reshape(p, (4, 6)))),
+    # a run that splits (12 -> 3x4) beside one that merges (2x5 -> 10) and unit dims
+    Case("reshape_split_and_merge_runs", [f32(12, 1, 2, 5)],
+         lambda b, p: b.op(Opcode.NEGATE, b.reshape(p, (3, 4, 10, 1)))),
     Case("reshape_materialized", [f32(6, 4)],
          lambda b, p: b.tuple([b.reshape(p, (2, 12)), b.op(Opcode.NEGATE, p)])),
     Case("bitcast", [f32(4, 6)],

@@ -128,6 +128,28 @@ def axis_taps(n, out_int, scale, coeffs, coordinate_mode, roi=None, exclude_outs
 
 # -- the lowering -------------------------------------------------------------------------
 
+def _nearest(ctx, x, idx, axis: int):
+    """``x`` at positions ``idx`` along ``axis``: an integer upsampling (each position
+    k times) is a broadcast, a strided run a slice, anything else a gather."""
+    b = ctx.b
+    n = x.shape.dims[axis]
+    dims = list(x.shape.dims)
+    k = len(idx) // n
+    if k > 1 and np.array_equal(idx, np.repeat(np.arange(n), k)):
+        split = dims[:axis + 1] + [1] + dims[axis + 1:]
+        wide = dims[:axis + 1] + [k] + dims[axis + 1:]
+        y = b.broadcast(b.reshape(x, split), wide, range(len(split)))
+        return b.reshape(y, dims[:axis] + [n * k] + dims[axis + 1:])
+    step = int(idx[1] - idx[0]) if len(idx) > 1 else 1
+    if step > 0 and np.array_equal(idx, idx[0] + step * np.arange(len(idx))):
+        lo, hi = [0] * len(dims), list(dims)
+        lo[axis], hi[axis] = int(idx[0]), int(idx[-1]) + 1
+        strides = [1] * len(dims)
+        strides[axis] = step
+        return b.slice(x, lo, hi, strides)
+    return take(ctx, x, b.constant(idx), axis)
+
+
 def resample(ctx, node, x, plan, extrapolation=0.0):
     """``x`` resampled along the axes of ``plan`` ({axis: (idx, w, outside)}): gathers with
     a tap dim beside each axis, weights, one sum over the tap dims; positions outside the
@@ -143,11 +165,14 @@ def resample(ctx, node, x, plan, extrapolation=0.0):
         if a not in plan:
             continue
         idx, w, _ = plan[a]
+        if np.all((w == 0) | (w == 1)) and np.all(w.sum(axis=1) == 1):
+            # One tap of weight 1 per output (nearest): that tap alone.
+            idx, w = idx[np.arange(len(idx)), np.argmax(w, axis=1)][:, None], np.ones((len(w), 1))
         used = np.any(w != 0, axis=0)             # taps that never weigh anything go
         idx, w = idx[:, used], w[:, used]
-        if w.shape[1] == 1:                       # one tap of weight 1: nearest
+        if w.shape[1] == 1:
             plan[a] = (idx[:, 0], None, plan[a][2])
-            y = take(ctx, y, b.constant(idx[:, 0]), pos[a])
+            y = _nearest(ctx, y, idx[:, 0], pos[a])
         else:
             plan[a] = (idx, w, plan[a][2])
             y = take(ctx, y, b.constant(idx), pos[a])
