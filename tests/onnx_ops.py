@@ -569,6 +569,8 @@ case("ScatterND_elements", node("ScatterND", ["x", "i", "u"]),
 case("Scatter_v10", node("Scatter", ["x", "i", "u"], axis=0),
      {"x": f32(3, 3), "i": np.array([[1, 0, 2], [0, 2, 1]], np.int64), "u": f32(2, 3)},
      opset=10)
+case("TensorScatter_circular", node("TensorScatter", ["c", "u", "w"], mode="circular", axis=2),
+     {"c": f32(2, 3, 5, 4), "u": f32(2, 3, 3, 4), "w": np.array([1, 4], np.int64)}, opset=24)
 case("Compress_axis1", node("Compress", ["x", "c"], axis=1), {"x": f32(2, 5)},
      inits={"c": np.array([True, False, True, True], np.bool_)})
 case("OneHot_axis0", node("OneHot", ["i", "d", "v"], axis=0),
@@ -585,6 +587,10 @@ _UNPOOL_I = ((_N * 3 + _C) * 4 + 2 * _PH + _RNG.integers(0, 2, _N.shape)) * 6 \
     + 2 * _PW + _RNG.integers(0, 2, _N.shape)
 case("MaxUnpool", node("MaxUnpool", ["x", "i"], kernel_shape=[2, 2], strides=[2, 2]),
      {"x": f32(2, 3, 2, 3), "i": _UNPOOL_I.astype(np.int64)}, opset=11)
+case("MaxUnpool_of_MaxPool_indices",
+     [node("MaxPool", ["x"], ["p", "i"], kernel_shape=[2, 3], strides=[2, 2]),
+      node("MaxUnpool", ["p", "i"], kernel_shape=[2, 3], strides=[2, 2])],
+     {"x": f32(2, 3, 6, 7)}, opset=11)
 
 # -- splits, pads, rearrangements, generated tensors --------------------------------------------
 case("Split_v18_uneven", node("Split", ["x"], ["a", "b", "c"], axis=1, num_outputs=3),

@@ -561,7 +561,8 @@ def roi_align(ctx, node):
         grid = (ratio, ratio)
         counts = None
     else:
-        fixed = ctx.const_input(node, 1, "rois").astype(np.float64) * scale - shift
+        fixed = ctx.const_input(node, 1, "rois: with sampling_ratio=0 they size each "
+                                         "roi's sample grid").astype(np.float64) * scale - shift
         extent = fixed[:, 2:] - fixed[:, :2]
         if not half_pixel:
             extent = np.maximum(extent, 1.0)

@@ -139,7 +139,8 @@ def compress(ctx, node):
     """np.compress with a condition known at compile time: a gather of the kept positions
     (the output's size depends on the condition's values)."""
     x = ctx.input(node, 0)
-    cond = ctx.const_input(node, 1, "condition").reshape(-1) != 0
+    cond = ctx.const_input(node, 1, "condition: the output's size depends on its values")
+    cond = cond.reshape(-1) != 0
     axis = ctx.attr(node, "axis", None)
     if axis is None:
         x = ctx.b.reshape(x, (x.shape.num_elements,))
