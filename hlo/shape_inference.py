@@ -292,12 +292,6 @@ def _distinct_dims(dims, rank: int, what: str) -> None:
            f"{what} {tuple(dims)} must be distinct dims below {rank}")
 
 
-def _batch_positions(index_rank: int, ivd: int, batching_dims) -> list[int]:
-    """Where each start-indices batching dim lies among the indices' batch dims (the
-    dims other than the index vector dim)."""
-    return [d if d < ivd else d - 1 for d in batching_dims]
-
-
 def _gather(op, ops, attrs, called, result):
     x, idx = ops
     dn, sizes = attrs["dimension_numbers"], attrs["slice_sizes"]

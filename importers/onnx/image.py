@@ -150,6 +150,15 @@ def _nearest(ctx, x, idx, axis: int):
     return take(ctx, x, b.constant(idx), axis)
 
 
+def _taps(idx, w):
+    """The tap table without taps that never weigh anything; a table whose every row is
+    one tap of weight 1 (nearest neighbour) as that tap alone, with no weights."""
+    if np.all((w == 0) | (w == 1)) and np.all(w.sum(axis=1) == 1):
+        return idx[np.arange(len(idx)), np.argmax(w, axis=1)], None
+    used = np.any(w != 0, axis=0)
+    return idx[:, used], w[:, used]
+
+
 def resample(ctx, node, x, plan, extrapolation=0.0):
     """``x`` resampled along the axes of ``plan`` ({axis: (idx, w, outside)}): gathers with
     a tap dim beside each axis, weights, one sum over the tap dims; positions outside the
@@ -158,38 +167,26 @@ def resample(ctx, node, x, plan, extrapolation=0.0):
     dt = x.shape.dtype
     wide = dt if dt in (dtypes.F32, dtypes.F64) else dtypes.F32
     y = b.convert(x, wide)
-    pos = {}           # axis -> its position in y (taps follow an axis that has them)
-    shift = 0
-    for a in range(x.shape.rank):
-        pos[a] = a + shift
-        if a not in plan:
-            continue
-        idx, w, _ = plan[a]
-        if np.all((w == 0) | (w == 1)) and np.all(w.sum(axis=1) == 1):
-            # One tap of weight 1 per output (nearest): that tap alone.
-            idx, w = idx[np.arange(len(idx)), np.argmax(w, axis=1)][:, None], np.ones((len(w), 1))
-        used = np.any(w != 0, axis=0)             # taps that never weigh anything go
-        idx, w = idx[:, used], w[:, used]
-        if w.shape[1] == 1:
-            plan[a] = (idx[:, 0], None, plan[a][2])
-            y = _nearest(ctx, y, idx[:, 0], pos[a])
+    weighted = []      # (position of the axis in y, its weights): its taps follow it
+    for a in sorted(plan):
+        at = a + len(weighted)
+        idx, w = _taps(*plan[a][:2])
+        if w is None or w.shape[1] == 1:
+            y = _nearest(ctx, y, idx.reshape(-1), at)
         else:
-            plan[a] = (idx, w, plan[a][2])
-            y = take(ctx, y, b.constant(idx), pos[a])
-            shift += 1
-    tapped = [a for a in plan if plan[a][1] is not None]
-    if tapped:
-        for a in tapped:
-            weights = b.constant(plan[a][1].astype(wide.np))
-            y = b.op(Opcode.MULTIPLY, y, b.broadcast(weights, y.shape.dims,
-                                                     (pos[a], pos[a] + 1)))
-        y = ctx.reduce(y, [pos[a] + 1 for a in tapped], Opcode.ADD, 0)
-    outside = [a for a in plan if plan[a][2] is not None and plan[a][2].any()]
+            y = take(ctx, y, b.constant(idx), at)
+            weighted.append((at, w))
+    for at, w in weighted:
+        y = b.op(Opcode.MULTIPLY, y, b.broadcast(b.constant(w.astype(wide.np)), y.shape.dims,
+                                                 (at, at + 1)))
+    if weighted:
+        y = ctx.reduce(y, [at + 1 for at, _ in weighted], Opcode.ADD, 0)
+    outside = [(a, o) for a, (_, _, o) in plan.items() if o is not None and o.any()]
     if outside:
         dims = y.shape.dims
         mask = None
-        for a in outside:
-            m = b.broadcast(b.constant(plan[a][2]), dims, (a,))
+        for a, o in outside:
+            m = b.broadcast(b.constant(o), dims, (a,))
             mask = m if mask is None else b.op(Opcode.OR, mask, m)
         y = b.op(Opcode.SELECT, mask, ctx.full(extrapolation, wide, dims), y)
     if dt.is_integer:        # the reference rounds half to even and saturates
