@@ -569,6 +569,10 @@ case("ScatterND_elements", node("ScatterND", ["x", "i", "u"]),
 case("Scatter_v10", node("Scatter", ["x", "i", "u"], axis=0),
      {"x": f32(3, 3), "i": np.array([[1, 0, 2], [0, 2, 1]], np.int64), "u": f32(2, 3)},
      opset=10)
+case("ArrayFeatureExtractor", helper.make_node("ArrayFeatureExtractor", ["x", "i"], ["y"],
+                                                domain="ai.onnx.ml", name="afe_0"),
+     {"x": f32(2, 3, 5)}, inits={"i": np.array([[4, 0, 4]], np.int64)},
+     opset={"": 13, "ai.onnx.ml": 1})
 case("TensorScatter_circular", node("TensorScatter", ["c", "u", "w"], mode="circular", axis=2),
      {"c": f32(2, 3, 5, 4), "u": f32(2, 3, 3, 4), "w": np.array([1, 4], np.int64)}, opset=24)
 case("Compress_axis1", node("Compress", ["x", "c"], axis=1), {"x": f32(2, 5)},
