@@ -1,6 +1,6 @@
 """The models of the memory benchmark, built in code as ONNX (opset 17, batch 1, float32).
 
-The four MLPerf Tiny v1.x reference architectures and two ImageNet classics:
+The four MLPerf Tiny v1.x reference architectures, two ImageNet classics:
 
     ds_cnn()                 keyword spotting DS-CNN              1x1x49x10  -> 12
     resnet8()                CIFAR-10 ResNet-8                    1x3x32x32  -> 10
@@ -8,6 +8,10 @@ The four MLPerf Tiny v1.x reference architectures and two ImageNet classics:
     fc_autoencoder()         anomaly detection FC autoencoder     1x640      -> 640
     mobilenet_v2()           MobileNetV2 1.0                      1x3x224x224 -> 1000
     resnet18()               ResNet-18                            1x3x224x224 -> 1000
+
+and a small U-Net, whose decoder upsamples (Resize) and concatenates skip connections:
+
+    unet_small()             segmentation U-Net, 3 levels         1x3x64x64  -> 1x2x64x64
 
 ``MODELS`` maps their names to the builders. Batch norm is folded into the weights
 and a bias, as a deployed model has it. Weights are seeded random at He scale
@@ -111,6 +115,15 @@ class GraphBuilder:
                                            (w + 2 * pad - kernel) // stride + 1),
                           kernel_shape=[kernel, kernel], strides=[stride, stride],
                           pads=[pad] * 4)
+
+    def resize(self, x: str, scale: int, mode: str = "linear") -> str:
+        n, c, h, w = self.shapes[x]
+        scales = self.constant("scales", np.array([1, 1, scale, scale], np.float32))
+        return self._node("Resize", [x, "", scales], (n, c, h * scale, w * scale), mode=mode)
+
+    def concat(self, xs: list[str]) -> str:
+        n, _, h, w = self.shapes[xs[0]]
+        return self._node("Concat", xs, (n, sum(self.shapes[x][1] for x in xs), h, w), axis=1)
 
     def global_avg_pool(self, x: str) -> str:
         n, c = self.shapes[x][:2]
@@ -233,6 +246,29 @@ def resnet18() -> onnx.ModelProto:
     return g.build(g.gemm(g.flatten(g.global_avg_pool(x)), 1000))
 
 
+# -- segmentation -----------------------------------------------------------------------
+
+def unet_small() -> onnx.ModelProto:
+    """A U-Net of three levels (16, 32, 64 filters): two 3x3 convolutions per level, 2x2
+    max pools down, bilinear 2x Resize up, the encoder's maps concatenated back in."""
+    g = GraphBuilder("unet_small", (1, 3, 64, 64), seed=7)
+
+    def block(x, filters):
+        return g.relu(g.conv(g.relu(g.conv(x, filters, 3, pad="symmetric")), filters, 3,
+                             pad="symmetric"))
+
+    skips = []
+    x = g.input
+    for filters in (16, 32):
+        x = block(x, filters)
+        skips.append(x)
+        x = g.max_pool(x, 2, 2, 0)
+    x = block(x, 64)
+    for filters, skip in zip((32, 16), reversed(skips)):
+        x = block(g.concat([g.resize(x, 2), skip]), filters)
+    return g.build(g.conv(x, 2, 1))
+
+
 MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
     "ds_cnn": ds_cnn,
     "resnet8": resnet8,
@@ -240,4 +276,5 @@ MODELS: dict[str, Callable[[], onnx.ModelProto]] = {
     "fc_autoencoder": fc_autoencoder,
     "mobilenet_v2": mobilenet_v2,
     "resnet18": resnet18,
+    "unet_small": unet_small,
 }

@@ -493,23 +493,24 @@ def _concatenate(em, instr, ops, index):
 
 def _gather(em, instr, ops, index):
     """XLA gather: start indices are read from operand 1 and clamped so that the whole
-    slice stays inside the operand."""
+    slice stays inside the operand; a batching dim reads the operand at the batch
+    position itself."""
     b = em.b
     x, idx = (o.shape for o in instr.operands)
     dn, sizes = instr.attrs["dimension_numbers"], instr.attrs["slice_sizes"]
     batch = [v for d, v in enumerate(index) if d not in dn.offset_dims]
     offsets = [index[d] for d in dn.offset_dims]
-    kept = [d for d in range(x.rank) if d not in dn.collapsed_slice_dims]
+    kept = [d for d in range(x.rank)
+            if d not in dn.collapsed_slice_dims + dn.operand_batching_dims]
     src = [i64(0)] * x.rank
     for d, v in zip(kept, offsets):
         src[d] = v
     ivd = dn.index_vector_dim
+    for od, sd in zip(dn.operand_batching_dims, dn.start_indices_batching_dims):
+        src[od] = batch[sd if sd < ivd else sd - 1]
     for k, d in enumerate(dn.start_index_map):
         at = batch[:ivd] + [i64(k)] + batch[ivd:] if ivd < idx.rank else batch
-        start = convert(b, ops[1](at), idx.dtype, dtypes.S64)
-        limit = i64(x.dims[d] - sizes[d])
-        start = b.select(b.icmp_signed("<", start, i64(0)), i64(0), start)
-        start = b.select(b.icmp_signed(">", start, limit), limit, start)
+        start = clamped_index(b, ops[1](at), idx.dtype, x.dims[d] - sizes[d])
         src[d] = b.add(start, src[d])
     return ops[0](src)
 
@@ -517,20 +518,9 @@ def _gather(em, instr, ops, index):
 def clamped_starts(em, instr, ops, first: int, sizes) -> list:
     """XLA's dynamic slice starts: operand ``first + d`` (an integer scalar) as i64,
     clamped to [0, dims[d] - sizes[d]] so that the slice stays inside the operand."""
-    b = em.b
     x = instr.operands[0].shape
-    starts = []
-    for d in range(x.rank):
-        dt = instr.operands[first + d].shape.dtype
-        v = ops[first + d]([])
-        if is_unsigned_like(dt) and dt.bits == 64:       # beyond i64: out of range anyway
-            v = b.select(b.icmp_signed("<", v, i64(0)), i64(x.dims[d]), v)
-        else:
-            v = convert(b, v, dt, dtypes.S64)
-        limit = i64(x.dims[d] - sizes[d])
-        v = b.select(b.icmp_signed("<", v, i64(0)), i64(0), v)
-        starts.append(b.select(b.icmp_signed(">", v, limit), limit, v))
-    return starts
+    return [clamped_index(em.b, ops[first + d]([]), instr.operands[first + d].shape.dtype,
+                          x.dims[d] - sizes[d]) for d in range(x.rank)]
 
 
 def _dynamic_slice(em, instr, ops, index):
@@ -552,6 +542,19 @@ def _dynamic_update_slice(em, instr, ops, index):
         inside = b.and_(inside, ok)
         src.append(b.select(ok, t, i64(0)))
     return b.select(inside, ops[1](src), ops[0](index))
+def index_value(b: ir.IRBuilder, v: ir.Value, dtype) -> ir.Value:
+    """An index element as i64; unsigned values beyond the i64 range saturate (they are
+    out of range either way)."""
+    if is_unsigned_like(dtype) and dtype.bits == 64:
+        return b.select(b.icmp_signed("<", v, i64(0)), i64((1 << 63) - 1), v)
+    return convert(b, v, dtype, dtypes.S64)
+
+
+def clamped_index(b: ir.IRBuilder, v: ir.Value, dtype, limit: int) -> ir.Value:
+    """An index element as i64, clamped to [0, limit]."""
+    start = index_value(b, v, dtype)
+    start = b.select(b.icmp_signed("<", start, i64(0)), i64(0), start)
+    return b.select(b.icmp_signed(">", start, i64(limit)), i64(limit), start)
 
 
 # --- reductions ------------------------------------------------------------

@@ -6,15 +6,15 @@
 
 NAME_compute walks ``assignment.order``: views, tuples, parameters and constants emit
 no code; dot and convolution call kernels (emitter/kernels/); sort and topk call their
-functions (sort.py); everything else calls its loop function (loops.py). Model outputs
-that do not already live in their output slot are copied there at the end. A while
-becomes a loop in NAME_compute itself that runs its condition's steps and, while that
-gives true, its body's steps (their own loop and kernel calls, in
-``assignment.computations[c].order``); a conditional jumps to the steps of one branch.
-A callee's parameter and outputs are the places of its caller's operands and results
-(a ``_Frame``); the body's outputs that do not already live in the state are copied
-there at the end of the body. All state lives in the caller's buffers: no mutable
-globals, so the code is reentrant.
+functions (sort.py), scatter its own (scatter.py); everything else calls its loop
+function (loops.py). Model outputs that do not already live in their output slot are
+copied there at the end. A while becomes a loop in NAME_compute itself that runs its
+condition's steps and, while that gives true, its body's steps (their own loop and
+kernel calls, in ``assignment.computations[c].order``); a conditional jumps to the
+steps of one branch. A callee's parameter and outputs are the places of its caller's
+operands and results (a ``_Frame``); the body's outputs that do not already live in the
+state are copied there at the end of the body. All state lives in the caller's buffers:
+no mutable globals, so the code is reentrant.
 """
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from .elemental import ElementalEmitter
 from .interface import ModelInterface
 from .irutil import I1, I8, I32, I64, PTR, VOID, gep_bytes, i64
 from .loops import PointerArg, emit_elemental_function, leaf_offsets, passed_operands
+from .scatter import emit_scatter_function
 from .sort import emit_sort_function, emit_topk_function
 from .target import TargetInfo
 
@@ -205,6 +206,8 @@ class _ComputeEmitter:
                 self._emit_loop_call(instr, emit_sort_function)
             elif instr.opcode is Opcode.TOPK:
                 self._emit_loop_call(instr, emit_topk_function)
+            elif instr.opcode is Opcode.SCATTER:
+                self._emit_loop_call(instr, emit_scatter_function)
             else:
                 self._emit_loop_call(instr)
         if frame.outputs is not None:

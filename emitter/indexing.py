@@ -39,18 +39,40 @@ def delinearize(b: ir.IRBuilder, linear: ir.Value, dims, layout=None) -> list[ir
     return index
 
 
+def reshape_groups(out_dims, in_dims) -> list[tuple[int, int, int, int]]:
+    """The smallest runs ``(a, b, c, d)`` with prod(out_dims[a:b]) == prod(in_dims[c:d])
+    that tile both shapes in order: a row-major reshape only splits and merges within
+    each run. Shapes with no elements form one run."""
+    if 0 in out_dims or 0 in in_dims:
+        return [(0, len(out_dims), 0, len(in_dims))]
+    groups, a, c = [], 0, 0
+    while a < len(out_dims) or c < len(in_dims):
+        b, d, po, pi = a, c, 1, 1
+        if b < len(out_dims):
+            po, b = out_dims[b], b + 1
+        if d < len(in_dims):
+            pi, d = in_dims[d], d + 1
+        while po != pi:
+            if po < pi:
+                po, b = po * out_dims[b], b + 1
+            else:
+                pi, d = pi * in_dims[d], d + 1
+        groups.append((a, b, c, d))
+        a, c = b, d
+    return groups
+
+
 def reshape_index(b: ir.IRBuilder, index, out_dims, in_dims) -> list[ir.Value]:
     """Operand index of a row-major reshape ``in_dims -> out_dims``.
 
-    Trailing dimensions the two shapes share map one to one (the inner loop keeps its
-    unit stride); only the leading rest goes through linearize/delinearize."""
-    k = 0
-    while (k < min(len(out_dims), len(in_dims))
-           and out_dims[len(out_dims) - 1 - k] == in_dims[len(in_dims) - 1 - k]):
-        k += 1
-    head_out, head_in = out_dims[:len(out_dims) - k], in_dims[:len(in_dims) - k]
-    tail = list(index[len(out_dims) - k:])
-    if not head_in:
-        return tail
-    linear = linearize(b, index[:len(head_out)], head_out)
-    return delinearize(b, linear, head_in) + tail
+    Each run of dims that splits or merges (``reshape_groups``) is linearized and
+    delinearized on its own, so a dim the reshape keeps maps one to one (the inner loop
+    keeps its unit stride) and a split costs a division by that run's extent only."""
+    src: list[ir.Value] = []
+    for a, bb, c, d in reshape_groups(tuple(out_dims), tuple(in_dims)):
+        if bb - a == 1 and d - c == 1:
+            src.append(index[a])
+        elif d > c:
+            linear = linearize(b, index[a:bb], out_dims[a:bb])
+            src += delinearize(b, linear, in_dims[c:d])
+    return src

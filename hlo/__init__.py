@@ -1,7 +1,7 @@
 """xlac.hlo: the IR (shapes, opcodes, instructions, computations, modules)."""
 from . import dtypes
 from .attributes import (ConvDimensionNumbers, DotDimensionNumbers, GatherDimensionNumbers,
-                         PaddingConfig, SliceSpec, Window)
+                         PaddingConfig, ScatterDimensionNumbers, SliceSpec, Window)
 from .builder import Builder, scalar_computation
 from .dtypes import DType
 from .errors import XlacError, XlacWarning
@@ -14,5 +14,5 @@ __all__ = [
     "dtypes", "DType", "Shape", "Opcode", "Instruction", "Computation", "Module", "OpMetadata",
     "Signature", "TensorSpec", "Builder", "scalar_computation", "infer_shape", "ShapeError",
     "XlacError", "XlacWarning", "Window", "ConvDimensionNumbers", "DotDimensionNumbers",
-    "GatherDimensionNumbers", "PaddingConfig", "SliceSpec",
+    "GatherDimensionNumbers", "PaddingConfig", "ScatterDimensionNumbers", "SliceSpec",
 ]

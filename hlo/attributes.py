@@ -18,6 +18,8 @@ Per opcode (see the opcode table):
   sort               dimension: int (the dimension sorted along), is_stable: bool
   topk               k: int, largest: bool
   gather             dimension_numbers: GatherDimensionNumbers, slice_sizes: tuple[int]
+  scatter            dimension_numbers: ScatterDimensionNumbers; to_apply combines the
+                     operand's element with the update's
   get-tuple-element  index: int
   fusion             kind: str ('kLoop', 'kInput', 'kOutput')
   dynamic-slice      dynamic_slice_sizes: tuple[int]
@@ -124,11 +126,38 @@ class DotDimensionNumbers:
 
 @dataclass(frozen=True)
 class GatherDimensionNumbers:
+    """XLA's gather dimension numbers. A batching dim pairs operand dim
+    ``operand_batching_dims[k]`` with start-indices dim ``start_indices_batching_dims[k]``:
+    the slice for a batch position is taken at that position's own index in the operand
+    (GatherElements, GatherND's batch_dims), with slice size 1 and no offset dim."""
     offset_dims: tuple[int, ...]
     collapsed_slice_dims: tuple[int, ...]
     start_index_map: tuple[int, ...]
     index_vector_dim: int
+    operand_batching_dims: tuple[int, ...] = ()
+    start_indices_batching_dims: tuple[int, ...] = ()
 
     def __post_init__(self):
-        for f in ("offset_dims", "collapsed_slice_dims", "start_index_map"):
+        for f in ("offset_dims", "collapsed_slice_dims", "start_index_map",
+                  "operand_batching_dims", "start_indices_batching_dims"):
+            object.__setattr__(self, f, _ints(getattr(self, f)))
+
+
+@dataclass(frozen=True)
+class ScatterDimensionNumbers:
+    """XLA's scatter dimension numbers: ``update_window_dims`` are the dims of the
+    updates that form a window, ``inserted_window_dims`` the operand dims a window
+    lacks (size 1), ``scatter_dims_to_operand_dims[k]`` the operand dim that index
+    vector element k addresses, ``index_vector_dim`` the dim of the indices that holds
+    the index vectors (the rank: an implicit trailing 1); batching dims as in gather."""
+    update_window_dims: tuple[int, ...]
+    inserted_window_dims: tuple[int, ...]
+    scatter_dims_to_operand_dims: tuple[int, ...]
+    index_vector_dim: int
+    input_batching_dims: tuple[int, ...] = ()
+    scatter_indices_batching_dims: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        for f in ("update_window_dims", "inserted_window_dims", "scatter_dims_to_operand_dims",
+                  "input_batching_dims", "scatter_indices_batching_dims"):
             object.__setattr__(self, f, _ints(getattr(self, f)))

@@ -11,7 +11,7 @@ import numpy as np
 
 from . import dtypes
 from .attributes import (ConvDimensionNumbers, DotDimensionNumbers, GatherDimensionNumbers,
-                         PaddingConfig, SliceSpec, Window)
+                         PaddingConfig, ScatterDimensionNumbers, SliceSpec, Window)
 from .ir import Computation, Instruction
 from .opcodes import Opcode
 from .shape import Shape
@@ -98,6 +98,11 @@ class Builder:
                slice_sizes) -> Instruction:
         return self.op(Opcode.GATHER, x, indices, dimension_numbers=dn,
                        slice_sizes=tuple(slice_sizes))
+
+    def scatter(self, x: Instruction, indices: Instruction, updates: Instruction,
+                dn: ScatterDimensionNumbers, to_apply: Computation) -> Instruction:
+        return self.op(Opcode.SCATTER, x, indices, updates, called=[to_apply],
+                       dimension_numbers=dn)
 
     # -- compute --
     def dot(self, a: Instruction, b: Instruction, dn: DotDimensionNumbers) -> Instruction:

@@ -392,33 +392,52 @@ def _transpose(instr, ops):
     return np.transpose(ops[0], instr.attrs["dimensions"])
 
 
+def _index_vectors(idx: np.ndarray, index_vector_dim: int) -> np.ndarray:
+    """Start indices with the index vector last (an implicit one made explicit), as int64;
+    unsigned values too big for int64 saturate (they are out of range either way)."""
+    if index_vector_dim == idx.ndim:
+        idx = idx[..., None]
+    else:
+        idx = np.moveaxis(idx, index_vector_dim, -1)
+    if idx.dtype == np.uint64:
+        idx = np.minimum(idx, np.uint64(np.iinfo(np.int64).max))
+    return idx.astype(np.int64)
+
+
+def _batch_position(sd: int, index_vector_dim: int) -> int:
+    """Position of start-indices dim ``sd`` among the batch dims (the index vector dim
+    left out)."""
+    return sd if sd < index_vector_dim else sd - 1
+
+
 def _gather(instr, ops):
     x, idx = ops
     dn, sizes = instr.attrs["dimension_numbers"], tuple(instr.attrs["slice_sizes"])
-    if dn.index_vector_dim == idx.ndim:
-        idx = idx[..., None]
-    else:
-        idx = np.moveaxis(idx, dn.index_vector_dim, -1)
-    if idx.dtype.kind == "u":
-        idx = np.minimum(idx, np.iinfo(np.int64).max)
-    idx = idx.astype(np.int64)
+    idx = _index_vectors(idx, dn.index_vector_dim)
     batch, rank = idx.shape[:-1], x.ndim
+    nb = len(batch)
     # One index array per operand dim, shaped batch + slice_sizes: start + offset.
     index = []
     for d in range(rank):
         offset = np.arange(sizes[d]).reshape(
-            (1,) * len(batch) + tuple(sizes[d] if e == d else 1 for e in range(rank)))
+            (1,) * nb + tuple(sizes[d] if e == d else 1 for e in range(rank)))
         if d in dn.start_index_map:
             start = idx[..., dn.start_index_map.index(d)]
             # XLA clamps every start so that the whole slice stays inside the operand.
             start = np.clip(start, 0, x.shape[d] - sizes[d]).reshape(batch + (1,) * rank)
             offset = start + offset
+        elif d in dn.operand_batching_dims:
+            pos = _batch_position(
+                dn.start_indices_batching_dims[dn.operand_batching_dims.index(d)],
+                dn.index_vector_dim)
+            offset = np.arange(batch[pos]).reshape(
+                tuple(batch[pos] if e == pos else 1 for e in range(nb)) + (1,) * rank)
         index.append(offset)
+    dropped = dn.collapsed_slice_dims + dn.operand_batching_dims
     slices = np.broadcast_to(x[tuple(index)], batch + sizes)
-    slices = slices.reshape(batch + tuple(s for d, s in enumerate(sizes)
-                                          if d not in dn.collapsed_slice_dims))
+    slices = slices.reshape(batch + tuple(s for d, s in enumerate(sizes) if d not in dropped))
     # Result dims: offset_dims take the kept slice dims in order, the rest the batch dims.
-    perm, b, o = [], 0, len(batch)
+    perm, b, o = [], 0, nb
     for d in range(slices.ndim):
         if d in dn.offset_dims:
             perm.append(o)
@@ -466,6 +485,66 @@ def _conditional(instr, ops):
     else:                                  # out of range: the last branch, as in XLA
         k = int(index) if 0 <= int(index) < n else n - 1
     return evaluate_computation(instr.called[k], [ops[k + 1]])
+
+
+def scatter_targets(operand_dims, idx: np.ndarray, update_dims, dn):
+    """Where each update element goes: one int64 array per operand dim, shaped like the
+    updates, and a mask of the elements whose window lies inside the operand (XLA
+    skips a whole update window that does not fit, as its scatter expander does)."""
+    idx = _index_vectors(idx, dn.index_vector_dim)
+    rank, urank = len(operand_dims), len(update_dims)
+    uwd = dn.update_window_dims
+    scatter_dims = [d for d in range(urank) if d not in uwd]
+    window_operand_dims = [d for d in range(rank)
+                           if d not in dn.inserted_window_dims + dn.input_batching_dims]
+    # The update's scatter dims index the start-index vectors.
+    grid = np.indices(update_dims, sparse=True) if urank else []
+    vector = idx[tuple(grid[d] for d in scatter_dims)] if urank else idx
+    vector = np.broadcast_to(vector, tuple(update_dims) + idx.shape[-1:])
+    valid = np.ones(update_dims, bool)
+    targets = []
+    for d in range(rank):
+        if d in dn.scatter_dims_to_operand_dims:
+            start = vector[..., dn.scatter_dims_to_operand_dims.index(d)]
+        elif d in dn.input_batching_dims:
+            pos = _batch_position(
+                dn.scatter_indices_batching_dims[dn.input_batching_dims.index(d)],
+                dn.index_vector_dim)
+            start = grid[scatter_dims[pos]]
+        else:
+            start = np.zeros((), np.int64)
+        if d in window_operand_dims:
+            ud = uwd[window_operand_dims.index(d)]
+            size, offset = update_dims[ud], grid[ud]
+        else:
+            size, offset = 1, 0
+        valid &= (start >= 0) & (start <= operand_dims[d] - size)
+        targets.append(np.broadcast_to(start + offset, update_dims))
+    return targets, valid
+
+
+def _scatter(instr, ops):
+    x, idx, upd = ops
+    dn, comp = instr.attrs["dimension_numbers"], instr.called[0]
+    out = np.array(_widen(x), copy=True)
+    upd = _widen(upd)
+    targets, valid = scatter_targets(x.shape, idx, upd.shape, dn)
+    where = tuple(t[valid] for t in targets)     # row-major update order
+    values = upd[valid]
+    ufunc = _reducer_ufunc(comp)
+    linear = np.ravel_multi_index(where, out.shape) if out.ndim else np.zeros(
+        len(values), np.int64)
+    if ufunc is not None:
+        ufunc.at(out.reshape(-1), linear, values)
+    elif comp.root is comp.parameters[1]:
+        # Replacement: the last update of an element wins, as in a sequential loop.
+        last = len(linear) - 1 - np.unique(linear[::-1], return_index=True)[1]
+        out.reshape(-1)[linear[last]] = values[last]
+    else:
+        flat = out.reshape(-1)
+        for k, v in zip(linear, values):
+            flat[k] = evaluate_computation(comp, [np.asarray(flat[k]), np.asarray(v)])
+    return out
 
 
 # --- compute -----------------------------------------------------------------
@@ -721,6 +800,7 @@ RULES: dict[Opcode, Callable] = {
     Opcode.PAD: _pad,
     Opcode.RESHAPE: _reshape,
     Opcode.REVERSE: _reverse,
+    Opcode.SCATTER: _scatter,
     Opcode.SLICE: _slice,
     Opcode.TRANSPOSE: _transpose,
     Opcode.DYNAMIC_SLICE: _dynamic_slice,

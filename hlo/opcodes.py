@@ -90,6 +90,9 @@ class Opcode(Enum):
     PAD = ("pad", 2, ("padding",))               # pad(operand, padding_value)
     RESHAPE = ("reshape", 1)
     REVERSE = ("reverse", 1, ("dimensions",))
+    # scatter(operand, indices, updates): a copy of operand with each update combined
+    # into it by to_apply, in the updates' row-major order
+    SCATTER = ("scatter", 3, ("dimension_numbers",))
     SLICE = ("slice", 1, ("slice",))
     TRANSPOSE = ("transpose", 1, ("dimensions",))
     # operand, then one scalar start index per dimension (clamped into range)
@@ -144,8 +147,8 @@ MOVEMENT = frozenset({
 # not element by element.
 CONTROL_FLOW = frozenset({Opcode.WHILE, Opcode.CONDITIONAL})
 # Ops that call a sub-computation (Instruction.called).
-CALLS_COMPUTATION = frozenset({Opcode.REDUCE, Opcode.REDUCE_WINDOW, Opcode.SORT,
-                               Opcode.FUSION}) | CONTROL_FLOW
+CALLS_COMPUTATION = frozenset({Opcode.REDUCE, Opcode.REDUCE_WINDOW, Opcode.SCATTER,
+                               Opcode.SORT, Opcode.FUSION}) | CONTROL_FLOW
 # Transcendental element-wise ops (looser numeric tolerance in tests).
 TRANSCENDENTAL = frozenset({
     Opcode.ACOS, Opcode.ACOSH, Opcode.ASIN, Opcode.ASINH, Opcode.ATAN, Opcode.ATANH,

@@ -287,14 +287,35 @@ def _topk(op, ops, attrs, called, result):
     return Shape.tuple_([Shape.array(x.dtype, dims), Shape.array(dtypes.S32, dims)])
 
 
+def _distinct_dims(dims, rank: int, what: str) -> None:
+    _check(all(0 <= d < rank for d in dims) and len(set(dims)) == len(dims),
+           f"{what} {tuple(dims)} must be distinct dims below {rank}")
+
+
 def _gather(op, ops, attrs, called, result):
     x, idx = ops
     dn, sizes = attrs["dimension_numbers"], attrs["slice_sizes"]
     _check(idx.dtype.is_integer, "gather indices must be integers")
     _check(len(sizes) == x.rank, "slice_sizes rank != operand rank")
     _check(all(0 <= s <= n for s, n in zip(sizes, x.dims)), "slice_sizes exceed operand")
-    _check(all(sizes[d] <= 1 for d in dn.collapsed_slice_dims), "collapsed dims must be size 1")
     ivd = dn.index_vector_dim
+    _check(0 <= ivd <= idx.rank, f"index_vector_dim {ivd} out of range for {idx}")
+    _check(list(dn.offset_dims) == sorted(set(dn.offset_dims)), "offset_dims must be sorted")
+    _distinct_dims(dn.collapsed_slice_dims + dn.operand_batching_dims, x.rank,
+                   "collapsed_slice_dims and operand_batching_dims")
+    _distinct_dims(dn.start_index_map, x.rank, "start_index_map")
+    _check(all(d not in dn.operand_batching_dims for d in dn.start_index_map),
+           "start_index_map names an operand batching dim")
+    _check(all(sizes[d] <= 1 for d in dn.collapsed_slice_dims), "collapsed dims must be size 1")
+    _check(all(sizes[d] == 1 for d in dn.operand_batching_dims),
+           "operand batching dims must have slice size 1")
+    _check(len(dn.operand_batching_dims) == len(dn.start_indices_batching_dims),
+           "operand and start-indices batching dims differ in count")
+    _distinct_dims(dn.start_indices_batching_dims, idx.rank, "start_indices_batching_dims")
+    _check(ivd not in dn.start_indices_batching_dims, "index_vector_dim is a batching dim")
+    for od, sd in zip(dn.operand_batching_dims, dn.start_indices_batching_dims):
+        _check(x.dims[od] == idx.dims[sd], f"batching dims differ in size: operand dim {od} "
+                                           f"of {x} vs indices dim {sd} of {idx}")
     idx_dims = list(idx.dims)
     if ivd < idx.rank:
         _check(idx_dims[ivd] == len(dn.start_index_map), "index vector length mismatch")
@@ -302,9 +323,11 @@ def _gather(op, ops, attrs, called, result):
     else:
         _check(len(dn.start_index_map) == 1, "implicit index vector needs one start index")
         batch = idx_dims
-    offsets = [s for d, s in enumerate(sizes) if d not in dn.collapsed_slice_dims]
+    offsets = [s for d, s in enumerate(sizes)
+               if d not in dn.collapsed_slice_dims + dn.operand_batching_dims]
     rank = len(batch) + len(offsets)
     _check(len(dn.offset_dims) == len(offsets), "offset_dims count mismatch")
+    _check(all(d < rank for d in dn.offset_dims), "offset_dims out of range")
     dims, bi, oi = [], 0, 0
     for d in range(rank):
         if d in dn.offset_dims:
@@ -397,6 +420,49 @@ def _conditional(op, ops, attrs, called, result):
     return out
 
 
+def _scatter(op, ops, attrs, called, result):
+    """XLA scatter with one operand: the result has the operand's shape."""
+    x, idx, upd = (_array(s, op.text) for s in ops)
+    dn = attrs["dimension_numbers"]
+    _check(idx.dtype.is_integer, "scatter indices must be integers")
+    _check(upd.dtype == x.dtype, f"scatter updates {upd} differ in type from operand {x}")
+    ivd = dn.index_vector_dim
+    _check(0 <= ivd <= idx.rank, f"index_vector_dim {ivd} out of range for {idx}")
+    uwd = dn.update_window_dims
+    _check(list(uwd) == sorted(set(uwd)), "update_window_dims must be sorted")
+    _distinct_dims(uwd, upd.rank, "update_window_dims")
+    _distinct_dims(dn.inserted_window_dims + dn.input_batching_dims, x.rank,
+                   "inserted_window_dims and input_batching_dims")
+    _check(len(uwd) + len(dn.inserted_window_dims) + len(dn.input_batching_dims) == x.rank,
+           f"window dims, inserted dims and batching dims do not add up to the rank of {x}")
+    vector = idx.dims[ivd] if ivd < idx.rank else 1
+    _check(len(dn.scatter_dims_to_operand_dims) == vector,
+           f"scatter_dims_to_operand_dims has {len(dn.scatter_dims_to_operand_dims)} dims, "
+           f"the index vector {vector}")
+    _distinct_dims(dn.scatter_dims_to_operand_dims, x.rank, "scatter_dims_to_operand_dims")
+    _check(all(d not in dn.input_batching_dims for d in dn.scatter_dims_to_operand_dims),
+           "scatter_dims_to_operand_dims names an input batching dim")
+    _check(len(dn.input_batching_dims) == len(dn.scatter_indices_batching_dims),
+           "input and indices batching dims differ in count")
+    _distinct_dims(dn.scatter_indices_batching_dims, idx.rank, "scatter_indices_batching_dims")
+    _check(ivd not in dn.scatter_indices_batching_dims, "index_vector_dim is a batching dim")
+    for od, sd in zip(dn.input_batching_dims, dn.scatter_indices_batching_dims):
+        _check(x.dims[od] == idx.dims[sd], f"batching dims differ in size: operand dim {od} "
+                                           f"of {x} vs indices dim {sd} of {idx}")
+    scatter_dims = [d for d in range(upd.rank) if d not in uwd]
+    batch = [n for d, n in enumerate(idx.dims) if d != ivd]
+    _check([upd.dims[d] for d in scatter_dims] == batch,
+           f"updates {upd} do not match the indices {idx} outside update_window_dims")
+    window_operand_dims = [d for d in range(x.rank)
+                           if d not in dn.inserted_window_dims + dn.input_batching_dims]
+    for ud, od in zip(uwd, window_operand_dims):
+        _check(upd.dims[ud] <= x.dims[od], f"update window dim {ud} of {upd} exceeds "
+                                           f"operand dim {od} of {x}")
+    _check(len(called) == 1 and len(called[0].parameters) == 2,
+           "scatter needs a to_apply computation of two scalars")
+    return Shape.array(x.dtype, x.dims)
+
+
 def _fusion(op, ops, attrs, called, result):
     _check(len(called) == 1, "fusion calls one computation")
     params = called[0].parameters
@@ -437,6 +503,7 @@ RULES: dict[Opcode, Callable] = {
     Opcode.GATHER: _gather,
     Opcode.PAD: _pad,
     Opcode.REVERSE: _reverse,
+    Opcode.SCATTER: _scatter,
     Opcode.SLICE: _slice,
     Opcode.TRANSPOSE: _transpose,
     Opcode.CONVOLUTION: _convolution,

@@ -30,7 +30,7 @@ from typing import Any, Callable, NamedTuple
 
 from . import dtypes
 from .attributes import (ConvDimensionNumbers, DotDimensionNumbers, GatherDimensionNumbers,
-                         PaddingConfig, SliceSpec, Window)
+                         PaddingConfig, ScatterDimensionNumbers, SliceSpec, Window)
 from .errors import XlacError
 from .ir import Computation, Instruction, Module
 from .literal_text import format_literal, parse_literal
@@ -143,8 +143,14 @@ def _dot_field(side: str, kind: str) -> _Field:
                   DotDimensionNumbers)
 
 
-def _gather_field(key: str, syntax: _Syntax) -> _Field:
-    return _Field(key, syntax, "dimension_numbers", member=key, of=GatherDimensionNumbers)
+def _gather_field(key: str, syntax: _Syntax, default=_REQUIRED) -> _Field:
+    return _Field(key, syntax, "dimension_numbers", default, member=key,
+                  of=GatherDimensionNumbers)
+
+
+def _scatter_field(key: str, syntax: _Syntax, default=_REQUIRED) -> _Field:
+    return _Field(key, syntax, "dimension_numbers", default, member=key,
+                  of=ScatterDimensionNumbers)
 
 
 # The text attributes of each opcode, in XLA's print order.
@@ -156,8 +162,16 @@ _FIELDS: dict[Opcode, tuple[_Field, ...]] = {
     Opcode.GATHER: (_gather_field("offset_dims", _INTS),
                     _gather_field("collapsed_slice_dims", _INTS),
                     _gather_field("start_index_map", _INTS),
+                    _gather_field("operand_batching_dims", _INTS, ()),
+                    _gather_field("start_indices_batching_dims", _INTS, ()),
                     _gather_field("index_vector_dim", _INT),
                     _Field("slice_sizes", _INTS, "slice_sizes")),
+    Opcode.SCATTER: (_scatter_field("update_window_dims", _INTS),
+                     _scatter_field("inserted_window_dims", _INTS),
+                     _scatter_field("scatter_dims_to_operand_dims", _INTS),
+                     _scatter_field("input_batching_dims", _INTS, ()),
+                     _scatter_field("scatter_indices_batching_dims", _INTS, ()),
+                     _scatter_field("index_vector_dim", _INT)),
     Opcode.PAD: (_Field("padding", _PADDING, "padding"),),
     Opcode.REVERSE: (_Field("dimensions", _INTS, "dimensions"),),
     Opcode.SLICE: (_Field("slice", _SLICE, "slice"),),
@@ -181,12 +195,13 @@ _FIELDS: dict[Opcode, tuple[_Field, ...]] = {
 # after the attributes. A conditional on an s32 index lists its branches instead under
 # _BRANCHES_KEY (the parser takes that form for a pred index too).
 _CALLED_KEYS = {Opcode.REDUCE: ("to_apply",), Opcode.REDUCE_WINDOW: ("to_apply",),
-                Opcode.SORT: ("to_apply",), Opcode.FUSION: ("calls",),
-                Opcode.WHILE: ("condition", "body"),
+                Opcode.SCATTER: ("to_apply",), Opcode.SORT: ("to_apply",),
+                Opcode.FUSION: ("calls",), Opcode.WHILE: ("condition", "body"),
                 Opcode.CONDITIONAL: ("true_computation", "false_computation")}
 _BRANCHES_KEY = "branch_computations"
-# Carried by XLA dumps, meaningless here: read and dropped.
-_IGNORED_KEYS = frozenset({"metadata"})
+# Carried by XLA dumps, meaningless here: read and dropped (the sorted/unique hints of
+# gather and scatter allow no faster code in our loops).
+_IGNORED_KEYS = frozenset({"metadata", "indices_are_sorted", "unique_indices"})
 
 
 # --- printer -----------------------------------------------------------------

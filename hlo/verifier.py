@@ -98,6 +98,8 @@ def _verify_instruction(comp: Computation, instr: Instruction) -> None:
         _verify_reducer(comp, instr)
     elif instr.opcode is Opcode.SORT:
         _verify_comparator(comp, instr)
+    elif instr.opcode is Opcode.SCATTER:
+        _verify_update_computation(comp, instr)
 
 
 def _layout_problem(shape: Shape) -> str | None:
@@ -147,3 +149,14 @@ def _verify_comparator(comp: Computation, instr: Instruction) -> None:
             or not compatible(comparator.root.shape, Shape.array(PRED, ())):
         raise _fail(comp, instr, f"comparator %{comparator.name} must map "
                                  f"({', '.join(map(str, want))}) -> pred[]")
+
+
+def _verify_update_computation(comp: Computation, instr: Instruction) -> None:
+    """A scatter's to_apply maps (operand element, update element) -> the new element,
+    scalars of the operand's type."""
+    s = Shape.array(instr.shape.dtype, ())
+    update = instr.called[0]
+    params = update.parameters
+    if len(params) != 2 or not all(compatible(p.shape, s) for p in params) \
+            or not compatible(update.root.shape, s):
+        raise _fail(comp, instr, f"to_apply %{update.name} must map ({s}, {s}) -> {s}")

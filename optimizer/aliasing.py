@@ -26,7 +26,8 @@ Two rules let one owner's bytes serve another, so nothing is copied:
     into its slice of the result, and the concatenation itself emits no code.
   - ``in_place_operands``: an element-wise op (or loop fusion) whose output
     element j reads an operand only at element j may write its result over that
-    operand, provided nothing reads the operand later. Whether that holds depends
+    operand, provided nothing reads the operand later; so may a scatter over its
+    operand 0. Whether that holds depends
     on the schedule, so the heap simulator decides it (``memory_model``).
 """
 from __future__ import annotations
@@ -330,16 +331,16 @@ def in_place_operands(instr: Instruction) -> list[int]:
     output element j reads operand k only at element j: ``instr`` is element-wise,
     or a loop fusion whose parameter k reaches the root through element-wise ops and
     reshapes alone (a reshape keeps the row-major order: a dot's (M, N) result
-    reshaped to (1, M, N) for its bias and activation), or a dynamic-update-slice's
-    operand 0. The operand may be read through a view of the same bytes.
+    reshaped to (1, M, N) for its bias and activation). A dynamic-update-slice's or a
+    scatter's operand 0 qualifies too: each starts from a copy of it, which in place is
+    no copy at all, and then writes only its window or its updates. The operand may be
+    read through a view of the same bytes.
     """
     if instr.shape.is_tuple or not instr.shape.has_default_layout:
         return []
     if instr.opcode in ELEMENTWISE:
         candidates = list(range(len(instr.operands)))
-    elif instr.opcode is Opcode.DYNAMIC_UPDATE_SLICE:
-        # It starts from a copy of its operand, which in place is no copy at all, and
-        # then writes only the update's window.
+    elif instr.opcode in (Opcode.DYNAMIC_UPDATE_SLICE, Opcode.SCATTER):
         candidates = [0]
     elif instr.opcode is Opcode.FUSION and instr.attrs.get("kind") == "kLoop":
         fused = instr.called[0]

@@ -12,11 +12,12 @@ Rules (XLA's instruction fusion, for one-output loop fusions):
     concatenation of contiguous blocks: buffer assignment builds it in place, its
     producers writing straight into their slices (aliasing.concat_slots), which
     saves the copy a fused concatenation makes.
-  - producers: element-wise or movement ops (gather excluded: it is data
-    dependent; a dynamic-slice reads one window, so it fuses), iota, and scalar
-    constants. Never dot, convolution, reduce,
-    reduce-window, gather, parameters, tuples, or a model output (its value
-    must land in the caller's buffer).
+  - producers: element-wise or movement ops (gather included: an element of a
+    gather is one read of its operand at an index read from its indices, whatever
+    the indices hold; Resize's taps and embedding lookups fuse into their weighted
+    sums; a dynamic-slice reads one window), iota, and scalar constants. Never dot,
+    convolution, reduce, reduce-window, scatter, parameters, tuples, or a model output
+    (its value must land in the caller's buffer).
   - a producer with one user is moved into it; a producer with several users is
     fused only when it is cheap to duplicate (broadcast, iota, reshape, bitcast,
     scalar constant), so no arithmetic, transcendental or not, is ever computed twice.
@@ -41,10 +42,10 @@ from .control_flow import planned_computations
 FUSIBLE_MOVEMENT = frozenset({
     Opcode.BROADCAST, Opcode.RESHAPE, Opcode.TRANSPOSE, Opcode.SLICE, Opcode.PAD,
     Opcode.CONCATENATE, Opcode.REVERSE, Opcode.IOTA, Opcode.BITCAST, Opcode.COPY,
-    Opcode.DYNAMIC_SLICE,
+    Opcode.DYNAMIC_SLICE, Opcode.GATHER,
 })
 CONSUMERS = ELEMENTWISE | FUSIBLE_MOVEMENT | {
-    Opcode.GATHER, Opcode.REDUCE, Opcode.REDUCE_WINDOW, Opcode.FUSION}
+    Opcode.REDUCE, Opcode.REDUCE_WINDOW, Opcode.FUSION}
 CHEAP_TO_DUPLICATE = frozenset({Opcode.BROADCAST, Opcode.IOTA, Opcode.RESHAPE, Opcode.BITCAST})
 # Too costly to recompute per read (XLA's IsExpensive): transcendentals and divisions.
 EXPENSIVE = TRANSCENDENTAL | {Opcode.DIVIDE, Opcode.REMAINDER, Opcode.SQRT}

@@ -740,3 +740,150 @@ case("Loop_nesting_If_and_Scan",
      {"a": f32(4), "x": f32(3, 4)}, outputs=[("y", np.float32, (4,)), ("rows", np.float32, (3,))],
      inits={"m": np.array(3, np.int64), "two": np.array(2, np.int64),
             "zero64": np.array(0, np.int64), "one": np.float32(1)}, opset=13)
+# -- indexing: gathers and scatters ----------------------------------------------------------
+case("GatherElements_axis1_negative", node("GatherElements", ["x", "i"], axis=1),
+     {"x": f32(3, 4), "i": i64(3, 2, low=-4, high=4)})
+case("GatherElements_smaller_indices", node("GatherElements", ["x", "i"]),
+     {"x": f32(4, 3), "i": i64(2, 2, low=-4, high=4)})
+case("GatherND_batch_dims1", node("GatherND", ["x", "i"], batch_dims=1),
+     {"x": f32(2, 3, 4), "i": i64(2, 2, 1, low=-3, high=3)})
+case("GatherND_slices_negative", node("GatherND", ["x", "i"]),
+     {"x": f32(3, 4, 2), "i": np.array([[0, -1], [2, 1]], np.int64)})
+# Scatters into a computed value (overwritten in place) and into a model input (copied).
+case("ScatterElements_axis1_add_duplicates",
+     [node("Abs", ["x"], ["d"]), node("ScatterElements", ["d", "i", "u"], axis=1,
+                                      reduction="add")],
+     {"x": f32(3, 5), "i": np.array([[1, 1, -1], [0, 4, 0], [2, 2, 2]], np.int64),
+      "u": f32(3, 3)}, opset=18)
+case("ScatterElements_in_arena_feeding_matmul",
+     [node("Abs", ["x"], ["d"]), node("ScatterElements", ["d", "i", "u"], ["s"], axis=1),
+      node("Transpose", ["s"], ["t"]), node("MatMul", ["s", "t"])],
+     {"x": f32(4, 5), "i": np.array([[4], [0], [2], [2]], np.int64), "u": f32(4, 1)},
+     rtol=1e-4, atol=1e-5)
+case("ScatterElements_smaller_indices_max",
+     node("ScatterElements", ["x", "i", "u"], axis=1, reduction="max"),
+     {"x": f32(4, 5), "i": i64(2, 3, low=0, high=5), "u": f32(2, 3)}, opset=18)
+case("ScatterND_mul_slices", node("ScatterND", ["x", "i", "u"], reduction="mul"),
+     {"x": f32(4, 3, 2), "i": np.array([[1], [-1], [1]], np.int64), "u": f32(3, 3, 2)},
+     opset=18)
+case("ScatterND_elements", node("ScatterND", ["x", "i", "u"]),
+     {"x": f32(3, 4), "i": np.array([[0, 1], [2, -1], [1, 0]], np.int64), "u": f32(3)})
+case("Scatter_v10", node("Scatter", ["x", "i", "u"], axis=0),
+     {"x": f32(3, 3), "i": np.array([[1, 0, 2], [0, 2, 1]], np.int64), "u": f32(2, 3)},
+     opset=10)
+case("ArrayFeatureExtractor", helper.make_node("ArrayFeatureExtractor", ["x", "i"], ["y"],
+                                                domain="ai.onnx.ml", name="afe_0"),
+     {"x": f32(2, 3, 5)}, inits={"i": np.array([[4, 0, 4]], np.int64)},
+     opset={"": 13, "ai.onnx.ml": 1})
+case("TensorScatter_circular", node("TensorScatter", ["c", "u", "w"], mode="circular", axis=2),
+     {"c": f32(2, 3, 5, 4), "u": f32(2, 3, 3, 4), "w": np.array([1, 4], np.int64)}, opset=24)
+case("Compress_axis1", node("Compress", ["x", "c"], axis=1), {"x": f32(2, 5)},
+     inits={"c": np.array([True, False, True, True], np.bool_)})
+case("OneHot_axis0", node("OneHot", ["i", "d", "v"], axis=0),
+     {"i": np.array([[1, -1], [7, -3]], np.int64)},
+     inits={"d": np.array(4, np.int64), "v": np.array([2, 5], np.float32)}, opset=11)
+case("ReverseSequence_batch_axis0",
+     node("ReverseSequence", ["x", "l"], time_axis=1, batch_axis=0),
+     {"x": f32(3, 5, 2), "l": np.array([5, 1, 3], np.int64)}, opset=10)
+# Flat indices over the whole unpooled (2, 3, 4, 6) tensor, one in each 2x2 window, as
+# MaxPool gives them. (With an output_shape input onnxruntime reads them in that shape,
+# the ONNX reference in the unpooled one, then pads: xlac follows the reference.)
+_N, _C, _PH, _PW = np.indices((2, 3, 2, 3))
+_UNPOOL_I = ((_N * 3 + _C) * 4 + 2 * _PH + _RNG.integers(0, 2, _N.shape)) * 6 \
+    + 2 * _PW + _RNG.integers(0, 2, _N.shape)
+case("MaxUnpool", node("MaxUnpool", ["x", "i"], kernel_shape=[2, 2], strides=[2, 2]),
+     {"x": f32(2, 3, 2, 3), "i": _UNPOOL_I.astype(np.int64)}, opset=11)
+case("MaxUnpool_of_MaxPool_indices",
+     [node("MaxPool", ["x"], ["p", "i"], kernel_shape=[2, 3], strides=[2, 2]),
+      node("MaxUnpool", ["p", "i"], kernel_shape=[2, 3], strides=[2, 2])],
+     {"x": f32(2, 3, 6, 7)}, opset=11)
+
+# -- splits, pads, rearrangements, generated tensors --------------------------------------------
+case("Split_v18_uneven", node("Split", ["x"], ["a", "b", "c"], axis=1, num_outputs=3),
+     {"x": f32(2, 7)}, outputs=("a", "b", "c"), opset=18)
+case("Split_v13_sizes", node("Split", ["x", "s"], ["a", "b"]), {"x": f32(5, 2)},
+     inits={"s": np.array([1, 4], np.int64)}, outputs=("a", "b"))
+case("Pad_reflect_axes", node("Pad", ["x", "p", "", "a"], mode="reflect"), {"x": f32(2, 4, 5)},
+     inits={"p": np.array([2, 1, 3, 0], np.int64), "a": np.array([1, -1], np.int64)},
+     opset=18)
+case("Pad_edge_and_crop", node("Pad", ["x", "p"], mode="edge"), {"x": f32(3, 4)},
+     inits={"p": np.array([-1, 2, 3, -2], np.int64)})
+case("Pad_wrap", node("Pad", ["x", "p"], mode="wrap"), {"x": f32(2, 3)},
+     inits={"p": np.array([1, 2, 0, 4], np.int64)}, opset=19)
+case("Pad_constant_value_input", node("Pad", ["x", "p", "v"]),
+     {"x": f32(2, 3), "v": np.array(1.5, np.float32)},
+     inits={"p": np.array([0, 1, 1, -1], np.int64)})
+case("CenterCropPad", node("CenterCropPad", ["x", "s"], axes=[0, 2]), {"x": f32(5, 2, 4)},
+     inits={"s": np.array([2, 7], np.int64)}, opset=18)
+case("DepthToSpace_CRD", node("DepthToSpace", ["x"], blocksize=2, mode="CRD"),
+     {"x": f32(1, 8, 2, 3)})
+case("SpaceToDepth", node("SpaceToDepth", ["x"], blocksize=2), {"x": f32(2, 2, 4, 6)})
+case("Trilu_lower_k_neg1", node("Trilu", ["x", "k"], upper=0), {"x": f32(2, 4, 5)},
+     inits={"k": np.array(-1, np.int64)}, opset=14)
+case("Trilu_upper", node("Trilu", ["x"]), {"x": i64(5, 3)}, opset=14)
+case("EyeLike_k1_int32", node("EyeLike", ["x"], k=1, dtype=onnx.TensorProto.INT32),
+     {"x": f32(3, 4)})
+case("Range_float", node("Range", ["s", "l", "d"]), {},
+     inits={"s": np.array(1.5, np.float32), "l": np.array(-2, np.float32),
+            "d": np.array(-0.75, np.float32)}, opset=11)
+
+# -- image: Resize, GridSample, AffineGrid, RoiAlign, Col2Im -----------------------------------
+_IMG_SMALL = f32(1, 2, 5, 6)
+for _name, _attrs, _scales in [
+        ("linear_downsample", dict(mode="linear"), [1, 1, 0.6, 0.5]),
+        # (onnxruntime and the ONNX reference differ on align_corners when scale * size
+        # is fractional; xlac follows the reference, the backend tests' oracle)
+        ("linear_align_corners", dict(mode="linear", coordinate_transformation_mode="align_corners"),
+         [1, 1, 1.6, 2]),
+        ("cubic_exclude_outside", dict(mode="cubic", exclude_outside=1, cubic_coeff_a=-0.5),
+         [1, 1, 2, 1.5]),
+        ("nearest_ceil_asymmetric", dict(mode="nearest", nearest_mode="ceil",
+                                         coordinate_transformation_mode="asymmetric"),
+         [1, 1, 1.7, 0.8]),
+        ("linear_antialias", dict(mode="linear", antialias=1), [1, 1, 0.4, 0.5])]:
+    case(f"Resize_{_name}", node("Resize", ["x", "", "s"], **_attrs), {"x": _IMG_SMALL},
+         inits={"s": np.array(_scales, np.float32)}, opset=19, rtol=1e-4, atol=1e-5)
+case("Resize_sizes_cubic_axes", node("Resize", ["x", "", "", "z"], mode="cubic", axes=[3, 2]),
+     {"x": _IMG_SMALL}, inits={"z": np.array([9, 3], np.int64)}, opset=19, rtol=1e-4,
+     atol=1e-5)
+case("Resize_tf_crop_and_resize", node("Resize", ["x", "r", "", "z"], mode="linear",
+                                       coordinate_transformation_mode="tf_crop_and_resize",
+                                       extrapolation_value=-3.0),
+     {"x": _IMG_SMALL}, inits={"r": np.array([0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3], np.float32),
+                               "z": np.array([1, 2, 4, 4], np.int64)},
+     opset=13, rtol=1e-4, atol=1e-5)
+case("Resize_uint8_linear", node("Resize", ["x", "", "s"], mode="linear"),
+     {"x": _RNG.integers(0, 256, (1, 1, 4, 5)).astype(np.uint8)},
+     inits={"s": np.array([1, 1, 1.5, 1.5], np.float32)}, opset=13, atol=1)
+case("Upsample_v9_nearest", node("Upsample", ["x", "s"]), {"x": f32(1, 2, 2, 3)},
+     inits={"s": np.array([1, 1, 2, 3], np.float32)}, opset=9)
+_GRID = f32(2, 3, 4, 2, low=-1.3, high=1.3)
+# (bicubic with border or reflection padding: onnxruntime clamps or reflects each tap as
+# PyTorch does, the ONNX reference the sampling position; xlac follows the reference)
+for _mode, _padding, _align in [("bilinear", "zeros", 0), ("bicubic", "zeros", 1),
+                                ("nearest", "border", 0), ("nearest", "reflection", 1),
+                                ("bilinear", "reflection", 0), ("bilinear", "border", 1)]:
+    case(f"GridSample_{_mode}_{_padding}_align{_align}",
+         node("GridSample", ["x", "g"], mode=_mode, padding_mode=_padding,
+              align_corners=_align),
+         {"x": f32(2, 3, 4, 5), "g": _GRID}, opset=16, rtol=1e-4, atol=1e-5)
+case("AffineGrid_2d", node("AffineGrid", ["t", "s"], align_corners=0), {"t": f32(2, 2, 3)},
+     inits={"s": np.array([2, 3, 4, 5], np.int64)}, opset=20, rtol=1e-5, atol=1e-6)
+case("AffineGrid_3d_align_corners", node("AffineGrid", ["t", "s"], align_corners=1),
+     {"t": f32(1, 3, 4)}, inits={"s": np.array([1, 1, 2, 3, 4], np.int64)}, opset=20,
+     rtol=1e-5, atol=1e-6)
+_ROIS = np.array([[0.5, 1.0, 6.5, 5.0], [2.0, 0.0, 4.0, 7.5], [-1.0, 3.0, 9.0, 12.0]],
+                 np.float32)
+case("RoiAlign_avg_half_pixel", node("RoiAlign", ["x", "r", "b"], output_height=3,
+                                     output_width=2, sampling_ratio=2, spatial_scale=0.8),
+     {"x": f32(2, 3, 8, 9), "r": _ROIS, "b": np.array([1, 0, 1], np.int64)}, opset=16,
+     rtol=1e-4, atol=1e-5)
+case("RoiAlign_max_adaptive_grid", node("RoiAlign", ["x", "r", "b"], output_height=2,
+                                        output_width=3, mode="max",
+                                        coordinate_transformation_mode="output_half_pixel"),
+     {"x": f32(1, 2, 8, 9), "b": np.array([0, 0, 0], np.int64)}, inits={"r": _ROIS},
+     opset=16, rtol=1e-4, atol=1e-5)
+case("Col2Im_strides_pads_dilations",
+     node("Col2Im", ["x", "i", "k"], strides=[2, 1], pads=[1, 0, 0, 1], dilations=[1, 2]),
+     {"x": f32(2, 12, 9)}, inits={"i": np.array([5, 6], np.int64),
+                                   "k": np.array([2, 3], np.int64)}, opset=18)

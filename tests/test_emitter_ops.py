@@ -14,7 +14,8 @@ import pytest
 
 from emit_util import compile_modules
 from xlac.hlo import (Builder, ConvDimensionNumbers, DotDimensionNumbers, GatherDimensionNumbers,
-                      Module, Opcode, Shape, Window, dtypes, scalar_computation)
+                      Module, Opcode, ScatterDimensionNumbers, Shape, Window, dtypes,
+                      scalar_computation)
 from xlac.hlo.evaluator import evaluate
 
 rng = np.random.default_rng(0)
@@ -166,6 +167,25 @@ def _ties(*dims):
     return rng.integers(-3, 4, dims).astype(np.float32)
 
 
+def _replace(dtype):
+    """(old, new) -> new."""
+    b = Builder(f"replace_{dtype.name}")
+    s = Shape.array(dtype, ())
+    b.parameter(0, s, "old")
+    return b.build(b.parameter(1, s, "new"))
+
+
+def _max_via_select():
+    b = Builder("max_select")
+    s = Shape.array(F32, ())
+    x, y = b.parameter(0, s, "x"), b.parameter(1, s, "y")
+    return b.build(b.op(Opcode.SELECT, b.compare(x, y, "GT"), x, y))
+
+
+_ROWS = ScatterDimensionNumbers((1,), (0,), (0,), 1)
+# ScatterElements along axis 1 of a rank-2 operand: rows are batching dims.
+_ELEMENTS_AXIS1 = ScatterDimensionNumbers((), (1,), (1,), 2, (0,), (0,))
+
 _ADD_F32 = scalar_computation("add_f32", Opcode.ADD, F32)
 _MAX_F32 = scalar_computation("max_f32", Opcode.MAXIMUM, F32)
 
@@ -295,6 +315,9 @@ CASES = [
     Case("broadcast_degenerate", [f32(1, 4)], lambda b, p: b.broadcast(p, (3, 4), (0, 1))),
     Case("reshape", [f32(2, 3, 4)], lambda b, p: b.op(Opcode.NEGATE,
                                                        b.reshape(p, (4, 6)))),
+    # a run that splits (12 -> 3x4) beside one that merges (2x5 -> 10) and unit dims
+    Case("reshape_split_and_merge_runs", [f32(12, 1, 2, 5)],
+         lambda b, p: b.op(Opcode.NEGATE, b.reshape(p, (3, 4, 10, 1)))),
     Case("reshape_materialized", [f32(6, 4)],
          lambda b, p: b.tuple([b.reshape(p, (2, 12)), b.op(Opcode.NEGATE, p)])),
     Case("bitcast", [f32(4, 6)],
@@ -309,6 +332,24 @@ CASES = [
     Case("copy", [s32(4, 4)], lambda b, p: b.op(Opcode.COPY, p)),
     Case("gather_rows", [f32(5, 3), np.array([[4], [0], [7], [-2]], np.int32)],
          lambda b, t, i: b.gather(t, i, GatherDimensionNumbers((1,), (0,), (0,), 1), (1, 3))),
+    Case("gather_batching_dims", [f32(3, 5, 2), np.array([[4, 0], [1, 9], [-1, 2]], np.int64)],
+         lambda b, t, i: b.gather(t, i, GatherDimensionNumbers((2,), (1,), (1,), 2, (0,), (0,)),
+                                  (1, 1, 2))),
+    Case("gather_u8_indices", [f32(300), np.array([[255], [0], [3]], np.uint8)],
+         lambda b, t, i: b.gather(t, i, GatherDimensionNumbers((), (0,), (0,), 1), (1,))),
+    # scatter: duplicates accumulate, windows that do not fit are skipped
+    Case("scatter_add_rows", [f32(6, 3), np.array([[5], [0], [5], [6], [-1]], np.int32),
+                              f32(5, 3)],
+         lambda b, x, i, u: b.scatter(x, i, u, _ROWS, _ADD_F32), tol=1e-6),
+    Case("scatter_replace_elements", [s32(4, 5), np.array([[0, 4], [3, 3], [1, 2], [9, 0]]),
+                                      s32(4, 2)],
+         lambda b, x, i, u: b.scatter(x, i, u, _ELEMENTS_AXIS1, _replace(S32))),
+    Case("scatter_select_body_in_place", [f32(4, 5), np.array([[1, 1], [0, 4], [2, 2], [3, 0]]),
+                                          f32(4, 2)],
+         lambda b, x, i, u: b.scatter(b.op(Opcode.NEGATE, x), i, u, _ELEMENTS_AXIS1,
+                                      _max_via_select())),
+    Case("scatter_into_constant", [np.array([[2], [0]], np.int64), f32(2, 3)],
+         lambda b, i, u: b.scatter(b.constant(f32(4, 3)), i, u, _ROWS, _ADD_F32), tol=1e-6),
     # reductions
     Case("reduce_sum", [f32(3, 4, 5)],
          lambda b, p: b.reduce(p, b.constant(np.float32(0)), (0, 2), _ADD_F32), tol=1e-6),

@@ -54,11 +54,12 @@ def test_op_case_matches_onnxruntime(case, tmp_path):
 
 _BY_NAME = {c.name: c for c in CASES}
 # Models whose arena holds several live intermediates: LRN (a pool over squares),
-# reductions (softmax, log-softmax), a batched matmul, the bundled LeNet (convolutions),
-# and an LSTM (a loop whose state lives in the caller's outputs and whose body's
-# buffers live in the arena).
+# reductions (softmax, log-softmax), a batched matmul, a scatter written in place over
+# its operand, the bundled LeNet (convolutions), and an LSTM (a loop whose state lives
+# in the caller's outputs and whose body's buffers live in the arena).
 ARENA_MODELS = ["LogSoftmax_v13_axis1", "LRN_size3",
-                "Softmax_v13_axis1", "MatMul_broadcast_batch", "lenet",
+                "Softmax_v13_axis1", "MatMul_broadcast_batch",
+                "ScatterElements_in_arena_feeding_matmul", "lenet",
                 "LSTM_bidirectional_lengths_all_outputs"]
 
 

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from xlac.hlo import (Builder, ConvDimensionNumbers, DotDimensionNumbers,
-                      GatherDimensionNumbers, Module, Opcode, PaddingConfig, Shape, SliceSpec,
-                      Window, XlacError, dtypes, scalar_computation)
+                      GatherDimensionNumbers, Module, Opcode, PaddingConfig,
+                      ScatterDimensionNumbers, Shape, SliceSpec, Window, XlacError, dtypes,
+                      scalar_computation)
 from xlac.hlo.evaluator import RULES, evaluate, evaluate_computation, evaluate_instruction
 
 f32, s32, u8, u32, s8, pred = (np.float32, np.int32, np.uint8, np.uint32, np.int8, np.bool_)
@@ -86,6 +87,14 @@ def comparator(direction, types=(dtypes.F32,), key=0, reshaped=False):
     if reshaped:
         lhs = b.reshape(b.reshape(lhs, (1,)), ())
     return b.build(b.compare(lhs, rhs, direction))
+
+
+def replace_computation(dtype=dtypes.F32):
+    """(old, new) -> new: a scatter that overwrites."""
+    b = Builder("replace")
+    s = Shape.array(dtype, ())
+    b.parameter(0, s, "old")
+    return b.build(b.parameter(1, s, "new"))
 
 
 def fused_multiply_add():
@@ -266,6 +275,24 @@ CASES = [
     C("gather_index_vector_dim_0", Opcode.GATHER, [a([10, 20, 30]), a([[-5, 1]], s32)],
       a([[10, 20], [20, 30]]),
       dimension_numbers=GatherDimensionNumbers((1,), (), (0,), 0), slice_sizes=(2,)),
+    C("gather_batching_dims", Opcode.GATHER,
+      [a([[1, 2, 3], [4, 5, 6]]), a([[2, 0], [1, 1]], s32)], a([[3, 1], [5, 5]]),
+      dimension_numbers=GatherDimensionNumbers((), (1,), (1,), 2, (0,), (0,)),
+      slice_sizes=(1, 1)),
+    C("scatter_add_rows_duplicates", Opcode.SCATTER,
+      [a([[1, 2], [3, 4], [5, 6]]), a([[2], [0], [2]], s32), a([[10, 20], [30, 40], [1, 1]])],
+      a([[31, 42], [3, 4], [16, 27]]), called=[reducer(Opcode.ADD)],
+      dimension_numbers=ScatterDimensionNumbers((1,), (0,), (0,), 1)),
+    # The last update of an element wins; a window that does not fit is skipped whole.
+    C("scatter_replace_skips_out_of_range", Opcode.SCATTER,
+      [a([1, 2, 3, 4, 5]), a([[1], [1], [4], [-1], [3]], s32),
+       a([[7, 7], [8, 9], [6, 6], [5, 5], [0, 1]])],
+      a([1, 8, 9, 0, 1]), called=[replace_computation()],
+      dimension_numbers=ScatterDimensionNumbers((1,), (), (0,), 1)),
+    C("scatter_batching_dims_max", Opcode.SCATTER,
+      [a([[1, 2, 3], [4, 5, 6]]), a([[2, 2], [0, 1]], s32), a([[0, 9], [8, -1]])],
+      a([[1, 2, 9], [8, 5, 6]]), called=[reducer(Opcode.MAXIMUM)],
+      dimension_numbers=ScatterDimensionNumbers((), (1,), (1,), 2, (0,), (0,))),
     C("pad", Opcode.PAD, [a([[1, 2], [3, 4]]), a(0)],
       a([[0, 0, 0], [0, 2, 0], [0, 0, 0], [0, 4, 0]]),
       padding=PaddingConfig((1, -1), (0, 1), (1, 1))),
@@ -522,19 +549,21 @@ def test_convolution_with_empty_output():
 def naive_gather(x, idx, dn: GatherDimensionNumbers, sizes, out_dims):
     """XLA's definition of gather, one output element at a time."""
     out = np.zeros(out_dims, x.dtype)
+    at = dn.index_vector_dim
     for out_index in itertools.product(*map(range, out_dims)):
         batch = [i for d, i in enumerate(out_index) if d not in dn.offset_dims]
         offsets = iter(i for d, i in enumerate(out_index) if d in dn.offset_dims)
-        if dn.index_vector_dim == idx.ndim:
+        if at == idx.ndim:
             vector = [idx[tuple(batch)]]
         else:
-            at = dn.index_vector_dim
             vector = idx[tuple(batch[:at]) + (slice(None),) + tuple(batch[at:])]
         start = [0] * x.ndim
         for k, d in enumerate(dn.start_index_map):
             start[d] = min(max(int(vector[k]), 0), x.shape[d] - sizes[d])
-        full = [start[d] + (0 if d in dn.collapsed_slice_dims else next(offsets))
-                for d in range(x.ndim)]
+        for od, sd in zip(dn.operand_batching_dims, dn.start_indices_batching_dims):
+            start[od] = batch[sd if sd < at else sd - 1]
+        full = [start[d] + (0 if d in dn.collapsed_slice_dims + dn.operand_batching_dims
+                            else next(offsets)) for d in range(x.ndim)]
         out[out_index] = x[tuple(full)]
     return out
 
@@ -547,6 +576,12 @@ GATHERS = {
                                          (4, 1, 3)),
     "implicit_index_vector": ((7, 3), (2, 2), GatherDimensionNumbers((2,), (0,), (0,), 2),
                               (1, 3)),
+    "batching_dims_swapped": ((3, 7, 4, 5), (5, 2, 3, 1),
+                              GatherDimensionNumbers((3,), (1,), (1,), 3, (3, 0), (0, 2)),
+                              (1, 1, 2, 1)),
+    "batching_dim_after_index_vector": ((4, 6, 3), (1, 4),
+                                        GatherDimensionNumbers((1,), (1,), (1,), 0, (0,), (1,)),
+                                        (1, 1, 3)),
 }
 
 
@@ -558,6 +593,64 @@ def test_gather_matches_naive_loop(name):
     idx = rng.integers(-3, 9, idims).astype(np.int64)     # out-of-range starts are clamped
     got = run(Opcode.GATHER, x, idx, dimension_numbers=dn, slice_sizes=sizes)
     np.testing.assert_array_equal(got, naive_gather(x, idx, dn, sizes, got.shape))
+
+
+# --- scatter against a naive loop ------------------------------------------------
+
+def naive_scatter(x, idx, upd, dn: ScatterDimensionNumbers, combine):
+    """StableHLO's definition of scatter, one update element at a time in row-major
+    order; a window that does not fit inside the operand is skipped (XLA)."""
+    out = x.copy()
+    at = dn.index_vector_dim
+    scatter_dims = [d for d in range(upd.ndim) if d not in dn.update_window_dims]
+    window_dims = [d for d in range(x.ndim)
+                   if d not in dn.inserted_window_dims + dn.input_batching_dims]
+    for u in itertools.product(*map(range, upd.shape)):
+        batch = [u[d] for d in scatter_dims]
+        vector = ([idx[tuple(batch)]] if at == idx.ndim
+                  else idx[tuple(batch[:at]) + (slice(None),) + tuple(batch[at:])])
+        start, size = [0] * x.ndim, [1] * x.ndim
+        for k, d in enumerate(dn.scatter_dims_to_operand_dims):
+            start[d] = int(vector[k])
+        for od, sd in zip(dn.input_batching_dims, dn.scatter_indices_batching_dims):
+            start[od] = batch[sd if sd < at else sd - 1]
+        full = list(start)
+        for od, ud in zip(window_dims, dn.update_window_dims):
+            size[od] = upd.shape[ud]
+            full[od] += u[ud]
+        if all(0 <= s <= n - z for s, n, z in zip(start, x.shape, size)):
+            out[tuple(full)] = combine(out[tuple(full)], upd[u])
+    return out
+
+
+SCATTERS = {
+    "rows_of_windows": ((6, 4), (5, 1), (5, 3), ScatterDimensionNumbers((1,), (0,), (0,), 1)),
+    "index_vector_first": ((5, 4, 3), (2, 3, 2), (3, 2, 2, 2),
+                           ScatterDimensionNumbers((1, 2), (0,), (1, 0), 0)),
+    "elements_implicit_vector": ((5, 6), (4, 3), (4, 3),
+                                 ScatterDimensionNumbers((), (0, 1), (1,), 2)),
+    "batching_dims": ((3, 7, 4, 5), (4, 3, 1), (4, 3, 2),
+                      ScatterDimensionNumbers((2,), (1,), (1,), 2, (2, 0), (0, 1))),
+}
+
+
+@pytest.mark.parametrize("combine", ["add", "max", "replace", "select_body"])
+@pytest.mark.parametrize("name", list(SCATTERS))
+def test_scatter_matches_naive_loop(name, combine):
+    xdims, idims, udims, dn = SCATTERS[name]
+    if name == "elements_implicit_vector":
+        dn = ScatterDimensionNumbers((), (0,), (0,), 2, (1,), (1,))  # rows chosen per column
+        idims, udims = (4, 6), (4, 6)
+    rng = np.random.default_rng(len(name))
+    x = rng.integers(-9, 9, xdims).astype(f32)
+    upd = rng.integers(-9, 9, udims).astype(f32)
+    idx = rng.integers(-1, 7, idims).astype(np.int32)    # some windows do not fit
+    called, fn = {"add": (reducer(Opcode.ADD), np.add),
+                  "max": (reducer(Opcode.MAXIMUM), np.maximum),
+                  "replace": (replace_computation(), lambda old, new: new),
+                  "select_body": (max_via_select(), np.maximum)}[combine]
+    got = run(Opcode.SCATTER, x, idx, upd, called=[called], dimension_numbers=dn)
+    np.testing.assert_array_equal(got, naive_scatter(x, idx, upd, dn, fn))
 
 
 # --- reduce ----------------------------------------------------------------------

@@ -138,6 +138,40 @@ SNIPPETS = {
           ROOT %gather = f32[2,3]{1,0} gather(f32[5,3]{1,0} %x, s32[2,1]{1,0} %i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,3}
         }
     """,
+    "gather_batching_dims": """
+        HloModule gather_batching_dims
+
+        ENTRY %main (x: f32[4,5,3]{2,1,0}, i: s64[4,2]{1,0}) -> f32[4,2,3]{2,1,0} {
+          %x = f32[4,5,3]{2,1,0} parameter(0)
+          %i = s64[4,2]{1,0} parameter(1)
+          ROOT %gather = f32[4,2,3]{2,1,0} gather(f32[4,5,3]{2,1,0} %x, s64[4,2]{1,0} %i), offset_dims={2}, collapsed_slice_dims={1}, start_index_map={1}, operand_batching_dims={0}, start_indices_batching_dims={0}, index_vector_dim=2, slice_sizes={1,1,3}
+        }
+    """,
+    "scatter": """
+        HloModule scatter
+
+        %add (x: f32[]{}, y: f32[]{}) -> f32[]{} {
+          %x = f32[]{} parameter(0)
+          %y = f32[]{} parameter(1)
+          ROOT %add = f32[]{} add(f32[]{} %x, f32[]{} %y)
+        }
+
+        %replace (old: f32[]{}, new: f32[]{}) -> f32[]{} {
+          %old = f32[]{} parameter(0)
+          ROOT %new = f32[]{} parameter(1)
+        }
+
+        ENTRY %main (x: f32[5,3]{1,0}, i: s32[2,1]{1,0}, u: f32[2,3]{1,0}, j: s64[5,2]{1,0}, v: f32[5,2]{1,0}) -> (f32[5,3]{1,0}, f32[5,3]{1,0}) {
+          %x = f32[5,3]{1,0} parameter(0)
+          %i = s32[2,1]{1,0} parameter(1)
+          %u = f32[2,3]{1,0} parameter(2)
+          %j = s64[5,2]{1,0} parameter(3)
+          %v = f32[5,2]{1,0} parameter(4)
+          %scatter = f32[5,3]{1,0} scatter(f32[5,3]{1,0} %x, s32[2,1]{1,0} %i, f32[2,3]{1,0} %u), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add
+          %scatter.1 = f32[5,3]{1,0} scatter(f32[5,3]{1,0} %x, s64[5,2]{1,0} %j, f32[5,2]{1,0} %v), update_window_dims={}, inserted_window_dims={1}, scatter_dims_to_operand_dims={1}, input_batching_dims={0}, scatter_indices_batching_dims={0}, index_vector_dim=2, to_apply=%replace
+          ROOT %tuple = (f32[5,3]{1,0}, f32[5,3]{1,0}) tuple(f32[5,3]{1,0} %scatter, f32[5,3]{1,0} %scatter.1)
+        }
+    """,
     "convolution": """
         HloModule convolution
 

@@ -82,7 +82,8 @@ def test_models_are_valid_onnx_with_the_reference_shapes():
               "mobilenet_v1_025_vww": ([1, 3, 96, 96], [1, 2]),
               "fc_autoencoder": ([1, 640], [1, 640]),
               "mobilenet_v2": ([1, 3, 224, 224], [1, 1000]),
-              "resnet18": ([1, 3, 224, 224], [1, 1000])}
+              "resnet18": ([1, 3, 224, 224], [1, 1000]),
+              "unet_small": ([1, 3, 64, 64], [1, 2, 64, 64])}
     assert list(MODELS) == list(shapes)
     for name, build in MODELS.items():
         model = build()

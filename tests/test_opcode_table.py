@@ -4,7 +4,7 @@ import pytest
 from xlac.hlo import Opcode
 from xlac.hlo.opcodes import CONTROL_FLOW
 from xlac.hlo import evaluator, shape_inference
-from xlac.emitter import elemental, kernels, sort
+from xlac.emitter import elemental, kernels, scatter, sort
 
 
 def test_every_opcode_has_a_shape_rule():
@@ -16,10 +16,10 @@ def test_every_opcode_has_an_evaluator_rule():
 
 
 # Emitted as a whole rather than element by element: kernels, sort and topk
-# (emitter/sort.py), and control flow (the called computations' code in a loop or a
-# branch, by the entry emitter).
+# (emitter/sort.py), scatter (emitter/scatter.py), and control flow (the called
+# computations' code in a loop or a branch, by the entry emitter).
 _KERNELS = {Opcode.DOT, Opcode.CONVOLUTION}
-_NOT_ELEMENTAL = _KERNELS | {Opcode.SORT, Opcode.TOPK} | CONTROL_FLOW
+_NOT_ELEMENTAL = _KERNELS | {Opcode.SORT, Opcode.TOPK, Opcode.SCATTER} | CONTROL_FLOW
 
 
 def test_every_opcode_has_an_emitter_rule():
@@ -27,6 +27,7 @@ def test_every_opcode_has_an_emitter_rule():
     assert not missing, sorted(o.text for o in missing)
     assert _KERNELS <= set(kernels._EMITTERS)
     assert callable(sort.emit_sort_function) and callable(sort.emit_topk_function)
+    assert callable(scatter.emit_scatter_function)
 
 
 @pytest.mark.parametrize("op", list(Opcode), ids=lambda o: o.text)

@@ -181,6 +181,39 @@ ENTRY %main (x: f32[1,4]) -> f32[1,8] {
     assert ba.location(named(m, "f")) != ba.location(named(m, "c"))
 
 
+SCATTER = """%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[]{} parameter(0)
+  %b = f32[]{} parameter(1)
+  ROOT %s = f32[]{} add(f32[]{} %a, f32[]{} %b)
+}
+
+ENTRY %main (x: f32[64,4], u: f32[8,4]) -> f32[64,4] {
+  %x = f32[64,4]{1,0} parameter(0)
+  %u = f32[8,4]{1,0} parameter(1)
+  %i = s32[8,1]{1,0} constant({ {3}, {9}, {3}, {63}, {0}, {64}, {-1}, {17} })
+  %t = f32[64,4]{1,0} reverse(f32[64,4]{1,0} %x), dimensions={0}
+  %v = f32[8,4]{1,0} UPDATES
+  %s = f32[64,4]{1,0} scatter(f32[64,4]{1,0} %t, s32[8,1]{1,0} %i, f32[8,4]{1,0} %v), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add
+  ROOT %o = f32[64,4]{1,0} reverse(f32[64,4]{1,0} %s), dimensions={0}
+}
+"""
+
+
+def test_scatter_overwrites_its_operand_at_its_last_use():
+    m, ba = plan(SCATTER.replace("UPDATES", "negate(f32[8,4]{1,0} %u)"))
+    s, t = named(m, "s"), named(m, "t")
+    assert ba.in_place == {s: t} and ba.location(s) == ba.location(t)
+    assert ba.arena_size == ba.lower_bound == KIB + 128
+
+
+def test_scatter_does_not_overwrite_an_operand_its_updates_read():
+    # %v is a view of the first rows of %t: written over %t, row 3 would change before
+    # the update read from it is applied.
+    m, ba = plan(SCATTER.replace("UPDATES", "slice(f32[64,4]{1,0} %t), slice={[0:8], [0:4]}"))
+    s, t = named(m, "s"), named(m, "t")
+    assert s not in ba.in_place and ba.location(s) != ba.location(t)
+
+
 # --- views -----------------------------------------------------------------------------
 
 def test_reshape_bitcast_and_contiguous_slices_are_views():

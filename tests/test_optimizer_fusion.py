@@ -1,7 +1,7 @@
 """Loop fusion on HLO text: what fuses, what must not, and that values do not change."""
 import numpy as np
 
-from hlo_util import assert_hlo, parse, run_pass
+from hlo_util import assert_hlo, named, parse, run_pass
 from xlac.hlo import Opcode
 from xlac.hlo.evaluator import evaluate
 from xlac.optimizer import DeadCodeElimination, InstructionFusion
@@ -365,3 +365,53 @@ ENTRY %main (x: f32[4,8]) -> f32[4,8] {
   ROOT %fusion = f32[4,8] fusion(%x), kind=kLoop, calls=%fused_computation
 }
 """)
+
+
+GATHER_TAPS = SUM + """
+ENTRY %main (x: f32[2,4]) -> RESULT {
+  %x = f32[2,4] parameter(0)
+  %i = s64[8,2] constant({ {0, 1}, {0, 1}, {0, 1}, {1, 2}, {1, 2}, {2, 3}, {2, 3}, {3, 3} })
+  %w = f32[8,2] constant({ {1, 0}, {0.75, 0.25}, {0.25, 0.75}, {0.75, 0.25}, {0.25, 0.75}, {0.75, 0.25}, {0.25, 0.75}, {1, 0} })
+  %g = f32[2,8,2] gather(%x, %i), offset_dims={0}, collapsed_slice_dims={1}, start_index_map={1}, index_vector_dim=2, slice_sizes={2,1}
+  %wb = f32[2,8,2] broadcast(%w), dimensions={1,2}
+  %m = f32[2,8,2] multiply(%g, %wb)
+  %zero = f32[] constant(0)
+  %r = f32[2,8] reduce(%m, %zero), dimensions={2}, to_apply=%sum
+ROOT
+}
+"""
+
+
+def test_gather_fuses_into_a_weighted_sum():
+    # Linear interpolation as Resize lowers it: the taps are never stored.
+    changed, m = fuse(GATHER_TAPS.replace("RESULT", "f32[2,8]").replace(
+        "ROOT\n", "  ROOT %t = f32[2,8] negate(%r)\n"))
+    assert changed
+    assert_hlo(m, SUM + """
+%fused_computation (param_x: f32[2,4], param_i: s64[8,2], param_w: f32[8,2]) -> f32[2,8] {
+  %param_x = f32[2,4] parameter(0)
+  %param_i = s64[8,2] parameter(1)
+  %g = f32[2,8,2] gather(%param_x, %param_i), offset_dims={0}, collapsed_slice_dims={1}, start_index_map={1}, index_vector_dim=2, slice_sizes={2,1}
+  %param_w = f32[8,2] parameter(2)
+  %wb = f32[2,8,2] broadcast(%param_w), dimensions={1,2}
+  %m = f32[2,8,2] multiply(%g, %wb)
+  %zero = f32[] constant(0)
+  ROOT %r = f32[2,8] reduce(%m, %zero), dimensions={2}, to_apply=%sum
+}
+
+ENTRY %main (x: f32[2,4]) -> f32[2,8] {
+  %x = f32[2,4] parameter(0)
+  %i = s64[8,2] constant({ {0, 1}, {0, 1}, {0, 1}, {1, 2}, {1, 2}, {2, 3}, {2, 3}, {3, 3} })
+  %w = f32[8,2] constant({ {1, 0}, {0.75, 0.25}, {0.25, 0.75}, {0.75, 0.25}, {0.25, 0.75}, {0.75, 0.25}, {0.25, 0.75}, {1, 0} })
+  %fusion = f32[2,8] fusion(%x, %i, %w), kind=kLoop, calls=%fused_computation
+  ROOT %t = f32[2,8] negate(%fusion)
+}
+""")
+
+
+def test_does_not_fuse_a_gather_with_two_users():
+    changed, m = fuse(GATHER_TAPS.replace("RESULT", "(f32[2,8], f32[2,8,2])").replace(
+        "ROOT\n", "  %n = f32[2,8,2] negate(%g)\n"
+                   "  ROOT %t = (f32[2,8], f32[2,8,2]) tuple(%r, %n)\n"))
+    assert changed
+    assert named(m, "g").opcode is Opcode.GATHER

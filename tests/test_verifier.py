@@ -289,3 +289,55 @@ def test_catches_control_flow(breakage, instr, message):
         verify(m)
     assert f"instruction %{instr}: " in str(info.value) and message in str(info.value), \
         str(info.value)
+
+
+SCATTER = """
+HloModule s
+
+%add (x: f32[]{}, y: f32[]{}) -> f32[]{} {
+  %x = f32[]{} parameter(0)
+  %y = f32[]{} parameter(1)
+  ROOT %add = f32[]{} add(f32[]{} %x, f32[]{} %y)
+}
+
+ENTRY %main (a: f32[5,3]{1,0}, i: s32[2,1]{1,0}, u: f32[2,3]{1,0}) -> f32[5,3]{1,0} {
+  %a = f32[5,3]{1,0} parameter(0)
+  %i = s32[2,1]{1,0} parameter(1)
+  %u = f32[2,3]{1,0} parameter(2)
+  ROOT %scatter = f32[5,3]{1,0} scatter(f32[5,3]{1,0} %a, s32[2,1]{1,0} %i, f32[2,3]{1,0} %u), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add
+}
+"""
+
+
+def _scatter_numbers(**changes):
+    from dataclasses import replace
+
+    def breakage(m):
+        root = m.entry.root
+        root.attrs["dimension_numbers"] = replace(root.attrs["dimension_numbers"], **changes)
+    return breakage
+
+
+def _scatter_update_type(m):
+    add = m.computations[0]
+    for name in ("x", "y", "add"):
+        _instr(add, name).shape = Shape.array(dtypes.S32, ())
+
+
+@pytest.mark.parametrize("breakage, message", [
+    (_scatter_update_type, "to_apply %add must map (f32[]{}, f32[]{}) -> f32[]{}"),
+    (_scatter_numbers(update_window_dims=(0,)), "do not match the indices"),
+    (_scatter_numbers(inserted_window_dims=()), "do not add up to the rank"),
+    (_scatter_numbers(scatter_dims_to_operand_dims=(0, 1)), "the index vector 1"),
+    (_scatter_numbers(index_vector_dim=3), "index_vector_dim 3 out of range"),
+    (_scatter_numbers(input_batching_dims=(1,), scatter_indices_batching_dims=(0,)),
+     "do not add up to the rank"),
+], ids=["update_type", "window_dims", "inserted_dims", "index_vector", "index_vector_dim",
+        "batching_dims"])
+def test_catches_bad_scatter(breakage, message):
+    m = parse_module(SCATTER)
+    verify(m)
+    breakage(m)
+    with pytest.raises(VerifierError) as info:
+        verify(m)
+    assert "instruction %scatter" in str(info.value) and message in str(info.value)

@@ -4,8 +4,9 @@
 One module per op family registers its handlers in ``registry`` on import.
 """
 # imported to register their handlers
-from . import (activations, cast, control, conv, elementwise, linalg, loss,  # noqa: F401
-               math, ml, nn, normalization, reduce, rnn, signal, sort, tensor, transformer)
+from . import (activations, cast, control, conv, elementwise, image, indexing,  # noqa: F401
+               linalg, loss, math, ml, nn, normalization, reduce, rnn, signal, sort, tensor,
+               transformer)
 from .context import ConstantInputNeeded
 from .importer import import_onnx, pin_const_inputs
 from .registry import supported_ops

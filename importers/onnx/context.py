@@ -15,8 +15,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ...hlo import (Builder, Computation, Instruction, Module, Opcode, ShapeError, XlacError,
-                    dtypes, scalar_computation)
+from ...hlo import (Builder, Computation, Instruction, Module, Opcode, Shape, ShapeError,
+                    XlacError, dtypes, scalar_computation)
 from .scope import OutOfScope
 
 # Results bigger than this are never folded in Python: compile-time values
@@ -259,6 +259,15 @@ class ImportContext:
         if key not in self._reducers:
             self._reducers[key] = self.module.add_computation(make())
         return self._reducers[key]
+
+    def replacer(self, dtype: dtypes.DType) -> Computation:
+        """The scalar computation ``(old, new) -> new``: a scatter that overwrites."""
+        def make():
+            b = Builder(f"replace_{dtype.name}")
+            s = Shape.array(dtype, ())
+            b.parameter(0, s, "old")
+            return b.build(b.parameter(1, s, "new"))
+        return self.computation(("replace", dtype), make)
 
     def reduce(self, x: Instruction, dims, opcode: Opcode, init) -> Instruction:
         """Reduce ``dims`` of ``x`` away with ``opcode`` from the scalar ``init``."""

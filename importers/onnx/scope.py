@@ -70,6 +70,8 @@ OUT_OF_SCOPE_IN_PART: dict[tuple[str, str], str] = {
     ("", "Dropout"): "training_mode=1 with a nonzero ratio " + RANDOM_MASK,
     ("", "Compress"): ("a condition not known at compile time (pin it with --const-input): "
                        "the shape of the output would depend on its values"),
+    ("", "RoiAlign"): ("sampling_ratio=0 with rois not known at compile time (pin them with "
+                       "--const-input): each roi's count of samples would depend on them"),
 }
 
 

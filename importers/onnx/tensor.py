@@ -1,4 +1,5 @@
-"""Tensor-manipulation ONNX ops: shapes, data movement, constants, indexing.
+"""Tensor-manipulation ONNX ops: shapes, data movement, splits, pads and crops, block
+rearrangements, constants and generated tensors (Trilu, EyeLike, Range).
 
 Shape-like operands (Reshape's shape, Slice's starts, Unsqueeze's axes...) must
 be known at compile time (``ctx.const_input``); the data itself always moves
@@ -10,9 +11,11 @@ from math import prod
 
 import numpy as np
 
-from ...hlo import GatherDimensionNumbers, Opcode, dtypes
+from ...hlo import Opcode, Shape, dtypes
 from .context import normalize_axis
+from .indexing import take_constant
 from .registry import register
+from .types import hlo_dtype
 
 
 def _axes(ctx, node, axes, rank):
@@ -261,25 +264,6 @@ def _extent(ctx, starts, ends):
     return None
 
 
-@register("Gather", since=1)
-def gather(ctx, node):
-    """out = x.take(indices, axis); negative indices (opset 11) wrap around."""
-    x, idx = ctx.input(node, 0), ctx.input(node, 1)
-    r, q = x.shape.rank, idx.shape.rank
-    axis = normalize_axis(ctx, node, ctx.attr(node, "axis", 0), r)
-    n = x.shape.dims[axis]
-    b = ctx.b
-    zero, size = ctx.full(0, idx.shape.dtype, idx.shape.dims), \
-        ctx.full(n, idx.shape.dtype, idx.shape.dims)
-    idx = b.op(Opcode.SELECT, b.compare(idx, zero, "LT"), b.op(Opcode.ADD, idx, size), idx)
-    # Output dims: x.dims[:axis] + indices.dims + x.dims[axis+1:]. The indices'
-    # dims are the gather's batch dims, placed at axis..axis+q-1.
-    offset_dims = tuple(range(axis)) + tuple(range(axis + q, r - 1 + q))
-    dn = GatherDimensionNumbers(offset_dims, (axis,), (axis,), q)
-    sizes = x.shape.dims[:axis] + (1,) + x.shape.dims[axis + 1:]
-    return [b.gather(x, idx, dn, sizes)]
-
-
 # -- constants and shapes ---------------------------------------------------------------
 
 @register("Shape", since=1)
@@ -322,3 +306,262 @@ def constant_of_shape(ctx, node):
     if value.size != 1:
         raise ctx.error(node, f"value must hold one element, got shape {value.shape}")
     return [ctx.full(value.reshape(()), dtypes.from_numpy(value.dtype), dims)]
+
+
+# -- splits, pads and crops ---------------------------------------------------------------
+
+def _split(ctx, node, x, axis, sizes, num_outputs=None):
+    """Slices of ``x`` along ``axis``: ``sizes`` given, else ``num_outputs`` (or one per
+    output) parts of ceil(n / parts) elements, the last one smaller (opset 18; before it
+    the parts must be equal)."""
+    axis = normalize_axis(ctx, node, axis, x.shape.rank)
+    n = x.shape.dims[axis]
+    if sizes is None:
+        parts = num_outputs or len(node.output)
+        chunk = -(-n // parts) if parts else 0
+        if num_outputs is None and chunk * parts != n:
+            raise ctx.error(node, f"cannot split {n} into {parts} equal parts")
+        sizes = [min(chunk, max(n - chunk * k, 0)) for k in range(parts)]
+    sizes = [int(s) for s in sizes]
+    if len(sizes) != len(node.output) or any(s < 0 for s in sizes) or sum(sizes) != n:
+        raise ctx.error(node, f"split {sizes} does not cut {n} into {len(node.output)} parts")
+    outs, start = [], 0
+    for s in sizes:
+        lo, hi = [0] * x.shape.rank, list(x.shape.dims)
+        lo[axis], hi[axis] = start, start + s
+        outs.append(ctx.b.slice(x, lo, hi))
+        start += s
+    return outs
+
+
+@register("Split", since=1)
+def split_v1(ctx, node):
+    sizes = ctx.attr(node, "split", None)
+    given = ctx.const_input(node, 1, "split", None)
+    if given is not None:
+        sizes = given.reshape(-1).tolist()
+    return _split(ctx, node, ctx.input(node, 0), ctx.attr(node, "axis", 0), sizes)
+
+
+@register("Split", since=2)
+def split_v2(ctx, node):
+    return _split(ctx, node, ctx.input(node, 0), ctx.attr(node, "axis", 0),
+                  ctx.attr(node, "split", None))
+
+
+@register("Split", since=13)
+def split_v13(ctx, node):
+    sizes = ctx.const_input(node, 1, "split", None)
+    return _split(ctx, node, ctx.input(node, 0), ctx.attr(node, "axis", 0),
+                  None if sizes is None else sizes.reshape(-1).tolist())
+
+
+@register("Split", since=18)
+def split_v18(ctx, node):
+    sizes = ctx.const_input(node, 1, "split", None)
+    num_outputs = ctx.attr(node, "num_outputs", None)
+    if (sizes is None) == (num_outputs is None):
+        raise ctx.error(node, "give exactly one of the 'split' input and 'num_outputs'")
+    if num_outputs is not None and num_outputs != len(node.output):
+        raise ctx.error(node, f"num_outputs={num_outputs} but the node has "
+                              f"{len(node.output)} outputs")
+    return _split(ctx, node, ctx.input(node, 0), ctx.attr(node, "axis", 0),
+                  None if sizes is None else sizes.reshape(-1).tolist(), num_outputs)
+
+
+# numpy.pad's name of each ONNX mode but 'constant'
+_INDEX_PAD_MODES = {"reflect": "reflect", "edge": "edge", "wrap": "wrap"}
+
+
+def _pad(ctx, node, x, pads, mode, value, axes=None):
+    """ONNX Pad: ``pads`` holds the begin pads of ``axes`` then their end pads; negative
+    pads crop. 'constant' is an HLO pad; 'reflect', 'edge' and 'wrap' read each padded
+    axis through a small constant index vector (numpy.pad of an iota), gathers that fuse
+    into one loop."""
+    r = x.shape.rank
+    axes = list(range(r)) if axes is None else _axes(ctx, node, axes, r)
+    pads = [int(p) for p in pads]
+    if len(pads) != 2 * len(axes):
+        raise ctx.error(node, f"pads {pads} do not fit {len(axes)} axes")
+    low, high = [0] * r, [0] * r
+    for k, a in enumerate(axes):
+        low[a], high[a] = pads[k], pads[len(axes) + k]
+    if any(n + lo + hi < 0 for n, lo, hi in zip(x.shape.dims, low, high)):
+        raise ctx.error(node, f"pads {pads} crop more than {x.shape}")
+    if mode == "constant":
+        return ctx.b.pad(x, value, low, high)
+    if mode not in _INDEX_PAD_MODES:
+        raise ctx.error(node, f"unknown mode '{mode}'")
+    for a, (n, lo, hi) in enumerate(zip(x.shape.dims, low, high)):
+        if lo == hi == 0:
+            continue
+        if n == 0:
+            raise ctx.error(node, f"cannot {mode}-pad an empty axis {a}")
+        index = np.pad(np.arange(n), (max(lo, 0), max(hi, 0)), _INDEX_PAD_MODES[mode])
+        x = take_constant(ctx, x, index[max(-lo, 0):len(index) - max(-hi, 0)], a)
+    return x
+
+
+@register("Pad", since=1)
+def pad_v1(ctx, node):
+    x = ctx.input(node, 0)
+    return [_pad(ctx, node, x, ctx.attr(node, "paddings"), ctx.attr(node, "mode", "constant"),
+                 ctx.scalar(ctx.attr(node, "value", 0.0), x.shape.dtype))]
+
+
+@register("Pad", since=2)
+def pad_v2(ctx, node):
+    x = ctx.input(node, 0)
+    return [_pad(ctx, node, x, ctx.attr(node, "pads"), ctx.attr(node, "mode", "constant"),
+                 ctx.scalar(ctx.attr(node, "value", 0.0), x.shape.dtype))]
+
+
+@register("Pad", since=11)
+def pad_v11(ctx, node):
+    x = ctx.input(node, 0)
+    pads = ctx.const_input(node, 1, "pads").reshape(-1)
+    value = ctx.input(node, 2)
+    value = ctx.scalar(0, x.shape.dtype) if value is None else ctx.b.reshape(value, ())
+    axes = ctx.const_input(node, 3, "axes", None)
+    return [_pad(ctx, node, x, pads, ctx.attr(node, "mode", "constant"), value,
+                 None if axes is None else axes.reshape(-1).tolist())]
+
+
+@register("CenterCropPad", since=18)
+def center_crop_pad(ctx, node):
+    """Crop or zero-pad ``axes`` to ``shape`` around the center (the odd element at the
+    end): one HLO pad whose negative amounts crop."""
+    x = ctx.input(node, 0)
+    shape = [int(s) for s in ctx.const_input(node, 1, "shape").reshape(-1)]
+    r = x.shape.rank
+    axes = _axes(ctx, node, ctx.attr(node, "axes", tuple(range(r))), r)
+    if len(shape) != len(axes) or any(s < 0 for s in shape):
+        raise ctx.error(node, f"shape {shape} does not fit axes {axes}")
+    low, high = [0] * r, [0] * r
+    for a, s in zip(axes, shape):
+        d = s - x.shape.dims[a]
+        low[a] = d // 2 if d >= 0 else -(-d // 2)
+        high[a] = d - low[a]
+    return [ctx.b.pad(x, ctx.scalar(0, x.shape.dtype), low, high)]
+
+
+# -- rearrangements -----------------------------------------------------------------------
+
+def _blocksize(ctx, node, x):
+    if x.shape.rank != 4:
+        raise ctx.error(node, f"needs a 4-D input, got {x.shape}")
+    bs = ctx.attr(node, "blocksize")
+    if bs < 1:
+        raise ctx.error(node, f"blocksize must be positive, got {bs}")
+    return bs
+
+
+@register("DepthToSpace", since=1)
+def depth_to_space(ctx, node):
+    """DCR: channels are (by, bx, c); CRD: (c, by, bx). A reshape, a transpose, a reshape."""
+    x = ctx.input(node, 0)
+    bs = _blocksize(ctx, node, x)
+    mode = ctx.attr(node, "mode", "DCR")
+    n, c, h, w = x.shape.dims
+    if c % (bs * bs):
+        raise ctx.error(node, f"{c} channels do not divide into {bs}x{bs} blocks")
+    c2 = c // (bs * bs)
+    if mode == "DCR":
+        y = ctx.b.transpose(ctx.b.reshape(x, (n, bs, bs, c2, h, w)), (0, 3, 4, 1, 5, 2))
+    elif mode == "CRD":
+        y = ctx.b.transpose(ctx.b.reshape(x, (n, c2, bs, bs, h, w)), (0, 1, 4, 2, 5, 3))
+    else:
+        raise ctx.error(node, f"unknown mode '{mode}'")
+    return [ctx.b.reshape(y, (n, c2, h * bs, w * bs))]
+
+
+@register("SpaceToDepth", since=1)
+def space_to_depth(ctx, node):
+    """The inverse of DepthToSpace in the same mode (DCR before opset 28)."""
+    x = ctx.input(node, 0)
+    bs = _blocksize(ctx, node, x)
+    mode = ctx.attr(node, "mode", "DCR")
+    n, c, h, w = x.shape.dims
+    if h % bs or w % bs:
+        raise ctx.error(node, f"{h}x{w} does not divide into {bs}x{bs} blocks")
+    y = ctx.b.reshape(x, (n, c, h // bs, bs, w // bs, bs))
+    if mode == "DCR":
+        y = ctx.b.transpose(y, (0, 3, 5, 1, 2, 4))
+    elif mode == "CRD":
+        y = ctx.b.transpose(y, (0, 1, 3, 5, 2, 4))
+    else:
+        raise ctx.error(node, f"unknown mode '{mode}'")
+    return [ctx.b.reshape(y, (n, c * bs * bs, h // bs, w // bs))]
+
+
+# -- generated tensors --------------------------------------------------------------------
+
+def _diagonal_offset(ctx, dims):
+    """column - row over the last two of ``dims`` (s64), broadcast to all of them."""
+    b = ctx.b
+    plane = Shape.array(dtypes.S64, dims[-2:])
+    offset = b.op(Opcode.SUBTRACT, b.iota(plane, 1), b.iota(plane, 0))
+    return b.broadcast(offset, dims, (len(dims) - 2, len(dims) - 1))
+
+
+@register("Trilu", since=14)
+def trilu(ctx, node):
+    """Keep the elements with column - row >= k (upper) or <= k (lower), zero the rest."""
+    x = ctx.input(node, 0)
+    if x.shape.rank < 2:
+        raise ctx.error(node, f"needs rank >= 2, got {x.shape}")
+    k = ctx.const_input(node, 1, "k", np.zeros(1, np.int64)).reshape(-1)
+    if k.size != 1:
+        raise ctx.error(node, f"k must be one value, got {k.tolist()}")
+    dims = x.shape.dims
+    keep = ctx.b.compare(_diagonal_offset(ctx, dims), ctx.full(int(k[0]), dtypes.S64, dims),
+                         "GE" if ctx.attr(node, "upper", 1) else "LE")
+    return [ctx.b.op(Opcode.SELECT, keep, x, ctx.full(0, x.shape.dtype, dims))]
+
+
+@register("EyeLike", since=9)
+def eye_like(ctx, node):
+    """Ones where column - row == k, in ``dtype`` (default: the input's)."""
+    x = ctx.input(node, 0)
+    if x.shape.rank != 2:
+        raise ctx.error(node, f"needs a 2-D input, got {x.shape}")
+    dt = ctx.attr(node, "dtype", None)
+    dt = x.shape.dtype if dt is None else hlo_dtype(dt, "the dtype attribute")
+    dims = x.shape.dims
+    on = ctx.b.compare(_diagonal_offset(ctx, dims),
+                       ctx.full(ctx.attr(node, "k", 0), dtypes.S64, dims), "EQ")
+    return [ctx.b.op(Opcode.SELECT, on, ctx.full(1, dt, dims), ctx.full(0, dt, dims))]
+
+
+def _range(ctx, node, compute_dtype=None):
+    """start + i * delta for i < max(ceil((limit - start) / delta), 0); the count needs the
+    three values at compile time. Narrow floats are computed in ``compute_dtype``."""
+    start, limit, delta = (ctx.const_input(node, i, what).reshape(-1)
+                           for i, what in enumerate(("start", "limit", "delta")))
+    if not start.size == limit.size == delta.size == 1 or delta[0] == 0:
+        raise ctx.error(node, "start, limit and delta must be scalars, delta not 0")
+    dt = ctx.input(node, 0).shape.dtype
+    n = max(int(np.ceil((float(limit[0]) - float(start[0])) / float(delta[0]))), 0)
+    wide = compute_dtype or dt
+    b = ctx.b
+    i = b.iota(Shape.array(wide, (n,)), 0)
+    y = b.op(Opcode.ADD, b.op(Opcode.MULTIPLY, i, ctx.full(delta[0], wide, (n,))),
+             ctx.full(start[0], wide, (n,)))
+    return [b.convert(y, dt)]
+
+
+@register("Range", since=11)
+def range_v11(ctx, node):
+    narrow = ctx.input(node, 0).shape.dtype in (dtypes.F16, dtypes.BF16)
+    return _range(ctx, node, dtypes.F32 if narrow else None)
+
+
+@register("Range", since=27)
+def range_v27(ctx, node):
+    from onnx import TensorProto
+    stash = ctx.attr(node, "stash_type", TensorProto.FLOAT)
+    wide = {TensorProto.FLOAT: dtypes.F32, TensorProto.DOUBLE: dtypes.F64}.get(stash)
+    if wide is None:
+        raise ctx.error(node, f"stash_type {stash} is neither FLOAT nor DOUBLE")
+    narrow = ctx.input(node, 0).shape.dtype in (dtypes.F16, dtypes.BF16)
+    return _range(ctx, node, wide if narrow else None)
