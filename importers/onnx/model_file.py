@@ -2,8 +2,9 @@
 
 Exporters other than our own write things the graph builder never does:
 
-* dynamic dimensions spelled as a non-positive ``dim_value`` (paddle2onnx writes
-  -1, some converters 0) or as a dim with neither value nor name;
+* dynamic dimensions spelled as a negative ``dim_value`` (paddle2onnx writes -1)
+  or as a dim with neither value nor name. A ``dim_value`` of 0 is an empty
+  dimension, not a dynamic one: onnxruntime requires an input of size 0 there;
 * weights as ``sparse_initializer`` or as sparse ``Constant`` values;
 * weights in external files beside the model (``onnx.save(...,
   save_as_external_data=True)``, and every model over 2 GB, protobuf's limit);
@@ -33,13 +34,13 @@ SKELETON_ELEMENTS = 1 << 14
 
 def declared_dims(tt: onnx.TypeProto.Tensor) -> list | None:
     """A tensor type's dims: an int for a static dim, a label for a dynamic one (its
-    ``dim_param``, the non-positive ``dim_value`` as text, or ``'?'``); None when the
-    rank is unknown. As in onnxruntime, a ``dim_value`` <= 0 is dynamic."""
+    ``dim_param``, the negative ``dim_value`` as text, or ``'?'``); None when the
+    rank is unknown. As in onnxruntime, a negative ``dim_value`` is dynamic."""
     if not tt.HasField("shape"):
         return None
     dims = []
     for d in tt.shape.dim:
-        if d.HasField("dim_value") and d.dim_value > 0:
+        if d.HasField("dim_value") and d.dim_value >= 0:
             dims.append(d.dim_value)
         elif d.HasField("dim_value"):
             dims.append(str(d.dim_value))

@@ -10,7 +10,7 @@ from math import prod
 
 import numpy as np
 
-from ...hlo import GatherDimensionNumbers, Opcode, dtypes
+from ...hlo import GatherDimensionNumbers, Opcode, Shape, dtypes
 from .context import normalize_axis
 from .registry import register
 
@@ -241,9 +241,11 @@ def size(ctx, node):
     return [ctx.b.constant(np.array(ctx.input(node, 0).shape.num_elements, dtype=np.int64))]
 
 
-# attribute -> numpy dtype of the value it holds (opset 12 adds the scalar forms)
+# attribute -> numpy dtype of the value it holds (opset 11 adds sparse_value, opset 12
+# the scalar and list forms)
 _CONSTANT_ATTRS = {
     "value": None,
+    "sparse_value": None,
     "value_float": np.float32,
     "value_floats": np.float32,
     "value_int": np.int64,
@@ -256,8 +258,8 @@ def constant(ctx, node):
     for key, dtype in _CONSTANT_ATTRS.items():
         if ctx.has_attr(node, key):
             return [ctx.b.constant(np.asarray(ctx.attr(node, key), dtype=dtype))]
-    raise ctx.error(node, "has no value xlac supports (value_string(s) and sparse_value "
-                          "are not supported)")
+    raise ctx.error(node, "has no value xlac supports (strings, value_string(s), are not "
+                          "supported)")
 
 
 @register("ConstantOfShape", since=9)
@@ -267,3 +269,23 @@ def constant_of_shape(ctx, node):
     if value.size != 1:
         raise ctx.error(node, f"value must hold one element, got shape {value.shape}")
     return [ctx.full(value.reshape(()), dtypes.from_numpy(value.dtype), dims)]
+
+
+@register("Range", since=11)
+def range_(ctx, node):
+    # The length depends on the values of start, limit and delta, so they must be known
+    # at compile time (exporters compute them from shapes, which pinning makes
+    # constant); the elements are start + i * delta, as ONNX defines them.
+    start, limit, delta = (ctx.const_input(node, i, what)
+                           for i, what in enumerate(("start", "limit", "delta")))
+    if any(v.size != 1 for v in (start, limit, delta)):
+        raise ctx.error(node, "start, limit and delta must be scalars")
+    if delta.item() == 0:          # onnxruntime refuses it too
+        raise ctx.error(node, "delta is 0")
+    span, d = limit.item() - start.item(), delta.item()
+    n = max(-(-span // d) if isinstance(span, int) else int(np.ceil(span / d)), 0)
+    dt = dtypes.from_numpy(start.dtype)
+    b = ctx.b
+    iota = b.iota(Shape.array(dt, (n,)), 0)
+    step = b.op(Opcode.MULTIPLY, iota, ctx.full(delta.item(), dt, (n,)))
+    return [b.op(Opcode.ADD, step, ctx.full(start.item(), dt, (n,)))]
