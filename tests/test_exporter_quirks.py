@@ -364,3 +364,20 @@ def test_header_of_renamed_outputs_compiles_strictly(tmp_path):
     subprocess.run([cc, "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-c",
                     "-I", str(tmp_path), "-I", runtime, str(tmp_path / "use.c"),
                     "-o", str(tmp_path / "use.o")], check=True)
+
+
+def test_unsupported_ops_inside_bodies_are_listed_too():
+    # One message for all a model lacks, If/Loop/Scan bodies included (Silero VAD keeps
+    # its LSTMs inside If branches).
+    then = helper.make_graph([helper.make_node("Foo", ["x"], ["t"], name="foo",
+                                               domain="com.example")],
+                             "then", [], [tensor("t", [2])])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
+                              [tensor("e", [2])])
+    m = model([helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then,
+                                else_branch=other)],
+              [tensor("c", [], TensorProto.BOOL), tensor("x", [2])], [tensor("y", [2])])
+    m.opset_import.append(helper.make_opsetid("com.example", 1))
+    with pytest.raises(XlacError, match=r"^unsupported ONNX ops: .*com\.example\.Foo "
+                                        r"\(node 'foo'\)"):
+        import_onnx(m)

@@ -53,6 +53,10 @@ def dims_text(dims) -> str:
     return "x".join(str(d) for d in dims)
 
 
+def _shape_words(dims) -> str:
+    return dims_text(dims) if dims else "a scalar"
+
+
 def sparse_to_array(sparse: onnx.SparseTensorProto) -> np.ndarray:
     """The dense value of a sparse tensor: ``indices`` are [NNZ] linear indices or
     [NNZ, rank] coordinates; every other element is zero."""
@@ -168,7 +172,7 @@ def disagreements(declared: dict[str, list | None], inferred: onnx.ModelProto) -
             continue
         if len(got) != len(dims) or any(isinstance(a, int) and isinstance(b, int) and a != b
                                         for a, b in zip(dims, got)):
-            notes.append(f"the model declares tensor '{vi.name}' as {dims_text(dims)}, but "
-                         f"shape inference gives {dims_text(got)}: xlac follows inference, "
-                         "as onnxruntime does")
+            notes.append(f"the model declares tensor '{vi.name}' as {_shape_words(dims)}, "
+                         f"but shape inference gives {_shape_words(got)}: xlac follows "
+                         "inference, as onnxruntime does")
     return notes
