@@ -27,6 +27,7 @@ this command runs them all.
 from __future__ import annotations
 
 import argparse
+import collections
 import importlib.metadata
 import json
 import re
@@ -240,6 +241,17 @@ def _number(x, fmt: str) -> str:
     return "" if x is None else format(x, fmt)
 
 
+def _status_text(r: Result) -> str:
+    """The status for the table: unsupported ops counted by type, not listed by node."""
+    if r.status == "pass" or not r.detail:
+        return r.status
+    if r.status == "unsupported":
+        ops = collections.Counter(re.findall(r"([\w.]+) \(node '", r.detail))
+        return "unsupported: " + ", ".join(f"{op} x{n}" if n > 1 else op
+                                           for op, n in sorted(ops.items()))
+    return f"{r.status}: {r.detail}"
+
+
 def table(results: list[Result]) -> str:
     """The corpus as a Markdown table."""
     entries = {m.name: m for m in CORPUS}
@@ -248,7 +260,7 @@ def table(results: list[Result]) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         m = entries[r.name]
-        status = r.status if not r.detail or r.status == "pass" else f"{r.status}: {r.detail}"
+        status = _status_text(r)
         lines.append(f"| {m.name} | {m.package} | `{m.resource}` | {m.exporter} | "
                      f"{_number(r.opset, 'd')} | {m.kind} | {m.licence} | "
                      f"{'yes' if m.ci else ''} | {status.replace('|', '/')} | "
