@@ -26,6 +26,7 @@ from xlac.hlo import XlacError
 from xlac.importers.onnx import import_onnx
 from xlac.importers.onnx.model_file import SKELETON_ELEMENTS, skeleton
 from xlac.main import main
+from xlac.report import format_report
 
 RNG = np.random.default_rng(13)
 
@@ -332,6 +333,8 @@ def test_stale_value_info_is_overruled_by_inference(tmp_path):
     notes = result.report["notes"]
     assert any("tensor 't' as 7x-1, but shape inference gives 5x2" in n for n in notes)
     assert any("tensor 'y' as 2x5, but shape inference gives 5x2" in n for n in notes)
+    assert "  note                the model declares tensor 't' as 7x-1" in format_report(
+        result.report)
 
 
 # -- inputs and outputs as exporters name and order them -----------------------------------
