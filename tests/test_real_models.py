@@ -23,7 +23,8 @@ import onnx
 import pytest
 
 from xlac.importers.onnx.registry import DEFAULT_DOMAIN, lookup
-from xlac.real_models import CORPUS, run_model
+from xlac.real_models import CORPUS, Result, report_section, run_model
+from xlac.support_report import render
 
 RECORD = Path(__file__).resolve().parents[1] / "build" / "real_models.json"
 CI_MODELS = [m for m in CORPUS if m.ci]
@@ -80,3 +81,20 @@ def test_real_model(entry, tmp_path):
         assert named == missing, result.detail
     else:
         assert result.status == "pass", result
+
+
+def test_report_section_counts_unsupported_ops_by_type():
+    results = [Result("ppocr-cls", "pass", opset=11, max_abs_error=3e-7, max_rel_error=7e-7,
+                      arena_bytes=331776, compile_s=4.2),
+               Result("silero-vad-spox", "unsupported", opset=16,
+                      detail="unsupported ONNX ops: If (node 'a'), LSTM (node 'b'), "
+                             "If (node 'c')")]
+    text = "\n".join(report_section(results))
+    assert text.startswith("## Real models")
+    assert ("| ppocr-cls | rapidocr-onnxruntime | `models/ch_ppocr_mobile_v2.0_cls_infer.onnx` "
+            "| paddle2onnx (PaddlePaddle) | 11 |") in text
+    assert "| pass | 3e-07 | 7e-07 | 331,776 | 4.2 |" in text
+    assert "| unsupported: If x2, LSTM |" in text
+    report = render([], ("node",), real_models=report_section(results))
+    assert report.index("## Pass counts") < report.index("## Real models") \
+        < report.index("## Operators")
