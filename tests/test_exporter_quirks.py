@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import xlac
 from xlac.hlo import XlacError
-from xlac.importers.onnx import import_onnx
+from xlac.importers.onnx import OutOfScope, import_onnx
 from xlac.importers.onnx.model_file import SKELETON_ELEMENTS, skeleton
 from xlac.main import main
 from xlac.report import format_report
@@ -306,7 +306,7 @@ def test_data_dependent_shape_names_the_node_and_the_tensor():
              helper.make_node("Reshape", ["x", "shape"], ["y"], name="to_rows")]
     m = model(nodes, [tensor("x", [4, 8])], [tensor("y", [None, None])],
               {"one": np.array([1], np.int64), "minus1": np.array([-1], np.int64)})
-    with pytest.raises(XlacError) as e:
+    with pytest.raises(OutOfScope) as e:
         import_onnx(m)
     assert str(e.value) == ("Reshape node 'to_rows': the shape of its output 'y' depends on "
                             "the data of model input 'x' (through its input 'shape', the "

@@ -40,6 +40,13 @@ class ConstantInputNeeded(XlacError):
         self.inputs = inputs
 
 
+class DataDependentShape(ConstantInputNeeded, OutOfScope):
+    """An output shape computed from the values of a data input (an image, audio, tokens):
+    out of scope, as compiled code has shapes fixed at compile time. Still a
+    ``ConstantInputNeeded``, so that a runner holding the input's value (the onnx backend
+    runner) can pin it as for any other."""
+
+
 def node_label(node: onnx.NodeProto) -> str:
     """How messages name a node: its name, else its first output."""
     return node.name or (node.output[0] if node.output else node.op_type)
@@ -146,7 +153,7 @@ class ImportContext:
                 # Computed from an image, audio or token tensor: the shape of the output
                 # depends on data, which no pinning turns into a constant.
                 outs = ", ".join(f"'{o}'" for o in node.output if o)
-                raise ConstantInputNeeded(
+                raise DataDependentShape(
                     f"{label}: the shape of its output {outs} depends on the data of model "
                     f"input{'s' if len(data) > 1 else ''} {', '.join(repr(n) for n in data)} "
                     f"(through its input '{node.input[i]}', the {what}), and xlac compiles "
