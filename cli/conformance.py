@@ -360,7 +360,12 @@ def main(argv=None) -> int:
             json.dump([asdict(r) for r in results], f, indent=1)
     if args.report:
         from .support_report import write_report
-        write_report(args.report, results, args.suite or SUITES, args.pattern)
+        real = []
+        if args.pattern is None and not args.suite:
+            # The whole run: the real-model corpus too (python -m xlac.real_models).
+            from .real_models import report_section, run as run_real_models
+            real = report_section(run_real_models())
+        write_report(args.report, results, args.suite or SUITES, args.pattern, real)
         print(f"{args.report} written")
     for path in args.prune_failures:
         print(f"{path}: {prune_failures(path, results)} cases that pass removed")

@@ -11,7 +11,8 @@ shape inference cannot size them); ``weight_bytes`` counts identical constants o
 the object stores them; ``aliased_buffers`` counts values that take no storage of their
 own (views, producers written into a concatenation's slice) and
 ``in_place_buffers`` results written over an operand. ``memory`` is where the arena
-goes (memory_report.py: ``--report-memory``).
+goes (memory_report.py: ``--report-memory``). ``notes`` are what the importer did with
+the file that a user should know (declared shapes that shape inference overrules).
 
 What the model costs on the target, the three figures an embedded engineer budgets:
 ``flash_bytes`` from the object's sections (``code``, ``weights``: the model's constant
@@ -106,6 +107,7 @@ def build_report(*, name: str, target, imported_ops: dict[str, int], module: Mod
         "stack_bytes": stack_bytes,
         "times_s": {stage: round(seconds, 4) for stage, seconds in times.items()},
         "memory": memory,
+        "notes": list(module.notes),
     }
 
 
@@ -170,5 +172,6 @@ def format_report(report: dict) -> str:
         "  compile time        " + ", ".join(f"{stage} {s:.2f} s"
                                              for stage, s in report["times_s"].items())
         + f"; total {sum(report['times_s'].values()):.2f} s",
+        *(f"  note                {note}" for note in report["notes"]),
     ]
     return "\n".join(lines) + "\n"

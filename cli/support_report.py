@@ -117,7 +117,10 @@ def _failing_cases(results: list[CaseResult], suites) -> list[str]:
     return lines
 
 
-def render(results: list[CaseResult], suites=SUITES, pattern: str | None = None) -> str:
+def render(results: list[CaseResult], suites=SUITES, pattern: str | None = None,
+           real_models: list[str] = ()) -> str:
+    """``real_models``: the lines of the real-model section (real_models.report_section),
+    after the pass counts; none on a partial run."""
     partial = pattern is not None or tuple(suites) != SUITES
     lines = [
         "# ONNX support",
@@ -141,6 +144,7 @@ def render(results: list[CaseResult], suites=SUITES, pattern: str | None = None)
         "",
         *_suite_table(results, suites),
         "",
+        *([*real_models, ""] if real_models else []),
         "## Operators",
         "",
         "Every operator of `onnx.defs`. A node case tests one operator (an `_expanded` case "
@@ -159,6 +163,6 @@ def render(results: list[CaseResult], suites=SUITES, pattern: str | None = None)
 
 
 def write_report(path: str, results: list[CaseResult], suites=SUITES,
-                 pattern: str | None = None) -> None:
+                 pattern: str | None = None, real_models: list[str] = ()) -> None:
     with open(path, "w") as f:
-        f.write(render(results, suites, pattern))
+        f.write(render(results, suites, pattern, real_models))

@@ -27,7 +27,8 @@ def c_type(dtype: DType) -> str:
 
 def _comment_text(text: str) -> str:
     """Text safe inside a /* */ comment (no terminator, no trigraph-ish surprises)."""
-    return text.replace("*/", "* /").replace("??", "? ?").encode("ascii", "replace").decode()
+    return text.replace("*/", "* /").replace("/*", "/ *").replace("??", "? ?").encode(
+        "ascii", "replace").decode()
 
 
 def _port_lines(name: str, kind: str, k: int, port: Port) -> list[str]:

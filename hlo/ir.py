@@ -165,6 +165,7 @@ class Module:
         self.computations: list[Computation] = []   # callees before callers; entry last
         self.entry: Computation | None = None
         self.signature: Signature | None = None
+        self.notes: list[str] = []     # what the front end did that the report should say
         self._names = _NameUniquer()
 
     def add_computation(self, comp: Computation, entry: bool = False,

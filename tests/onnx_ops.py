@@ -426,6 +426,34 @@ case("Constant_value_floats", [node("Constant", [], ["c"], value_floats=[1.0, 2.
                                node("Mul", ["x", "c"])], {"x": _T})
 case("Constant_tensor", [node("Constant", [], ["c"], value=numpy_helper.from_array(
     f32(3, 1), "c")), node("Add", ["x", "c"])], {"x": _T})
+# Every value form of Constant, as exporters write them (opset 11: sparse, 12: scalars).
+case("Constant_value_float", [node("Constant", [], ["c"], value_float=0.5),
+                              node("Mul", ["x", "c"])], {"x": _T})
+case("Constant_value_int_ints", [node("Constant", [], ["k"], value_int=-1),
+                                 node("Constant", [], ["d"], value_ints=[2]),
+                                 node("Unsqueeze", ["k", "zero"], ["k1"]),
+                                 node("Concat", ["d", "k1"], ["s"], axis=0),
+                                 node("Reshape", ["x", "s"])], {"x": _T},
+     outputs=[("y", np.float32, (2, 12))], inits={"zero": np.array([0], np.int64)})
+case("Constant_sparse_linear", [node("Constant", [], ["c"], sparse_value=helper.make_sparse_tensor(
+    numpy_helper.from_array(np.array([1.5, -2.0, 3.0], np.float32), "v"),
+    numpy_helper.from_array(np.array([0, 5, 11], np.int64), "i"), [3, 4])),
+    node("Add", ["x", "c"])], {"x": _T[0]}, opset=11)
+case("Constant_sparse_coordinates", [node("Constant", [], ["c"],
+                                          sparse_value=helper.make_sparse_tensor(
+    numpy_helper.from_array(np.array([4, 7], np.int64), "v"),
+    numpy_helper.from_array(np.array([[0, 1], [2, 3]], np.int64), "i"), [3, 4])),
+    node("Mul", ["x", "c"])], {"x": i64(3, 4)}, opset=11)
+# Range over a shape (YOLO exporters' grid): folded once the input shape is pinned.
+case("Range_over_shape", [node("Shape", ["x"], ["s"]),
+                          node("Gather", ["s", "one"], ["n"], axis=0),
+                          node("Cast", ["n"], ["nf"], to=onnx.TensorProto.FLOAT),
+                          node("Range", ["half", "nf", "step"], ["r"]),
+                          node("Add", ["x", "r"])], {"x": _T},
+     inits={"one": np.array(2, np.int64), "half": np.float32(0.5), "step": np.float32(1.0)},
+     opset=11)
+case("Range_int_negative_delta", node("Range", ["a", "b", "d"]), {},
+     inits={"a": np.int32(10), "b": np.int32(-3), "d": np.int32(-4)}, opset=11)
 case("ConstantOfShape", [node("ConstantOfShape", ["s"], ["c"],
                               value=numpy_helper.from_array(np.array([2.5], np.float32))),
                          node("Mul", ["x", "c"])], {"x": _T},

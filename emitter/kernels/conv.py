@@ -515,12 +515,19 @@ def _path(instr: Instruction, t: Tiling) -> str:
     return "gemm"
 
 
+# DirectConv unrolls the window positions into straight-line code: beyond this many
+# (an STFT's 512-tap window in a speech front end) LLVM takes minutes over the unrolled
+# body, so wide windows keep the GEMM and its scratch.
+DIRECT_MAX_POSITIONS = 64
+
+
 def plan_conv(instr: Instruction, target, lean: bool = False) -> KernelPlan:
-    """``lean``: a variant with no scratch where the fast path needs some (DirectConv)."""
+    """``lean``: a variant with no scratch where the fast path needs some (DirectConv),
+    for windows of at most DIRECT_MAX_POSITIONS positions."""
     t = tiling_for(target)
     path = _path(instr, t)
     window = ConvWindow.of(instr.attrs["window"], instr.operands[0].shape.dims[2:])
-    if path == "gemm" and lean:
+    if path == "gemm" and lean and len(window.positions) <= DIRECT_MAX_POSITIONS:
         return KernelPlan(DirectConv(window, t), _sizes_of(instr))
     if path == "gemm":
         return KernelPlan(ConvGemm(window, t), _sizes_of(instr))

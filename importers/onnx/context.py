@@ -17,12 +17,17 @@ from onnx import numpy_helper
 
 from ...hlo import (Builder, Computation, Instruction, Module, Opcode, Shape, ShapeError,
                     XlacError, dtypes, scalar_computation)
+from .model_file import sparse_to_array
 from .scope import OutOfScope
 
 # Results bigger than this are never folded in Python: compile-time values
 # exist for shapes, axes and indices, not for weights (the optimizer's constant
 # folding handles those).
 FOLD_LIMIT = 1 << 14
+# Model inputs of up to this many elements that an op needs at compile time are
+# configuration (a sample rate, a shape, axes): the caller can pin them with
+# const_inputs. A larger one is data, and what depends on it is data-dependent.
+CONFIG_ELEMENTS = 16
 
 _REQUIRED = object()
 
@@ -34,6 +39,13 @@ class ConstantInputNeeded(XlacError):
     def __init__(self, message: str, inputs: tuple[str, ...], cli: str | None = None):
         super().__init__(message, cli=cli)
         self.inputs = inputs
+
+
+class DataDependentShape(ConstantInputNeeded, OutOfScope):
+    """An output shape computed from the values of a data input (an image, audio, tokens):
+    out of scope, as compiled code has shapes fixed at compile time. Still a
+    ``ConstantInputNeeded``, so that a runner holding the input's value (the onnx backend
+    runner) can pin it as for any other."""
 
 
 def node_label(node: onnx.NodeProto) -> str:
@@ -53,14 +65,14 @@ def _attribute_value(node: onnx.NodeProto, a: onnx.AttributeProto):
         return numpy_helper.to_array(a.t)
     if a.type == A.GRAPH:
         return a.g
+    if a.type == A.SPARSE_TENSOR:
+        return sparse_to_array(a.sparse_tensor)
     if a.type == A.FLOATS:
         return tuple(a.floats)
     if a.type == A.INTS:
         return tuple(a.ints)
     if a.type == A.STRINGS:
         return tuple(s.decode() for s in a.strings)
-    if a.type == A.GRAPH:
-        return a.g
     raise XlacError(f"{node.op_type} node '{node_label(node)}': attribute '{a.name}' of type "
                     f"{A.AttributeType.Name(a.type)} is not supported")
 
@@ -170,8 +182,20 @@ class ImportContext:
                                    f"compile time, but in {self.scope} it depends on values "
                                    f"computed at run time")
         if value is None:
-            names = tuple(self.input_names[p.number] for p in _parameters_reached(x))
-            problem = (f"{node.op_type} node '{node_label(node)}': input '{node.input[i]}' "
+            params = _parameters_reached(x)
+            names = tuple(self.input_names[p.number] for p in params)
+            label = f"{node.op_type} node '{node_label(node)}'"
+            data = [n for n, p in zip(names, params) if p.shape.num_elements > CONFIG_ELEMENTS]
+            if data:
+                # Computed from an image, audio or token tensor: the shape of the output
+                # depends on data, which no pinning turns into a constant.
+                outs = ", ".join(f"'{o}'" for o in node.output if o)
+                raise DataDependentShape(
+                    f"{label}: the shape of its output {outs} depends on the data of model "
+                    f"input{'s' if len(data) > 1 else ''} {', '.join(repr(n) for n in data)} "
+                    f"(through its input '{node.input[i]}', the {what}), and xlac compiles "
+                    "only shapes known at compile time", names)
+            problem = (f"{label}: input '{node.input[i]}' "
                        f"({what}) must be known at compile time, but it depends on model input"
                        f"{'s' if len(names) > 1 else ''} {', '.join(repr(n) for n in names)}; "
                        f"pin {'them' if len(names) > 1 else 'it'} with ")

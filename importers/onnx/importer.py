@@ -14,6 +14,10 @@ The steps, in order, each with its own user-facing error:
   6. lower nodes in graph order into one entry computation. Shapes come from
      the HLO shape rules, not from ONNX's inference, which is only a check of
      the model (it disagrees with onnxruntime on some ceil_mode pools).
+
+Steps 3 and 5 see a skeleton of the model without its large weights, and the model's
+own value_info and output shapes are left out of step 5, as onnxruntime ignores them
+where they disagree with inference: model_file.py holds these habits of real files.
 """
 from __future__ import annotations
 
@@ -28,6 +32,8 @@ from onnx import numpy_helper
 from ...hlo import (Builder, Module, OpMetadata, Shape, ShapeError, Signature, TensorSpec,
                     XlacError, XlacWarning)
 from .context import ImportContext, node_label
+from .model_file import (check_no_external_data, declared_dims, densify_sparse_initializers,
+                         dims_text, disagreements, drop_declared_shapes, skeleton)
 from .registry import DEFAULT_DOMAIN, lookup
 from .scope import OutOfScope, check_value_type, out_of_scope_reason, strings_error
 from .types import hlo_dtype
@@ -52,13 +58,16 @@ def import_onnx(model, input_shapes: dict | None = None, name: str | None = None
     _warn_future_opset(opsets.get(DEFAULT_DOMAIN, 0), source)
     _reject_unsupported(model.graph, opsets)
     _reject_non_tensors(model.graph)
-    _check(model, source)
+    densify_sparse_initializers(model)
+    _check(skeleton(model), source)
     pin_const_inputs(model, const_inputs or {})
-    model = _pin_input_shapes(model, input_shapes or {})
+    _pin_input_shapes(model, input_shapes or {})
     _spell_out_function_defaults(model.graph, opsets)
-    model = _infer_shapes(model)
-    return _lower(model, opsets, name or model.graph.name or "model",
-                  hoist_recurrent_projection)
+    notes = _infer_shapes(model)
+    module = _lower(model, opsets, name or model.graph.name or "model",
+                    hoist_recurrent_projection)
+    module.notes.extend(notes)
+    return module
 
 
 # -- 1-5: loading and checking ------------------------------------------------
@@ -67,18 +76,22 @@ def _load(model) -> tuple[onnx.ModelProto, str]:
     if isinstance(model, onnx.ModelProto):
         m = onnx.ModelProto()
         m.CopyFrom(model)          # input pinning edits the model; keep the caller's intact
+        check_no_external_data(m, "<ModelProto>")
         return m, "<ModelProto>"
     if isinstance(model, (bytes, bytearray)):
         source = "<bytes>"
         load = lambda: onnx.load_model_from_string(bytes(model))  # noqa: E731
     else:
         source = os.fspath(model)
+        # Weights in external files (every model over 2 GB) are read from the model's folder.
         load = lambda: onnx.load(source)  # noqa: E731
     try:
-        return load(), source
+        m = load()
     except Exception as e:   # protobuf and OS errors alike: the file is not a model we can read
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise XlacError(f"cannot read ONNX model '{source}': {reason}") from None
+    check_no_external_data(m, source)
+    return m, source
 
 
 def _warn_future_opset(opset: int, source: str) -> None:
@@ -162,22 +175,40 @@ def _reject_non_tensors(graph: onnx.GraphProto) -> None:
 
 
 def _graph_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
-    """The real inputs: old models also list their initializers as inputs."""
+    """The real inputs: models before IR version 4 also list their initializers as
+    inputs, which onnxruntime reads as weights the caller may override."""
     initialized = {t.name for t in graph.initializer}
     return [i for i in graph.input if i.name not in initialized]
+
+
+def _overridable(graph: onnx.GraphProto) -> dict[str, onnx.ValueInfoProto]:
+    """Initializers also listed as graph inputs, by name."""
+    initialized = {t.name for t in graph.initializer}
+    return {i.name: i for i in graph.input if i.name in initialized}
+
+
+def _drop_initializer(graph: onnx.GraphProto, name: str) -> None:
+    for i, t in enumerate(graph.initializer):
+        if t.name == name:
+            del graph.initializer[i]
+            return
 
 
 def pin_const_inputs(model: onnx.ModelProto, const_inputs: dict) -> None:
     """Turn the graph inputs named in ``const_inputs`` into initializers holding the given
     values (in place). A value must have the input's element type (or convert to it
-    exactly) and fit its declared dimensions."""
-    inputs = {i.name: i for i in _graph_inputs(model.graph)}
+    exactly) and fit its declared dimensions. An initializer also listed as an input
+    (before IR version 4) takes the given value instead of its own."""
+    graph = model.graph
+    inputs = {i.name: i for i in _graph_inputs(graph)}
+    overridable = _overridable(graph)
     for n, value in const_inputs.items():
-        if n not in inputs:
+        if n not in inputs and n not in overridable:
             raise XlacError(f"constant input '{n}' is not a model input "
                             f"(inputs: {', '.join(inputs) or 'none'})")
-        tt = inputs[n].type.tensor_type
-        if not inputs[n].type.HasField("tensor_type"):
+        vi = inputs.get(n) or overridable[n]
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type"):
             raise XlacError(f"constant input '{n}' is not a tensor, which xlac does not support")
         dtype = hlo_dtype(tt.elem_type, f"input '{n}'")
         given = np.asarray(value)
@@ -186,25 +217,28 @@ def pin_const_inputs(model: onnx.ModelProto, const_inputs: dict) -> None:
                 converted.astype(given.dtype), given, equal_nan=True):
             raise XlacError(f"constant input '{n}' has element type {given.dtype}, which does "
                             f"not convert exactly to the input's {dtype}")
-        if tt.HasField("shape"):
-            dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
-            if len(dims) != converted.ndim or any(
-                    d not in (None, 0) and d != v for d, v in zip(dims, converted.shape)):
-                raise XlacError(f"constant input '{n}' has shape {_dims_text(converted.shape)}, "
-                                f"but the input is declared "
-                                f"{_dims_text(d if d is not None else '?' for d in dims)}")
-        model.graph.initializer.append(numpy_helper.from_array(converted, n))
-        if model.ir_version >= 4:     # before IR 4, every initializer is also a graph input
-            model.graph.input.remove(inputs[n])
+        dims = declared_dims(tt)
+        if dims is not None and (len(dims) != converted.ndim or any(
+                isinstance(d, int) and d != v for d, v in zip(dims, converted.shape))):
+            raise XlacError(f"constant input '{n}' has shape {dims_text(converted.shape)}, "
+                            f"but the input is declared {dims_text(dims)}")
+        if n in overridable:
+            _drop_initializer(graph, n)
+        graph.initializer.append(numpy_helper.from_array(converted, n))
+        if n in inputs and model.ir_version >= 4:   # before IR 4, initializers are inputs too
+            graph.input.remove(inputs[n])
 
 
-def _dims_text(dims) -> str:
-    return "x".join(str(d) for d in dims)
-
-
-def _pin_input_shapes(model: onnx.ModelProto, input_shapes: dict) -> onnx.ModelProto:
-    """Write ``input_shapes`` into the model's inputs; every input dim must end up static."""
-    inputs = {i.name: i for i in _graph_inputs(model.graph)}
+def _pin_input_shapes(model: onnx.ModelProto, input_shapes: dict) -> None:
+    """Write ``input_shapes`` into the model's inputs (in place); every input dim must
+    end up static. An initializer also listed as an input that ``input_shapes`` names
+    becomes a real input, as onnxruntime lets a caller override it."""
+    graph = model.graph
+    overridable = _overridable(graph)
+    for n in input_shapes:
+        if n in overridable:
+            _drop_initializer(graph, n)
+    inputs = {i.name: i for i in _graph_inputs(graph)}
     for n in input_shapes:
         if n not in inputs:
             known = f"(inputs: {', '.join(inputs) or 'none'})"
@@ -216,8 +250,7 @@ def _pin_input_shapes(model: onnx.ModelProto, input_shapes: dict) -> onnx.ModelP
             raise XlacError(f"input '{n}' is not a tensor, which xlac does not support")
         tt = vi.type.tensor_type
         hlo_dtype(tt.elem_type, f"input '{n}'")
-        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
-                for d in tt.shape.dim] if tt.HasField("shape") else None
+        dims = declared_dims(tt)
         if n in input_shapes:
             pinned = _check_pin(n, dims, input_shapes[n])
             tt.shape.Clear()
@@ -231,10 +264,10 @@ def _pin_input_shapes(model: onnx.ModelProto, input_shapes: dict) -> onnx.ModelP
             dynamic = [d for d in dims if not isinstance(d, int)]
             if dynamic:
                 python, cli = pin_spelling(n, [d if isinstance(d, int) else 1 for d in dims])
-                what = (f"input '{n}' has dynamic dimension '{dynamic[0]}' (shape "
-                        f"{_dims_text(dims)}); pin it with ")
+                which = (f"dimension '{dynamic[0]}'" if len(dynamic) == 1 else
+                         "dimensions " + ", ".join(f"'{d}'" for d in dynamic))
+                what = f"input '{n}' has dynamic {which} (shape {dims_text(dims)}); pin it with "
                 raise XlacError(what + python, cli=what + cli)
-    return model
 
 
 def pin_spelling(name: str, dims) -> tuple[str, str]:
@@ -244,7 +277,7 @@ def pin_spelling(name: str, dims) -> tuple[str, str]:
         return (f"input_shapes={{{json.dumps(name)}: (D0, D1, ...)}}",
                 f"--input-shape {name}=D0xD1x...")
     return (f"input_shapes={{{json.dumps(name)}: {tuple(dims)}}}",
-            f"--input-shape {name}={_dims_text(dims)}")
+            f"--input-shape {name}={dims_text(dims)}")
 
 
 def _check_pin(name: str, dims: list | None, pinned) -> list[int]:
@@ -265,9 +298,9 @@ def _check_pin(name: str, dims: list | None, pinned) -> list[int]:
         return pinned
     if len(pinned) != len(dims):
         raise error(f"has rank {len(pinned)}, but input '{name}' has rank {len(dims)} "
-                    f"(shape {_dims_text(dims)})")
+                    f"(shape {dims_text(dims)})")
     if any(isinstance(d, int) and d != p for d, p in zip(dims, pinned)):
-        raise error(f"conflicts with the static shape {_dims_text(dims)} of input '{name}'")
+        raise error(f"conflicts with the static shape {dims_text(dims)} of input '{name}'")
     return pinned
 
 
@@ -304,13 +337,18 @@ def _spell_out_function_defaults(graph: onnx.GraphProto, opsets: dict[str, int])
                 node.attribute.append(a.default_value)
 
 
-def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+def _infer_shapes(model: onnx.ModelProto) -> list[str]:
+    """Run ONNX's shape inference as a check of the model; returns notes on the
+    tensors whose declared shapes it contradicts."""
     _spell_out_defaults(model.graph)
+    skel = skeleton(model)
+    declared = drop_declared_shapes(skel)
     try:
-        return onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
-                                                 data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(skel, check_type=True, strict_mode=True,
+                                                     data_prop=True)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as e:
         raise XlacError(f"ONNX shape inference failed: {_one_line(e)}") from None
+    return disagreements(declared, inferred)
 
 
 # -- 6: lowering ----------------------------------------------------------------

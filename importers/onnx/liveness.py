@@ -22,6 +22,7 @@ import onnx
 
 from ...hlo import XlacError
 from .importer import _load as load_model   # the same path/bytes/ModelProto rules and errors
+from .model_file import drop_declared_shapes
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ def onnx_order_intervals(model, input_shapes: dict[str, tuple[int, ...]] | None 
     """
     model, _ = load_model(model)
     _pin_inputs(model.graph, input_shapes or {})
+    drop_declared_shapes(model)       # stale value_info would stop inference, as in the importer
     try:
         model = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as e:

@@ -247,8 +247,7 @@ def global_max_pool(ctx, node):
 
 # -- normalization --------------------------------------------------------------------
 
-@register("BatchNormalization", since=1,
-          ignore=LEGACY + ("momentum", "is_test", "spatial"))
+@register("BatchNormalization", since=1, ignore=LEGACY + ("momentum", "spatial"))
 def batch_normalization(ctx, node):
     # y = (x - mean) / sqrt(var + eps) * scale + B, computed as x * k + (B - mean * k)
     # with k = scale / sqrt(var + eps), whose parameter-sized half folds to constants.
@@ -256,7 +255,7 @@ def batch_normalization(ctx, node):
     x = ctx.input(node, 0)
     scale, bias, mean, var = (ctx.input(node, i) for i in range(1, 5))
     eps = ctx.attr(node, "epsilon", 1e-5)
-    if ctx.attr(node, "training_mode", 0):
+    if _training_mode(ctx, node):
         return _batch_norm_training(ctx, node, x, scale, bias, mean, var, eps)
     b = ctx.b
     dt = x.shape.dtype
@@ -269,10 +268,23 @@ def batch_normalization(ctx, node):
     return [b.op(Opcode.ADD, y, b.broadcast(shift, x.shape.dims, dims))]
 
 
+def _training_mode(ctx, node) -> bool:
+    """Whether the node normalizes by the batch's own statistics, as onnxruntime runs it:
+    from opset 14 when training_mode=1; before, when it lists the running and saved
+    statistics as outputs (the spec's training-mode output case), unless is_test=1
+    (opset < 7) says otherwise. Old exporters left such outputs on inference graphs."""
+    if ctx.opset(node) >= 14:
+        return bool(ctx.attr(node, "training_mode", 0))
+    if ctx.attr(node, "is_test", 0):
+        return False
+    return any(node.output[1:])
+
+
 def _batch_norm_training(ctx, node, x, scale, bias, mean, var, eps):
-    """Opset 14+, training_mode=1: normalized by the batch's own mean and (biased)
-    variance over every dim but the channels; the running mean and variance outputs
-    move toward them by 1 - momentum."""
+    """Training mode: normalized by the batch's own mean and (biased) variance over
+    every dim but the channels; the running mean and variance outputs move toward them
+    by 1 - momentum; before opset 14 the saved mean and inverse standard deviation
+    follow (what onnxruntime writes there)."""
     b, dt = ctx.b, x.shape.dtype
     if x.shape.rank < 2 or scale.shape.rank != 1:
         raise ctx.error(node, f"training mode needs X of N x C x ... and 1-D parameters, got "
@@ -304,7 +316,10 @@ def _batch_norm_training(ctx, node, x, scale, bias, mean, var, eps):
                    ctx.full(1 - momentum, odt, old.shape.dims))
         return b.op(Opcode.ADD, kept, new)
 
-    return [y, running(mean, batch_mean), running(var, batch_var)]
+    outs = [y, running(mean, batch_mean), running(var, batch_var)]
+    if ctx.opset(node) < 14:
+        outs += [batch_mean, b.op(Opcode.DIVIDE, ctx.full(1, dt, std.shape.dims), std)]
+    return outs
 
 
 @register("LRN", since=1)

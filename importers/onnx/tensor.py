@@ -280,9 +280,11 @@ def size(ctx, node):
     return [ctx.b.constant(np.array(ctx.input(node, 0).shape.num_elements, dtype=np.int64))]
 
 
-# attribute -> numpy dtype of the value it holds (opset 12 adds the scalar forms)
+# attribute -> numpy dtype of the value it holds (opset 11 adds sparse_value, opset 12
+# the scalar and list forms)
 _CONSTANT_ATTRS = {
     "value": None,
+    "sparse_value": None,
     "value_float": np.float32,
     "value_floats": np.float32,
     "value_int": np.int64,
@@ -295,8 +297,8 @@ def constant(ctx, node):
     for key, dtype in _CONSTANT_ATTRS.items():
         if ctx.has_attr(node, key):
             return [ctx.b.constant(np.asarray(ctx.attr(node, key), dtype=dtype))]
-    raise ctx.error(node, "has no value xlac supports (value_string(s) and sparse_value "
-                          "are not supported)")
+    raise ctx.error(node, "has no value xlac supports (strings, value_string(s), are not "
+                          "supported)")
 
 
 @register("ConstantOfShape", since=9)
@@ -541,7 +543,9 @@ def _range(ctx, node, compute_dtype=None):
     if not start.size == limit.size == delta.size == 1 or delta[0] == 0:
         raise ctx.error(node, "start, limit and delta must be scalars, delta not 0")
     dt = ctx.input(node, 0).shape.dtype
-    n = max(int(np.ceil((float(limit[0]) - float(start[0])) / float(delta[0]))), 0)
+    span, d = limit.item() - start.item(), delta.item()
+    # integers count exactly (int64 limits lose digits as floats)
+    n = max(-(-span // d) if isinstance(span, int) else int(np.ceil(span / d)), 0)
     wide = compute_dtype or dt
     b = ctx.b
     i = b.iota(Shape.array(wide, (n,)), 0)
