@@ -3,8 +3,8 @@
 
 One module per op family registers its handlers in ``registry`` on import.
 """
-from . import (activations, cast, elementwise, math, ml, nn, reduce,  # noqa: F401
-               tensor)                                      # (register the handlers)
+from . import (activations, cast, elementwise, math, ml, nn,  # noqa: F401
+               quantization, reduce, tensor)                # (register the handlers)
 from .context import ConstantInputNeeded
 from .importer import import_onnx, pin_const_inputs
 from .registry import supported_ops
