@@ -98,9 +98,9 @@ def dequantize(ctx, x, scale, zero_point, out: dtypes.DType, node=None, axis: in
 
 
 def to_integer(ctx, y, zero_point, out: dtypes.DType):
-    """``out``(clamp(qmin, round_even(y) + zero_point, qmax)) with the zero point already
-    broadcast to y (or None), computed in y's float type (f32 for the narrow floats, whose
-    spacing near 2**16 is too coarse for 16-bit zero points)."""
+    """``out``(clamp(qmin, round_even(y) + zero_point, qmax)), computed in y's float type
+    (f32 for the narrow floats, whose spacing near 2**16 is too coarse for 16-bit zero
+    points); ``zero_point`` is None or already in that type and broadcast to y."""
     b = ctx.b
     r = b.op(Opcode.ROUND_NEAREST_EVEN, y)
     ft = r.shape.dtype
@@ -108,10 +108,15 @@ def to_integer(ctx, y, zero_point, out: dtypes.DType):
         ft = dtypes.F32
         r = b.convert(r, ft)
     if zero_point is not None:
-        r = b.op(Opcode.ADD, r, b.convert(zero_point, ft))
+        r = b.op(Opcode.ADD, r, zero_point)
     info = out.info
     r = b.op(Opcode.CLAMP, ctx.scalar(info.min, ft), r, ctx.scalar(info.max, ft))
     return b.convert(r, out)
+
+
+def _rounded_type(ct: dtypes.DType) -> dtypes.DType:
+    """The type to_integer adds the zero point in after rounding in ``ct``."""
+    return dtypes.F32 if ct.is_narrow_float else ct
 
 
 def quantize(ctx, node, x, scale, zero_point, out: dtypes.DType, axis: int = 1,
@@ -124,20 +129,22 @@ def quantize(ctx, node, x, scale, zero_point, out: dtypes.DType, axis: int = 1,
     ct = precision or _float_type(x.shape.dtype, scale.shape.dtype)
     s = quant_param(ctx, node, b.convert(scale, ct), dims, axis, block_size, "the scale")
     y = b.op(Opcode.DIVIDE, b.convert(x, ct), s)
-    zp = None if zero_point is None else quant_param(ctx, node, zero_point, dims, axis,
-                                                     block_size, "the zero point")
-    if out.is_integer:
-        return to_integer(ctx, y, zp, out)
     if out in _FLOAT8:
         return cast(ctx, node, y, out)
+    ft = _rounded_type(ct) if out.is_integer else dtypes.F32
+    zp = None if zero_point is None else quant_param(ctx, node, b.convert(zero_point, ft),
+                                                     dims, axis, block_size, "the zero point")
+    if out.is_integer:
+        return to_integer(ctx, y, zp, out)
     if zp is not None:
-        y = b.op(Opcode.ADD, b.convert(y, dtypes.F32), b.convert(zp, dtypes.F32))
+        y = b.op(Opcode.ADD, b.convert(y, ft), zp)
     return b.convert(y, out)
 
 
 def requantize(ctx, acc, multiplier, zero_point, out: dtypes.DType):
     """onnxruntime's requantization of an integer accumulator: quantize(f32(acc) *
-    multiplier) with ``multiplier`` (f32) and ``zero_point`` broadcast to acc or None."""
+    multiplier) with ``multiplier`` and ``zero_point`` (f32) broadcast to acc, or no zero
+    point (None)."""
     y = ctx.b.op(Opcode.MULTIPLY, ctx.b.convert(acc, dtypes.F32), multiplier)
     return to_integer(ctx, y, zero_point, out)
 
@@ -272,7 +279,7 @@ def _multiplier(ctx, x_scale, w_scale, y_scale, dims, w_axis: int | None):
 
 def _output_zero_point(ctx, node, zp, dims):
     zp = _per_tensor(ctx, node, zp, "y_zero_point")
-    return None if zp is None else ctx.b.broadcast(zp, dims, ())
+    return None if zp is None else ctx.b.broadcast(ctx.b.convert(zp, dtypes.F32), dims, ())
 
 
 @register("QLinearConv", since=10)
@@ -318,8 +325,9 @@ def qlinear_matmul(ctx, node):
     m = b.convert(b.op(Opcode.DIVIDE, m, spread(y_scale, -2)), dtypes.F32)
     zp = None
     if y_zp is not None:
-        zp = b.broadcast(b.reshape(y_zp, ()), dims, ()) if y_zp.shape.num_elements == 1 \
-            else b.broadcast(y_zp, dims, ((-2) % rank,))
+        zf = b.convert(y_zp, dtypes.F32)
+        zp = b.broadcast(b.reshape(zf, ()), dims, ()) if y_zp.shape.num_elements == 1 \
+            else b.broadcast(zf, dims, ((-2) % rank,))
     out = y_zp.shape.dtype if y_zp is not None else a.shape.dtype
     return [requantize(ctx, acc, m, zp, out)]
 
