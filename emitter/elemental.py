@@ -37,12 +37,17 @@ Generator = Callable[[Index], ir.Value]
 class ElementalEmitter:
     """Builds generators at one builder. ``libcalls`` collects the C library functions the
     emitted code calls (LLVM lowers ``frem`` to ``fmod``). ``float_abi`` is the target's
-    (TargetInfo.float_abi): "hard" makes those calls pass floats in FPU registers."""
+    (TargetInfo.float_abi): "hard" makes those calls pass floats in FPU registers.
+    ``no_nans``: the caller knows that no float value is NaN (a kernel's epilogue of
+    integer accumulators scaled by finite constants), so maximum, minimum, clamp and
+    float-to-integer convert skip their NaN handling."""
 
-    def __init__(self, b: ir.IRBuilder, constants: ConstantPool, float_abi: str | None = None):
+    def __init__(self, b: ir.IRBuilder, constants: ConstantPool, float_abi: str | None = None,
+                 no_nans: bool = False):
         self.b = b
         self.constants = constants
         self.float_abi = float_abi
+        self.no_nans = no_nans
         self.libcalls: set[str] = set()
 
     def generator(self, instr: Instruction, operands: Sequence[Generator]) -> Generator:
@@ -53,12 +58,19 @@ class ElementalEmitter:
         operands = list(operands)
         return lambda index: rule(self, instr, operands, index)
 
-    def computation_generator(self, comp: Computation,
-                              parameters: Sequence[Generator]) -> Generator:
-        """The generator of ``comp``'s root; parameter k is produced by ``parameters[k]``.
-        Each fused value is generated once per index and block (shared subexpressions)."""
+    def computation_generator(self, comp: Computation, parameters: Sequence[Generator],
+                              overrides: dict | None = None) -> Generator:
+        """The generator of ``comp``'s root; parameter k is produced by ``parameters[k]``,
+        and an instruction of ``overrides`` by its generator there (a kernel's
+        accumulators in place of its dot). Each fused value is generated once per index
+        and block (shared subexpressions); what only an override reads is never
+        generated."""
         gens: dict[Instruction, Generator] = {}
+        overrides = overrides or {}
         for instr in comp.instructions:
+            if instr in overrides:
+                gens[instr] = self._memoized(overrides[instr])
+                continue
             if instr.opcode is Opcode.PARAMETER:
                 ops = [parameters[instr.number]]
             else:
@@ -175,7 +187,7 @@ def _is_finite(em, instr, ops, index):
 
 
 def _convert(em, instr, ops, index):
-    return convert(em.b, ops[0](index), _dtype(instr), instr.shape.dtype)
+    return convert(em.b, ops[0](index), _dtype(instr), instr.shape.dtype, em.no_nans)
 
 
 def _bitcast_convert(em, instr, ops, index):
@@ -190,11 +202,15 @@ def _float_max(em, x, y):
     # NaN-propagating: a NaN x is taken, and a NaN y fails x > y so y is taken. One
     # compare and blend fewer than testing both for NaN: pooling runs this per element.
     b = em.b
+    if em.no_nans:
+        return b.select(b.fcmp_ordered(">", x, y), x, y)
     return b.select(b.or_(b.fcmp_ordered(">", x, y), b.fcmp_unordered("uno", x, x)), x, y)
 
 
 def _float_min(em, x, y):
     b = em.b
+    if em.no_nans:
+        return b.select(b.fcmp_ordered("<", x, y), x, y)
     return b.select(b.or_(b.fcmp_ordered("<", x, y), b.fcmp_unordered("uno", x, x)), x, y)
 
 

@@ -21,6 +21,7 @@ from ..optimizer.aliasing import view_offset
 from ..optimizer.buffer_assignment import BufferAssignment
 from . import kernels
 from .constants import CONSTANT_ALIGN, ConstantPool
+from .kernels.qconv import plan_quantized
 from .elemental import ElementalEmitter
 from .interface import ModelInterface
 from .irutil import I1, I32, I64, PTR, VOID, gep_bytes, i64
@@ -150,6 +151,8 @@ class _ComputeEmitter:
                 self._emit_concat_copies(instr)
             elif instr.opcode in KERNEL_OPCODES:
                 self._emit_kernel_call(instr)
+            elif (quantized := plan_quantized(instr, self.target)) is not None:
+                self._emit_quantized_call(instr, quantized)
             else:
                 self._emit_loop_call(instr)
         self._emit_output_copies()
@@ -193,6 +196,14 @@ class _ComputeEmitter:
             loc = self.assignment.scratch[instr]
             args.append(self.pointer(Place(loc.space, loc.index, loc.offset)))
         args += [i64(v) for v in kernels.kernel_arguments(instr, self.target, lean)]
+        self.b.call(fn, args)
+
+    def _emit_quantized_call(self, instr: Instruction, kernel) -> None:
+        """An integer convolution or dot with its epilogue (kernels/qconv.py), compiled for
+        this layer: it reads the fusion's operands that are not constants."""
+        fn = kernel.emit(self.llvm_module, self._function_name(instr), self.constants)
+        args = [self.pointer(self.places[instr])]
+        args += [self.pointer(self.places[instr.operands[k]]) for k in kernel.passed]
         self.b.call(fn, args)
 
     def _memcpy(self, dst: ir.Value, src: ir.Value, size: int) -> None:

@@ -7,6 +7,7 @@ from .constant_folding import ConstantFolding
 from .cse import CommonSubexpressionElimination
 from .dce import DeadCodeElimination
 from .fusion import InstructionFusion, OutputFusion
+from .layout_assignment import ChannelsMinorLayout
 from .pipeline import DumpHook, Pipeline
 from .quantization import QuantizedArithmetic
 
@@ -16,15 +17,16 @@ def make_pipeline(opt_level: int = 2, verify: bool = False,
     """-O0: only DCE. -O1 and up: quantized models onto their integers (before constant
     folding could turn their weights into floats), simplify, fold, CSE and DCE to a fixed
     point, then output fusion (integer dots and convolutions with their requantization),
-    loop fusion and a DCE that drops what fusion left unused."""
+    loop fusion, channels-minor layouts for integer convolutions and a DCE that drops
+    what fusion left unused."""
     if opt_level <= 0:
         return Pipeline("O0", [DeadCodeElimination()], verify=verify, dump=dump)
     simplify = Pipeline("simplify", [AlgebraicSimplifier(), ConstantFolding(),
                                      CommonSubexpressionElimination(), DeadCodeElimination()],
                         fixed_point=True, verify=verify, dump=dump)
     return Pipeline(f"O{opt_level}", [QuantizedArithmetic(), simplify, OutputFusion(),
-                                      InstructionFusion(), DeadCodeElimination()],
-                    verify=verify, dump=dump)
+                                      InstructionFusion(), ChannelsMinorLayout(),
+                                      DeadCodeElimination()], verify=verify, dump=dump)
 
 
 def optimize(module: Module, opt_level: int = 2, verify: bool = False,
