@@ -8,11 +8,13 @@ sum_t w[4j + t] * x[t], exactly (no step saturates). How, by target:
     avx2     x86 AVX2: vpmaddubsw(|x|, sign(w, x)) then vpmaddwd by ones: |x| <= 128 and
              |w| <= 127 keep every pair sum within 32767 (the kernel checks the weights)
     sdot     AArch64 with the dot product extension: sdot (s8 x s8)
+    neon     AArch64 without it: smull (bytes to i16 products), sadalp (pairs into i32
+             accumulators of pair sums), addp once per tile (``finish``)
     smlad    Arm M-profile DSP (Cortex-M4/M7/M33): sxtb16 unpacks bytes 0, 2 and
              (rotated) 1, 3 of each word into halfword pairs, smlad adds both products
     generic  anything else: widen, multiply, add the four products of a lane (LLVM
-             selects what the target has: smull/sadalp on AArch64 without dotprod,
-             vwmacc with RISC-V V, scalar multiply-adds on RV32/RV64)
+             selects what the target has: pmaddwd on x86 without AVX2, vwmacc with
+             RISC-V V, scalar multiply-adds on RV32/RV64)
 
 The instructions that take one operand unsigned or signed only (``activations``) read
 the activations shifted by 128 (x ^ 0x80 per byte); the kernel adds 128 times the
@@ -38,6 +40,17 @@ _DOTPROD_CPUS = ("cortex-a55", "cortex-a65", "cortex-a75", "cortex-a76", "cortex
 # M-profile cores with the DSP extension (v7E-M always; v8-M mainline where LLVM's CPU has it).
 _DSP_CPUS = ("cortex-m4", "cortex-m7", "cortex-m33", "cortex-m35p", "cortex-m55",
              "cortex-m85", "star-mc1")
+
+
+# x86 CPUs by the widest integer dot product they have, for --cpu without features
+# (the host's features are read from the host).
+_X86_VNNI512 = ("icelake", "tigerlake", "cascadelake", "cooperlake", "sapphirerapids",
+                "emeraldrapids", "graniterapids", "diamondrapids", "rocketlake", "znver4",
+                "znver5")
+_X86_AVXVNNI = ("alderlake", "raptorlake", "meteorlake", "arrowlake", "lunarlake",
+                "pantherlake", "gracemont", "sierraforest", "grandridge", "clearwaterforest")
+_X86_AVX2 = ("haswell", "broadwell", "skylake", "kabylake", "coffeelake", "cannonlake",
+             "znver1", "znver2", "znver3", "x86-64-v3", "x86-64-v4", "bdver4")
 
 
 def _enabled(features: str) -> set[str]:
@@ -108,6 +121,24 @@ class IntDot:
         x02, x13 = b.call(sxtb16, [x]), b.call(sxtb16, [b.call(ror, [x, x, eight])])
         return b.call(smlad, [w13, x13, b.call(smlad, [w02, x02, acc])])
 
+    def _dot4_neon(self, b, acc, w, x, x_signed):
+        # acc: 2L lanes, the pair sums (k0 + k1, k2 + k3) of each output lane; smull
+        # multiplies eight bytes into i16 (|x| <= 128, |w| <= 128 fit), sadalp adds
+        # adjacent i16 pairs into the i32 accumulators. ``finish`` adds the pairs.
+        n = 4 * self.lanes
+        half = vec_type(I16, n // 2)
+        xs = self._words(b, x)
+        saddlp = intrinsic(b.module, "llvm.aarch64.neon.saddlp.v4i32.v8i16",
+                           vec_type(I32, 4), [half])
+        parts = []
+        for lo in (0, n // 2):
+            pick = const_vec(I32, range(lo, lo + n // 2))
+            wv = b.sext(b.shuffle_vector(w, w, pick), half)
+            xv = b.sext(b.shuffle_vector(xs, xs, pick), half)
+            parts.append(b.call(saddlp, [b.mul(wv, xv)]))
+        both = b.shuffle_vector(parts[0], parts[1], const_vec(I32, range(8)))
+        return b.add(acc, both)
+
     def _dot4_generic(self, b, acc, w, x, x_signed):
         n = 4 * self.lanes
         wide = vec_type(I32, n)
@@ -122,6 +153,21 @@ class IntDot:
         if self.lanes == 1:
             prod = b.extract_element(prod, ir.Constant(I32, 0))
         return b.add(acc, prod)
+
+    @property
+    def acc_lanes(self) -> int:
+        """i32 lanes of one accumulator: the output lanes, or for neon their pair sums."""
+        return 2 * self.lanes if self.kind == "neon" else self.lanes
+
+    def finish(self, b: ir.IRBuilder, acc: ir.Value) -> ir.Value:
+        """The accumulator as L output lanes."""
+        if self.kind != "neon":
+            return acc
+        q = vec_type(I32, 4)
+        addp = intrinsic(b.module, "llvm.aarch64.neon.addp.v4i32", q, [q, q])
+        lo = b.shuffle_vector(acc, acc, const_vec(I32, range(4)))
+        hi = b.shuffle_vector(acc, acc, const_vec(I32, range(4, 8)))
+        return b.call(addp, [lo, hi])
 
     # -- depthwise --
     def dot2(self, b: ir.IRBuilder, acc: ir.Value, x0: ir.Value, x1: ir.Value,
@@ -160,7 +206,14 @@ def int_dot_for(target) -> IntDot:
     on, off = _enabled(target.features), _disabled(target.features)
     cpu = target.cpu or ""
     if arch in ("x86_64", "i386", "i686"):
-        if target.vector_bytes >= 64 and "avx512vnni" in on and "avx512bw" in on:
+        if not on:                          # a named CPU: what it has
+            on = ({"avx512vnni", "avx512bw", "avx2"} if cpu.startswith(_X86_VNNI512) else
+                  {"avxvnni", "avx2"} if cpu.startswith(_X86_AVXVNNI) else
+                  {"avx2"} if cpu.startswith(_X86_AVX2) else set())
+            wide = "avx512vnni" in on
+        else:
+            wide = target.vector_bytes >= 64
+        if wide and "avx512vnni" in on and "avx512bw" in on:
             return IntDot("vnni", 16, "u8", "llvm.x86.avx512.vpdpbusd.512")
         if "avxvnni" in on:
             return IntDot("vnni", 8, "u8", "llvm.x86.avxvnni.vpdpbusd.256")
@@ -168,9 +221,10 @@ def int_dot_for(target) -> IntDot:
             return IntDot("vnni", 8, "u8", "llvm.x86.avx512.vpdpbusd.256")
         if "avx2" in on:
             return IntDot("avx2", 8, "s8")
-    if arch in ("aarch64", "arm64") and "dotprod" not in off and (
-            "dotprod" in on or cpu.startswith(_DOTPROD_CPUS)):
-        return IntDot("sdot", 4, "s8")
+    if arch in ("aarch64", "arm64"):
+        if "dotprod" not in off and ("dotprod" in on or cpu.startswith(_DOTPROD_CPUS)):
+            return IntDot("sdot", 4, "s8")
+        return IntDot("neon", 4, "s8")
     if arch.startswith(("thumbv7em", "thumbv8m.main", "thumbv8.1m.main")) \
             and "dsp" not in off and ("dsp" in on or cpu.startswith(_DSP_CPUS)):
         return IntDot("smlad", 1, "s8")

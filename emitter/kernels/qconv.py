@@ -456,7 +456,7 @@ class _GemmEmitter:
         """MR pixels from m0 by NV x L output channels from n0."""
         k, b, dot = self.k, self.b, self.dot
         lanes, mr = dot.lanes, self.mr
-        aty = _acc_type(lanes)
+        aty = _acc_type(dot.acc_lanes)
         wty = vec_type(I8, _WORD * lanes)
         last = i64(k.oh * k.ow - 1)
         ps = [b.select(b.icmp_signed("<", b.add(m0, i64(i)), last), b.add(m0, i64(i)), last)
@@ -464,13 +464,9 @@ class _GemmEmitter:
         oys = [b.udiv(p, i64(k.ow)) for p in ps]
         oxs = [b.urem(p, i64(k.ow)) for p in ps]
         acc = [[alloca_once(b, aty, f"acc{i}.{v}") for v in range(nv)] for i in range(mr)]
-        for v in range(nv):
-            start = _zeros(lanes)
-            if self.sbase is not None:
-                at = b.gep(self.sbase, [b.add(soff, i64(v * lanes * 4))], source_etype=I8)
-                start = b.load(at, typ=aty, align=4)
-            for i in range(mr):
-                b.store(start, acc[i][v])
+        for row in acc:
+            for a in row:
+                b.store(_zeros(dot.acc_lanes), a)
         x = self.ptrs[k.x_k]
         full = k.cin_g // _WORD
         pad_word = ir.Constant(I32, (k.pad_value & 0xFF) * 0x01010101)
@@ -501,7 +497,7 @@ class _GemmEmitter:
                     step(c4, self._load_word)
             if k.cin_g % _WORD:
                 step(i64(full), self._load_tail)
-        self._store_tile(img, n0, nv, cols, m0, acc)
+        self._store_tile(img, n0, nv, cols, m0, soff, acc)
 
     def _load_word(self, base, c4):
         b = self.b
@@ -518,16 +514,24 @@ class _GemmEmitter:
             word = b.or_(word, b.shl(b.zext(byte, I32), ir.Constant(I32, 8 * t)))
         return word
 
-    def _store_tile(self, img, n0, nv, cols, m0, acc):
-        k, b = self.k, self.b
-        lanes = self.dot.lanes
+    def _store_tile(self, img, n0, nv, cols, m0, soff, acc):
+        """The accumulators plus their start values through a stack buffer to the
+        epilogue, pixel by pixel."""
+        k, b, dot = self.k, self.b, self.dot
+        lanes = dot.lanes
         aty = _acc_type(lanes)
         nr = nv * lanes
         tile = _stack_buffer(b, self.mr * nr, "tile")
-        for i in range(self.mr):
-            for v in range(nv):
-                ptr = offset_ptr(b, tile, I32, i * nr + v * lanes)
-                b.store(b.load(acc[i][v], typ=aty), ptr, align=4)
+        for v in range(nv):
+            start = None
+            if self.sbase is not None:
+                at = b.gep(self.sbase, [b.add(soff, i64(v * lanes * 4))], source_etype=I8)
+                start = b.load(at, typ=aty, align=4)
+            for i in range(self.mr):
+                value = dot.finish(b, b.load(acc[i][v], typ=_acc_type(dot.acc_lanes)))
+                if start is not None:
+                    value = b.add(value, start)
+                b.store(value, offset_ptr(b, tile, I32, i * nr + v * lanes), align=4)
         for i in range(self.mr):
             m = b.add(m0, i64(i))
             with b.if_then(b.icmp_signed("<", m, i64(k.oh * k.ow))):
