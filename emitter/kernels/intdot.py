@@ -31,36 +31,6 @@ from .vec import const_vec, intrinsic, splat, vec_type
 
 I16 = ir.IntType(16)
 
-# AArch64 CPUs LLVM knows with the dot product extension (v8.2-A's optional, v8.4+'s
-# mandatory feature), by name prefix.
-_DOTPROD_CPUS = ("cortex-a55", "cortex-a65", "cortex-a75", "cortex-a76", "cortex-a77",
-                 "cortex-a78", "cortex-a710", "cortex-a715", "cortex-a720", "cortex-x",
-                 "neoverse-n1", "neoverse-n2", "neoverse-v", "neoverse-e1", "apple-",
-                 "ampere1", "a64fx", "exynos-m4", "exynos-m5", "oryon", "grace")
-# M-profile cores with the DSP extension (v7E-M always; v8-M mainline where LLVM's CPU has it).
-_DSP_CPUS = ("cortex-m4", "cortex-m7", "cortex-m33", "cortex-m35p", "cortex-m55",
-             "cortex-m85", "star-mc1")
-
-
-# x86 CPUs by the widest integer dot product they have, for --cpu without features
-# (the host's features are read from the host).
-_X86_VNNI512 = ("icelake", "tigerlake", "cascadelake", "cooperlake", "sapphirerapids",
-                "emeraldrapids", "graniterapids", "diamondrapids", "rocketlake", "znver4",
-                "znver5")
-_X86_AVXVNNI = ("alderlake", "raptorlake", "meteorlake", "arrowlake", "lunarlake",
-                "pantherlake", "gracemont", "sierraforest", "grandridge", "clearwaterforest")
-_X86_AVX2 = ("haswell", "broadwell", "skylake", "kabylake", "coffeelake", "cannonlake",
-             "znver1", "znver2", "znver3", "x86-64-v3", "x86-64-v4", "bdver4")
-
-
-def _enabled(features: str) -> set[str]:
-    return {f[1:] for f in features.split(",") if f.startswith("+")}
-
-
-def _disabled(features: str) -> set[str]:
-    return {f[1:] for f in features.split(",") if f.startswith("-")}
-
-
 @dataclass(frozen=True)
 class IntDot:
     kind: str               # vnni | avx2 | sdot | smlad | generic
@@ -200,32 +170,21 @@ class IntDot:
 
 
 def int_dot_for(target) -> IntDot:
-    """The dot-product step for ``target`` (a TargetInfo: triple, cpu, features,
-    vector_bytes)."""
+    """The dot-product step for ``target`` (a TargetInfo): from the instruction-set
+    features its code may use (``required``: the CPU's own and those given)."""
     arch = target.triple.split("-", 1)[0]
-    on, off = _enabled(target.features), _disabled(target.features)
-    cpu = target.cpu or ""
+    on = {f[1:] for f in target.required if f.startswith("+")}
     if arch in ("x86_64", "i386", "i686"):
-        if not on:                          # a named CPU: what it has
-            on = ({"avx512vnni", "avx512bw", "avx2"} if cpu.startswith(_X86_VNNI512) else
-                  {"avxvnni", "avx2"} if cpu.startswith(_X86_AVXVNNI) else
-                  {"avx2"} if cpu.startswith(_X86_AVX2) else set())
-            wide = "avx512vnni" in on
-        else:
-            wide = target.vector_bytes >= 64
-        if wide and "avx512vnni" in on and "avx512bw" in on:
+        if target.vector_bytes >= 64 and {"avx512vnni", "avx512bw"} <= on:
             return IntDot("vnni", 16, "u8", "llvm.x86.avx512.vpdpbusd.512")
         if "avxvnni" in on:
-            return IntDot("vnni", 8, "u8", "llvm.x86.avxvnni.vpdpbusd.256")
-        if "avx512vnni" in on and "avx512vl" in on:
+            return IntDot("vnni", 8, "u8", "llvm.x86.avx512.vpdpbusd.256")   # VEX-encoded
+        if {"avx512vnni", "avx512vl"} <= on:
             return IntDot("vnni", 8, "u8", "llvm.x86.avx512.vpdpbusd.256")
         if "avx2" in on:
             return IntDot("avx2", 8, "s8")
     if arch in ("aarch64", "arm64"):
-        if "dotprod" not in off and ("dotprod" in on or cpu.startswith(_DOTPROD_CPUS)):
-            return IntDot("sdot", 4, "s8")
-        return IntDot("neon", 4, "s8")
-    if arch.startswith(("thumbv7em", "thumbv8m.main", "thumbv8.1m.main")) \
-            and "dsp" not in off and ("dsp" in on or cpu.startswith(_DSP_CPUS)):
+        return IntDot("sdot", 4, "s8") if "dotprod" in on else IntDot("neon", 4, "s8")
+    if arch.startswith("thumb") and "dsp" in on:
         return IntDot("smlad", 1, "s8")
     return IntDot("generic", max(1, target.vector_bytes // 4), "any")
