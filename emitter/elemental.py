@@ -253,6 +253,20 @@ def _int_remainder(em, x, y, dt):
     return b.select(zero, x, b.select(overflow, _zero(x), r))
 
 
+def _round_even(em, x):
+    """rint. On hard-float ARM by adding and subtracting 2**23 (2**52 for f64), whose
+    sum rounds to nearest even: FPv4 has no rounding instruction, and LLVM's libcall
+    for rint would pass the value in core registers to a C library that takes it in s0
+    (see _float_remainder). Values of 2**23 and more are integers already."""
+    b = em.b
+    if em.float_abi != "hard":
+        return intrinsic(b, "rint", [x])
+    big = ir.Constant(x.type, 2.0 ** (52 if isinstance(x.type, ir.DoubleType) else 23))
+    a = intrinsic(b, "fabs", [x])
+    r = intrinsic(b, "copysign", [b.fsub(b.fadd(a, big), big), x])
+    return b.select(b.fcmp_ordered("<", a, big), r, x)
+
+
 def _float_remainder(em, x, y):
     name = "fmodf" if isinstance(x.type, ir.FloatType) else "fmod"
     em.libcalls.add(name)
@@ -735,7 +749,7 @@ RULES: dict[Opcode, Callable] = {
     Opcode.NEGATE: _unary(lambda em, x: em.b.fneg(x), lambda em, x, dt: em.b.neg(x)),
     Opcode.NOT: _unary(None, _not),
     Opcode.ROUND_NEAREST_AFZ: _unary(_llvm_fn("round")),
-    Opcode.ROUND_NEAREST_EVEN: _unary(_llvm_fn("rint")),
+    Opcode.ROUND_NEAREST_EVEN: _unary(_round_even),
     Opcode.RSQRT: _unary(_rsqrt),
     Opcode.SIGN: _unary(_float_sign, _int_sign),
     Opcode.SQRT: _unary(_llvm_fn("sqrt")),

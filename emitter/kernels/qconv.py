@@ -105,6 +105,7 @@ class QuantizedKernel:
     bias: np.ndarray | None = None      # per-channel constants added to the accumulators
     accumulated: Instruction | None = None  # the value the accumulators stand for
     no_nans: bool = False               # the epilogue cannot meet a NaN
+    float_abi: str | None = None        # the target's (TargetInfo.float_abi)
 
     @property
     def cin_g(self) -> int:
@@ -132,7 +133,7 @@ class QuantizedKernel:
         b.branch(body)
         b.position_at_end(body)
         ptrs = dict(zip(self.passed, fn.args[1:]))
-        em = ElementalEmitter(b, constants, no_nans=self.no_nans)
+        em = ElementalEmitter(b, constants, self.float_abi, no_nans=self.no_nans)
         if self.depthwise:
             _DepthwiseEmitter(self, b, fn.args[0], ptrs, em, constants).emit()
         else:
@@ -160,6 +161,7 @@ def plan_quantized(instr: Instruction, target) -> QuantizedKernel | None:
         kernel.bias, kernel.accumulated = _folded_adds(instr, fused, core, channel,
                                                        kernel.cout)
         kernel.no_nans = _nan_free(instr, fused, core)
+        kernel.float_abi = target.float_abi
     return kernel
 
 
