@@ -84,6 +84,15 @@ class ConstantPool:
             self._by_instr[id(instr)] = g
         return g
 
+    def global_for_bytes(self, data: bytes) -> ir.GlobalVariable:
+        """A read-only global holding ``data`` (kernels' packed weights), stored once."""
+        digest = hashlib.sha256(data).digest()
+        g = self._by_digest.get(digest)
+        if g is None:
+            g = self._new_global(data)
+            self._by_digest[digest] = g
+        return g
+
     def module_asm(self) -> str:
         """Module-level assembly (``.incbin`` definitions) to append to the IR text."""
         return "".join(f'module asm "{line}"\n' for line in self._asm)

@@ -11,7 +11,9 @@ its fused computation, and a tuple-shaped value is a Python tuple of element val
 Values are in storage type (pred an i8 0/1, bf16 an i16, s4 an i8...); rules compute
 in the compute type (scalar.py).
 
-Dot and convolution have no rule: they are kernels (emitter/kernels/).
+Dot and convolution are kernels (emitter/kernels/) when they stand alone; their rules
+here (one loop over the contracted elements per output element) serve the fused
+computations of output fusions that no kernel implements.
 """
 from __future__ import annotations
 
@@ -35,12 +37,17 @@ Generator = Callable[[Index], ir.Value]
 class ElementalEmitter:
     """Builds generators at one builder. ``libcalls`` collects the C library functions the
     emitted code calls (LLVM lowers ``frem`` to ``fmod``). ``float_abi`` is the target's
-    (TargetInfo.float_abi): "hard" makes those calls pass floats in FPU registers."""
+    (TargetInfo.float_abi): "hard" makes those calls pass floats in FPU registers.
+    ``no_nans``: the caller knows that no float value is NaN (a kernel's epilogue of
+    integer accumulators scaled by finite constants), so maximum, minimum, clamp and
+    float-to-integer convert skip their NaN handling."""
 
-    def __init__(self, b: ir.IRBuilder, constants: ConstantPool, float_abi: str | None = None):
+    def __init__(self, b: ir.IRBuilder, constants: ConstantPool, float_abi: str | None = None,
+                 no_nans: bool = False):
         self.b = b
         self.constants = constants
         self.float_abi = float_abi
+        self.no_nans = no_nans
         self.libcalls: set[str] = set()
 
     def generator(self, instr: Instruction, operands: Sequence[Generator]) -> Generator:
@@ -51,12 +58,19 @@ class ElementalEmitter:
         operands = list(operands)
         return lambda index: rule(self, instr, operands, index)
 
-    def computation_generator(self, comp: Computation,
-                              parameters: Sequence[Generator]) -> Generator:
-        """The generator of ``comp``'s root; parameter k is produced by ``parameters[k]``.
-        Each fused value is generated once per index and block (shared subexpressions)."""
+    def computation_generator(self, comp: Computation, parameters: Sequence[Generator],
+                              overrides: dict | None = None) -> Generator:
+        """The generator of ``comp``'s root; parameter k is produced by ``parameters[k]``,
+        and an instruction of ``overrides`` by its generator there (a kernel's
+        accumulators in place of its dot). Each fused value is generated once per index
+        and block (shared subexpressions); what only an override reads is never
+        generated."""
         gens: dict[Instruction, Generator] = {}
+        overrides = overrides or {}
         for instr in comp.instructions:
+            if instr in overrides:
+                gens[instr] = self._memoized(overrides[instr])
+                continue
             if instr.opcode is Opcode.PARAMETER:
                 ops = [parameters[instr.number]]
             else:
@@ -173,7 +187,7 @@ def _is_finite(em, instr, ops, index):
 
 
 def _convert(em, instr, ops, index):
-    return convert(em.b, ops[0](index), _dtype(instr), instr.shape.dtype)
+    return convert(em.b, ops[0](index), _dtype(instr), instr.shape.dtype, em.no_nans)
 
 
 def _bitcast_convert(em, instr, ops, index):
@@ -188,11 +202,15 @@ def _float_max(em, x, y):
     # NaN-propagating: a NaN x is taken, and a NaN y fails x > y so y is taken. One
     # compare and blend fewer than testing both for NaN: pooling runs this per element.
     b = em.b
+    if em.no_nans:
+        return b.select(b.fcmp_ordered(">", x, y), x, y)
     return b.select(b.or_(b.fcmp_ordered(">", x, y), b.fcmp_unordered("uno", x, x)), x, y)
 
 
 def _float_min(em, x, y):
     b = em.b
+    if em.no_nans:
+        return b.select(b.fcmp_ordered("<", x, y), x, y)
     return b.select(b.or_(b.fcmp_ordered("<", x, y), b.fcmp_unordered("uno", x, x)), x, y)
 
 
@@ -233,6 +251,20 @@ def _int_remainder(em, x, y, dt):
     safe = b.select(b.or_(zero, overflow), ir.Constant(y.type, 1), y)
     r = b.srem(x, safe)
     return b.select(zero, x, b.select(overflow, _zero(x), r))
+
+
+def _round_even(em, x):
+    """rint. On hard-float ARM by adding and subtracting 2**23 (2**52 for f64), whose
+    sum rounds to nearest even: FPv4 has no rounding instruction, and LLVM's libcall
+    for rint would pass the value in core registers to a C library that takes it in s0
+    (see _float_remainder). Values of 2**23 and more are integers already."""
+    b = em.b
+    if em.float_abi != "hard":
+        return intrinsic(b, "rint", [x])
+    big = ir.Constant(x.type, 2.0 ** (52 if isinstance(x.type, ir.DoubleType) else 23))
+    a = intrinsic(b, "fabs", [x])
+    r = intrinsic(b, "copysign", [b.fsub(b.fadd(a, big), big), x])
+    return b.select(b.fcmp_ordered("<", a, big), r, x)
 
 
 def _float_remainder(em, x, y):
@@ -705,6 +737,90 @@ def _reduce_window(em, instr, ops, index):
     return _results(em, accs)
 
 
+# --- dot and convolution: one output element, looping over what it contracts --------------
+
+def _mul_add(em, instr, acc, x, y):
+    """acc + x * y in the result's compute type (integer operands widened to it first)."""
+    b, out = em.b, instr.shape.dtype
+    xs, ys = (convert(b, v, o.shape.dtype, out) for v, o in zip((x, y), instr.operands))
+    xs, ys = to_compute(b, xs, out), to_compute(b, ys, out)
+    if out.is_float:
+        return b.fadd(acc, b.fmul(xs, ys))
+    return b.add(acc, b.mul(xs, ys))
+
+
+def _accumulate_over(em, instr, extents, body):
+    """An accumulator of the result's compute type, ``body(indices, acc)`` -> new acc in
+    loops over ``extents``; returns the sum narrowed to the result type."""
+    b, out = em.b, instr.shape.dtype
+    ty = to_compute(b, ir.Constant(llvm_type(out), 0), out).type
+    acc = alloca_once(b, ty, "dot.acc")
+    b.store(ir.Constant(ty, 0.0 if out.is_float else 0), acc)
+    with ExitStack() as loops:
+        idx = [loops.enter_context(for_range(b, n, "k")) for n in extents]
+        b.store(body(idx, b.load(acc, typ=ty)), acc)
+    return from_compute(b, b.load(acc, typ=ty), out)
+
+
+def _dot(em, instr, ops, index):
+    lhs, rhs = (o.shape for o in instr.operands)
+    dn = instr.attrs["dimension_numbers"]
+    nb = len(dn.lhs_batch)
+    lhs_free = [d for d in range(lhs.rank) if d not in dn.lhs_batch + dn.lhs_contracting]
+    rhs_free = [d for d in range(rhs.rank) if d not in dn.rhs_batch + dn.rhs_contracting]
+    a_idx, b_idx = [None] * lhs.rank, [None] * rhs.rank
+    for i, (la, rb) in enumerate(zip(dn.lhs_batch, dn.rhs_batch)):
+        a_idx[la] = b_idx[rb] = index[i]
+    for i, d in enumerate(lhs_free):
+        a_idx[d] = index[nb + i]
+    for i, d in enumerate(rhs_free):
+        b_idx[d] = index[nb + len(lhs_free) + i]
+
+    def body(ks, acc):
+        for k, la, rb in zip(ks, dn.lhs_contracting, dn.rhs_contracting):
+            a_idx[la] = b_idx[rb] = k
+        return _mul_add(em, instr, acc, ops[0](list(a_idx)), ops[1](list(b_idx)))
+    return _accumulate_over(em, instr, [lhs.dims[d] for d in dn.lhs_contracting], body)
+
+
+def _convolution(em, instr, ops, index):
+    """XLA's convolution (any dimension numbers, padding, dilations, feature groups);
+    positions in the padding or between base-dilated elements contribute nothing."""
+    b = em.b
+    x, k = (o.shape for o in instr.operands)
+    dn, w = instr.attrs["dimension_numbers"], instr.attrs["window"]
+    if instr.attrs.get("batch_group_count", 1) != 1:
+        raise XlacError(f"%{instr.name}: batch_group_count > 1 has no elemental rule")
+    groups = instr.attrs.get("feature_group_count", 1)
+    cin_g = k.dims[dn.kernel_input]
+    oc = index[dn.output_feature]
+    group = b.udiv(oc, i64(instr.shape.dims[dn.output_feature] // groups))
+    extents = [cin_g] + list(w.size)
+
+    def body(ks, acc):
+        ci, taps = ks[0], ks[1:]
+        x_idx, k_idx = [None] * x.rank, [None] * k.rank
+        x_idx[dn.input_batch] = index[dn.output_batch]
+        x_idx[dn.input_feature] = b.add(b.mul(group, i64(cin_g)), ci)
+        k_idx[dn.kernel_output], k_idx[dn.kernel_input] = oc, ci
+        inside = ir.Constant(I1, 1)
+        for i, t in enumerate(taps):
+            k_idx[dn.kernel_spatial[i]] = t
+            p = b.add(b.mul(index[dn.output_spatial[i]], i64(w.stride[i])),
+                      b.mul(t, i64(w.rhs_dilation[i])))
+            p = b.sub(p, i64(w.pad_low[i]))
+            if w.lhs_dilation[i] != 1:
+                dil = i64(w.lhs_dilation[i])
+                inside = b.and_(inside, b.icmp_signed("==", b.srem(p, dil), i64(0)))
+                p = b.sdiv(p, dil)
+            n = x.dims[dn.input_spatial[i]]
+            inside = b.and_(inside, b.icmp_unsigned("<", p, i64(n)))
+            x_idx[dn.input_spatial[i]] = b.select(inside, p, i64(0))
+        summed = _mul_add(em, instr, acc, ops[0](x_idx), ops[1](k_idx))
+        return b.select(inside, summed, acc)
+    return _accumulate_over(em, instr, extents, body)
+
+
 _TRANSCENDENTAL_UNARY = {
     Opcode.ACOS: "acos", Opcode.ACOSH: "acosh", Opcode.ASIN: "asin", Opcode.ASINH: "asinh",
     Opcode.ATAN: "atan", Opcode.ATANH: "atanh", Opcode.COSH: "cosh", Opcode.SINH: "sinh",
@@ -730,7 +846,7 @@ RULES: dict[Opcode, Callable] = {
     Opcode.NEGATE: _unary(lambda em, x: em.b.fneg(x), lambda em, x, dt: em.b.neg(x)),
     Opcode.NOT: _unary(None, _not),
     Opcode.ROUND_NEAREST_AFZ: _unary(_llvm_fn("round")),
-    Opcode.ROUND_NEAREST_EVEN: _unary(_llvm_fn("rint")),
+    Opcode.ROUND_NEAREST_EVEN: _unary(_round_even),
     Opcode.RSQRT: _unary(_rsqrt),
     Opcode.SIGN: _unary(_float_sign, _int_sign),
     Opcode.SQRT: _unary(_llvm_fn("sqrt")),
@@ -774,4 +890,7 @@ RULES: dict[Opcode, Callable] = {
     # reductions
     Opcode.REDUCE: _reduce,
     Opcode.REDUCE_WINDOW: _reduce_window,
+    # contractions (inside output fusions; alone they are kernels)
+    Opcode.DOT: _dot,
+    Opcode.CONVOLUTION: _convolution,
 }

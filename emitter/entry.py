@@ -29,6 +29,7 @@ from . import kernels
 from .constants import CONSTANT_ALIGN, ConstantPool
 from .elemental import ElementalEmitter
 from .interface import ModelInterface
+from .kernels.qconv import plan_quantized
 from .irutil import I1, I8, I32, I64, PTR, VOID, gep_bytes, i64
 from .loops import PointerArg, emit_elemental_function, leaf_offsets, passed_operands
 from .scatter import emit_scatter_function
@@ -208,6 +209,8 @@ class _ComputeEmitter:
                 self._emit_loop_call(instr, emit_topk_function)
             elif instr.opcode is Opcode.SCATTER:
                 self._emit_loop_call(instr, emit_scatter_function)
+            elif (quantized := plan_quantized(instr, self.target)) is not None:
+                self._emit_quantized_call(instr, quantized)
             else:
                 self._emit_loop_call(instr)
         if frame.outputs is not None:
@@ -303,6 +306,14 @@ class _ComputeEmitter:
             loc = self.assignment.scratch[instr]
             args.append(self.pointer(Place(loc.space, loc.index, loc.offset)))
         args += [i64(v) for v in kernels.kernel_arguments(instr, self.target, lean)]
+        self.b.call(fn, args)
+
+    def _emit_quantized_call(self, instr: Instruction, kernel) -> None:
+        """An integer convolution or dot with its epilogue (kernels/qconv.py), compiled for
+        this layer: it reads the fusion's operands that are not constants."""
+        fn = kernel.emit(self.llvm_module, self._function_name(instr), self.constants)
+        args = [self.pointer(self.places[instr])]
+        args += [self.pointer(self.places[instr.operands[k]]) for k in kernel.passed]
         self.b.call(fn, args)
 
     def _memcpy(self, dst: ir.Value, src: ir.Value, size: int) -> None:

@@ -94,10 +94,12 @@ def i1_to_pred(b: ir.IRBuilder, c: ir.Value) -> ir.Value:
     return b.zext(c, I8)
 
 
-def convert(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType) -> ir.Value:
+def convert(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType,
+            no_nans: bool = False) -> ir.Value:
     """XLA's convert: float -> int truncates and saturates to the target's range (NaN -> 0),
     int -> int wraps, anything -> pred is ``x != 0``, pred -> anything is 0/1, floats
-    round to nearest even once (f64 -> bf16 directly, not through f32)."""
+    round to nearest even once (f64 -> bf16 directly, not through f32). ``no_nans``: the
+    caller knows x is not NaN."""
     if src == dst:
         return x
     v = to_compute(b, x, src) if src.is_float or src.is_sub_byte else x
@@ -112,6 +114,16 @@ def convert(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType) -> ir.Value:
         if v.type != ty:
             v = b.fpext(v, ty) if isinstance(ty, ir.DoubleType) else b.fptrunc(v, ty)
         return v
+    if src.is_float and dst.bits in (8, 16):
+        # Saturating: clamp in float (NaN -> 0), then the plain conversion, which LLVM
+        # vectorizes (it scalarizes fptosi.sat to i8: requantization ends in this).
+        info = dst.info
+        if not no_nans:
+            v = b.select(b.fcmp_unordered("uno", v, v), ir.Constant(v.type, 0.0), v)
+        lo, hi = ir.Constant(v.type, float(info.min)), ir.Constant(v.type, float(info.max))
+        v = b.select(b.fcmp_ordered("<", v, lo), lo, v)
+        v = b.select(b.fcmp_ordered(">", v, hi), hi, v)
+        return b.fptosi(v, ty) if dst.kind == "s" else b.fptoui(v, ty)
     if src.is_float:
         # The saturating conversion to the value's own width, then into the i8 of s4/u4.
         width = ir.IntType(dst.bits)

@@ -105,14 +105,18 @@ class Builder:
                        dimension_numbers=dn)
 
     # -- compute --
-    def dot(self, a: Instruction, b: Instruction, dn: DotDimensionNumbers) -> Instruction:
-        return self.op(Opcode.DOT, a, b, dimension_numbers=dn)
+    # ``preferred``: the result element type where it differs from the operands' (XLA's
+    # preferred_element_type): integer operands accumulating in s32.
+    def dot(self, a: Instruction, b: Instruction, dn: DotDimensionNumbers,
+            preferred: dtypes.DType | None = None) -> Instruction:
+        return self.op(Opcode.DOT, a, b, shape=_preferred(preferred), dimension_numbers=dn)
 
     def convolution(self, x: Instruction, k: Instruction, window: Window,
                     dn: ConvDimensionNumbers, feature_group_count: int = 1,
-                    batch_group_count: int = 1) -> Instruction:
-        return self.op(Opcode.CONVOLUTION, x, k, window=window, dimension_numbers=dn,
-                       feature_group_count=feature_group_count,
+                    batch_group_count: int = 1,
+                    preferred: dtypes.DType | None = None) -> Instruction:
+        return self.op(Opcode.CONVOLUTION, x, k, shape=_preferred(preferred), window=window,
+                       dimension_numbers=dn, feature_group_count=feature_group_count,
                        batch_group_count=batch_group_count)
 
     def reduce(self, x: Instruction, init: Instruction, dimensions,
@@ -140,6 +144,11 @@ class Builder:
 
     def get_tuple_element(self, t: Instruction, index: int) -> Instruction:
         return self.op(Opcode.GET_TUPLE_ELEMENT, t, index=index)
+
+
+def _preferred(dtype: dtypes.DType | None) -> Shape | None:
+    """A declared result carrying only the element type (the shape rule derives the dims)."""
+    return None if dtype is None else Shape.array(dtype, ())
 
 
 def scalar_computation(name: str, opcode: Opcode, dtype: dtypes.DType) -> Computation:

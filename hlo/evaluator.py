@@ -549,8 +549,18 @@ def _scatter(instr, ops):
 
 # --- compute -----------------------------------------------------------------
 
+def _accumulating(instr, ops) -> list[np.ndarray]:
+    """Dot and convolution operands in the type they accumulate in: integer operands of
+    a wider integer result (u8 x s8 -> s32) are widened to it first, so nothing wraps
+    at the operands' width."""
+    out = instr.shape.dtype
+    if out.is_integer and any(o.shape.dtype != out for o in instr.operands):
+        return [np.asarray(x).astype(out.np) for x in ops]
+    return [_widen(x) for x in ops]
+
+
 def _dot(instr, ops):
-    a, b = (_widen(x) for x in ops)
+    a, b = _accumulating(instr, ops)
     dn = instr.attrs["dimension_numbers"]
     a_free = [d for d in range(a.ndim) if d not in dn.lhs_batch + dn.lhs_contracting]
     b_free = [d for d in range(b.ndim) if d not in dn.rhs_batch + dn.rhs_contracting]
@@ -587,8 +597,9 @@ def _convolution(instr, ops):
                         f"cannot both exceed 1")
     nsp = len(dn.input_spatial)
     # Canonical layouts: input (N, C, spatial...), kernel (O, I, spatial...).
-    x = np.transpose(_widen(ops[0]), (dn.input_batch, dn.input_feature) + dn.input_spatial)
-    k = np.transpose(_widen(ops[1]), (dn.kernel_output, dn.kernel_input) + dn.kernel_spatial)
+    x, k = _accumulating(instr, ops)
+    x = np.transpose(x, (dn.input_batch, dn.input_feature) + dn.input_spatial)
+    k = np.transpose(k, (dn.kernel_output, dn.kernel_input) + dn.kernel_spatial)
     (n, c), o = x.shape[:2], k.shape[0]
     out_spatial = [window_output_size(x.shape[2 + i], w, i) for i in range(nsp)]
     if instr.shape.num_elements == 0:

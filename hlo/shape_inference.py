@@ -173,10 +173,24 @@ def _pad(op, ops, attrs, called, result):
     return x.with_dims(dims)
 
 
+def _accumulation_type(op, a: Shape, b: Shape, result: Shape | None) -> dtypes.DType:
+    """The result element type of a dot or convolution: the operands' type, or (XLA's
+    preferred_element_type) a declared integer type at least as wide as integer operands,
+    which may then differ in type themselves (u8 x s8 -> s32: quantized arithmetic)."""
+    want = result.dtype if result is not None and not result.is_tuple else a.dtype
+    if want == a.dtype == b.dtype:
+        return want
+    _check(a.dtype.is_integer and b.dtype.is_integer and want.is_integer
+           and want.bits >= max(a.dtype.bits, b.dtype.bits),
+           f"{op.text} operands {a} and {b} do not accumulate in {want}: types differ only "
+           f"for integer operands and a wider integer result")
+    return want
+
+
 def _dot(op, ops, attrs, called, result):
     a, b = ops
     dn = attrs["dimension_numbers"]
-    _check(a.dtype == b.dtype, f"dot operands differ in type: {a} vs {b}")
+    acc = _accumulation_type(op, a, b, result)
     _check(len(dn.lhs_batch) == len(dn.rhs_batch), "dot batch dims differ in count")
     _check(len(dn.lhs_contracting) == len(dn.rhs_contracting), "dot contracting dims differ")
     for la, rb in zip(dn.lhs_batch, dn.rhs_batch):
@@ -187,7 +201,7 @@ def _dot(op, ops, attrs, called, result):
     rhs_free = [d for d in range(b.rank) if d not in dn.rhs_batch + dn.rhs_contracting]
     dims = ([a.dims[d] for d in dn.lhs_batch] + [a.dims[d] for d in lhs_free]
             + [b.dims[d] for d in rhs_free])
-    return a.with_dims(dims)
+    return Shape.array(acc, dims)
 
 
 def window_output_size(n: int, w: Window, i: int) -> int:
@@ -205,7 +219,7 @@ def _convolution(op, ops, attrs, called, result):
     w, dn = attrs["window"], attrs["dimension_numbers"]
     fg, bg = attrs.get("feature_group_count", 1), attrs.get("batch_group_count", 1)
     nsp = len(dn.input_spatial)
-    _check(x.dtype == k.dtype, "convolution operands differ in type")
+    acc = _accumulation_type(op, x, k, result)
     _check(x.rank == k.rank == nsp + 2 and w.rank == nsp, "convolution rank mismatch")
     cin = x.dims[dn.input_feature]
     _check(cin % fg == 0 and k.dims[dn.kernel_input] * fg == cin,
@@ -220,7 +234,7 @@ def _convolution(op, ops, attrs, called, result):
     dims[dn.output_feature] = cout
     for i in range(nsp):
         dims[dn.output_spatial[i]] = window_output_size(x.dims[dn.input_spatial[i]], w, i)
-    return x.with_dims(dims)
+    return Shape.array(acc, dims)
 
 
 def _reduction_computation_check(called, n, dtypes_):

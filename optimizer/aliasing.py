@@ -61,12 +61,27 @@ def _contiguous_slice_offset(instr: Instruction) -> int | None:
     return linear * instr.shape.dtype.itemsize
 
 
+def row_major_in_memory(shape: Shape) -> bool:
+    """Whether the elements lie in row-major order: the default layout, or one that only
+    moves dims of extent 1 (an NHWC [1, C, 1, 1] is also an NCHW one)."""
+    if shape.has_default_layout:
+        return True
+    wide = [d for d in reversed(shape.layout) if shape.dims[d] != 1]
+    return wide == sorted(wide)
+
+
 def view_offset(instr: Instruction) -> int | None:
     """Byte offset into its operand's bytes if ``instr`` is a view, else None."""
     if instr.opcode not in VIEW_OPCODES and instr.opcode is not Opcode.SLICE:
         return None
-    if instr.shape.is_tuple or not (instr.shape.has_default_layout
-                                    and instr.operands[0].shape.has_default_layout):
+    if instr.shape.is_tuple:
+        return None
+    src = instr.operands[0].shape
+    if instr.opcode is Opcode.RESHAPE:
+        if not (row_major_in_memory(instr.shape) and row_major_in_memory(src)):
+            return None
+        return 0
+    if not (instr.shape.has_default_layout and src.has_default_layout):
         return None
     if instr.opcode is Opcode.SLICE:
         return _contiguous_slice_offset(instr)
@@ -327,7 +342,7 @@ def _in_place_chain(p: Instruction, users, accept) -> list[Instruction]:
 def in_place_operands(instr: Instruction) -> list[int]:
     """Operand numbers whose bytes ``instr`` may overwrite with its result.
 
-    Operand k qualifies when the result has its byte size and element size and
+    Operand k qualifies when the result has its byte size, element size and layout and
     output element j reads operand k only at element j: ``instr`` is element-wise,
     or a loop fusion whose parameter k reaches the root through element-wise ops and
     reshapes alone (a reshape keeps the row-major order: a dot's (M, N) result
@@ -336,7 +351,7 @@ def in_place_operands(instr: Instruction) -> list[int]:
     no copy at all, and then writes only its window or its updates. The operand may be
     read through a view of the same bytes.
     """
-    if instr.shape.is_tuple or not instr.shape.has_default_layout:
+    if instr.shape.is_tuple:
         return []
     if instr.opcode in ELEMENTWISE:
         candidates = list(range(len(instr.operands)))
@@ -353,7 +368,7 @@ def in_place_operands(instr: Instruction) -> list[int]:
         o = instr.operands[k]
         if (o.shape.byte_size == instr.shape.byte_size and not o.shape.is_tuple
                 and o.shape.dtype.itemsize == instr.shape.dtype.itemsize
-                and o.shape.has_default_layout and view_offset(o) in (None, 0)):
+                and o.shape.layout == instr.shape.layout and view_offset(o) in (None, 0)):
             out.append(k)
     return out
 

@@ -31,6 +31,17 @@ qualifies, so a chain collapses into the fusion of its last instruction.
 The entry and every computation a while or conditional calls are fused alike (a
 loop body's code is a computation like the entry's); their outputs stay
 materialized, as the model's do.
+
+Output fusion (``OutputFusion``, before loop fusion; XLA's kOutput): an integer dot or
+convolution (quantized arithmetic, s32 accumulators) takes the element-wise ops after it
+into one ``kind='kOutput'`` fusion, so that its kernel stores the requantized narrow
+result and the s32 values never reach memory; a pad of its input by a constant (the zero
+point) goes in too, so that the kernel pads as it reads. The epilogue is the chain of
+single-user element-wise ops of the accumulators' dims from the contraction, cut back
+to its narrowest value; what each of them reads besides the chain must be a scalar, a
+broadcast of values along the output channels only (``epilogue_operand``), or a value
+of the result's dims read at the same element. Loop fusion later moves element-wise
+producers of such operands in, never anything that changes how the epilogue indexes.
 """
 from __future__ import annotations
 
@@ -61,6 +72,138 @@ class InstructionFusion:
         return changed
 
 
+class OutputFusion:
+    name = "output-fusion"
+
+    def run(self, module: Module) -> bool:
+        return _OutputFuser(module).run()
+
+
+def output_channel_dim(core: Instruction) -> int:
+    """The result dim of a dot / convolution that per-channel epilogue values vary along:
+    the output feature of a convolution, the last dim of a dot."""
+    if core.opcode is Opcode.CONVOLUTION:
+        return core.attrs["dimension_numbers"].output_feature
+    return core.shape.rank - 1
+
+
+def epilogue_operand(v: Instruction, core: Instruction) -> bool:
+    """Whether an output fusion's epilogue may read ``v`` beside its chain: a scalar, a
+    value of the accumulators' dims (read at the same element), or a broadcast to them
+    that varies along the output channels only."""
+    if v.shape.is_tuple:
+        return False
+    if v.shape.rank == 0 or v.shape.dims == core.shape.dims:
+        if v.opcode is not Opcode.BROADCAST:
+            return True
+    if v.opcode is not Opcode.BROADCAST or v.shape.dims != core.shape.dims:
+        return False
+    channel = output_channel_dim(core)
+    o = v.operands[0].shape
+    return all(n == 1 or d == channel for n, d in zip(o.dims, v.attrs["dimensions"]))
+
+
+def is_output_fusion(instr: Instruction) -> bool:
+    return instr.opcode is Opcode.FUSION and instr.attrs.get("kind") == "kOutput"
+
+
+def output_fusion_core(fused: Computation) -> Instruction:
+    """The dot or convolution of an output fusion's computation."""
+    return next(i for i in fused.instructions
+                if i.opcode in (Opcode.DOT, Opcode.CONVOLUTION))
+
+
+def _integer_contraction(instr: Instruction) -> bool:
+    return (instr.opcode in (Opcode.DOT, Opcode.CONVOLUTION) and instr.shape.dtype.is_integer
+            and not instr.shape.is_tuple)
+
+
+class _OutputFuser:
+    def __init__(self, module: Module):
+        self.module = module
+        self.comp = module.entry
+        self.pinned = set(module.output_instructions) | {self.comp.root}
+
+    def run(self) -> bool:
+        changed = False
+        for core in reversed(list(self.comp.instructions)):
+            if _integer_contraction(core):
+                changed |= self._fuse(core, self.comp.users())
+        return changed
+
+    def _chain(self, core: Instruction, users) -> list[Instruction]:
+        """The element-wise ops after ``core`` that the epilogue computes, cut back to
+        the narrowest value (the last of equally narrow ones)."""
+        chain, cur = [], core
+        while cur not in self.pinned and len(users[cur]) == 1:
+            u = users[cur][0]
+            if (u.opcode not in ELEMENTWISE or u.shape.dims != core.shape.dims
+                    or u.operands.count(cur) != 1
+                    or not all(o is cur or epilogue_operand(o, core) for o in u.operands)):
+                break
+            chain.append(u)
+            cur = u
+        if not chain:
+            return []
+        sizes = [i.shape.dtype.itemsize for i in chain]
+        narrowest = min(sizes)
+        if narrowest >= core.shape.dtype.itemsize:
+            return []
+        end = max(k for k, n in enumerate(sizes) if n == narrowest)
+        return chain[:end + 1]
+
+    def _fuse(self, core: Instruction, users) -> bool:
+        chain = self._chain(core, users)
+        pad = core.operands[0]
+        absorb_pad = (pad.opcode is Opcode.PAD and pad.operands[1].opcode is Opcode.CONSTANT
+                      and users[pad] == [core] and pad not in self.pinned
+                      and core.opcode is Opcode.CONVOLUTION)
+        if not chain and not absorb_pad:
+            return False
+        root = chain[-1] if chain else core
+        members = ([pad] if absorb_pad else []) + [core] + chain
+        inside = set(members)
+        fused = Computation("fused_computation")
+        params: dict[Instruction, Instruction] = {}
+        operands: list[Instruction] = []
+        clones: dict[Instruction, Instruction] = {}
+
+        def param(o: Instruction) -> Instruction:
+            if o not in params:
+                params[o] = fused.add(Instruction(Opcode.PARAMETER, o.shape,
+                                                  attrs={"number": len(operands)},
+                                                  name=_param_name(o)))
+                operands.append(o)
+            return params[o]
+
+        def value(o: Instruction) -> Instruction:
+            if o in clones:
+                return clones[o]
+            if _is_scalar_constant(o):
+                clones[o] = fused.add(_clone(o, []))
+            elif o.opcode is Opcode.BROADCAST and o not in inside and o.shape.dims \
+                    == core.shape.dims:
+                clones[o] = fused.add(_clone(o, [value(o.operands[0])]))
+            else:
+                return param(o)
+            return clones[o]
+
+        for m in members:
+            clones[m] = fused.add(_clone(m, [clones[o] if o in inside else value(o)
+                                             for o in m.operands]))
+        fused.root = clones[root]
+        fused.sort()
+        self.module.add_computation(fused)
+        fusion = self.comp.add(Instruction(Opcode.FUSION, root.shape, operands,
+                                           {"kind": "kOutput"}, [fused], name="fusion",
+                                           metadata=core.metadata))
+        self.comp.replace_all_uses(root, fusion)
+        for m in members:
+            self.comp.remove(m)
+        self.comp.sort()
+        return True
+
+
 def _is_scalar_constant(instr: Instruction) -> bool:
     return instr.opcode is Opcode.CONSTANT and instr.shape.rank == 0
 
@@ -84,6 +227,8 @@ class _Fuser:
 
     def _fusible_producer(self, p: Instruction, consumer: Instruction) -> bool:
         if p in self.pinned or p.shape.is_tuple:
+            return False
+        if is_output_fusion(consumer) and not _fits_epilogue(p, consumer):
             return False
         if not (p.opcode in ELEMENTWISE or p.opcode in FUSIBLE_MOVEMENT
                 or _is_scalar_constant(p)):
@@ -162,6 +307,32 @@ class _Fuser:
             for o in set(producer.operands):
                 self.users[o].discard(producer)
             del self.users[producer]
+
+
+def _fits_epilogue(p: Instruction, fusion: Instruction) -> bool:
+    """Whether an output fusion may take producer ``p`` in: an element-wise op of the
+    accumulators' dims whose operands the epilogue may read, a broadcast it may read, or a
+    scalar constant; one that feeds only the epilogue, not the dot or convolution's own
+    operands."""
+    fused = fusion.called[0]
+    core = output_fusion_core(fused)
+    k = fusion.operands.index(p)
+    param = fused.parameters[k]
+    reached, stack = set(), [param]
+    users = fused.users()
+    while stack:
+        for u in users[stack.pop()]:
+            if u not in reached:
+                reached.add(u)
+                stack.append(u)
+    if core in reached or (core.operands[0].opcode is Opcode.PAD
+                           and core.operands[0] in reached):
+        return False
+    if _is_scalar_constant(p) or (p.opcode is Opcode.BROADCAST
+                                  and epilogue_operand(p, core)):
+        return True
+    return (p.opcode in ELEMENTWISE and p.shape.dims == core.shape.dims
+            and all(epilogue_operand(o, core) for o in p.operands))
 
 
 def _reuses_operand(consumer: Instruction, operand: Instruction) -> bool:

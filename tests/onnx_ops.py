@@ -915,3 +915,91 @@ case("Col2Im_strides_pads_dilations",
      node("Col2Im", ["x", "i", "k"], strides=[2, 1], pads=[1, 0, 0, 1], dilations=[1, 2]),
      {"x": f32(2, 12, 9)}, inits={"i": np.array([5, 6], np.int64),
                                    "k": np.array([2, 3], np.int64)}, opset=18)
+# -- quantization ------------------------------------------------------------------------
+_MS = {"": 13, "com.microsoft": 1}
+
+
+def q8(*shape, dtype=np.int8):
+    info = np.iinfo(dtype)
+    return _RNG.integers(info.min, info.max, shape, endpoint=True).astype(dtype)
+
+
+def _scale(*shape):
+    return _RNG.uniform(0.01, 0.05, shape).astype(np.float32) if shape \
+        else np.float32(_RNG.uniform(0.01, 0.05))
+
+
+case("QuantizeLinear_per_axis_int8", node("QuantizeLinear", ["x", "s", "z"], axis=1),
+     {"x": f32(2, 3, 4) * 3}, inits={"s": _scale(3), "z": np.array([-3, 0, 5], np.int8)})
+case("QuantizeLinear_uint8_default_zero_point", node("QuantizeLinear", ["x", "s"]),
+     {"x": f32(2, 3, 4) * 3}, inits={"s": _scale()}, opset=10)
+case("DequantizeLinear_per_axis_int8", node("DequantizeLinear", ["x", "s", "z"], axis=0),
+     {"x": q8(3, 5)}, inits={"s": _scale(3), "z": np.array([1, 0, -4], np.int8)})
+case("DynamicQuantizeLinear", node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"]),
+     {"x": f32(4, 6)}, outputs=("y", "s", "z"), opset=11)
+case("MatMulInteger_zero_points", node("MatMulInteger", ["a", "b", "za", "zb"]),
+     {"a": q8(3, 7, dtype=np.uint8), "b": q8(7, 4, dtype=np.int8)},
+     inits={"za": np.uint8(131), "zb": np.int8(-2)}, opset=10)
+case("ConvInteger_zero_points", node("ConvInteger", ["x", "w", "zx", "zw"], pads=[1, 1, 1, 1]),
+     {"x": q8(1, 2, 5, 5, dtype=np.uint8)},
+     inits={"w": q8(3, 2, 3, 3, dtype=np.uint8), "zx": np.uint8(120), "zw": np.uint8(100)},
+     opset=10)
+case("QLinearConv_s8_per_channel_bias", node(
+    "QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], pads=[1, 0, 1, 2],
+    strides=[2, 1]),
+    {"x": q8(1, 3, 7, 6)},
+    inits={"xs": _scale(), "xz": np.int8(-7), "w": q8(4, 3, 3, 3), "ws": _scale(4),
+           "wz": np.zeros(4, np.int8), "ys": np.float32(0.3), "yz": np.int8(5),
+           "b": _RNG.integers(-2000, 2000, 4).astype(np.int32)}, opset=10)
+case("QLinearConv_u8_depthwise", node(
+    "QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], pads=[1, 1, 1, 1], group=4),
+    {"x": q8(1, 4, 6, 6, dtype=np.uint8)},
+    inits={"xs": _scale(), "xz": np.uint8(128), "w": q8(4, 1, 3, 3, dtype=np.uint8),
+           "ws": _scale(), "wz": np.uint8(120), "ys": np.float32(0.02), "yz": np.uint8(100)},
+    opset=10)
+case("QLinearMatMul_u8", node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"]),
+     {"a": q8(2, 3, 8, dtype=np.uint8)},
+     inits={"as": _scale(), "az": np.uint8(125), "b": q8(8, 5, dtype=np.uint8),
+            "bs": _scale(), "bz": np.uint8(130), "ys": np.float32(0.05), "yz": np.uint8(128)},
+     opset=10)
+
+
+def _ms_case(name, op, ins, inputs, inits, out, **attrs):
+    """ONNX's shape inference does not know com.microsoft's ops: ``out`` is (dtype, dims)."""
+    case(name, node(op, ins, domain="com.microsoft", **attrs), inputs,
+         outputs=[("y",) + tuple(out)], inits=inits, opset=_MS)
+
+
+_QX = q8(1, 3, 4, 5)
+_QP = {"xs": _scale(), "xz": np.int8(3), "ys": np.float32(0.03), "yz": np.int8(-2)}
+for _op, _ins in (("QLinearAdd", ["a", "xs", "xz", "b", "bs", "bz", "ys", "yz"]),
+                  ("QLinearMul", ["a", "xs", "xz", "b", "bs", "bz", "ys", "yz"])):
+    _ms_case(_op, _op, _ins, {"a": _QX, "b": q8(3, 1, 1)},
+             {**_QP, "bs": _scale(), "bz": np.int8(-1)}, (np.int8, _QX.shape))
+for _op in ("QLinearSigmoid", "QLinearLeakyRelu"):
+    _ms_case(_op, _op, ["x", "xs", "xz", "ys", "yz"], {"x": _QX},
+             {**_QP, "ys": np.float32(1 / 256), "yz": np.int8(-128)}, (np.int8, _QX.shape))
+_ms_case("QLinearGlobalAveragePool", "QLinearGlobalAveragePool", ["x", "xs", "xz", "ys", "yz"],
+         {"x": _QX}, _QP, (np.int8, (1, 3, 1, 1)))
+_ms_case("QLinearGlobalAveragePool_channels_last", "QLinearGlobalAveragePool",
+         ["x", "xs", "xz", "ys", "yz"], {"x": _QX}, _QP, (np.int8, (1, 1, 1, 5)),
+         channels_last=1)
+_ms_case("QLinearAveragePool", "QLinearAveragePool", ["x", "xs", "xz", "ys", "yz"], {"x": _QX},
+         _QP, (np.int8, (1, 3, 4, 3)), kernel_shape=[2, 3], strides=[1, 2], pads=[0, 1, 1, 1])
+_ms_case("QLinearSoftmax", "QLinearSoftmax", ["x", "xs", "xz", "ys", "yz"], {"x": _QX},
+         {**_QP, "ys": np.float32(1 / 256), "yz": np.int8(-128)}, (np.int8, _QX.shape),
+         axis=-1, opset=13)
+_ms_case("QLinearConcat", "QLinearConcat", ["ys", "yz", "a", "xs", "xz", "b", "bs", "bz"],
+         {"a": _QX, "b": q8(1, 2, 4, 5)}, {**_QP, "bs": _scale(), "bz": np.int8(0)},
+         (np.int8, (1, 5, 4, 5)), axis=1)
+_ms_case("QGemm_requantized", "QGemm", ["a", "as", "az", "b", "bs", "bz", "c", "ys", "yz"],
+         {"a": q8(3, 6, dtype=np.uint8)},
+         {"as": _scale(), "az": np.uint8(128), "b": q8(4, 6), "bs": _scale(4),
+          "bz": np.zeros(4, np.int8), "c": _RNG.integers(-500, 500, 4).astype(np.int32),
+          "ys": np.float32(0.01), "yz": np.uint8(120)}, (np.uint8, (3, 4)), transB=1,
+         alpha=0.5)
+_ms_case("QGemm_float_output", "QGemm", ["a", "as", "az", "b", "bs", "bz", "c"],
+         {"a": q8(3, 6, dtype=np.uint8)},
+         {"as": _scale(), "az": np.uint8(128), "b": q8(6, 4), "bs": _scale(),
+          "bz": np.int8(0), "c": _RNG.integers(-500, 500, 4).astype(np.int32)},
+         (np.float32, (3, 4)))

@@ -9,7 +9,10 @@ largest |value|, on the logits where the model ends in a softmax), and the stack
 firmware measured (a painted stack) must be within the header's NAME_STACK_SIZE plus
 what newlib's memcpy/memset take.
 
-The models: the MLPerf Tiny four of benchmarks/memory_models.py and a small one of
+The models: the MLPerf Tiny four of benchmarks/memory_models.py, the same four
+quantized (tests/quantized_models.py, "_int8": integer arithmetic, so their outputs must
+equal those of xlac's build for this machine bit for bit; smlad on the DSP boards, plain
+multiply-adds on the Cortex-M3), and a small one of
 element-wise math (fmod, which the C library computes: on hard-float boards its
 arguments travel in FPU registers; transcendental functions; f64 arithmetic, which a
 single-precision FPU leaves to the compiler's runtime). Flash,
@@ -31,6 +34,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from cross import ROOT, assert_close, max_error, read_outputs, run_all, write_inputs
+from quantized_models import host_outputs, is_quantized, quantized
 from tools import require_tools
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -42,6 +46,7 @@ RECORD = ROOT / "build" / "cortex_m.json"
 # The boards of examples/cortex-m/Makefile.
 BOARDS = {"cortex-m4f": "mps2-an386", "cortex-m33": "mps2-an505", "cortex-m3": "mps2-an385"}
 MLPERF_TINY = ("ds_cnn", "resnet8", "mobilenet_v1_025_vww", "fc_autoencoder")
+INT8 = tuple(f"{m}_int8" for m in MLPERF_TINY)
 # newlib's memcpy / memset frames, which NAME_STACK_SIZE leaves out.
 LIBRARY_STACK = 64
 
@@ -70,6 +75,8 @@ def math_model() -> onnx.ModelProto:
 
 
 def _model(name: str) -> onnx.ModelProto:
+    if is_quantized(name):
+        return quantized(name)
     return math_model() if name == "math" else expose_logits(MODELS[name]())
 
 
@@ -105,13 +112,17 @@ def runs(tmp_path_factory) -> dict[tuple[str, str], Run]:
     root = tmp_path_factory.mktemp("cortex-m")
     results: dict[tuple[str, str], Run] = {}
     builds = []
-    for name in (*MLPERF_TINY, "math"):
+    for name in (*MLPERF_TINY, "math", *INT8):
         model = _model(name)
         path = root / f"{name}.onnx"
         onnx.save(model, path)
         inputs = _inputs(model)
-        session = ort.InferenceSession(model.SerializeToString())
-        expected = session.run(None, {v.name: x for v, x in zip(model.graph.input, inputs)})
+        if is_quantized(name):
+            expected = host_outputs(model, inputs, root)
+        else:
+            session = ort.InferenceSession(model.SerializeToString())
+            expected = session.run(None, {v.name: x for v, x in zip(model.graph.input,
+                                                                   inputs)})
         for board in BOARDS:
             build = root / board / name
             build.mkdir(parents=True)
@@ -156,13 +167,29 @@ def _record(results) -> None:
               f"{row['stack_measured']:6d}")
 
 
-CASES = [(b, m) for m in (*MLPERF_TINY, "math") for b in BOARDS]
+CASES = [(b, m) for m in (*MLPERF_TINY, "math", *INT8) for b in BOARDS]
 
 
-@pytest.mark.parametrize("board,model", CASES)
+@pytest.mark.parametrize("board,model", [c for c in CASES if not is_quantized(c[1])])
 def test_matches_onnxruntime(runs, board, model):
     r = runs[board, model]
     assert_close(r.outputs, r.expected)
+
+
+@pytest.mark.parametrize("board,model", [c for c in CASES if is_quantized(c[1])])
+def test_quantized_model_matches_this_machine_exactly(runs, board, model):
+    r = runs[board, model]
+    for got, want in zip(r.outputs, r.expected, strict=True):
+        assert np.array_equal(got, want), f"{int((got != want).sum())} of {got.size} differ"
+
+
+@pytest.mark.parametrize("name", MLPERF_TINY)
+def test_int8_builds_take_a_quarter_of_the_memory(runs, name):
+    """Flash for the weights and the arena in RAM: int8 bytes, not f32 ones."""
+    f32, int8 = runs["cortex-m4f", name].report, runs["cortex-m4f", f"{name}_int8"].report
+    assert int8["ram_bytes"]["arena"] <= 0.3 * f32["ram_bytes"]["arena"] or \
+        int8["ram_bytes"]["arena"] <= 1024
+    assert int8["flash_bytes"]["weights"] <= 0.45 * f32["flash_bytes"]["weights"]
 
 
 @pytest.mark.parametrize("board,model", CASES)

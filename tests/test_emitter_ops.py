@@ -32,6 +32,12 @@ def s32(*dims, lo=-20, hi=20):
     return rng.integers(lo, hi, dims, dtype=np.int32)
 
 
+def i8(*dims, unsigned=False):
+    """Full-range 8-bit integers (products of two reach 2**14; 40 of them 2**19)."""
+    info = np.iinfo(np.uint8 if unsigned else np.int8)
+    return rng.integers(info.min, info.max, dims, endpoint=True).astype(info.dtype)
+
+
 SPECIALS = np.array([0.0, -0.0, 1.5, -2.5, 0.5, -0.5, np.nan, np.inf, -np.inf, 3.0, 1e30, -7.25],
                     dtype=np.float32)
 NARROW_FLOATS = [d for d in dtypes.ALL if d.is_narrow_float]
@@ -423,6 +429,15 @@ CASES = [
          lambda b, x, k: b.convolution(x, k, Window.make((3, 3), pad_low=(1, 1),
                                                          pad_high=(1, 1)),
                                        ConvDimensionNumbers.nchw(2)), tol=1e-5),
+    # quantized arithmetic: u8 x s8 operands accumulate in s32 (XLA's preferred type)
+    Case("dot_u8_s8_to_s32", [i8(5, 40, unsigned=True), i8(40, 3)],
+         lambda b, p, q: b.op(Opcode.DOT, p, q, shape=Shape.array(S32, (5, 3)),
+                              dimension_numbers=DotDimensionNumbers((), (1,), (), (0,)))),
+    Case("convolution_s8_s8_to_s32", [i8(1, 2, 5, 5), i8(3, 2, 3, 3)],
+         lambda b, x, k: b.op(Opcode.CONVOLUTION, x, k, shape=Shape.array(S32, (1, 3, 5, 5)),
+                              window=Window.make((3, 3), pad_low=(1, 1), pad_high=(1, 1)),
+                              dimension_numbers=ConvDimensionNumbers.nchw(2),
+                              feature_group_count=1, batch_group_count=1)),
     # outputs: a parameter returned directly and one value returned twice are copied
     Case("outputs_copied", [f32(3)],
          lambda b, p: (lambda n: b.tuple([n, p, n]))(b.op(Opcode.NEGATE, p))),

@@ -10,6 +10,13 @@ at rtol 1e-4, atol 1e-4 x the largest |value|. RISC-V runs twice: the rv64gc def
 and with ``--features +v`` on an emulated CPU with the V extension (VLEN 128) for the
 models whose kernels it vectorizes most. The kernels' use of NEON and RVV, and the
 base ISA's lack of vector code, are checked in the objects' disassembly.
+
+Quantized models (tests/quantized_models.py, "_int8") run too, on AArch64 without and
+with the dot product extension and on rv64gc: integer arithmetic, so their outputs must
+equal those of xlac's build for this machine bit for bit. Not with RVV: qemu 7.2 aborts
+on its float-to-integer conversions with rounding toward zero (vfcvt.rtz, vfncvt.rtz;
+``decode_save_opc`` assertion), which every quantization of a float input uses;
+tests/test_quantized_kernels.py checks the RVV int8 kernels' instructions instead.
 """
 from __future__ import annotations
 
@@ -26,6 +33,7 @@ import pytest
 
 import xlac
 from cross import ROOT, assert_close, max_error, read_outputs, run, run_all, write_inputs
+from quantized_models import host_outputs, is_quantized, quantized
 from tools import require_tools
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -36,7 +44,8 @@ from test_memory_models import expose_logits  # noqa: E402
 
 RECORD = ROOT / "build" / "qemu_user.json"
 MLPERF_TINY = ("ds_cnn", "resnet8", "mobilenet_v1_025_vww", "fc_autoencoder")
-ALL_MODELS = (*MLPERF_TINY, "lenet", "shufflenet")
+INT8 = ("ds_cnn_int8", "resnet8_int8")
+ALL_MODELS = (*MLPERF_TINY, "lenet", "shufflenet", *INT8)
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,8 @@ class Target:
 TARGETS = {
     "aarch64": Target("aarch64-unknown-linux-gnu", None, "aarch64-linux-gnu",
                       ("qemu-aarch64",), ALL_MODELS),
+    "aarch64+dotprod": Target("aarch64-unknown-linux-gnu", "+dotprod", "aarch64-linux-gnu",
+                              ("qemu-aarch64",), INT8),
     "riscv64": Target("riscv64-unknown-linux-gnu", None, "riscv64-linux-gnu",
                       ("qemu-riscv64",), ALL_MODELS),
     "riscv64+v": Target("riscv64-unknown-linux-gnu", "+v", "riscv64-linux-gnu",
@@ -60,7 +71,9 @@ TARGETS = {
 
 
 def _model(name: str) -> tuple[onnx.ModelProto, list[np.ndarray]]:
-    if name == "lenet":
+    if is_quantized(name):
+        model = quantized(name)
+    elif name == "lenet":
         model = onnx.load(ROOT / "examples" / "lenet.onnx")
     elif name == "shufflenet":
         model = light_logits(randomize_weights(onnx.load(LIGHT_DIR / "light_shufflenet.onnx")))
@@ -90,9 +103,13 @@ def results(tmp_path_factory) -> dict[tuple[str, str], Result]:
     models = {}
     for name in ALL_MODELS:
         model, inputs = _model(name)
-        session = ort.InferenceSession(model.SerializeToString())
-        feeds = {v.name: x for v, x in zip(session.get_inputs(), inputs)}
-        models[name] = (model, inputs, session.run(None, feeds))
+        if is_quantized(name):
+            expected = host_outputs(model, inputs, tmp_path_factory.mktemp(name))
+        else:
+            session = ort.InferenceSession(model.SerializeToString())
+            feeds = {v.name: x for v, x in zip(session.get_inputs(), inputs)}
+            expected = session.run(None, feeds)
+        models[name] = (model, inputs, expected)
     out: dict[tuple[str, str], Result] = {}
     jobs = []
     for key, target in TARGETS.items():
@@ -129,10 +146,24 @@ def results(tmp_path_factory) -> dict[tuple[str, str], Result]:
 CASES = [(k, m) for k, t in TARGETS.items() for m in t.models]
 
 
-@pytest.mark.parametrize("target,model", CASES)
+@pytest.mark.parametrize("target,model", [c for c in CASES if not is_quantized(c[1])])
 def test_matches_onnxruntime(results, target, model):
     r = results[target, model]
     assert_close(r.outputs, r.expected)
+
+
+@pytest.mark.parametrize("target,model", [c for c in CASES if is_quantized(c[1])])
+def test_quantized_model_matches_this_machine_exactly(results, target, model):
+    r = results[target, model]
+    for got, want in zip(r.outputs, r.expected, strict=True):
+        assert np.array_equal(got, want), f"{int((got != want).sum())} of {got.size} differ"
+
+
+def test_aarch64_int8_kernels_use_sdot_or_smull_sadalp(results):
+    plain = {op for op, _ in _instructions(results, "aarch64", "resnet8_int8")}
+    dotprod = {op for op, _ in _instructions(results, "aarch64+dotprod", "resnet8_int8")}
+    assert {"smull", "sadalp"} <= plain and "sdot" not in plain
+    assert "sdot" in dotprod
 
 
 def _instructions(results, target: str, model: str) -> list[tuple[str, str]]:

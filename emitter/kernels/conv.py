@@ -571,20 +571,22 @@ def emit_naive_conv(b: ir.IRBuilder, spec: NaiveConv, out, x, k) -> None:
             xo = b.add(x_base, b.mul(ci, i64(sx[dn.input_feature])))
             ko = b.add(k_base, b.mul(ci, i64(sk[dn.kernel_input])))
             _window(b, spec, 0, [coord[dn.output_spatial[i]] for i in range(nsp)], xo, ko,
-                    ir.Constant(ir.IntType(1), 1), x, k, acc, sx, sk, ety, aty)
+                    ir.Constant(ir.IntType(1), 1), x, k, acc, sx, sk, aty)
         b.store(scalar.narrow(b, b.load(acc, typ=aty), dtype),
                 b.gep(out, [flat], source_etype=ety, inbounds=True))
 
 
-def _window(b, spec: NaiveConv, i, out_pos, xo, ko, inside, x, k, acc, sx, sk, ety, aty):
+def _window(b, spec: NaiveConv, i, out_pos, xo, ko, inside, x, k, acc, sx, sk, aty):
     """Loop over window dim i; at the innermost level accumulate when all dims are inside."""
     dn, w = spec.dn, spec.window
     dtype = spec.out.dtype
     if i == w.rank:
         with b.if_then(inside):
-            xv = b.load(b.gep(x, [xo], source_etype=ety, inbounds=True), typ=ety)
-            kv = b.load(b.gep(k, [ko], source_etype=ety, inbounds=True), typ=ety)
-            b.store(scalar.mul_add(b, b.load(acc, typ=aty), xv, kv, dtype), acc)
+            xt, kt = spec.x.dtype, spec.k.dtype
+            xty, kty = llvm_type(xt), llvm_type(kt)
+            xv = b.load(b.gep(x, [xo], source_etype=xty, inbounds=True), typ=xty)
+            kv = b.load(b.gep(k, [ko], source_etype=kty, inbounds=True), typ=kty)
+            b.store(scalar.mul_add(b, b.load(acc, typ=aty), xv, kv, dtype, xt, kt), acc)
         return
     extent = spec.x.dims[dn.input_spatial[i]]
     dilated = (extent - 1) * w.lhs_dilation[i] + 1
@@ -598,4 +600,4 @@ def _window(b, spec: NaiveConv, i, out_pos, xo, ko, inside, x, k, acc, sx, sk, e
             pos = b.sdiv(pos, i64(w.lhs_dilation[i]))
         _window(b, spec, i + 1, out_pos, b.add(xo, b.mul(pos, i64(sx[dn.input_spatial[i]]))),
                 b.add(ko, b.mul(kk, i64(sk[dn.kernel_spatial[i]]))), b.and_(inside, ok),
-                x, k, acc, sx, sk, ety, aty)
+                x, k, acc, sx, sk, aty)

@@ -267,19 +267,21 @@ def emit_naive_dot(b: ir.IRBuilder, spec: NaiveDot, out, lhs, rhs) -> None:
             a_off = b.add(a_off, b.mul(idx, i64(s_a)))
             b_off = b.add(b_off, b.mul(idx, i64(s_b)))
         b.store(scalar.zero(dtype), acc)
-        _contract(b, k_dims, lhs, rhs, a_off, b_off, acc, ety, dtype)
+        _contract(b, k_dims, lhs, rhs, a_off, b_off, acc, spec)
         b.store(scalar.narrow(b, b.load(acc, typ=scalar.acc_type(dtype)), dtype),
                 b.gep(out, [flat], source_etype=ety, inbounds=True))
 
 
-def _contract(b, k_dims, lhs, rhs, a_off, b_off, acc, ety, dtype):
+def _contract(b, k_dims, lhs, rhs, a_off, b_off, acc, spec: NaiveDot):
     if not k_dims:
-        x = b.load(b.gep(lhs, [a_off], source_etype=ety, inbounds=True), typ=ety)
-        y = b.load(b.gep(rhs, [b_off], source_etype=ety, inbounds=True), typ=ety)
+        xt, yt, dtype = spec.lhs.dtype, spec.rhs.dtype, spec.out.dtype
+        xty, yty = llvm_type(xt), llvm_type(yt)
+        x = b.load(b.gep(lhs, [a_off], source_etype=xty, inbounds=True), typ=xty)
+        y = b.load(b.gep(rhs, [b_off], source_etype=yty, inbounds=True), typ=yty)
         old = b.load(acc, typ=scalar.acc_type(dtype))
-        b.store(scalar.mul_add(b, old, x, y, dtype), acc)
+        b.store(scalar.mul_add(b, old, x, y, dtype, xt, yt), acc)
         return
     (ext, s_a, s_b), rest = k_dims[0], k_dims[1:]
     with for_range(b, ext, "kk") as k:
         _contract(b, rest, lhs, rhs, b.add(a_off, b.mul(k, i64(s_a))),
-                  b.add(b_off, b.mul(k, i64(s_b))), acc, ety, dtype)
+                  b.add(b_off, b.mul(k, i64(s_b))), acc, spec)

@@ -26,7 +26,7 @@ def intrinsic(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -
 
 
 def _suffix(vty: ir.VectorType) -> str:
-    return f"v{vty.count}{'f32' if vty.element == F32 else 'f64'}"
+    return f"v{vty.count}{vty.element.intrinsic_name}"
 
 
 def splat(b: ir.IRBuilder, scalar: ir.Value, lanes: int) -> ir.Value:
@@ -41,7 +41,8 @@ def const_vec(elem: ir.Type, values) -> ir.Constant:
 
 
 def zeros(vty: ir.VectorType) -> ir.Constant:
-    return ir.Constant(vty, [ir.Constant(vty.element, 0.0)] * vty.count)
+    zero = 0.0 if isinstance(vty.element, (ir.FloatType, ir.DoubleType)) else 0
+    return ir.Constant(vty, [ir.Constant(vty.element, zero)] * vty.count)
 
 
 def lane_mask(lanes: int, valid: int) -> ir.Constant:
@@ -61,11 +62,12 @@ def store_vec(b: ir.IRBuilder, value: ir.Value, ptr: ir.Value) -> None:
     b.store(value, ptr, align=4)
 
 
-def masked_load(b: ir.IRBuilder, ptr: ir.Value, vty: ir.VectorType, mask: ir.Value) -> ir.Value:
+def masked_load(b: ir.IRBuilder, ptr: ir.Value, vty: ir.VectorType, mask: ir.Value,
+                align: int = 4) -> ir.Value:
     """Load the lanes of ``mask``; the others read as 0 and touch no memory."""
     fn = intrinsic(b.module, f"llvm.masked.load.{_suffix(vty)}.p0", vty,
                    [PTR, I32, vec_type(I1, vty.count), vty])
-    return b.call(fn, [ptr, ir.Constant(I32, 4), mask, zeros(vty)])
+    return b.call(fn, [ptr, ir.Constant(I32, align), mask, zeros(vty)])
 
 
 def masked_store(b: ir.IRBuilder, value: ir.Value, ptr: ir.Value, mask: ir.Value) -> None:

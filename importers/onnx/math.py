@@ -36,8 +36,12 @@ def gemm(ctx, node):
 
 @register("MatMul", since=1)
 def matmul(ctx, node):
-    """numpy.matmul: 1-D operands gain (then lose) a unit dim; batch dims broadcast."""
-    a, b = ctx.input(node, 0), ctx.input(node, 1)
+    return [matmul_of(ctx, node, ctx.input(node, 0), ctx.input(node, 1))]
+
+
+def matmul_of(ctx, node, a, b, preferred=None):
+    """numpy.matmul of ``a`` and ``b``: 1-D operands gain (then lose) a unit dim; batch dims
+    broadcast. ``preferred``: the result type of integer operands (MatMulInteger)."""
     if a.shape.rank == 0 or b.shape.rank == 0:
         raise ctx.error(node, "MatMul operands must have rank >= 1")
     a_vec, b_vec = a.shape.rank == 1, b.shape.rank == 1
@@ -52,7 +56,7 @@ def matmul(ctx, node):
         # (..., M, K) x (K, N): one 2-D dot over the flattened rows of A.
         batch = a.shape.dims[:-2]
         rows = ctx.b.reshape(a, (prod(batch) * m, k))
-        y = ctx.b.dot(rows, b, DotDimensionNumbers((), (1,), (), (0,)))
+        y = ctx.b.dot(rows, b, DotDimensionNumbers((), (1,), (), (0,)), preferred)
         y = ctx.b.reshape(y, batch + (m, n))
     else:
         try:
@@ -64,10 +68,10 @@ def matmul(ctx, node):
         b = ctx.broadcast_to(b, batch + (k, n))
         nb = len(batch)
         dn = DotDimensionNumbers(tuple(range(nb)), (nb + 1,), tuple(range(nb)), (nb,))
-        y = ctx.b.dot(a, b, dn)
+        y = ctx.b.dot(a, b, dn, preferred)
     dims = y.shape.dims
     if a_vec:
         dims = dims[:-2] + dims[-1:]
     if b_vec:
         dims = dims[:-1]
-    return [ctx.b.reshape(y, dims)]
+    return ctx.b.reshape(y, dims)

@@ -61,6 +61,16 @@ def _spatial_attrs(ctx, node, x, kernel):
 @register("Conv", since=1)
 def conv(ctx, node):
     x, w, bias = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2)
+    y = convolution_of(ctx, node, x, w)
+    if bias is not None:
+        y = ctx.b.op(Opcode.ADD, y, ctx.b.broadcast(bias, y.shape.dims, (1,)))
+    return [y]
+
+
+def convolution_of(ctx, node, x, w, preferred=None):
+    """The convolution of Conv's attributes (kernel_shape, strides, dilations, pads,
+    auto_pad, group) over ``x`` and ``w``, without bias. ``preferred``: the result type
+    of integer operands (ConvInteger, QLinearConv)."""
     nsp = x.shape.rank - 2
     if nsp < 1 or w.shape.rank != x.shape.rank:
         raise ctx.error(node, f"bad operand ranks: X {x.shape}, W {w.shape}")
@@ -69,11 +79,9 @@ def conv(ctx, node):
         raise ctx.error(node, f"kernel_shape {kernel} does not match W {w.shape}")
     strides, dilations, low, high = _spatial_attrs(ctx, node, x, kernel)
     window = Window(kernel, strides, low, high, (1,) * nsp, dilations)
-    y = ctx.b.convolution(x, w, window, ConvDimensionNumbers.nchw(nsp),
-                          feature_group_count=ctx.attr(node, "group", 1))
-    if bias is not None:
-        y = ctx.b.op(Opcode.ADD, y, ctx.b.broadcast(bias, y.shape.dims, (1,)))
-    return [y]
+    return ctx.b.convolution(x, w, window, ConvDimensionNumbers.nchw(nsp),
+                             feature_group_count=ctx.attr(node, "group", 1),
+                             preferred=preferred)
 
 
 # -- pools ----------------------------------------------------------------------------
@@ -151,7 +159,12 @@ def _max_pool_with_indices(ctx, x, window, storage_order):
 
 @register("AveragePool", since=1)
 def average_pool(ctx, node):
-    x = ctx.input(node, 0)
+    return [average_pool_of(ctx, node, ctx.input(node, 0))]
+
+
+def average_pool_of(ctx, node, x):
+    """AveragePool of ``x`` by the node's attributes (kernel_shape, strides, pads, auto_pad,
+    dilations, ceil_mode, count_include_pad)."""
     window, low, high = _pool_window(ctx, node, x)
     include_pad = ctx.attr(node, "count_include_pad", 0)
     dt = x.shape.dtype
@@ -173,7 +186,7 @@ def average_pool(ctx, node):
         ones = ctx.full(1, dt, (1, 1) + spatial)
         count = ctx.b.reduce_window(ones, ctx.scalar(0, dt), window_ones, add)
         count = ctx.broadcast_to(count, total.shape.dims)
-    return [ctx.b.op(Opcode.DIVIDE, total, count)]
+    return ctx.b.op(Opcode.DIVIDE, total, count)
 
 
 def _abs_power(ctx, x, p):

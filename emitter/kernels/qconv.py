@@ -1,0 +1,619 @@
+"""Quantized kernels: integer convolutions and dots with their requantization epilogue.
+
+An output fusion (optimizer/fusion.py) holds a convolution or dot accumulating s8/u8
+activations times s8 weights in s32, and the element-wise epilogue that makes the
+result of the accumulators (the requantization, a residual add...). These kernels
+compute
+
+    C[m, n] = sum_k X(m, k) W(k, n)
+
+with m an output pixel (a convolution's image, row and column; a row of a dot's lhs), n
+an output channel, k = (window tap, input channel). Activations are channels minor
+(optimizer/layout_assignment.py; a dot's rows are), so the four channels k..k+3 of one
+tap are one 32-bit word of the input: one ``IntDot.dot4`` multiplies that word,
+broadcast, by four weights for each of L output channels. The weights are constants,
+packed at compile time in the order the loops read them -- [group][panel][tap]
+[channel / 4][NR outputs][4], zeros past the last channel -- together with the
+per-channel sums that the activation shift of ``IntDot.flip`` needs. Nothing is packed
+at run time: no scratch.
+
+Loops, per image and group: panels of NR = NV x L output channels (the panel's
+weights stay in cache), tiles of MR pixels, then the taps (unrolled) and the channel
+words of a tap, with MR x NV accumulators in registers. A tap that can leave the image
+reads the pad value (the zero point) there, decided once per tap and pixel. The tile
+then goes through a small stack buffer to the epilogue: for each pixel, a loop over
+the tile's channels built from the fused computation's element generators with the
+accumulators in place of the contraction; it runs along the output's minor dim, which
+LLVM vectorizes.
+
+Depthwise convolutions (one input and one output channel per group) get their own
+loop: L channels in lanes, the taps two at a time (``IntDot.dot2``), the weights
+packed as i16 pairs [tap pair][channel][2].
+
+Each kernel is compiled for its layer (sizes, weights and epilogue are constants).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import ceil
+
+import numpy as np
+from llvmlite import ir
+
+from ...hlo import ConvDimensionNumbers, Instruction, Opcode, dtypes
+from ...optimizer.fusion import is_output_fusion, output_fusion_core
+from ...optimizer.layout_assignment import channels_minor
+from ..elemental import ElementalEmitter
+from ..indexing import linearize
+from ..irutil import I8, I32, PTR, VOID, alloca_once, for_range, gep_elem, i64, llvm_type
+from ..loops import buffer_reader
+from .intdot import I16, IntDot, int_dot_for
+from .vec import const_vec, lane_mask, masked_load, offset_ptr, vec_type
+
+_WORD = 4           # k per dot4: one 32-bit word of activations
+
+
+def _acc_type(lanes: int) -> ir.Type:
+    return vec_type(I32, lanes) if lanes > 1 else I32
+
+
+def _tile_shape(dot: IntDot, vector_bytes: int, outputs: int) -> tuple[int, int]:
+    """(MR pixels, NV vectors of outputs): MR x NV accumulators, NV weight vectors and a
+    couple of temporaries in the register file."""
+    if dot.kind == "smlad":
+        return 2, 2                     # 2 x 2 accumulators beside the unpacked halves
+    if dot.lanes == 1:
+        return 2, 4
+    regs = 32 if vector_bytes >= 64 or dot.kind == "sdot" else 16
+    nv = max(1, min(4 if regs == 32 else 2, ceil(outputs / dot.lanes)))
+    spare = 4 if dot.kind == "avx2" else 2
+    return max(1, min(8, (regs - nv - spare) // nv)), nv
+
+
+@dataclass(frozen=True)
+class _Panel:
+    start: int          # first output channel of the group
+    vectors: int        # NV: L output channels each
+    count: int          # how many panels of this width follow one another
+
+
+@dataclass(eq=False)
+class QuantizedKernel:
+    """The kernel of one output fusion (or None from ``plan_quantized``)."""
+    instr: Instruction
+    dot: IntDot
+    vector_bytes: int
+    x_k: int                            # fusion operand: the activations
+    depthwise: bool
+    # geometry (a dot is one image of 1 x M pixels, one tap, K channels)
+    n: int
+    c: int                              # input channels
+    h: int
+    w: int
+    oh: int
+    ow: int
+    groups: int
+    cout: int
+    taps: tuple[tuple[int, int], ...]   # (dy, dx) of each tap, before the stride
+    stride: tuple[int, int]
+    pad: tuple[int, int]                # low padding (rows, columns)
+    pad_value: int
+    x_stride: tuple[int, int, int, int]     # element strides of x: n, c, h, w
+    weights: np.ndarray                 # [cout, cin_g, taps] as int64
+    out_index: str                      # "nchw" | "mn": how C[m, n] indexes the result
+    passed: list[int] = field(default_factory=list)
+    bias: np.ndarray | None = None      # per-channel constants added to the accumulators
+    accumulated: Instruction | None = None  # the value the accumulators stand for
+    no_nans: bool = False               # the epilogue cannot meet a NaN
+    float_abi: str | None = None        # the target's (TargetInfo.float_abi)
+
+    @property
+    def cin_g(self) -> int:
+        return self.c // self.groups
+
+    @property
+    def cout_g(self) -> int:
+        return self.cout // self.groups
+
+    @property
+    def x_signed(self) -> bool:
+        return self.instr.operands[self.x_k].shape.dtype == dtypes.S8
+
+    # -- emission --
+    def emit(self, llvm_module: ir.Module, name: str, constants) -> ir.Function:
+        fn = ir.Function(llvm_module, ir.FunctionType(VOID, [PTR] * (1 + len(self.passed))),
+                         name)
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        for arg in fn.args:
+            arg.add_attribute("noalias")
+        entry = fn.append_basic_block("entry")
+        body = fn.append_basic_block("body")
+        b = ir.IRBuilder(entry)
+        b.branch(body)
+        b.position_at_end(body)
+        ptrs = dict(zip(self.passed, fn.args[1:]))
+        em = ElementalEmitter(b, constants, self.float_abi, no_nans=self.no_nans)
+        if self.depthwise:
+            _DepthwiseEmitter(self, b, fn.args[0], ptrs, em, constants).emit()
+        else:
+            _GemmEmitter(self, b, fn.args[0], ptrs, em, constants).emit()
+        b.ret_void()
+        return fn
+
+
+def plan_quantized(instr: Instruction, target) -> QuantizedKernel | None:
+    """The kernel of an output fusion around an s8/u8 x s8 -> s32 convolution (channels
+    minor, no base dilation) or dot (rows of the lhs contiguous, constant rhs), else
+    None: the fusion is then emitted as a loop of element generators."""
+    if not is_output_fusion(instr):
+        return None
+    fused = instr.called[0]
+    core = output_fusion_core(fused)
+    if core.shape.dtype != dtypes.S32:
+        return None
+    plan = _plan_conv if core.opcode is Opcode.CONVOLUTION else _plan_dot
+    kernel = plan(instr, fused, core, target)
+    if kernel is not None:
+        kernel.passed = [k for k, o in enumerate(instr.operands)
+                         if o.opcode is not Opcode.CONSTANT]
+        channel = 1
+        kernel.bias, kernel.accumulated = _folded_adds(instr, fused, core, channel,
+                                                       kernel.cout)
+        kernel.no_nans = _nan_free(instr, fused, core)
+        kernel.float_abi = target.float_abi
+    return kernel
+
+
+def _channel_constant(instr, fused_value, channel: int, count: int) -> np.ndarray | None:
+    """The values of an integer broadcast of a constant along the channel dim (or of a
+    scalar constant), as ``count`` int64, else None."""
+    v = fused_value
+    if v.opcode is not Opcode.BROADCAST:
+        return None
+    src = v.operands[0]
+    if src.opcode is Opcode.PARAMETER:
+        src = instr.operands[src.number]
+    if src.opcode is not Opcode.CONSTANT or not src.shape.dtype.is_integer:
+        return None
+    if src.shape.rank == 0:
+        return np.full(count, int(src.literal), np.int64)
+    if v.attrs["dimensions"] != (channel,) or src.shape.dims != (count,):
+        return None
+    return src.literal.astype(np.int64)
+
+
+def _folded_adds(instr, fused, core, channel: int, count: int):
+    """The per-channel integer constants the epilogue adds to the accumulators before
+    anything else (the zero point correction, an integer bias): the kernel starts its
+    accumulators from their sum instead (integer adds are exact in any order). Returns
+    (the sum, the value the accumulators then stand for)."""
+    users = fused.users()
+    total, top = np.zeros(count, np.int64), core
+    while len(users[top]) == 1 and top is not fused.root:
+        u = users[top][0]
+        if u.opcode is not Opcode.ADD or u.shape.dtype != dtypes.S32 \
+                or u.operands.count(top) != 1:
+            break
+        other = u.operands[1] if u.operands[0] is top else u.operands[0]
+        values = _channel_constant(instr, other, channel, count)
+        if values is None:
+            break
+        total, top = total + values, u
+    return total, top
+
+
+# Element-wise ops that, on finite operands, give finite values or infinities (never NaN
+# unless magnitudes pass 3e38, which integers times quantization scales do not).
+_FINITE_OPS = frozenset({Opcode.CONVERT, Opcode.ADD, Opcode.MULTIPLY, Opcode.SUBTRACT,
+                         Opcode.ROUND_NEAREST_EVEN, Opcode.ROUND_NEAREST_AFZ, Opcode.CLAMP,
+                         Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.BROADCAST, Opcode.RESHAPE,
+                         Opcode.PARAMETER, Opcode.CONSTANT, Opcode.DIVIDE, Opcode.PAD,
+                         Opcode.CONVOLUTION, Opcode.DOT})
+
+
+def _nan_free(instr, fused, core) -> bool:
+    """Whether no float in the epilogue can be NaN: it reads integers and finite
+    constants, divides by nonzero constants only, and uses the ops above."""
+    for i in fused.instructions:
+        if i.opcode not in _FINITE_OPS:
+            return False
+        if i.opcode is Opcode.CONSTANT and i.shape.dtype.is_float \
+                and not np.isfinite(i.literal.astype(np.float64)).all():
+            return False
+        if i.opcode is Opcode.DIVIDE:
+            d = i.operands[1]
+            while d.opcode in (Opcode.BROADCAST, Opcode.RESHAPE):
+                d = d.operands[0]
+            if d.opcode is Opcode.PARAMETER:
+                d = instr.operands[d.number]
+            if d.opcode is not Opcode.CONSTANT or not (np.isfinite(d.literal.astype(np.float64))
+                                                       & (d.literal != 0)).all():
+                return False
+    for p, o in zip(fused.parameters, instr.operands):
+        if o.shape.dtype.is_float and not (o.opcode is Opcode.CONSTANT and np.isfinite(
+                o.literal.astype(np.float64)).all()):
+            return False
+    return True
+
+
+def _weights_of(instr, param) -> np.ndarray | None:
+    if param.opcode is not Opcode.PARAMETER:
+        return None
+    w = instr.operands[param.number]
+    if w.opcode is not Opcode.CONSTANT or w.shape.dtype != dtypes.S8:
+        return None
+    return w.literal.astype(np.int64)
+
+
+def _dot_for(target, weights: np.ndarray) -> IntDot:
+    dot = int_dot_for(target)
+    if dot.kind == "avx2" and weights.size and weights.min() < -127:
+        # vpsignb cannot negate -128: the exact sign trick needs |w| <= 127
+        return IntDot("generic", dot.lanes, "any")
+    return dot
+
+
+def _plan_conv(instr, fused, core, target) -> QuantizedKernel | None:
+    dn, win = core.attrs["dimension_numbers"], core.attrs["window"]
+    if (core.shape.rank != 4 or dn != ConvDimensionNumbers.nchw(2)
+            or core.attrs.get("batch_group_count", 1) != 1
+            or any(d != 1 for d in win.lhs_dilation)):
+        return None
+    x_src, w_param = core.operands
+    pad_low, pad_value = list(win.pad_low), 0
+    if x_src.opcode is Opcode.PAD:
+        p = x_src.attrs["padding"]
+        value = x_src.operands[1]
+        if (any(p.interior) or p.low[:2] != (0, 0) or p.high[:2] != (0, 0)
+                or min(p.low + p.high) < 0 or any(win.pad_low) or any(win.pad_high)
+                or value.opcode is not Opcode.CONSTANT):
+            return None
+        pad_low, pad_value = list(p.low[2:]), int(value.literal)
+        x_src = x_src.operands[0]
+    if x_src.opcode is not Opcode.PARAMETER:
+        return None
+    x = instr.operands[x_src.number]
+    weights = _weights_of(instr, w_param)
+    if (weights is None or x.shape.dtype not in (dtypes.S8, dtypes.U8)
+            or x.shape.layout != channels_minor(x.shape).layout):
+        return None
+    n, c, h, w = x.shape.dims
+    cout, cin_g, kh, kw = weights.shape
+    groups = core.attrs.get("feature_group_count", 1)
+    _, _, oh, ow = core.shape.dims
+    dot = _dot_for(target, weights)
+    taps = tuple((dy * win.rhs_dilation[0], dx * win.rhs_dilation[1])
+                 for dy in range(kh) for dx in range(kw))
+    depthwise = cin_g == 1 and cout == groups
+    return QuantizedKernel(
+        instr, dot, target.vector_bytes, x_src.number, depthwise, n, c, h, w, oh, ow, groups,
+        cout, taps, tuple(win.stride), tuple(pad_low), pad_value, (h * w * c, 1, w * c, c),
+        weights.reshape(cout, cin_g, kh * kw), "nchw")
+
+
+def _plan_dot(instr, fused, core, target) -> QuantizedKernel | None:
+    dn = core.attrs["dimension_numbers"]
+    a, w_param = core.operands
+    if (a.opcode is not Opcode.PARAMETER or core.shape.rank != 2 or dn.lhs_batch
+            or dn.lhs_contracting != (1,) or len(dn.rhs_contracting) != 1):
+        return None
+    x = instr.operands[a.number]
+    weights = _weights_of(instr, w_param)
+    if (weights is None or x.shape.dtype not in (dtypes.S8, dtypes.U8)
+            or not x.shape.has_default_layout):
+        return None
+    if dn.rhs_contracting == (0,):
+        weights = weights.T                 # [N, K]
+    m, k = x.shape.dims
+    nout = weights.shape[0]
+    return QuantizedKernel(
+        instr, _dot_for(target, weights), target.vector_bytes, a.number, False, 1, k, 1, m,
+        1, m, 1, nout, ((0, 0),), (1, 1), (0, 0), 0, (0, 1, 0, k),
+        weights.reshape(nout, k, 1), "mn")
+
+
+# --- shared pieces ------------------------------------------------------------------
+
+def _epilogue(k: QuantizedKernel, b: ir.IRBuilder, em: ElementalEmitter, ptrs, out,
+              index: list, tile_value) -> None:
+    """Store the fusion's result at ``index`` (of the result), ``tile_value()`` being
+    the accumulator there."""
+    instr = k.instr
+    fused = instr.called[0]
+    params = []     # readers of every operand; the contraction's are simply never called
+    for p in fused.parameters:
+        o = instr.operands[p.number]
+        if o.opcode is Opcode.CONSTANT:
+            params.append(em.generator(o, []))
+        else:
+            params.append(buffer_reader(b, ptrs[p.number], o.shape, o.shape.dtype.itemsize))
+    gen = em.computation_generator(fused, params, {k.accumulated: lambda idx: tile_value()})
+    shape = instr.shape
+    ty = llvm_type(shape.dtype)
+    b.store(gen(index), gep_elem(b, out, ty, linearize(b, index, shape.dims, shape.layout)))
+
+
+def _pack_words(dot: IntDot, weights: np.ndarray, groups: int, panels: list[_Panel],
+                flip: int, bias: np.ndarray):
+    """Weights [cout, cin_g, taps] -> bytes [group][panel][tap][c/4][NR][4], and the
+    accumulators' start per output channel in the same panel order: the folded bias
+    - flip * 128 * the channel's weight sum."""
+    cout, cin_g, taps = weights.shape
+    cout_g, words = cout // groups, ceil(cin_g / _WORD)
+    chunks, starts = [], []
+    for g in range(groups):
+        for panel in panels:
+            nr = panel.vectors * dot.lanes
+            for p in range(panel.count):
+                first = g * cout_g + panel.start + p * nr
+                rows = weights[first:min(first + nr, (g + 1) * cout_g)]
+                block = np.zeros((taps, words * _WORD, nr), np.int64)
+                block[:, :cin_g, :len(rows)] = rows.transpose(2, 1, 0)
+                # [tap][c4][4][nr] -> [tap][c4][nr][4]
+                block = block.reshape(taps, words, _WORD, nr).transpose(0, 1, 3, 2)
+                chunks.append(block.astype(np.int8).tobytes())
+                start = np.zeros(nr, np.int64)
+                start[:len(rows)] = (bias[first:first + len(rows)]
+                                     - flip * 128 * rows.sum(axis=(1, 2)))
+                starts.append(start.astype(np.int32).tobytes())
+    return b"".join(chunks), b"".join(starts)
+
+
+def _panels(cout_g: int, nv: int, lanes: int) -> list[_Panel]:
+    """Full panels of NV vectors, then one narrower panel for the last channels."""
+    nr = nv * lanes
+    full, rest = divmod(cout_g, nr)
+    out = [_Panel(0, nv, full)] if full else []
+    if rest:
+        out.append(_Panel(full * nr, ceil(rest / lanes), 1))
+    return out
+
+
+def _stack_buffer(b: ir.IRBuilder, words: int, name: str) -> ir.Value:
+    """``words`` i32 on the stack, as an opaque pointer (vectors are stored through it;
+    llvmlite types an alloca's pointer by what it allocates)."""
+    buf = alloca_once(b, ir.ArrayType(I32, words), name)
+    buf.type = PTR
+    return buf
+
+
+def _zeros(lanes: int) -> ir.Constant:
+    return const_vec(I32, [0] * lanes) if lanes > 1 else ir.Constant(I32, 0)
+
+
+def _tap_reach(k: QuantizedKernel, dy: int, dx: int) -> bool:
+    """Whether tap (dy, dx) reads outside the image for some output pixel."""
+    top, left = dy - k.pad[0], dx - k.pad[1]
+    bottom = (k.oh - 1) * k.stride[0] + top
+    right = (k.ow - 1) * k.stride[1] + left
+    return top < 0 or left < 0 or bottom >= k.h or right >= k.w
+
+
+def _tap_base(k: QuantizedKernel, b, x, img, oy, ox, dy, dx, channel):
+    """(pointer to the tap's first channel for output pixel (oy, ox), None or the i1 that
+    it is inside the image; outside, the pointer is x itself, in bounds)."""
+    sn, _, sh, sw = k.x_stride
+    iy = b.sub(b.add(b.mul(oy, i64(k.stride[0])), i64(dy)), i64(k.pad[0]))
+    ix = b.sub(b.add(b.mul(ox, i64(k.stride[1])), i64(dx)), i64(k.pad[1]))
+    inside = None
+    if _tap_reach(k, dy, dx):
+        inside = b.and_(b.icmp_unsigned("<", iy, i64(k.h)), b.icmp_unsigned("<", ix, i64(k.w)))
+        iy, ix = b.select(inside, iy, i64(0)), b.select(inside, ix, i64(0))
+    off = b.add(b.add(b.mul(img, i64(sn)), b.mul(iy, i64(sh))),
+                b.add(b.mul(ix, i64(sw)), channel))
+    return b.gep(x, [off], source_etype=I8), inside
+
+
+# --- convolution / dot ----------------------------------------------------------------
+
+class _GemmEmitter:
+    def __init__(self, k: QuantizedKernel, b, out, ptrs, em, constants):
+        self.k, self.b, self.out, self.ptrs, self.em = k, b, out, ptrs, em
+        self.dot = k.dot
+        self.mr, self.nv = _tile_shape(k.dot, k.vector_bytes, k.cout_g)
+        self.panels = _panels(k.cout_g, self.nv, k.dot.lanes)
+        self.flip = k.dot.flip(k.x_signed)
+        self.words = ceil(k.cin_g / _WORD)
+        packed, starts = _pack_words(k.dot, k.weights, k.groups, self.panels, self.flip,
+                                     k.bias)
+        self.wbase = constants.global_for_bytes(packed)
+        self.sbase = constants.global_for_bytes(starts) \
+            if np.frombuffer(starts, np.int32).any() else None
+
+    def emit(self):
+        k, b, lanes = self.k, self.b, self.dot.lanes
+        taps = len(k.taps)
+        group_bytes = len(self.k.weights) and sum(
+            p.count * taps * self.words * p.vectors * lanes * _WORD for p in self.panels)
+        group_starts = sum(p.count * p.vectors * lanes * 4 for p in self.panels)
+        with for_range(b, k.n, "img") as img:
+            with for_range(b, k.groups, "grp") as g:
+                wdone, sdone = 0, 0
+                for panel in self.panels:
+                    nr = panel.vectors * lanes
+                    size = taps * self.words * nr * _WORD
+                    cols = min(nr, k.cout_g - panel.start)
+                    with for_range(b, panel.count, "panel") as p:
+                        woff = b.add(b.mul(g, i64(group_bytes)), b.add(i64(wdone),
+                                                                      b.mul(p, i64(size))))
+                        soff = b.add(b.mul(g, i64(group_starts)), b.add(i64(sdone),
+                                                                       b.mul(p, i64(nr * 4))))
+                        n0 = b.add(b.mul(g, i64(k.cout_g)), b.add(i64(panel.start),
+                                                                  b.mul(p, i64(nr))))
+                        with for_range(b, k.oh * k.ow, "m", step=self.mr) as m0:
+                            self._tile(img, g, n0, panel.vectors, cols, woff, soff, m0)
+                    wdone += panel.count * size
+                    sdone += panel.count * nr * 4
+
+    def _tile(self, img, g, n0, nv, cols, woff, soff, m0):
+        """MR pixels from m0 by NV x L output channels from n0."""
+        k, b, dot = self.k, self.b, self.dot
+        lanes, mr = dot.lanes, self.mr
+        aty = _acc_type(dot.acc_lanes)
+        wty = vec_type(I8, _WORD * lanes)
+        last = i64(k.oh * k.ow - 1)
+        ps = [b.select(b.icmp_signed("<", b.add(m0, i64(i)), last), b.add(m0, i64(i)), last)
+              for i in range(mr)]                     # pixels past the last recompute it
+        oys = [b.udiv(p, i64(k.ow)) for p in ps]
+        oxs = [b.urem(p, i64(k.ow)) for p in ps]
+        acc = [[alloca_once(b, aty, f"acc{i}.{v}") for v in range(nv)] for i in range(mr)]
+        for row in acc:
+            for a in row:
+                b.store(_zeros(dot.acc_lanes), a)
+        x = self.ptrs[k.x_k]
+        full = k.cin_g // _WORD
+        pad_word = ir.Constant(I32, (k.pad_value & 0xFF) * 0x01010101)
+        mask = ir.Constant(I32, 0x80808080)
+        wpanel = b.gep(self.wbase, [woff], source_etype=I8)
+        channel = b.mul(g, i64(k.cin_g))
+        for t, (dy, dx) in enumerate(k.taps):
+            taps = [_tap_base(k, b, x, img, oys[i], oxs[i], dy, dx, channel) for i in range(mr)]
+            wtap = b.gep(wpanel, [i64(t * self.words * nv * lanes * _WORD)], source_etype=I8)
+
+            def step(c4, load_word, taps=taps, wtap=wtap):
+                xs = []
+                for base, inside in taps:
+                    word = load_word(base, c4)
+                    if inside is not None:
+                        word = b.select(inside, word, pad_word)
+                    xs.append(b.xor(word, mask) if self.flip else word)
+                wrow = b.gep(wtap, [b.mul(c4, i64(nv * lanes * _WORD))], source_etype=I8)
+                ws = [b.load(b.gep(wrow, [i64(v * lanes * _WORD)], source_etype=I8), typ=wty,
+                             align=1) for v in range(nv)]
+                for i in range(mr):
+                    for v in range(nv):
+                        old = b.load(acc[i][v], typ=aty)
+                        b.store(dot.dot4(b, old, ws[v], xs[i], k.x_signed), acc[i][v])
+
+            if full:
+                with for_range(b, full, "c4") as c4:
+                    step(c4, self._load_word)
+            if k.cin_g % _WORD:
+                step(i64(full), self._load_tail)
+        self._store_tile(img, n0, nv, cols, m0, soff, acc)
+
+    def _load_word(self, base, c4):
+        b = self.b
+        return b.load(b.gep(base, [b.mul(c4, i64(_WORD))], source_etype=I8), typ=I32, align=1)
+
+    def _load_tail(self, base, c4):
+        """The last channels of a tap, fewer than four, byte by byte: a word would read
+        past the end of the last pixel."""
+        b, k = self.b, self.k
+        word = ir.Constant(I32, 0)
+        for t in range(k.cin_g % _WORD):
+            byte = b.load(b.gep(base, [i64(k.cin_g // _WORD * _WORD + t)], source_etype=I8),
+                          typ=I8)
+            word = b.or_(word, b.shl(b.zext(byte, I32), ir.Constant(I32, 8 * t)))
+        return word
+
+    def _store_tile(self, img, n0, nv, cols, m0, soff, acc):
+        """The accumulators plus their start values through a stack buffer to the
+        epilogue, pixel by pixel."""
+        k, b, dot = self.k, self.b, self.dot
+        lanes = dot.lanes
+        aty = _acc_type(lanes)
+        nr = nv * lanes
+        tile = _stack_buffer(b, self.mr * nr, "tile")
+        for v in range(nv):
+            start = None
+            if self.sbase is not None:
+                at = b.gep(self.sbase, [b.add(soff, i64(v * lanes * 4))], source_etype=I8)
+                start = b.load(at, typ=aty, align=4)
+            for i in range(self.mr):
+                value = dot.finish(b, b.load(acc[i][v], typ=_acc_type(dot.acc_lanes)))
+                if start is not None:
+                    value = b.add(value, start)
+                b.store(value, offset_ptr(b, tile, I32, i * nr + v * lanes), align=4)
+        for i in range(self.mr):
+            m = b.add(m0, i64(i))
+            with b.if_then(b.icmp_signed("<", m, i64(k.oh * k.ow))):
+                if k.out_index == "nchw":
+                    oy, ox = b.udiv(m, i64(k.ow)), b.urem(m, i64(k.ow))
+                with for_range(b, cols, "j") as j:
+                    ch = b.add(n0, j)
+                    index = [img, ch, oy, ox] if k.out_index == "nchw" else [m, ch]
+
+                    def value(i=i, j=j):
+                        return b.load(offset_ptr(b, tile, I32, b.add(i64(i * nr), j)),
+                                      typ=I32)
+                    _epilogue(k, b, self.em, self.ptrs, self.out, index, value)
+
+
+# --- depthwise ------------------------------------------------------------------------
+
+class _DepthwiseEmitter:
+    """out[c, pixel] = sum_t w[c, t] x[c, pixel + tap t], L channels per vector."""
+
+    def __init__(self, k: QuantizedKernel, b, out, ptrs, em, constants):
+        self.k, self.b, self.out, self.ptrs, self.em = k, b, out, ptrs, em
+        self.dot = k.dot
+        self.lanes = k.dot.lanes
+        self.cpad = ceil(k.c / self.lanes) * self.lanes
+        pairs = ceil(len(k.taps) / 2)
+        packed = np.zeros((pairs, self.cpad, 2), np.int64)
+        for t in range(len(k.taps)):
+            packed[t // 2, :k.c, t % 2] = k.weights[:, 0, t]
+        self.wbase = constants.global_for_bytes(packed.astype(np.int16).tobytes())
+        starts = np.zeros(self.cpad, np.int64)
+        starts[:k.c] = k.bias
+        self.sbase = constants.global_for_bytes(starts.astype(np.int32).tobytes()) \
+            if starts.any() else None
+
+    def emit(self):
+        k, b = self.k, self.b
+        lanes = self.lanes
+        full, rest = divmod(k.c, lanes)
+        x = self.ptrs[k.x_k]
+        with for_range(b, k.n, "img") as img:
+            with for_range(b, k.oh * k.ow, "m") as m:
+                oy, ox = b.udiv(m, i64(k.ow)), b.urem(m, i64(k.ow))
+                taps = [_tap_base(k, b, x, img, oy, ox, dy, dx, i64(0)) for dy, dx in k.taps]
+                if full:
+                    with for_range(b, full, "cv") as cv:
+                        self._vector(img, oy, ox, taps, b.mul(cv, i64(lanes)), lanes)
+                if rest:
+                    self._vector(img, oy, ox, taps, i64(full * lanes), rest)
+
+    def _load(self, base, inside, c0, count):
+        """``count`` channels from c0 (the rest of the vector 0) as i16 lanes."""
+        k, b, lanes = self.k, self.b, self.lanes
+        ptr = b.gep(base, [c0], source_etype=I8)
+        if lanes == 1:
+            v = b.load(ptr, typ=I8)
+        elif count == lanes:
+            v = b.load(ptr, typ=vec_type(I8, lanes), align=1)
+        else:
+            v = masked_load(b, ptr, vec_type(I8, lanes), lane_mask(lanes, count), align=1)
+        hty = vec_type(I16, lanes) if lanes > 1 else I16
+        v = b.sext(v, hty) if k.x_signed else b.zext(v, hty)
+        if inside is None:
+            return v
+        pad = const_vec(I16, [k.pad_value] * lanes) if lanes > 1 else ir.Constant(I16,
+                                                                                   k.pad_value)
+        return b.select(inside, v, pad)
+
+    def _vector(self, img, oy, ox, taps, c0, count):
+        k, b = self.k, self.b
+        lanes = self.lanes
+        acc = _zeros(lanes)
+        if self.sbase is not None:
+            acc = b.load(offset_ptr(b, self.sbase, I32, c0), typ=_acc_type(lanes), align=4)
+        zero = const_vec(I16, [0] * lanes) if lanes > 1 else ir.Constant(I16, 0)
+        for pair in range(ceil(len(taps) / 2)):
+            x0 = self._load(*taps[2 * pair], c0, count)
+            x1 = self._load(*taps[2 * pair + 1], c0, count) if 2 * pair + 1 < len(taps) \
+                else zero
+            # (pair, channel) holds two i16: one i32 per channel
+            wptr = b.gep(self.wbase, [b.add(i64(pair * self.cpad), c0)], source_etype=I32)
+            w01 = b.load(wptr, typ=vec_type(I16, 2 * lanes), align=2)
+            acc = self.dot.dot2(b, acc, x0, x1, w01)
+        tile = _stack_buffer(b, lanes, "dwtile")
+        b.store(acc, offset_ptr(b, tile, I32, 0), align=4)
+        with for_range(b, count, "j") as j:
+            index = [img, b.add(c0, j), oy, ox]
+
+            def value(j=j):
+                return b.load(offset_ptr(b, tile, I32, j), typ=I32)
+            _epilogue(k, b, self.em, self.ptrs, self.out, index, value)

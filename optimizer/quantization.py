@@ -1,0 +1,544 @@
+"""Quantized arithmetic: quantized models computed on their integers.
+
+The importer states ONNX's quantization ops in the form of their definitions
+(importers/onnx/quantization.py), here written dq and q:
+
+    dq(x) = multiply(subtract(f32(x), B(zx)), B(sx))            (no subtract: zx = 0)
+    q(y)  = T(clamp(lo, add(round-nearest-even(divide(y, B(sy))), B(zy)), hi))
+
+with B a broadcast of a constant scalar or of one value per element of one dim (per
+channel), and QLinearConv, ConvInteger, MatMulInteger... as a dot or convolution of
+``s32(x) - B(zx)`` operands accumulated in s32. A QDQ model (what
+onnxruntime.quantization writes) computes in float between a dq and a q. Rules, each
+exact or onnxruntime's own arithmetic:
+
+1. ``q(act(conv(dq(x), dq(w)) + B(bias)))``, act ReLU, Clip or none, w constant (per
+   tensor or per output channel), x per tensor => onnxruntime's QLinearConv:
+   ``T(clamp(lo', round(f32(conv_s32(s32(x) - zx, s32(w) - zw) + B(bq)) * B(m)) + zy,
+   hi'))`` with m = f32(f32(sx * sw) / sy) per channel, bq the integer bias where the
+   bias is one (bias = bq * sx * sw, as quantize_static writes it; otherwise the f32
+   bias is added to f32(acc) * sx * sw before dividing by sy), and the activation folded
+   into the bounds: q is monotonic, so q(max(y, 0)) = max(q(y), zy) and
+   q(clamp(a, y, b)) = clamp(q(a), q(y), q(b)). Likewise for a dot with constant
+   weights per tensor or per output column (Gemm, MatMul).
+2. ``conv_s32(s32(x) - B(zx), W)``, x 8-bit, W a constant s32 expression whose values
+   fit 16 bits, zx a constant => ``conv(pad(x, zx), W') - B(zx * sum(W'))``: x is read
+   in its own type and W' (s8 where the values fit) replaces W; padding with the zero
+   point is padding with zero in x - zx, and sum_k (x_k - zx) W_k = sum_k x_k W_k -
+   zx sum_k W_k. Likewise for dots (the sum over W's contracting dims).
+3. ``q(f(dq(x)))`` with q's and dq's scale and zero point equal, f a data movement
+   (reshape, transpose, slice, broadcast, reverse, copy, concatenation of such dqs, pad
+   with p => pad with q(p)) or a max-pool / max-reduction (to_apply maximum, init
+   q(init)) => ``f(x)`` on the integers: q(dq(x)) = x (|x - zx| < 2**16, so the f32
+   round trip is within half a step) and q commutes with f (q is element-wise and,
+   with sx > 0, monotonic). ``q(dq(x))`` alone => x.
+
+Rule 1 makes rule 2's input; both run in one walk, before constant folding could fold
+dq(w) into f32 weights. DCE removes the float instructions left unused.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..hlo import Computation, Instruction, Module, Opcode, Shape, dtypes, scalar_computation
+from ..hlo.attributes import PaddingConfig, Window
+from ..hlo.evaluator import evaluate_instruction
+from ..hlo.shape_inference import infer_shape
+from .rewrite import apply_replacements
+
+# Values evaluated at compile time to read scales, zero points and bounds: small.
+_PARAM_LIMIT = 1 << 16
+_PASSTHROUGH = frozenset({Opcode.RESHAPE, Opcode.BITCAST, Opcode.TRANSPOSE, Opcode.SLICE,
+                          Opcode.BROADCAST, Opcode.REVERSE, Opcode.COPY, Opcode.CONCATENATE,
+                          Opcode.PAD, Opcode.REDUCE_WINDOW, Opcode.REDUCE})
+
+
+class QuantizedArithmetic:
+    name = "quantized-arithmetic"
+
+    def run(self, module: Module) -> bool:
+        return _Rewriter(module).run()
+
+
+# --- reading the importer's forms ------------------------------------------------------
+
+def known_value(instr: Instruction, limit: int | None = _PARAM_LIMIT,
+                memo: dict | None = None) -> np.ndarray | None:
+    """The value of ``instr`` if it depends on constants alone (and, with ``limit``, no
+    value on the way has more elements), else None."""
+    memo = {} if memo is None else memo
+    if id(instr) in memo:
+        return memo[id(instr)]
+    value = None
+    if instr.opcode is Opcode.CONSTANT:
+        value = instr.literal
+    elif (instr.opcode not in (Opcode.PARAMETER, Opcode.TUPLE, Opcode.GET_TUPLE_ELEMENT)
+          and not instr.shape.is_tuple
+          and (limit is None or instr.shape.num_elements <= limit)):
+        ops = [known_value(o, limit, memo) for o in instr.operands]
+        if all(o is not None for o in ops):
+            value = np.asarray(evaluate_instruction(instr, ops))
+    memo[id(instr)] = value
+    return value
+
+
+@dataclass(frozen=True)
+class Param:
+    """A scale or zero point as broadcast: one value (``axis`` None) or one per element
+    of dim ``axis`` of the value it is broadcast to."""
+    values: np.ndarray      # 0-D, or 1-D along ``axis``
+    axis: int | None
+
+    def along(self, n: int) -> np.ndarray:
+        """One value per element of the axis (n of them)."""
+        return np.broadcast_to(self.values, (n,)) if self.axis is None else self.values
+
+    def scalar(self):
+        return None if self.axis is not None else self.values[()]
+
+
+def _converted(values: np.ndarray, src: dtypes.DType, dst: dtypes.DType) -> np.ndarray:
+    """HLO's convert of ``values`` (through the evaluator, so exactly the op's rounding)."""
+    shape = Shape.array(src, values.shape)
+    convert = Instruction(Opcode.CONVERT, shape.with_dtype(dst),
+                          [Instruction(Opcode.PARAMETER, shape, attrs={"number": 0})])
+    return np.asarray(evaluate_instruction(convert, [values.astype(src.np)]))
+
+
+def _param(v: Instruction) -> Param | None:
+    """``v`` as B(constant): through converts of the broadcast value."""
+    if v.opcode is Opcode.CONVERT:
+        inner = _param(v.operands[0])
+        if inner is None:
+            return None
+        return Param(_converted(inner.values, v.operands[0].shape.dtype, v.shape.dtype),
+                     inner.axis)
+    if v.opcode is Opcode.BROADCAST:
+        o = v.operands[0]
+        value = known_value(o)
+        if value is None:
+            return None
+        if o.shape.num_elements == 1:
+            return Param(value.reshape(()), None)
+        wide = [i for i, n in enumerate(o.shape.dims) if n != 1]
+        if len(wide) == 1:
+            return Param(value.reshape(-1), v.attrs["dimensions"][wide[0]])
+        return None
+    if v.opcode is Opcode.CONSTANT and v.literal.size and (v.literal == v.literal.flat[0]).all():
+        return Param(v.literal.reshape(-1)[:1].reshape(()), None)
+    return None
+
+
+@dataclass(frozen=True)
+class Dequantized:
+    """``dq(q)``: (f32(q) - zero_point) * scale."""
+    q: Instruction
+    scale: Param
+    zero_point: Param | None
+
+
+def dequantized(v: Instruction) -> Dequantized | None:
+    if v.opcode is not Opcode.MULTIPLY or v.shape.dtype != dtypes.F32:
+        return None
+    y, s = v.operands
+    scale = _param(s)
+    if scale is None:
+        return None
+    zp = None
+    if y.opcode is Opcode.SUBTRACT:
+        y, z = y.operands
+        zp = _param(z)
+        if zp is None:
+            return None
+    if y.opcode is not Opcode.CONVERT:
+        return None
+    q = y.operands[0]
+    if not q.shape.dtype.is_integer or q.shape.dtype.bits > 16:
+        return None
+    return Dequantized(q, scale, zp)
+
+
+@dataclass(frozen=True)
+class Quantized:
+    """``q(y)``: T(clamp(lo, round(y / scale) + zero_point, hi)); ``divide`` is y / scale."""
+    y: Instruction
+    divide: Instruction
+    scale: Param
+    zero_point: Param | None
+    out: dtypes.DType
+    lo: float
+    hi: float
+
+
+def quantized(v: Instruction) -> Quantized | None:
+    if v.opcode is not Opcode.CONVERT or not v.shape.dtype.is_integer:
+        return None
+    c = v.operands[0]
+    if c.opcode is not Opcode.CLAMP or c.shape.dtype != dtypes.F32:
+        return None
+    lo, r, hi = c.operands
+    lo_v, hi_v = known_value(lo), known_value(hi)
+    if lo_v is None or hi_v is None or lo_v.size != 1 or hi_v.size != 1:
+        return None
+    zp = None
+    if r.opcode is Opcode.ADD:
+        r, z = r.operands
+        zp = _param(z)
+        if zp is None:
+            return None
+    if r.opcode is not Opcode.ROUND_NEAREST_EVEN or r.operands[0].opcode is not Opcode.DIVIDE:
+        return None
+    divide = r.operands[0]
+    y, s = divide.operands
+    scale = _param(s)
+    if scale is None or y.shape.dtype != dtypes.F32:
+        return None
+    return Quantized(y, divide, scale, zp, v.shape.dtype, float(lo_v.reshape(())),
+                     float(hi_v.reshape(())))
+
+
+def _scalar(p: Param | None, default=0.0):
+    """The one value of a per-tensor parameter (``default`` for none), else None."""
+    if p is None:
+        return default
+    return p.scalar()
+
+
+def _widened(v: Instruction):
+    """``s32(x) - B(zx)`` or ``s32(x)`` with x 8-bit and zx a constant scalar:
+    (x, zx), else None."""
+    zx = 0
+    if v.opcode is Opcode.SUBTRACT:
+        v, z = v.operands
+        p = _param(z)
+        if p is None or p.axis is not None:
+            return None
+        zx = int(p.values)
+    if v.opcode is not Opcode.CONVERT or v.shape.dtype != dtypes.S32:
+        return None
+    x = v.operands[0]
+    if x.shape.dtype not in (dtypes.S8, dtypes.U8):
+        return None
+    return x, zx
+
+
+# --- rewriting ---------------------------------------------------------------------------
+
+class _Rewriter:
+    def __init__(self, module: Module):
+        self.module = module
+        self.comp: Computation = module.entry
+        self.users = self.comp.users()
+        self.replaced: dict[Instruction, Instruction] = {}
+        self._reducers: dict[dtypes.DType, Computation] = {}
+
+    def run(self) -> bool:
+        for instr in list(self.comp.instructions):
+            instr.operands = [self.replaced.get(o, o) for o in instr.operands]
+            for rule in (self._contraction, self._narrow, self._passthrough):
+                new = rule(instr)
+                if new is not None:
+                    self.replaced[instr] = new
+                    break
+        if not self.replaced:
+            return False
+        apply_replacements(self.comp, self.replaced)
+        return True
+
+    # -- building --
+    def add(self, opcode: Opcode, *operands: Instruction, shape: Shape | None = None,
+            called=(), metadata=None, **attrs) -> Instruction:
+        s = infer_shape(opcode, [o.shape for o in operands], attrs, called, shape)
+        return self.comp.add(Instruction(opcode, s, operands, attrs, called,
+                                         metadata=metadata))
+
+    def constant(self, value: np.ndarray, dtype: dtypes.DType, metadata=None) -> Instruction:
+        arr = np.array(np.asarray(value).astype(dtype.np), order="C")
+        return self.comp.add(Instruction(Opcode.CONSTANT, Shape.array(dtype, arr.shape),
+                                         literal=arr, metadata=metadata))
+
+    def spread(self, values: np.ndarray, dtype: dtypes.DType, dims, axis: int | None,
+               metadata=None) -> Instruction:
+        """B(values): a scalar, or one value per element of dim ``axis`` of ``dims``."""
+        c = self.constant(values, dtype, metadata)
+        return self.add(Opcode.BROADCAST, c, shape=Shape.array(dtype, dims),
+                        dimensions=() if axis is None else (axis,), metadata=metadata)
+
+    def single_use(self, *chain: Instruction) -> bool:
+        """Each value of ``chain`` but the last has exactly one user, the next one."""
+        return all(self.users[a] == [b] for a, b in zip(chain, chain[1:]))
+
+    # -- rule 1 --
+    def _contraction(self, v: Instruction) -> Instruction | None:
+        q = quantized(v)
+        if q is None or q.scale.axis is not None or (q.zero_point and q.zero_point.axis
+                                                     is not None):
+            return None
+        sy, zy = np.float32(q.scale.scalar()), np.float32(_scalar(q.zero_point))
+        if not sy > 0:
+            return None
+        lo, hi = np.float32(q.lo), np.float32(q.hi)
+        chain = [q.divide]          # what reads each value, back to the contraction
+        y = q.y
+        if y.opcode is Opcode.MAXIMUM and _param(y.operands[1]) is not None \
+                and _param(y.operands[1]).scalar() == 0:
+            lo = max(lo, zy)                             # q(max(y, 0)) = max(q(y), zy)
+            chain.append(y)
+            y = y.operands[0]
+        elif y.opcode is Opcode.CLAMP:
+            a, b = known_value(y.operands[0]), known_value(y.operands[2])
+            if a is None or b is None or a.size != 1 or b.size != 1:
+                return None
+            # q(clamp(a, y, b)) = clamp(q(a), q(y), q(b))
+            lo = max(lo, np.float32(np.rint(np.float32(a) / sy) + zy))
+            hi = min(hi, np.float32(np.rint(np.float32(b) / sy) + zy))
+            chain.append(y)
+            y = y.operands[1]
+        bias = None
+        if y.opcode is Opcode.ADD:
+            c, bb = y.operands
+            if c.opcode not in (Opcode.CONVOLUTION, Opcode.DOT):
+                c, bb = bb, c
+            bias = _param(bb)
+            if bias is None:
+                return None
+            chain.append(y)
+        else:
+            c = y
+        if c.opcode not in (Opcode.CONVOLUTION, Opcode.DOT) or c.shape.dtype != dtypes.F32:
+            return None
+        chain.append(c)
+        if not self.single_use(*reversed(chain)):
+            return None
+        form = _contraction_form(c)
+        if form is None:
+            return None
+        x_dq, w_dq, w_axis, out_axis = form
+        sx = _scalar(x_dq.scale, None)
+        zx = _scalar(x_dq.zero_point)
+        if sx is None or zx is None:
+            return None
+        cout = c.shape.dims[out_axis]
+        if bias is not None and bias.axis not in (None, out_axis):
+            return None
+        if (w_dq.scale.axis not in (None, w_axis)
+                or (w_dq.zero_point is not None and w_dq.zero_point.axis not in (None, w_axis))):
+            return None
+        sw = w_dq.scale.along(cout).astype(np.float32)
+        acc_scale = (np.float32(sx) * sw).astype(np.float32)
+        md = v.metadata
+        dims = c.shape.dims
+
+        def widened(dq: Dequantized) -> Instruction:
+            """s32(q) - B(zero point)"""
+            y32 = self.add(Opcode.CONVERT, dq.q, shape=dq.q.shape.with_dtype(dtypes.S32),
+                           metadata=md)
+            zero = dq.zero_point
+            if zero is not None and np.any(zero.values != 0):
+                y32 = self.add(Opcode.SUBTRACT, y32, self.spread(
+                    np.rint(zero.values), dtypes.S32, dq.q.shape.dims, zero.axis, md),
+                    metadata=md)
+            return y32
+        operands = (widened(x_dq), widened(w_dq))
+        operands = operands if form.x_first else operands[::-1]
+        acc = self.add(c.opcode, *operands, shape=Shape.array(dtypes.S32, ()), metadata=md,
+                       **c.attrs)
+        acc = self._narrow(acc) or acc          # rule 2 on what rule 1 made
+        bias_f = None if bias is None else bias.along(cout).astype(np.float32)
+        integral = bias_f is None
+        if bias_f is not None:
+            bq = np.rint(bias_f.astype(np.float64) / acc_scale.astype(np.float64))
+            wide = (bq * acc_scale.astype(np.float64)).astype(np.float32)
+            narrow = (bq.astype(np.float32) * acc_scale).astype(np.float32)
+            if np.all(np.abs(bq) < 2**31) and (np.array_equal(wide, bias_f)
+                                               or np.array_equal(narrow, bias_f)):
+                integral = True
+                acc = self.add(Opcode.ADD, acc, self.spread(bq, dtypes.S32, dims, out_axis, md),
+                               metadata=md)
+        f = self.add(Opcode.CONVERT, acc, shape=acc.shape.with_dtype(dtypes.F32), metadata=md)
+        if integral:
+            m = (acc_scale / sy).astype(np.float32)
+            f = self.add(Opcode.MULTIPLY, f, self.spread(m, dtypes.F32, dims, out_axis, md),
+                         metadata=md)
+        else:
+            f = self.add(Opcode.MULTIPLY, f, self.spread(acc_scale, dtypes.F32, dims,
+                                                         out_axis, md), metadata=md)
+            f = self.add(Opcode.ADD, f, self.spread(bias_f, dtypes.F32, dims, out_axis, md),
+                         metadata=md)
+            f = self.add(Opcode.DIVIDE, f, self.spread(sy, dtypes.F32, dims, None, md),
+                         metadata=md)
+        r = self.add(Opcode.ROUND_NEAREST_EVEN, f, metadata=md)
+        if zy:
+            r = self.add(Opcode.ADD, r, self.spread(zy, dtypes.F32, dims, None, md), metadata=md)
+        r = self.add(Opcode.CLAMP, self.constant(lo, dtypes.F32, md), r,
+                     self.constant(hi, dtypes.F32, md), metadata=md)
+        return self.add(Opcode.CONVERT, r, shape=v.shape, metadata=md)
+
+    # -- rule 2 --
+    def _narrow(self, c: Instruction) -> Instruction | None:
+        if c.opcode not in (Opcode.CONVOLUTION, Opcode.DOT) or c.shape.dtype != dtypes.S32:
+            return None
+        if c.opcode is Opcode.CONVOLUTION:
+            act_k, w_k = 0, 1
+        else:
+            act_k = 0 if _widened(c.operands[0]) is not None else 1
+            w_k = 1 - act_k
+        act, w = _widened(c.operands[act_k]), c.operands[w_k]
+        if act is None:
+            return None
+        wv = known_value(w, limit=None)
+        if wv is None:
+            return None
+        wv = wv.astype(np.int64)
+        wt = next((t for t in (dtypes.S8, dtypes.S16)
+                   if wv.size == 0 or (wv.min() >= t.info.min and wv.max() <= t.info.max)), None)
+        if wt is None:
+            return None
+        x, zx = act
+        md = c.metadata
+        attrs = dict(c.attrs)
+        if c.opcode is Opcode.CONVOLUTION:
+            win = attrs["window"]
+            if attrs.get("batch_group_count", 1) != 1:
+                return None
+            if zx and (any(win.pad_low) or any(win.pad_high)):
+                if any(d != 1 for d in win.lhs_dilation):
+                    return None
+                dn = attrs["dimension_numbers"]
+                low, high = [0] * x.shape.rank, [0] * x.shape.rank
+                for i, d in enumerate(dn.input_spatial):
+                    low[d], high[d] = win.pad_low[i], win.pad_high[i]
+                x = self.add(Opcode.PAD, x, self.constant(zx, x.shape.dtype, md), metadata=md,
+                             padding=PaddingConfig(low, high, [0] * x.shape.rank))
+                attrs["window"] = Window(win.size, win.stride, (0,) * win.rank,
+                                         (0,) * win.rank, win.lhs_dilation, win.rhs_dilation)
+        wn = self.constant(wv, wt, md)
+        operands = [None, None]
+        operands[act_k], operands[w_k] = x, wn
+        acc = self.add(c.opcode, *operands, shape=Shape.array(dtypes.S32, ()), metadata=md,
+                       **attrs)
+        if not zx:
+            return acc
+        # sum_k (x_k - zx) W_k = sum_k x_k W_k - zx sum_k W_k
+        if c.opcode is Opcode.CONVOLUTION:
+            dn = attrs["dimension_numbers"]
+            kept = (dn.kernel_output,)
+            out_dims = (dn.output_feature,)
+        else:
+            dn = attrs["dimension_numbers"]
+            contracting = dn.rhs_contracting if w_k == 1 else dn.lhs_contracting
+            batch = dn.rhs_batch if w_k == 1 else dn.lhs_batch
+            kept = tuple(d for d in range(wv.ndim) if d not in contracting)
+            nb = len(batch)
+            free = tuple(d for d in kept if d not in batch)
+            # the result's dims: batch, lhs free, rhs free; W's sums must be in that order
+            if kept != tuple(batch) + free:
+                return None
+            lhs_free = c.operands[0].shape.rank - nb - len(dn.lhs_contracting)
+            start = nb + (lhs_free if w_k == 1 else 0)
+            out_dims = tuple(range(nb)) + tuple(start + i for i in range(len(free)))
+        summed = wv.sum(axis=tuple(d for d in range(wv.ndim) if d not in kept))
+        corr = self.constant(-zx * summed, dtypes.S32, md)
+        corr = self.add(Opcode.BROADCAST, corr, shape=acc.shape, dimensions=out_dims,
+                        metadata=md)
+        return self.add(Opcode.ADD, acc, corr, metadata=md)
+
+    # -- rule 3 --
+    def _passthrough(self, v: Instruction) -> Instruction | None:
+        q = quantized(v)
+        if q is None or q.scale.axis is not None or (q.zero_point and q.zero_point.axis
+                                                     is not None):
+            return None
+        t = q.out
+        if (q.lo, q.hi) != (float(t.info.min), float(t.info.max)):
+            return None
+        sy, zy = q.scale.scalar(), _scalar(q.zero_point)
+        if not sy > 0:
+            return None
+
+        def same(dq: Dequantized | None) -> bool:
+            return (dq is not None and dq.q.shape.dtype == t and dq.scale.axis is None
+                    and np.float32(dq.scale.scalar()) == np.float32(sy)
+                    and _scalar(dq.zero_point) == zy)
+
+        f = q.y
+        direct = dequantized(f)
+        if same(direct):
+            return direct.q                      # q(dq(x)) = x
+        if f.opcode not in _PASSTHROUGH:
+            return None
+        md = v.metadata
+        if f.opcode is Opcode.PAD:
+            dq, p = dequantized(f.operands[0]), known_value(f.operands[1])
+            if not same(dq) or p is None:
+                return None
+            pad = np.clip(np.rint(np.float32(p) / np.float32(sy)) + zy, t.info.min, t.info.max)
+            return self.add(Opcode.PAD, dq.q, self.constant(pad, t, md), metadata=md,
+                            **f.attrs)
+        if f.opcode in (Opcode.REDUCE_WINDOW, Opcode.REDUCE):
+            reducer = f.called[0]
+            if (len(f.operands) != 2 or reducer.root.opcode is not Opcode.MAXIMUM
+                    or len(reducer.instructions) != 3):
+                return None
+            dq, init = dequantized(f.operands[0]), known_value(f.operands[1])
+            if not same(dq) or init is None:
+                return None
+            start = np.clip(np.rint(np.float32(init) / np.float32(sy)) + zy, t.info.min,
+                            t.info.max) if np.isfinite(init) else \
+                (t.info.min if init < 0 else t.info.max)
+            return self.add(f.opcode, dq.q, self.constant(start, t, md),
+                            called=[self._max(t)], metadata=md, **f.attrs)
+        dqs = [dequantized(o) for o in f.operands]
+        if not all(same(dq) for dq in dqs):
+            return None
+        shape = None if f.opcode in (Opcode.TRANSPOSE, Opcode.SLICE, Opcode.REVERSE,
+                                     Opcode.COPY, Opcode.CONCATENATE) \
+            else f.shape.with_dtype(t)
+        return self.add(f.opcode, *(dq.q for dq in dqs), shape=shape, metadata=md, **f.attrs)
+
+    def _max(self, dtype: dtypes.DType) -> Computation:
+        if dtype not in self._reducers:
+            comp = scalar_computation(f"maximum_{dtype.name}", Opcode.MAXIMUM, dtype)
+            self._reducers[dtype] = self.module.add_computation(comp)
+        return self._reducers[dtype]
+
+
+@dataclass(frozen=True)
+class _Form:
+    """A float dot / convolution of a dequantized tensor and dequantized constant weights."""
+    x: Dequantized
+    w: Dequantized
+    w_axis: int           # the weights' dim that is an output channel
+    out_axis: int         # where it lands in the result
+    x_first: bool         # x is operand 0
+
+    def __iter__(self):
+        return iter((self.x, self.w, self.w_axis, self.out_axis))
+
+
+def _contraction_form(c: Instruction) -> _Form | None:
+    a, b = (dequantized(o) for o in c.operands)
+    if a is None or b is None:
+        return None
+    if c.opcode is Opcode.CONVOLUTION:
+        dn = c.attrs["dimension_numbers"]
+        if b.q.opcode is not Opcode.CONSTANT:
+            return None
+        return _Form(a, b, dn.kernel_output, dn.output_feature, True)
+    dn = c.attrs["dimension_numbers"]
+    for x, w, k in ((a, b, 1), (b, a, 0)):
+        if w.q.opcode is not Opcode.CONSTANT:
+            continue
+        rank = w.q.shape.rank
+        batch = dn.rhs_batch if k == 1 else dn.lhs_batch
+        contracting = dn.rhs_contracting if k == 1 else dn.lhs_contracting
+        free = [d for d in range(rank) if d not in batch + contracting]
+        if len(free) != 1:
+            continue
+        nb = len(batch)
+        lhs_free = c.operands[0].shape.rank - nb - len(dn.lhs_contracting)
+        out_axis = nb + (lhs_free if k == 1 else 0)
+        return _Form(x, w, free[0], out_axis, k == 1)
+    return None

@@ -1,0 +1,45 @@
+"""The networks of benchmarks/memory_models.py quantized as users quantize them
+(benchmarks/int8.py: onnxruntime.quantization's QDQ, per channel, int8, calibrated on
+seeded random inputs), and their outputs from xlac's build for this machine: integer
+arithmetic gives every target the same bits, so builds for other targets must match it
+exactly.
+"""
+from __future__ import annotations
+
+import sys
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+import xlac
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from int8 import quantize  # noqa: E402
+from memory_models import MODELS  # noqa: E402
+
+SUFFIX = "_int8"
+
+
+def is_quantized(name: str) -> bool:
+    return name.endswith(SUFFIX)
+
+
+@lru_cache(maxsize=None)
+def _quantized_bytes(name: str) -> bytes:
+    with tempfile.TemporaryDirectory() as folder:
+        return onnx.load(quantize(MODELS[name](), folder, name, "qdq")).SerializeToString()
+
+
+def quantized(name: str) -> onnx.ModelProto:
+    """``name`` + "_int8": the quantized model (a fresh copy, built once per session)."""
+    return onnx.load_from_string(_quantized_bytes(name.removesuffix(SUFFIX)))
+
+
+def host_outputs(model: onnx.ModelProto, inputs: list[np.ndarray], folder: Path):
+    """The model's outputs from xlac's build for this machine."""
+    result = xlac.compile(model, folder / "host.o", name="host")
+    return xlac.load(result.output)(*inputs)

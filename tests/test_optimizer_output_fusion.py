@@ -1,0 +1,132 @@
+"""Output fusion: an integer convolution or dot takes its requantization, on HLO text."""
+import numpy as np
+
+from xlac.hlo import Opcode, dtypes
+from xlac.hlo.evaluator import evaluate
+from xlac.hlo.text import parse_module
+from xlac.hlo.verifier import verify
+from xlac.optimizer import DeadCodeElimination, InstructionFusion
+from xlac.optimizer.fusion import OutputFusion
+from test_optimizer_quantization import integers, lit, module, shape
+
+X, Y = (1, 2, 5, 5), (1, 3, 5, 5)
+S32, F32 = shape("s32", Y), shape("f32", Y)
+
+
+def requantized(tail: str = "", root: str | None = None, residual: str = "") -> str:
+    """conv(pad(x, -3), w) in s32, then T(clamp(lo, round(f32(acc + B(b)) * B(m)) + zy,
+    hi)); ``tail`` goes on after the s8 value %y."""
+    w = integers((3, 2, 3, 3))
+    params = f"x: {shape('s8', X)}" + (f", r: {shape('s8', Y)}" if residual else "")
+    body = f"""
+      %x = {shape('s8', X)} parameter(0){residual}
+      %zx = s8[]{{}} constant(-3)
+      %pad = {shape('s8', (1, 2, 7, 7))} pad({shape('s8', X)} %x, s8[]{{}} %zx), padding=0_0x0_0x1_1x1_1
+      %w = {shape('s8', (3, 2, 3, 3))} constant({lit(w, dtypes.S8)})
+      %conv = {S32} convolution({shape('s8', (1, 2, 7, 7))} %pad, {shape('s8', (3, 2, 3, 3))} %w), window={{size=3x3}}, dim_labels=bf01_oi01->bf01
+      %b = s32[3]{{0}} constant({{100, -2000, 7}})
+      %bb = {S32} broadcast(s32[3]{{0}} %b), dimensions={{1}}
+      %acc = {S32} add({S32} %conv, {S32} %bb)
+      %f = {F32} convert({S32} %acc)
+      %m = f32[3]{{0}} constant({{0.001, 0.0005, 0.002}})
+      %mb = {F32} broadcast(f32[3]{{0}} %m), dimensions={{1}}
+      %scaled = {F32} multiply({F32} %f, {F32} %mb)
+      %rounded = {F32} round-nearest-even({F32} %scaled)
+      %lo = f32[]{{}} constant(-128)
+      %hi = f32[]{{}} constant(127)
+      %clamped = {F32} clamp(f32[]{{}} %lo, {F32} %rounded, f32[]{{}} %hi)
+      %y = {shape('s8', Y)} convert({F32} %clamped){tail}"""
+    if root:
+        body += f"\n      ROOT {root}"
+    return module(params, root.split(" ")[2] if root else shape("s8", Y), body)
+
+
+def fused(text: str, loop_fusion: bool = False):
+    m = parse_module(text)
+    args = [integers(p.shape.dims) for p in m.entry.parameters]
+    before = evaluate(m, args)
+    changed = OutputFusion().run(m)
+    if loop_fusion:
+        InstructionFusion().run(m)
+    DeadCodeElimination().run(m)
+    verify(m)
+    for a, b in zip(before, evaluate(m, args)):
+        np.testing.assert_array_equal(a, b)
+    return m, changed
+
+
+def output_fusions(m):
+    return [i for i in m.entry.instructions
+            if i.opcode is Opcode.FUSION and i.attrs["kind"] == "kOutput"]
+
+
+def fused_ops(fusion) -> list[str]:
+    return [i.opcode.text for i in fusion.called[0].instructions
+            if i.opcode not in (Opcode.PARAMETER, Opcode.CONSTANT)]
+
+
+def test_integer_convolution_takes_its_requantization_and_its_input_padding():
+    m, changed = fused(requantized())
+    assert changed
+    (fusion,) = output_fusions(m)
+    assert m.entry.root is fusion and fusion.shape.dtype == dtypes.S8
+    assert fused_ops(fusion)[:2] == ["pad", "convolution"]
+    assert fused_ops(fusion)[-1] == "convert"
+    x = m.entry.parameters[0]
+    assert fusion.operands[0] is x      # the kernel reads x and pads as it reads
+
+
+def test_epilogue_is_cut_back_to_its_narrowest_value():
+    # y is dequantized again for a reduction: the s8 value is what goes to memory
+    text = requantized(tail=f"""
+      %yf = {F32} convert({shape('s8', Y)} %y)
+      %zero = f32[]{{}} constant(0)""", root=f"%sum = f32[]{{}} reduce({F32} %yf, f32[]{{}} "
+                                           f"%zero), dimensions={{0,1,2,3}}, to_apply=%add")
+    text = text.replace("HloModule m\n", "HloModule m\n\n%add (a: f32[]{}, b: f32[]{}) -> "
+                        "f32[]{} {\n  %a = f32[]{} parameter(0)\n  %b = f32[]{} parameter(1)\n"
+                        "  ROOT %s = f32[]{} add(f32[]{} %a, f32[]{} %b)\n}\n")
+    m, changed = fused(text)
+    (fusion,) = output_fusions(m)
+    assert fusion.shape.dtype == dtypes.S8
+
+
+def test_does_not_fuse_a_float_convolution():
+    text = f"""HloModule m
+
+ENTRY %main (x: {shape('f32', X)}, w: {shape('f32', (3, 2, 3, 3))}) -> {F32} {{
+  %x = {shape('f32', X)} parameter(0)
+  %w = {shape('f32', (3, 2, 3, 3))} parameter(1)
+  %conv = {F32} convolution({shape('f32', X)} %x, {shape('f32', (3, 2, 3, 3))} %w), window={{size=3x3 pad=1_1x1_1}}, dim_labels=bf01_oi01->bf01
+  ROOT %t = {F32} tanh({F32} %conv)
+}}
+"""
+    m = parse_module(text)
+    assert not OutputFusion().run(m)
+
+
+def test_does_not_take_a_value_the_epilogue_cannot_index():
+    # the transpose reads y at other elements: the epilogue stops before it
+    text = requantized(tail=f"""
+      %yt = {shape('s8', Y)} transpose({shape('s8', Y)} %y), dimensions={{0,1,3,2}}
+      %yy = {shape('s8', Y)} add({shape('s8', Y)} %y, {shape('s8', Y)} %yt)""")
+    m, _ = fused(text, loop_fusion=True)
+    (fusion,) = output_fusions(m)
+    assert fused_ops(fusion)[-1] == "convert" and "transpose" not in fused_ops(fusion)
+
+
+def test_loop_fusion_brings_a_dequantized_residual_into_the_epilogue():
+    # y + dq(r): the dequantization of the other input runs inside the kernel's epilogue
+    text = requantized(residual=f"""
+      %r = {shape('s8', Y)} parameter(1)""", tail=f"""
+      %yf = {F32} convert({shape('s8', Y)} %y)
+      %rf = {F32} convert({shape('s8', Y)} %r)
+      %half = f32[]{{}} constant(0.5)
+      %halfb = {F32} broadcast(f32[]{{}} %half), dimensions={{}}
+      %rs = {F32} multiply({F32} %rf, {F32} %halfb)
+      %sum = {F32} add({F32} %yf, {F32} %rs)
+      %out = {shape('s8', Y)} convert({F32} %sum)""")
+    m, _ = fused(text, loop_fusion=True)
+    (fusion,) = output_fusions(m)
+    assert m.entry.root is fusion
+    r = m.entry.parameters[1]
+    assert r in fusion.operands and "multiply" in fused_ops(fusion)[-4:]

@@ -1,0 +1,304 @@
+"""Quantized arithmetic: QDQ models onto their integers, on HLO text.
+
+Each case is a module in the importer's form of DequantizeLinear / QuantizeLinear (see
+importers/onnx/quantization.py), run through the pass and DCE; the result is checked in
+its text and by evaluating both modules: exactly equal where the rule is exact, within
+one quantization step where it is onnxruntime's integer arithmetic in place of the
+float model's.
+"""
+import numpy as np
+import pytest
+
+from xlac.hlo import dtypes
+from xlac.hlo.evaluator import evaluate
+from xlac.hlo.literal_text import format_literal
+from xlac.hlo.text import parse_module, print_module
+from xlac.hlo.verifier import verify
+from xlac.optimizer import DeadCodeElimination
+from xlac.optimizer.quantization import QuantizedArithmetic
+
+RNG = np.random.default_rng(8)
+
+
+def lit(value, dtype) -> str:
+    return format_literal(np.asarray(value, dtype.np), dtype)
+
+
+def shape(dtype: str, dims) -> str:
+    layout = ",".join(str(d) for d in reversed(range(len(dims))))
+    return f"{dtype}[{','.join(map(str, dims))}]{{{layout}}}"
+
+
+def dq(name: str, src: str, dims, zero_point, scale, axis=None, src_type="s8") -> str:
+    """DequantizeLinear as the importer writes it: (f32(src) - B(zp)) * B(scale)."""
+    f, one = shape("f32", dims), "f32[]{}" if axis is None else shape("f32", (dims[axis],))
+    bdims = "" if axis is None else str(axis)
+    return f"""
+      %{name}.f = {f} convert({shape(src_type, dims)} %{src})
+      %{name}.zp = {one} constant({lit(zero_point, dtypes.F32)})
+      %{name}.zpb = {f} broadcast({one} %{name}.zp), dimensions={{{bdims}}}
+      %{name}.c = {f} subtract({f} %{name}.f, {f} %{name}.zpb)
+      %{name}.s = {one} constant({lit(scale, dtypes.F32)})
+      %{name}.sb = {f} broadcast({one} %{name}.s), dimensions={{{bdims}}}
+      %{name} = {f} multiply({f} %{name}.c, {f} %{name}.sb)"""
+
+
+def q(name: str, src: str, dims, zero_point, scale, out="s8") -> str:
+    """QuantizeLinear as the importer writes it: T(clamp(lo, round(y / B(s)) + B(zp), hi))."""
+    f = shape("f32", dims)
+    info = np.iinfo(dtypes.by_name(out).np)
+    return f"""
+      %{name}.s = f32[]{{}} constant({lit(scale, dtypes.F32)})
+      %{name}.sb = {f} broadcast(f32[]{{}} %{name}.s), dimensions={{}}
+      %{name}.d = {f} divide({f} %{src}, {f} %{name}.sb)
+      %{name}.r = {f} round-nearest-even({f} %{name}.d)
+      %{name}.zp = f32[]{{}} constant({zero_point})
+      %{name}.zpb = {f} broadcast(f32[]{{}} %{name}.zp), dimensions={{}}
+      %{name}.a = {f} add({f} %{name}.r, {f} %{name}.zpb)
+      %{name}.lo = f32[]{{}} constant({info.min})
+      %{name}.hi = f32[]{{}} constant({info.max})
+      %{name}.k = {f} clamp(f32[]{{}} %{name}.lo, {f} %{name}.a, f32[]{{}} %{name}.hi)
+      %{name} = {shape(out, dims)} convert({f} %{name}.k)"""
+
+
+def module(params: str, result: str, body: str, extra: str = "") -> str:
+    """An entry over ``body``'s instructions, the last of them the root."""
+    lines = [line.strip() for line in body.splitlines() if line.strip()]
+    if not any(line.startswith("ROOT ") for line in lines):
+        lines[-1] = "ROOT " + lines[-1]
+    return (f"HloModule m\n{extra}\nENTRY %main ({params}) -> {result} {{\n"
+            + "".join(f"  {line}\n" for line in lines) + "}\n")
+
+
+def rewrite(text: str):
+    """(module before, module after, whether the pass changed it)."""
+    before, after = parse_module(text), parse_module(text)
+    changed = QuantizedArithmetic().run(after)
+    DeadCodeElimination().run(after)
+    verify(after)
+    return before, after, changed
+
+
+def integers(dims, dtype=np.int8):
+    info = np.iinfo(dtype)
+    return RNG.integers(info.min, info.max, dims, endpoint=True).astype(dtype)
+
+
+def steps_apart(before, after, args) -> np.ndarray:
+    (a,), (b,) = evaluate(before, args), evaluate(after, args)
+    return np.abs(a.astype(np.int64) - b.astype(np.int64))
+
+
+# --- rule 1: QDQ convolutions and dots -----------------------------------------------
+
+X = (1, 2, 5, 5)
+Y = (1, 3, 7, 7)
+SX = np.float32(0.05)
+SW = np.array([0.01, 0.02, 0.03], np.float32)
+W = np.array([[[[90]], [[-20]]], [[[-127]], [[33]]], [[[5]], [[64]]]], np.int8)
+BQ = np.array([700, -1500, 0], np.int32)
+
+
+def qdq_conv(bias_values, relu=True, shared=False, per_input_channel=False):
+    """q(relu(conv(dq(x), dq(w)) + B(bias))) with a 1x1 kernel and padding 1; ``shared``:
+    the float convolution also feeds a second output; ``per_input_channel``: the weight
+    scales vary along the weights' input channels."""
+    f = shape("f32", Y)
+    act = f"""
+      %zero = f32[]{{}} constant(0)
+      %zerob = {f} broadcast(f32[]{{}} %zero), dimensions={{}}
+      %act = {f} maximum({f} %biased, {f} %zerob)""" if relu else ""
+    w_dq = dq("dqw", "w", W.shape, np.zeros(2), SW[:2], axis=1) if per_input_channel \
+        else dq("dqw", "w", W.shape, np.zeros(3), SW, axis=0)
+    body = f"""
+      %x = {shape('s8', X)} parameter(0)""" + dq("dqx", "x", X, -3, SX) + f"""
+      %w = {shape('s8', W.shape)} constant({lit(W, dtypes.S8)})""" + w_dq + f"""
+      %conv = {f} convolution({shape('f32', X)} %dqx, {shape('f32', W.shape)} %dqw), window={{size=1x1 pad=1_1x1_1}}, dim_labels=bf01_oi01->bf01
+      %bias = f32[3]{{0}} constant({lit(bias_values, dtypes.F32)})
+      %biasb = {f} broadcast(f32[3]{{0}} %bias), dimensions={{1}}
+      %biased = {f} add({f} %conv, {f} %biasb)""" + act + q("out", "act" if relu else "biased",
+                                                             Y, -100, 0.1)
+    if not shared:
+        return module(f"x: {shape('s8', X)}", shape("s8", Y), body)
+    both = f"({shape('s8', Y)}, {f})"
+    return module(f"x: {shape('s8', X)}", both, body + f"""
+      ROOT %t = {both} tuple({shape('s8', Y)} %out, {f} %conv)""")
+
+
+def conv_args():
+    return [integers(X)]
+
+
+def test_qdq_convolution_runs_on_int8_with_the_zero_point_as_padding():
+    bias = (BQ * (SX * SW).astype(np.float32)).astype(np.float32)
+    before, after, changed = rewrite(qdq_conv(bias))
+    assert changed
+    text = print_module(after)
+    assert "f32[1,3,7,7]{3,2,1,0} convolution" not in text
+    assert "s32[1,3,7,7]{3,2,1,0} convolution(s8[1,2,7,7]{3,2,1,0} %pad" in text
+    assert "constant(-3)" in text and "padding=0_0x0_0x1_1x1_1" in text    # pad with zx
+    assert "constant(-100)" in text          # ReLU: the lower bound is the zero point
+    for _ in range(5):
+        diff = steps_apart(before, after, conv_args())
+        assert diff.max() <= 1 and (diff == 0).mean() > 0.95
+
+
+def test_qdq_convolution_keeps_a_bias_that_is_not_an_integer_in_float():
+    bias = np.array([0.3, -0.01, 2.0], np.float32)
+    before, after, changed = rewrite(qdq_conv(bias, relu=False))
+    assert changed
+    text = print_module(after)
+    assert "s8[3,2,1,1]{3,2,1,0} constant" in text and " divide(" in text
+    diff = steps_apart(before, after, conv_args())
+    assert diff.max() <= 1
+
+
+def test_does_not_rewrite_a_convolution_with_other_users():
+    # the float convolution stays for its other user: computing it twice saves nothing
+    _, _, changed = rewrite(qdq_conv(np.zeros(3, np.float32), shared=True))
+    assert not changed
+
+
+def test_does_not_rewrite_per_input_channel_weight_scales():
+    # scales along the weights' input channels cannot leave the contraction
+    _, _, changed = rewrite(qdq_conv(np.zeros(3, np.float32), per_input_channel=True))
+    assert not changed
+
+
+def qdq_gemm():
+    """Gemm's dot (transB) with weights per output column and an integer bias."""
+    x, w, y = (1, 4), (3, 4), (1, 3)
+    wv = integers(w)
+    bq = np.array([-50, 9, 1000], np.int32)
+    f = shape("f32", y)
+    return module(f"x: {shape('u8', x)}", shape("u8", y), f"""
+      %x = {shape('u8', x)} parameter(0)""" + dq("dqx", "x", x, 128, SX, src_type="u8") + f"""
+      %w = {shape('s8', w)} constant({lit(wv, dtypes.S8)})""" +
+                  dq("dqw", "w", w, np.zeros(3), SW, axis=0) + f"""
+      %dot = {f} dot({shape('f32', x)} %dqx, {shape('f32', w)} %dqw), lhs_contracting_dims={{1}}, rhs_contracting_dims={{1}}
+      %bias = f32[3]{{0}} constant({lit(bq * (SX * SW).astype(np.float32), dtypes.F32)})
+      %biasb = {f} broadcast(f32[3]{{0}} %bias), dimensions={{1}}
+      %biased = {f} add({f} %dot, {f} %biasb)""" + q("out", "biased", y, 7, 0.2, out="u8"))
+
+
+def test_qdq_dot_with_per_column_weights_runs_on_integers():
+    before, after, changed = rewrite(qdq_gemm())
+    assert changed
+    text = print_module(after)
+    assert "s32[1,3]{1,0} dot(u8[1,4]{1,0} %x, s8[3,4]{1,0} %" in text
+    for _ in range(20):
+        diff = steps_apart(before, after, [integers((1, 4), np.uint8)])
+        assert diff.max() <= 1
+
+
+# --- rule 2: integer contractions on the narrow types ---------------------------------
+
+def integer_conv(w_zero_point: int) -> str:
+    """ConvInteger's form: conv(s32(x) - B(zx), s32(w) - B(zw)) in s32."""
+    x, w, y = (1, 2, 4, 4), (2, 2, 3, 3), (1, 2, 4, 4)
+    s = {k: shape("s32", d) for k, d in (("x", x), ("w", w), ("y", y))}
+    return module(f"x: {shape('u8', x)}", s["y"], f"""
+      %x = {shape('u8', x)} parameter(0)
+      %x32 = {s['x']} convert({shape('u8', x)} %x)
+      %zx = s32[]{{}} constant(131)
+      %zxb = {s['x']} broadcast(s32[]{{}} %zx), dimensions={{}}
+      %xc = {s['x']} subtract({s['x']} %x32, {s['x']} %zxb)
+      %w = {shape('u8', w)} constant({lit(integers(w, np.uint8), dtypes.U8)})
+      %w32 = {s['w']} convert({shape('u8', w)} %w)
+      %zw = s32[]{{}} constant({w_zero_point})
+      %zwb = {s['w']} broadcast(s32[]{{}} %zw), dimensions={{}}
+      %wc = {s['w']} subtract({s['w']} %w32, {s['w']} %zwb)
+      ROOT %conv = {s['y']} convolution({s['x']} %xc, {s['w']} %wc), window={{size=3x3 pad=1_1x1_1}}, dim_labels=bf01_oi01->bf01""")
+
+
+@pytest.mark.parametrize("w_zero_point, w_type", [(128, "s8"), (100, "s16")])
+def test_integer_convolution_reads_its_operands_narrow(w_zero_point, w_type):
+    before, after, changed = rewrite(integer_conv(w_zero_point))
+    assert changed
+    text = print_module(after)
+    assert f"convolution(u8[1,2,6,6]{{3,2,1,0}} %pad, {w_type}[2,2,3,3]" in text
+    args = [integers((1, 2, 4, 4), np.uint8)]
+    np.testing.assert_array_equal(evaluate(before, args)[0], evaluate(after, args)[0])
+
+
+def test_integer_dot_subtracts_the_zero_point_times_the_weight_sums():
+    x, w = (3, 5), (5, 2)
+    s = {k: shape("s32", d) for k, d in (("x", x), ("w", w), ("y", (3, 2)))}
+    text = module(f"x: {shape('s8', x)}", s["y"], f"""
+      %x = {shape('s8', x)} parameter(0)
+      %x32 = {s['x']} convert({shape('s8', x)} %x)
+      %zx = s32[]{{}} constant(-17)
+      %zxb = {s['x']} broadcast(s32[]{{}} %zx), dimensions={{}}
+      %xc = {s['x']} subtract({s['x']} %x32, {s['x']} %zxb)
+      %w = {s['w']} constant({lit(integers(w), dtypes.S32)})
+      ROOT %dot = {s['y']} dot({s['x']} %xc, {s['w']} %w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}""")
+    before, after, changed = rewrite(text)
+    assert changed
+    assert "dot(s8[3,5]{1,0} %x, s8[5,2]{1,0}" in print_module(after)
+    args = [integers(x)]
+    np.testing.assert_array_equal(evaluate(before, args)[0], evaluate(after, args)[0])
+
+
+def test_does_not_narrow_weights_known_only_at_run_time():
+    x = (3, 5)
+    s = shape("s32", x)
+    text = module(f"x: {shape('s8', x)}, w: {shape('s32', (5, 2))}", shape("s32", (3, 2)), f"""
+      %x = {shape('s8', x)} parameter(0)
+      %w = {shape('s32', (5, 2))} parameter(1)
+      %x32 = {s} convert({shape('s8', x)} %x)
+      ROOT %dot = s32[3,2]{{1,0}} dot({s} %x32, s32[5,2]{{1,0}} %w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}""")
+    _, _, changed = rewrite(text)
+    assert not changed
+
+
+# --- rule 3: movement and max-pooling on the integers ---------------------------------
+
+MAX_S8 = """
+%maximum_f32 (a: f32[]{}, b: f32[]{}) -> f32[]{} {
+  %a = f32[]{} parameter(0)
+  %b = f32[]{} parameter(1)
+  ROOT %maximum = f32[]{} maximum(f32[]{} %a, f32[]{} %b)
+}
+"""
+
+
+def pooled(q_scale: float) -> str:
+    x, y = (1, 2, 4, 4), (1, 2, 2, 2)
+    f = shape("f32", y)
+    return module(f"x: {shape('s8', x)}", shape("s8", y), f"""
+      %x = {shape('s8', x)} parameter(0)""" + dq("dqx", "x", x, 5, 0.25) + f"""
+      %low = f32[]{{}} constant(-inf)
+      %pool = {f} reduce-window({shape('f32', x)} %dqx, f32[]{{}} %low), window={{size=1x1x3x3 stride=1x1x2x2 pad=0_0x0_0x1_0x1_0}}, to_apply=%maximum_f32""" +
+                  q("out", "pool", y, 5, q_scale), extra=MAX_S8)
+
+
+def test_max_pool_runs_on_the_integers():
+    before, after, changed = rewrite(pooled(0.25))
+    assert changed
+    text = print_module(after)
+    assert "s8[1,2,2,2]{3,2,1,0} reduce-window(s8[1,2,4,4]{3,2,1,0} %x, s8[]{} %" in text
+    assert "f32[1,2,2,2]" not in text.split("ENTRY")[1]
+    for _ in range(5):
+        args = [integers((1, 2, 4, 4))]
+        np.testing.assert_array_equal(evaluate(before, args)[0], evaluate(after, args)[0])
+
+
+def test_does_not_pool_on_integers_that_change_scale():
+    _, _, changed = rewrite(pooled(0.5))
+    assert not changed
+
+
+def test_reshape_and_transpose_pass_through_and_quantize_of_dequantize_is_the_value():
+    x = (2, 3, 4)
+    f = shape("f32", x)
+    text = module(f"x: {shape('s8', x)}", shape("s8", (4, 6)), f"""
+      %x = {shape('s8', x)} parameter(0)""" + dq("dqx", "x", x, -1, 0.5) + f"""
+      %t = f32[4,2,3]{{2,1,0}} transpose({f} %dqx), dimensions={{2,0,1}}""" +
+                  q("qt", "t", (4, 2, 3), -1, 0.5) + dq("dqt", "qt", (4, 2, 3), -1, 0.5) + f"""
+      %r = f32[4,6]{{1,0}} reshape(f32[4,2,3]{{2,1,0}} %dqt)""" + q("out", "r", (4, 6), -1, 0.5))
+    before, after, changed = rewrite(text)
+    assert changed
+    body = print_module(after).split("ENTRY")[1]
+    assert "f32" not in body.split("->")[1]
+    args = [integers(x)]
+    np.testing.assert_array_equal(evaluate(before, args)[0], evaluate(after, args)[0])
