@@ -143,7 +143,7 @@ def compile(model, output, *, name: str | None = None, target: str | None = None
             cpu: str | None = None, features: str | None = None, emit: str = "obj",
             input_shapes: dict | None = None,
             opt_level: int = 2, report: bool = False, dump_passes=None,
-            const_inputs: dict | None = None, strict: bool = False,
+            const_inputs: dict | None = None, strict: bool = False, parallel: bool = False,
             progress: Progress | None = None) -> CompileResult:
     """Compile ``model`` (an ONNX path, bytes or ModelProto) into ``output`` and the
     header beside it (``output`` with suffix ``.h``).
@@ -157,7 +157,10 @@ def compile(model, output, *, name: str | None = None, target: str | None = None
     give shapes, axes or counts). ``dump_passes`` names a
     folder that receives the HLO after each pass. Raises ``XlacError`` for bad input;
     warns (``XlacWarning``) where the model may be compiled wrong (an ONNX opset newer
-    than the onnx package knows), which ``strict`` makes an error.
+    than the onnx package knows), which ``strict`` makes an error. ``parallel`` adds
+    NAME_run_parallel, the entry that hands its big loops and kernels to the caller's
+    thread pool (``xlac.load(..., threads=N)``); its code is separate from NAME_run's,
+    which stays as it is.
     """
     _check_mapping("input_shapes", input_shapes, '{"x": (1, 64)}')
     _check_mapping("const_inputs", const_inputs, '{"k": np.array([1, 2])}')
@@ -169,7 +172,7 @@ def compile(model, output, *, name: str | None = None, target: str | None = None
                             features=features, emit_kind=emit,
                             input_shapes=input_shapes or {}, const_inputs=const_inputs or {},
                             opt_level=opt_level, want_report=report, dump_passes=dump_passes,
-                            progress=progress or Progress())
+                            parallel=parallel, progress=progress or Progress())
         except XlacWarning as w:
             raise XlacError(f"{w} (an error with strict=True)",
                             cli=f"{w} (an error with --strict)") from None
@@ -182,7 +185,7 @@ def _check_mapping(what: str, value, example: str) -> None:
 
 
 def _compile(model, output, *, name, target, cpu, features, emit_kind, input_shapes,
-             const_inputs, opt_level, want_report, dump_passes,
+             const_inputs, opt_level, want_report, dump_passes, parallel: bool,
              progress: Progress) -> CompileResult:
     output = Path(os.fspath(output))
     header = output.with_suffix(".h")
@@ -236,7 +239,7 @@ def _compile(model, output, *, name, target, cpu, features, emit_kind, input_sha
                      "hlo": ()}[emit_kind]
             artifact = emit(module, assignment,
                             EmitOptions(name, triple=target, cpu=cpu, features=features,
-                                        opt_level=opt_level),
+                                        opt_level=opt_level, parallel=parallel),
                             kinds=kinds)
             body = {
                 "obj": lambda: artifact.object_code,

@@ -58,6 +58,12 @@ typedef struct xlac_model_info {
   const xlac_tensor_info *inputs; const xlac_tensor_info *outputs;
 } xlac_model_info;
 const char *xlac_status_string(int status);
+typedef struct xlac_threadpool {
+  void (*parallel_for)(void *, void (*)(void *, size_t), void *, size_t);
+  void *ctx; size_t threads;
+} xlac_threadpool;
+xlac_threadpool *xlac_threadpool_create(size_t threads);
+void xlac_threadpool_destroy(xlac_threadpool *pool);
 """
 
 
@@ -89,6 +95,8 @@ class HeaderFacts:
     name: str
     triple: str | None
     features: tuple[str, ...] | None   # LLVM features, "+avx2", "-avx512f", ...
+    # NAME_THREAD_SCRATCH_BASE and _SIZE where the object has NAME_run_parallel
+    thread_scratch: tuple[int, int] | None = None
 
 
 def read_header(path: Path) -> HeaderFacts:
@@ -109,7 +117,12 @@ def read_header(path: Path) -> HeaderFacts:
         # Wrapped lines of space-separated features, or "(none)".
         words = features.group(1).replace("*", " ").split()
         feature_list = tuple(w for w in words if w != "(none)")
-    return HeaderFacts(m.group(1), triple.group(1) if triple else None, feature_list)
+    name = m.group(1)
+    scratch = [re.search(rf"^#define {name}_THREAD_SCRATCH_{what} (\d+)u", text, re.MULTILINE)
+               for what in ("BASE", "SIZE")]
+    thread_scratch = None if None in scratch else tuple(int(x.group(1)) for x in scratch)
+    return HeaderFacts(name, triple.group(1) if triple else None, feature_list,
+                       thread_scratch)
 
 
 def _arch(triple: str) -> str:
@@ -139,7 +152,8 @@ def check_runs_here(facts: HeaderFacts, object_path: Path) -> None:
 
 
 def _runtime_sources() -> list[Path]:
-    return [RUNTIME_DIR / "xlac_runtime.c", RUNTIME_DIR / "xlac_runtime.h"]
+    return [RUNTIME_DIR / "xlac_runtime.c", RUNTIME_DIR / "xlac_threadpool.c",
+            RUNTIME_DIR / "xlac_runtime.h"]
 
 
 def link_shared_library(object_path: Path, name: str) -> Path:
@@ -166,7 +180,8 @@ def link_shared_library(object_path: Path, name: str) -> Path:
     # the same time never sees (or dlopens) a half-written library.
     temp = folder / f".{library.name}.{os.getpid()}.{threading.get_ident()}.tmp"
     cmd = [os.environ.get("CC", "cc"), "-shared", "-fPIC", "-o", str(temp), str(object_path),
-           str(RUNTIME_DIR / "xlac_runtime.c"), f"-I{RUNTIME_DIR}", "-lm"]
+           str(RUNTIME_DIR / "xlac_runtime.c"), str(RUNTIME_DIR / "xlac_threadpool.c"),
+           f"-I{RUNTIME_DIR}", "-lm", "-pthread"]
     if sys.platform.startswith("linux"):
         # The model's calls into its own symbols stay inside this library even when
         # another loaded library exports the same NAME_* symbols.
@@ -209,28 +224,52 @@ def _ports_text(tensors: tuple[TensorInfo, ...]) -> str:
 
 
 class Model:
-    """A loaded model: ``m(*inputs) -> [outputs]`` or ``m.run(inputs, outputs, arena)``."""
+    """A loaded model: ``m(*inputs) -> [outputs]`` or ``m.run(inputs, outputs, arena)``.
+    With ``threads`` (and ``thread_scratch``, the header's NAME_THREAD_SCRATCH_BASE and
+    _SIZE) calls go through NAME_run_parallel_v with a pthreads pool of that many
+    threads (``pool``), owned by the Model."""
 
-    def __init__(self, library_path: Path, name: str):
+    def __init__(self, library_path: Path, name: str, threads: int | None = None,
+                 thread_scratch: tuple[int, int] | None = None):
         self.name = name
         self.library_path = library_path
+        self.threads = threads
         self._ffi = ffi = cffi.FFI()
         ffi.cdef(_RUNTIME_CDEF)
         # Declared without const: cffi's ABI mode reads a "const" global as a constant,
         # which it supports only for integers. Python only reads it.
         ffi.cdef(f"int {name}_run_v(const void *const *inputs, void *const *outputs, "
                  f"void *arena);\nextern xlac_model_info {name}_info;")
+        if threads is not None:
+            ffi.cdef(f"int {name}_run_parallel_v(const void *const *inputs, "
+                     "void *const *outputs, void *arena, const xlac_threadpool *pool);")
         try:
             self._lib = ffi.dlopen(str(library_path))
             self._run_v = getattr(self._lib, f"{name}_run_v")
             self.info = _model_info(ffi, getattr(self._lib, f"{name}_info"))
+            if threads is not None:
+                parallel_v = getattr(self._lib, f"{name}_run_parallel_v")
         except (OSError, AttributeError) as e:
             raise XlacError(f"cannot load model {name} from '{library_path}': {e}") from None
+        self._arena_size = self.info.arena_size
+        self.pool = None
+        if threads is not None:
+            pool = self._lib.xlac_threadpool_create(threads)
+            if pool == ffi.NULL:
+                raise XlacError(f"cannot start a pool of {threads} threads")
+            self.pool = ffi.gc(pool, self._lib.xlac_threadpool_destroy)
+            base, slot = thread_scratch
+            if threads > 1:
+                self._arena_size = base + (threads - 1) * slot
+            pool = self.pool
+            self._run_v = lambda i, o, a: parallel_v(i, o, a, pool)
         self._arenas = threading.local()
 
     @property
     def arena_size(self) -> int:
-        return self.info.arena_size
+        """Arena bytes a call needs: NAME_ARENA_SIZE, or with ``threads``
+        NAME_ARENA_SIZE_THREADS(threads)."""
+        return self._arena_size
 
     @property
     def inputs(self) -> tuple[TensorInfo, ...]:
@@ -246,7 +285,7 @@ class Model:
 
     def new_arena(self) -> np.ndarray:
         """A fresh arena: ``arena_size`` bytes (uint8) at an ``arena_align``-aligned address."""
-        size, align = self.info.arena_size, self.info.arena_align
+        size, align = self.arena_size, self.info.arena_align
         raw = np.zeros(size + align, dtype=np.uint8)
         skip = (-raw.ctypes.data) % align
         return raw[skip:skip + size]     # a view: keeps ``raw`` alive
@@ -324,9 +363,9 @@ class Model:
     def _check_arena(self, arena) -> None:
         if not isinstance(arena, np.ndarray) or not arena.flags.c_contiguous:
             raise XlacError("the arena must be a C-contiguous numpy array (see new_arena())")
-        if arena.nbytes < self.info.arena_size:
+        if arena.nbytes < self.arena_size:
             raise XlacError(f"the arena has {arena.nbytes} bytes; {self.name} needs "
-                            f"{self.info.arena_size}")
+                            f"{self.arena_size}")
         # NAME_run_v ignores an empty arena; numpy gives an empty view its base's address.
         if self.info.arena_size and arena.ctypes.data % self.info.arena_align:
             raise XlacError(f"the arena must be aligned to {self.info.arena_align} bytes "
@@ -345,11 +384,22 @@ class Model:
             raise XlacError(f"{self.name}_run_v failed with status {status}: {reason}")
 
 
-def load(path) -> Model:
-    """Load the object at ``path``; its header (same name, suffix ``.h``) must be beside it."""
+def load(path, threads: int | None = None) -> Model:
+    """Load the object at ``path``; its header (same name, suffix ``.h``) must be beside it.
+    ``threads``: run NAME_run_parallel on a pool of that many threads (the object must be
+    compiled with ``parallel=True``)."""
     object_path = Path(os.fspath(path))
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or threads < 1):
+        raise XlacError(f"threads must be a positive int, got {threads!r}")
     if not object_path.is_file():
         raise XlacError(f"no compiled model at '{object_path}'")
     facts = read_header(object_path.with_suffix(".h"))
     check_runs_here(facts, object_path)
-    return Model(link_shared_library(object_path, facts.name), facts.name)
+    if threads is not None and facts.thread_scratch is None:
+        raise XlacError(f"'{object_path}' has no {facts.name}_run_parallel; compile it with "
+                        "parallel=True to load it with threads=",
+                        cli=f"'{object_path}' has no {facts.name}_run_parallel; compile it "
+                        "with --parallel")
+    return Model(link_shared_library(object_path, facts.name), facts.name, threads,
+                 facts.thread_scratch)

@@ -86,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="write the HLO after import and after each optimization pass to DIR")
     p.add_argument("-O", dest="opt_level", type=int, choices=range(4), default=2,
                    metavar="LEVEL", help="optimization level -O0 .. -O3 (default -O2)")
+    p.add_argument("--parallel", action="store_true",
+                   help="also emit NAME_run_parallel, which splits the big loops and kernels "
+                   "into tasks for a thread pool the caller passes (xlac_threadpool)")
     p.add_argument("--strict", action="store_true",
                    help="make warnings errors (an ONNX opset newer than the onnx package knows)")
     p.add_argument("--runtime-dir", action="store_true",
@@ -136,7 +139,7 @@ def _run(argv) -> int:
                      cpu=args.cpu, features=args.features, emit=args.emit,
                      input_shapes=input_shapes_from(args.input_shape),
                      const_inputs=const_inputs_from(args.const_input), opt_level=args.opt_level,
-                     report=want_report, strict=args.strict,
+                     report=want_report, strict=args.strict, parallel=args.parallel,
                      dump_passes=args.dump_passes, progress=Progress(sys.stderr))
     if args.report_json is not None:
         _write_json(args.report_json, result.report)

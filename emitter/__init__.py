@@ -36,6 +36,7 @@ class EmitOptions:
     cpu: str | None = None
     features: str | None = None
     opt_level: int = 2
+    parallel: bool = False       # also NAME_run_parallel (emitter/parallel.py)
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,8 @@ def emit(module: Module, assignment: BufferAssignment, options: EmitOptions,
         llvm_module.data_layout = target.data_layout
         constants = ConstantPool(llvm_module, f"{options.name}.",
                                  Path(tmp) if use_incbin else None, section)
-        libcalls = emit_entry(llvm_module, module, assignment, interface, target, constants)
+        libcalls, thread_scratch = emit_entry(llvm_module, module, assignment, interface,
+                                              target, constants, options.parallel)
         emit_model_info(llvm_module, interface, target, assignment.arena_size,
                         assignment.alignment)
         report_frame_sizes(llvm_module)
@@ -108,7 +110,7 @@ def emit(module: Module, assignment: BufferAssignment, options: EmitOptions,
             object_code=object_code,
             assembly=assembly,
             header=render_header(interface, target, assignment.arena_size,
-                                 assignment.alignment, symbols, stack),
+                                 assignment.alignment, symbols, stack, thread_scratch),
             target=target,
             stack_bytes=stack,
             footprint=footprint,

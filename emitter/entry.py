@@ -29,9 +29,11 @@ from . import kernels
 from .constants import CONSTANT_ALIGN, ConstantPool
 from .elemental import ElementalEmitter
 from .interface import ModelInterface
+from .kernels.gemm import tiling_for
 from .kernels.qconv import plan_quantized
 from .irutil import I1, I8, I32, I64, PTR, VOID, gep_bytes, i64
 from .loops import PointerArg, emit_elemental_function, leaf_offsets, passed_operands
+from .parallel import emit_task, kernel_split, loop_split, moved, part, thread_scratch_bytes
 from .scatter import emit_scatter_function
 from .sort import emit_sort_function, emit_topk_function
 from .target import TargetInfo
@@ -127,11 +129,43 @@ class _Places:
         return place[0] if isinstance(place, tuple) else place
 
 
+@dataclass(frozen=True)
+class ThreadScratch:
+    """Where NAME_run_parallel's extra threads keep their kernel scratch (parallel.py):
+    slot i - 1 of task i > 0 is ``size`` bytes at ``base + (i - 1) * size``."""
+    base: int
+    size: int
+
+
+def thread_scratch(module: Module, assignment: BufferAssignment,
+                   target: TargetInfo) -> ThreadScratch:
+    """The slots every split kernel of ``module`` fits in, after the arena."""
+    tiling = tiling_for(target)
+    plans = []
+    for comp in module.computations:
+        for instr in comp.instructions:
+            if instr.opcode in KERNEL_OPCODES:
+                plan = kernels.plan_kernel(instr, target, instr in assignment.lean_kernels)
+                if kernel_split(plan, tiling) is not None:
+                    plans.append(plan)
+    size = thread_scratch_bytes(plans, assignment.alignment)
+    align = assignment.alignment
+    base = -(-assignment.arena_size // align) * align if size else assignment.arena_size
+    return ThreadScratch(base, size)
+
+
 class _ComputeEmitter:
-    """Emits NAME_compute's body: one call per instruction, then the output copies."""
+    """Emits NAME_compute's body: one call per instruction, then the output copies.
+
+    With ``scratch`` (a ThreadScratch) it emits NAME_compute_parallel(inputs, outputs,
+    arena, pool) instead: the same steps, the big ones split into tasks for the pool
+    (parallel.py). It emits its own loop and kernel functions: sharing NAME_compute's
+    would give them a second caller, with sizes that vary, which changes what LLVM
+    inlines and specializes in the one-thread entry."""
 
     def __init__(self, llvm_module: ir.Module, module: Module, assignment: BufferAssignment,
-                 interface: ModelInterface, target: TargetInfo, constants: ConstantPool):
+                 interface: ModelInterface, target: TargetInfo, constants: ConstantPool,
+                 scratch: ThreadScratch | None = None):
         self.llvm_module = llvm_module
         self.module = module
         self.assignment = assignment
@@ -141,14 +175,30 @@ class _ComputeEmitter:
         self.places = _Places(assignment)
         self.libcalls: set[str] = set()
         self._kernels: dict[tuple, ir.Function] = {}
-        fnty = ir.FunctionType(VOID, [PTR, PTR, PTR])
-        self.fn = ir.Function(llvm_module, fnty, f"{interface.name}_compute")
+        self.thread_scratch = scratch
+        self.size_t = ir.IntType(target.pointer_bits)
+        params = [PTR, PTR, PTR] + ([PTR] if scratch is not None else [])
+        suffix = "_parallel" if scratch is not None else ""
+        self.fn = ir.Function(llvm_module, ir.FunctionType(VOID, params),
+                              f"{interface.name}_compute{suffix}")
         self.fn.linkage = "internal"
         self.fn.attributes.add("nounwind")
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
-        inputs, outputs, self.arena = self.fn.args
+        inputs, outputs, self.arena = self.fn.args[:3]
         self.inputs = [self._load_pointer(inputs, k) for k in range(len(interface.inputs))]
         self.outputs = [self._load_pointer(outputs, k) for k in range(len(interface.outputs))]
+        if scratch is not None:
+            # xlac_runtime.h: struct xlac_threadpool { parallel_for, ctx, threads }
+            pool_ty = ir.LiteralStructType([PTR, PTR, self.size_t])
+            pool = self.fn.args[3]
+            # The loaded pointer carries its function type for the indirect call (it
+            # prints as a pointer type LLVM reads as ``ptr``).
+            for_ty = ir.PointerType(ir.FunctionType(VOID, [PTR, PTR, PTR, self.size_t]))
+            field = [self.b.load(self.b.gep(pool, [ir.Constant(I32, 0), ir.Constant(I32, k)],
+                                            source_etype=pool_ty, inbounds=True), typ=ty)
+                     for k, ty in enumerate([for_ty, PTR, self.size_t])]
+            self.parallel_for, self.pool_ctx, threads = field
+            self.threads = threads if self.size_t.width == 64 else self.b.zext(threads, I64)
 
     def _load_pointer(self, array, k):
         b = self.b
@@ -280,14 +330,45 @@ class _ComputeEmitter:
             em.append(ElementalEmitter(b, self.constants, self.target.float_abi))
             return em[-1]
 
+        split = None
+        if (self.thread_scratch is not None and emit_function is emit_elemental_function
+                and instr not in self.assignment.scratch):
+            split = loop_split(instr)
+        extra = {} if split is None else {"split_dim": split[0]}
         fn = emit_function(self.llvm_module, instr, self._function_name(instr), factory,
-                           out_arg, operand_args, self.assignment.alignment)
+                           out_arg, operand_args, self.assignment.alignment, **extra)
         self.libcalls.update(*(e.libcalls for e in em))
         args = [self.pointer(out)] + [self.pointer(p) for p, _ in operands]
         if instr in self.assignment.scratch:
             loc = self.assignment.scratch[instr]
             args.append(self.pointer(Place(loc.space, loc.index, loc.offset)))
-        self.b.call(fn, args)
+        if split is None:
+            self.b.call(fn, args)
+            return
+        dim, cap = split
+        extent = instr.shape.leaves()[0].dims[dim]
+
+        def task(b, values, index):
+            lo, hi = part(b, index, values[-1], extent, 1)
+            b.call(fn, values[:-1] + [lo, hi])
+
+        self._parallel_for(instr, args, cap, task)
+
+    def _parallel_for(self, instr: Instruction, pointers: list, cap: int, body) -> None:
+        """pool->parallel_for over min(threads, ``cap``) tasks of
+        ``body(b, pointers + [tasks], i)``, the pointers passed through a context on
+        the stack."""
+        b = self.b
+        fields = [PTR] * len(pointers) + [I64]
+        fn, ctx_ty = emit_task(self.llvm_module, f"{self._function_name(instr)}.task",
+                               self.size_t, fields, body)
+        with b.goto_entry_block():
+            ctx = b.alloca(ctx_ty, name=f"{instr.name}.ctx")
+        tasks = b.select(b.icmp_unsigned("<", self.threads, i64(cap)), self.threads, i64(cap))
+        for k, v in enumerate(pointers + [tasks]):
+            b.store(v, b.gep(ctx, [ir.Constant(I32, 0), ir.Constant(I32, k)], inbounds=True))
+        n = tasks if self.size_t.width == 64 else b.trunc(tasks, self.size_t)
+        b.call(self.parallel_for, [self.pool_ctx, fn, ctx, n])
 
     def _emit_kernel_call(self, instr: Instruction) -> None:
         # Kernels take the sizes that vary between layers as i64 arguments: ops with one
@@ -302,11 +383,35 @@ class _ComputeEmitter:
             self._kernels[key] = fn
         args = [self.pointer(self.places.base(instr))]
         args += [self.pointer(self.places[o]) for o in instr.operands]
-        if kernels.scratch_bytes(instr, self.target, lean) > 0:
+        plan = kernels.plan_kernel(instr, self.target, lean)
+        if plan.scratch_bytes > 0:
             loc = self.assignment.scratch[instr]
             args.append(self.pointer(Place(loc.space, loc.index, loc.offset)))
-        args += [i64(v) for v in kernels.kernel_arguments(instr, self.target, lean)]
-        self.b.call(fn, args)
+        split = None
+        if self.thread_scratch is not None:
+            split = kernel_split(plan, tiling_for(self.target))
+        if split is None:
+            self.b.call(fn, args + [i64(v) for v in plan.arguments])
+            return
+        with_scratch = plan.scratch_bytes > 0
+        if with_scratch:
+            args.append(gep_bytes(self.b, self.arena, self.thread_scratch.base))
+        slot = self.thread_scratch.size
+
+        def task(b, values, index):
+            lo, hi = part(b, index, values[-1], split.total, split.unit)
+            out, lhs, rhs = (moved(b, p, lo, stride, 4)     # the fast paths are f32
+                             for p, stride in zip(values[:3], split.strides))
+            pointers = [out, lhs, rhs]
+            if with_scratch:
+                first, slots = values[3], values[4]
+                mine = gep_bytes(b, slots, b.mul(b.sub(index, i64(1)), i64(slot)))
+                pointers.append(b.select(b.icmp_unsigned("==", index, i64(0)), first, mine))
+            sizes = [b.sub(hi, lo) if name == split.param else i64(plan.sizes[name])
+                     for name in plan.spec.params]
+            b.call(fn, pointers + sizes)
+
+        self._parallel_for(instr, args, split.cap, task)
 
     def _emit_quantized_call(self, instr: Instruction, kernel) -> None:
         """An integer convolution or dot with its epilogue (kernels/qconv.py), compiled for
@@ -345,13 +450,17 @@ class _ComputeEmitter:
 
 
 def _emit_run_v(llvm_module: ir.Module, interface: ModelInterface, compute: ir.Function,
-                arena_size: int, arena_align: int) -> ir.Function:
+                arena_size: int, arena_align: int, parallel: ir.Function | None = None,
+                pointer_bits: int = 64) -> ir.Function:
     """Check the arguments, then compute. NULL pointers and a misaligned arena are reported
-    as status codes rather than faults."""
-    fnty = ir.FunctionType(I32, [PTR, PTR, PTR])
-    fn = ir.Function(llvm_module, fnty, f"{interface.name}_run_v")
+    as status codes rather than faults. With ``parallel`` (NAME_compute_parallel) it is
+    NAME_run_parallel_v, taking the pool last: a NULL pool or one of fewer than two
+    threads runs NAME_compute."""
+    suffix = "_parallel_v" if parallel is not None else "_v"
+    fnty = ir.FunctionType(I32, [PTR, PTR, PTR] + ([PTR] if parallel is not None else []))
+    fn = ir.Function(llvm_module, fnty, f"{interface.name}_run{suffix}")
     fn.attributes.add("nounwind")
-    inputs, outputs, arena = fn.args
+    inputs, outputs, arena = fn.args[:3]
     inputs.name, outputs.name, arena.name = "inputs", "outputs", "arena"
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     fail_null = fn.append_basic_block("null_argument")
@@ -376,22 +485,48 @@ def _emit_run_v(llvm_module: ir.Module, interface: ModelInterface, compute: ir.F
         fail_align = fn.append_basic_block("misaligned_arena")
         require(b.icmp_unsigned("==", misaligned, i64(0)), fail_align, "arena.aligned")
         ir.IRBuilder(fail_align).ret(ir.Constant(I32, XLAC_ERROR_ARENA_ALIGNMENT))
-    b.call(compute, [inputs, outputs, arena])
+    if parallel is None:
+        b.call(compute, [inputs, outputs, arena])
+    else:
+        pool = fn.args[3]
+        pool.name = "pool"
+        threaded = fn.append_basic_block("threaded")
+        single = fn.append_basic_block("single")
+        done = fn.append_basic_block("done")
+        check = fn.append_basic_block("pool.threads")
+        b.cbranch(b.icmp_unsigned("!=", pool, null), check, single)
+        b.position_at_end(check)
+        size_t = ir.IntType(pointer_bits)   # xlac_threadpool.threads, its third field
+        threads = b.load(b.gep(pool, [ir.Constant(I32, 0), ir.Constant(I32, 2)],
+                               source_etype=ir.LiteralStructType([PTR, PTR, size_t]),
+                               inbounds=True), typ=size_t)
+        b.cbranch(b.icmp_unsigned(">", threads, ir.Constant(size_t, 1)), threaded, single)
+        b.position_at_end(threaded)
+        b.call(parallel, [inputs, outputs, arena, pool])
+        b.branch(done)
+        b.position_at_end(single)
+        b.call(compute, [inputs, outputs, arena])
+        b.branch(done)
+        b.position_at_end(done)
     b.ret(ir.Constant(I32, XLAC_OK))
     ir.IRBuilder(fail_null).ret(ir.Constant(I32, XLAC_ERROR_NULL_ARGUMENT))
     return fn
 
 
-def _emit_run(llvm_module: ir.Module, interface: ModelInterface,
-              run_v: ir.Function) -> ir.Function:
-    """The typed entry: gathers its pointer arguments into arrays on the stack."""
+def _emit_run(llvm_module: ir.Module, interface: ModelInterface, run_v: ir.Function,
+              parallel: bool = False) -> ir.Function:
+    """The typed entry: gathers its pointer arguments into arrays on the stack.
+    ``parallel``: NAME_run_parallel, which takes the pool after the arena."""
     n_in, n_out = len(interface.inputs), len(interface.outputs)
-    fnty = ir.FunctionType(I32, [PTR] * (n_in + n_out + 1))
-    fn = ir.Function(llvm_module, fnty, f"{interface.name}_run")
+    extra = ["arena", "pool"] if parallel else ["arena"]
+    fnty = ir.FunctionType(I32, [PTR] * (n_in + n_out + len(extra)))
+    fn = ir.Function(llvm_module, fnty, f"{interface.name}_run" + ("_parallel" if parallel
+                                                                   else ""))
     fn.attributes.add("nounwind")
     for arg, port in zip(fn.args, interface.inputs + interface.outputs):
         arg.name = port.c_name
-    fn.args[-1].name = "arena"
+    for arg, label in zip(fn.args[n_in + n_out:], extra):
+        arg.name = label
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     arrays = []
     for args in (fn.args[:n_in], fn.args[n_in:n_in + n_out]):
@@ -402,18 +537,29 @@ def _emit_run(llvm_module: ir.Module, interface: ModelInterface,
         for k, a in enumerate(args):
             b.store(a, b.gep(array, [i64(0), i64(k)], inbounds=True))
         arrays.append(array)
-    b.ret(b.call(run_v, [*arrays, fn.args[-1]]))
+    b.ret(b.call(run_v, [*arrays, *fn.args[n_in + n_out:]]))
     return fn
 
 
 def emit_entry(llvm_module: ir.Module, module: Module, assignment: BufferAssignment,
-               interface: ModelInterface, target: TargetInfo,
-               constants: ConstantPool) -> set[str]:
-    """Define NAME_compute, NAME_run_v and NAME_run; returns the C library functions the
-    code calls (see ElementalEmitter.libcalls)."""
+               interface: ModelInterface, target: TargetInfo, constants: ConstantPool,
+               parallel: bool = False) -> tuple[set[str], ThreadScratch | None]:
+    """Define NAME_compute, NAME_run_v and NAME_run, and with ``parallel``
+    NAME_compute_parallel, NAME_run_parallel_v and NAME_run_parallel; returns the C
+    library functions the code calls (see ElementalEmitter.libcalls) and, with
+    ``parallel``, where the extra threads' scratch lies."""
     compute = _ComputeEmitter(llvm_module, module, assignment, interface, target, constants)
     compute.emit()
     run_v = _emit_run_v(llvm_module, interface, compute.fn, assignment.arena_size,
                         assignment.alignment)
     _emit_run(llvm_module, interface, run_v)
-    return compute.libcalls
+    if not parallel:
+        return compute.libcalls, None
+    scratch = thread_scratch(module, assignment, target)
+    threaded = _ComputeEmitter(llvm_module, module, assignment, interface, target, constants,
+                               scratch)
+    threaded.emit()
+    run_pv = _emit_run_v(llvm_module, interface, compute.fn, assignment.arena_size,
+                         assignment.alignment, threaded.fn, target.pointer_bits)
+    _emit_run(llvm_module, interface, run_pv, parallel=True)
+    return compute.libcalls | threaded.libcalls, scratch

@@ -65,10 +65,33 @@ def _float_abi_lines(target: TargetInfo) -> list[str]:
     return []
 
 
+def _parallel_lines(name: str, params: list[str], scratch) -> list[str]:
+    """The arena rule and the prototypes of NAME_run_parallel(_v)."""
+    words = [p + "," for p in params] + ["const xlac_threadpool *pool);"]
+    return [
+        "",
+        f"/* {name}_run_parallel: {name}_run with its big loops and kernels split into",
+        "   tasks for pool->parallel_for (xlac_runtime.h); the object starts no thread.",
+        "   Results are those of NAME_run, bit for bit. A NULL pool, or one of fewer than",
+        f"   two threads, runs {name}_run's code. The arena grows with the pool's threads:",
+        f"   each thread past the first keeps its kernel scratch after {name}_ARENA_SIZE. */",
+        f"#define {name}_THREAD_SCRATCH_BASE {scratch.base}u",
+        f"#define {name}_THREAD_SCRATCH_SIZE {scratch.size}u",
+        f"#define {name}_ARENA_SIZE_THREADS(n) ((n) > 1u ? {name}_THREAD_SCRATCH_BASE + "
+        f"((size_t)(n) - 1u) * {name}_THREAD_SCRATCH_SIZE : (size_t){name}_ARENA_SIZE)",
+        *_wrap(words, "    ", first=f"int {name}_run_parallel("),
+        f"int {name}_run_parallel_v(const void *const *inputs, void *const *outputs, "
+        "void *arena,",
+        "    const xlac_threadpool *pool);",
+    ]
+
+
 def render_header(interface: ModelInterface, target: TargetInfo, arena_size: int,
-                  arena_align: int, symbols=(), stack_bytes: int | None = None) -> str:
+                  arena_align: int, symbols=(), stack_bytes: int | None = None,
+                  thread_scratch=None) -> str:
     """``symbols``: what the object needs from the C library and the compiler's runtime;
-    ``stack_bytes``: the most stack its entry points use (None: not known)."""
+    ``stack_bytes``: the most stack its entry points use (None: not known);
+    ``thread_scratch`` (entry.ThreadScratch): the object has NAME_run_parallel."""
     name = interface.name
     guard = f"XLAC_MODEL_{name}_H"
     needs = _wrap([s + "," for s in symbols[:-1]] + list(symbols[-1:]) or ["nothing."],
@@ -135,6 +158,8 @@ def render_header(interface: ModelInterface, target: TargetInfo, arena_size: int
         "",
         "/* Generic entry for drivers that do not know the model. */",
         f"int {name}_run_v(const void *const *inputs, void *const *outputs, void *arena);",
+        *(_parallel_lines(name, params, thread_scratch)
+          if thread_scratch is not None else []),
         "",
         "/* Names, dtypes, shapes and sizes of the inputs and outputs. */",
         f"extern const xlac_model_info {name}_info;",

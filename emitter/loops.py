@@ -23,7 +23,7 @@ from ..hlo import Instruction, Opcode, Shape, XlacError
 from ..optimizer.aliasing import tuple_element_offset
 from .elemental import ElementalEmitter, Generator, clamped_starts
 from .indexing import linearize
-from .irutil import PTR, VOID, for_range, gep_bytes, gep_elem, llvm_type
+from .irutil import I64, PTR, VOID, for_range, gep_bytes, gep_elem, llvm_type
 
 
 def leaf_offsets(shape: Shape, alignment: int) -> list[int]:
@@ -65,12 +65,17 @@ def buffer_reader(b: ir.IRBuilder, ptr: ir.Value, shape: Shape, align: int) -> G
     return read
 
 
-def emit_loop_nest(b: ir.IRBuilder, shape: Shape, body: Callable[[list], None]) -> None:
-    """``body(index)`` inside loops over ``shape``, most major dimension outermost."""
+def emit_loop_nest(b: ir.IRBuilder, shape: Shape, body: Callable[[list], None],
+                   bounds: dict | None = None) -> None:
+    """``body(index)`` inside loops over ``shape``, most major dimension outermost;
+    ``bounds`` maps a dimension to the (start, end) i64 values its loop runs over
+    instead of its whole extent."""
     index: list = [None] * shape.rank
+    bounds = bounds or {}
     with ExitStack() as loops:
         for d in reversed(shape.layout):
-            index[d] = loops.enter_context(for_range(b, shape.dims[d], f"i{d}"))
+            start, end = bounds.get(d, (0, shape.dims[d]))
+            index[d] = loops.enter_context(for_range(b, end, f"i{d}", start=start))
         body(index)
 
 
@@ -81,14 +86,20 @@ def passed_operands(instr: Instruction) -> list[int]:
 
 def emit_elemental_function(llvm_module: ir.Module, instr: Instruction, name: str,
                             em_factory: Callable[[ir.IRBuilder], ElementalEmitter],
-                            out: PointerArg, operands: Sequence[PointerArg], alignment: int):
+                            out: PointerArg, operands: Sequence[PointerArg], alignment: int,
+                            split_dim: int | None = None):
     """Define ``void name(ptr out, ptr operand...)`` computing ``instr``; ``operands`` holds
     one PointerArg per entry of ``passed_operands(instr)``; a tuple result's elements lie
     at ``leaf_offsets(shape, alignment)``. A dynamic-update-slice is a copy of its
     operand and a loop over its update (``LOOP_BODIES``). The C library functions the
-    code calls are in the ``libcalls`` of the emitter ``em_factory`` made."""
+    code calls are in the ``libcalls`` of the emitter ``em_factory`` made.
+    ``split_dim``: the function takes two more arguments, i64 ``lo, hi``, and computes
+    only the elements whose index in that dimension lies in [lo, hi) (a task of the
+    parallel entry, parallel.py)."""
     passed = passed_operands(instr)
-    fn = ir.Function(llvm_module, ir.FunctionType(VOID, [PTR] * (1 + len(passed))), name)
+    extra = [I64, I64] if split_dim is not None else []
+    fn = ir.Function(llvm_module, ir.FunctionType(VOID, [PTR] * (1 + len(passed)) + extra),
+                     name)
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
     for arg, info in zip(fn.args, [out, *operands]):
@@ -128,7 +139,8 @@ def emit_elemental_function(llvm_module: ir.Module, instr: Instruction, name: st
             at = linearize(b, index, leaf.dims, leaf.layout)
             b.store(v, gep_elem(b, ptr, llvm_type(leaf.dtype), at), align=align)
 
-    emit_loop_nest(b, leaves[0], store)
+    bounds = {split_dim: tuple(fn.args[-2:])} if split_dim is not None else None
+    emit_loop_nest(b, leaves[0], store, bounds)
     b.ret_void()
     return fn
 

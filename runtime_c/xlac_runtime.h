@@ -76,6 +76,26 @@ typedef struct xlac_model_info {
   const xlac_tensor_info *outputs;
 } xlac_model_info;
 
+/* The caller's parallel-for, for NAME_run_parallel (models compiled with --parallel).
+   The object starts no thread: it splits its big loops and kernels into tasks and
+   hands them to parallel_for, which must run task(task_ctx, i) once for every i in
+   0 .. n-1, on any threads in any order, and return when all have finished (the
+   pthreadpool / XNNPACK convention). ``threads`` is the most tasks a step is split
+   into; the arena must hold NAME_ARENA_SIZE_THREADS(threads) bytes. */
+typedef struct xlac_threadpool {
+  void (*parallel_for)(void *ctx, void (*task)(void *task_ctx, size_t i), void *task_ctx,
+                       size_t n);
+  void *ctx;         /* passed to parallel_for as its first argument */
+  size_t threads;
+} xlac_threadpool;
+
+/* A pthreads pool of ``threads`` threads (the caller's and threads - 1 workers), from
+   xlac_threadpool.c: compile that file with -pthread where threads exist; bare-metal
+   builds leave it out. create returns NULL when threads is 0 or a thread cannot be
+   started. One pool runs one parallel_for at a time (concurrent calls take turns). */
+xlac_threadpool *xlac_threadpool_create(size_t threads);
+void xlac_threadpool_destroy(xlac_threadpool *pool);
+
 /* Helpers from xlac_runtime.c (optional for callers). */
 const char *xlac_status_string(int status);
 size_t xlac_dtype_size(int32_t dtype);

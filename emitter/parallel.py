@@ -1,0 +1,173 @@
+"""NAME_run_parallel: which steps become tasks for the caller's parallel-for, and how a
+task finds its part.
+
+The object starts no thread. The parallel compute function walks the same steps as
+NAME_compute; a step worth splitting stores its pointers in a small context on the
+stack and calls ``pool->parallel_for(pool->ctx, task, context, n)`` with
+n = min(pool->threads, the step's cap); task i computes part i of n:
+
+- an element loop (fusion, element-wise, reduce, gather...): a range of its outermost
+  dimension of more than one element (``loop_split``), the dimensions above it being 1;
+- a dot on the fast paths: its first batch loop, else row blocks (MR rows) or column
+  blocks (NR columns), whichever has more blocks; a matrix-vector product: row blocks;
+- a convolution on the fast paths: images, else groups (depthwise), else blocks of MR
+  output channels (``kernel_split``).
+
+A part runs the same kernel code (its own copy, see entry.py) on a sub-problem: the
+pointers moved by the part's start, one size argument set to the part's length. Each
+output element is computed by the same instructions in the same order as in one
+thread, so the results are bit for bit those of NAME_run.
+
+Per-thread scratch: task 0 uses the kernel's scratch where the buffer assignment put
+it; task i > 0 uses slot i - 1 of ``thread_scratch`` bytes at ``scratch_base`` (the
+arena size rounded up to its alignment), so NAME_ARENA_SIZE is unchanged and a pool of
+n threads needs ``scratch_base + (n - 1) * thread_scratch`` bytes (the header's
+NAME_ARENA_SIZE_THREADS(n)).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+from llvmlite import ir
+
+from ..hlo import Instruction, Opcode
+from .irutil import I64, PTR, VOID, gep_bytes, i64
+from .kernels.conv import ConvGemm, Depthwise, DirectConv
+from .kernels.dot import FastDot
+from .kernels.function import KernelPlan
+from .kernels.gemm import Tiling
+from .loops import LOOP_BODIES
+
+# Least work per task: below it a step's parallel-for costs more than it saves (waking
+# a worker takes some microseconds). Multiply-adds for kernels, elements for loops.
+MIN_KERNEL_WORK = 1 << 17
+MIN_LOOP_WORK = 1 << 15
+# Matrix-vector rows per unit.
+GEMV_ROWS = 8
+
+
+@dataclass(frozen=True)
+class Split:
+    """A step split along one size of ``total``, in units of ``unit``; a part [lo, hi)
+    moves the out / lhs / rhs pointers by lo * ``strides`` elements and runs with size
+    ``param`` = hi - lo. ``cap``: the most parts worth making."""
+    param: str
+    total: int
+    unit: int
+    strides: tuple[int, int, int]
+    cap: int
+
+    @property
+    def units(self) -> int:
+        return -(-self.total // self.unit)
+
+
+def _split(param, total, unit, strides, work) -> Split | None:
+    cap = min(-(-total // unit), work // MIN_KERNEL_WORK)
+    return Split(param, total, unit, strides, cap) if cap >= 2 else None
+
+
+def kernel_split(plan: KernelPlan, t: Tiling) -> Split | None:
+    """How the parallel entry splits a kernel call (None: it runs as one task)."""
+    spec, s = plan.spec, plan.sizes
+    if isinstance(spec, FastDot):
+        batch = prod(s[f"batch{i}.extent"] for i in range(spec.batch_loops))
+        work = batch * s["m"] * s["n"] * s["k"]
+        if spec.batch_loops and s["batch0.extent"] >= 2:
+            return _split("batch0.extent", s["batch0.extent"], 1,
+                          (s["batch0.sc"], s["batch0.sa"], s["batch0.sb"]), work)
+        if spec.path in ("row_dot", "row_stream"):
+            if spec.vector_lhs:
+                return _split("n", s["n"], GEMV_ROWS, (s["c_sn"], 0, s["b_sn"]), work)
+            return _split("m", s["m"], GEMV_ROWS, (s["c_sm"], s["a_sm"], 0), work)
+        by_n = _split("n", s["n"], t.nr, (s["c_sn"], 0, s["b_sn"]), work)
+        if spec.path == "gemm_direct":
+            return by_n
+        by_m = _split("m", s["m"], t.mr, (s["c_sm"], s["a_sm"], 0), work)
+        if by_n is None or by_m is None:
+            return by_n or by_m
+        # Column blocks pack only their own slivers of B; row blocks all pack all of it.
+        return by_n if by_n.cap >= by_m.cap else by_m
+    if isinstance(spec, (ConvGemm, DirectConv, Depthwise)):
+        rank = spec.window.rank
+        in_px = prod(s[f"in{i}"] for i in range(rank))
+        out_px = prod(s[f"out{i}"] for i in range(rank))
+        window = spec.window.window
+        cin, cout = s["cin_g"] * s["groups"], s["cout_g"] * s["groups"]
+        work = s["batch"] * cout * out_px * s["cin_g"] * window
+        if s["batch"] >= 2:
+            return _split("batch", s["batch"], 1, (cout * out_px, cin * in_px, 0), work)
+        if s["groups"] >= 2:
+            return _split("groups", s["groups"], 1,
+                          (s["cout_g"] * out_px, s["cin_g"] * in_px,
+                           s["cout_g"] * s["cin_g"] * window), work)
+        # One image, one group: the output channels are A's rows (the weights').
+        return _split("cout_g", s["cout_g"], t.mr, (out_px, 0, s["cin_g"] * window), work)
+    return None
+
+
+def loop_split(instr: Instruction) -> tuple[int, int] | None:
+    """(dimension, cap) along which the parallel entry splits an element loop: the
+    outermost dimension of more than one element (those above it are 1, so a range of
+    it is a contiguous block of every leaf); None where the loop runs as one task."""
+    if instr.opcode in LOOP_BODIES:
+        return None
+    shape = instr.shape.leaves()[0]
+    dim = next((d for d in reversed(shape.layout) if shape.dims[d] > 1), None)
+    if dim is None:
+        return None
+    work = max([shape.num_elements] + [o.shape.num_elements for o in instr.operands
+                                       if not o.shape.is_tuple])
+    cap = min(shape.dims[dim], work // MIN_LOOP_WORK)
+    return (dim, cap) if cap >= 2 else None
+
+
+def part(b: ir.IRBuilder, index: ir.Value, parts: ir.Value, total: int,
+         unit: int) -> tuple[ir.Value, ir.Value]:
+    """[lo, hi) of part ``index`` of ``parts`` (i64 values): whole units, as even as
+    they go."""
+    units = i64(-(-total // unit))
+    lo = b.mul(b.udiv(b.mul(index, units), parts), i64(unit))
+    hi = b.mul(b.udiv(b.mul(b.add(index, i64(1)), units), parts), i64(unit))
+    if total % unit:
+        hi = b.select(b.icmp_unsigned("<", hi, i64(total)), hi, i64(total))
+    return lo, hi
+
+
+def emit_task(llvm_module: ir.Module, name: str, size_t: ir.IntType,
+              fields: list[ir.Type], body) -> tuple[ir.Function, ir.LiteralStructType]:
+    """``void name(ptr ctx, size_t i)``: ``body(b, values, i)`` with the ctx struct's
+    fields loaded and ``i`` as an i64. Returns the function and the ctx type."""
+    ctx_ty = ir.LiteralStructType(fields)
+    fn = ir.Function(llvm_module, ir.FunctionType(VOID, [PTR, size_t]), name)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    ctx, index = fn.args
+    values = [b.load(b.gep(ctx, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), k)],
+                           source_etype=ctx_ty, inbounds=True), typ=ty)
+              for k, ty in enumerate(fields)]
+    if size_t.width < 64:
+        index = b.zext(index, I64)
+    body(b, values, index)
+    b.ret_void()
+    return fn, ctx_ty
+
+
+def moved(b: ir.IRBuilder, ptr: ir.Value, lo: ir.Value, stride: int, itemsize: int):
+    """``ptr`` moved by ``lo * stride`` elements of ``itemsize`` bytes."""
+    if stride == 0:
+        return ptr
+    return gep_bytes(b, ptr, b.mul(lo, i64(stride * itemsize)))
+
+
+def thread_scratch_bytes(plans, alignment: int) -> int:
+    """Bytes of one extra thread's scratch slot: the most scratch a split kernel needs,
+    rounded up to the arena alignment."""
+    most = max((p.scratch_bytes for p in plans), default=0)
+    return -(-most // alignment) * alignment
+
+
+__all__ = ["Split", "kernel_split", "loop_split", "part", "emit_task", "moved",
+           "thread_scratch_bytes", "MIN_KERNEL_WORK", "MIN_LOOP_WORK"]
