@@ -1,0 +1,152 @@
+"""One thread against two: NAME_run_parallel next to onnxruntime's intra-op threads.
+
+    python benchmarks/threads.py [--runs 15] [--threads 2] [--only NAME]
+
+Models: ResNet-18 and MobileNetV2 (benchmarks/memory_models.py, 224x224) and a
+BERT-style encoder (``bert_encoder``: sequence 128, hidden 256, 4 heads, FFN 1024,
+2 layers; LayerNorm, erf-GELU, Softmax attention). Each is compiled once with
+``parallel=True``; xlac runs NAME_run on one thread and NAME_run_parallel on a
+pthreads pool of N threads (xlac.load(..., threads=N)), onnxruntime with
+intra_op_num_threads 1 and N. The four are timed in turn, round after round, on the
+same input (so load from other processes hits them alike), and the medians printed
+with xlac's speedup (1 thread / N threads) and the ratio xlac / onnxruntime at each
+thread count. The machine's load average is printed too: the cores may be shared.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+import xlac
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from memory_models import mobilenet_v2, resnet18  # noqa: E402
+
+
+def bert_encoder(seq: int = 128, hidden: int = 256, heads: int = 4, ffn: int = 1024,
+                 layers: int = 2, seed: int = 7) -> onnx.ModelProto:
+    """A BERT-style encoder (post-LN): self-attention and an erf-GELU FFN per layer."""
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+    count = [0]
+
+    def const(prefix, value):
+        count[0] += 1
+        name = f"{prefix}{count[0]}"
+        inits.append(numpy_helper.from_array(np.asarray(value, np.float32)
+                                             if not isinstance(value, np.ndarray)
+                                             or value.dtype != np.int64 else value, name))
+        return name
+
+    def node(op, inputs, **attrs):
+        count[0] += 1
+        out = f"{op.lower()}{count[0]}"
+        nodes.append(helper.make_node(op, inputs, [out], **attrs))
+        return out
+
+    def dense(x, n_in, n_out):
+        w = const("w", rng.standard_normal((n_in, n_out)).astype(np.float32) / np.sqrt(n_in))
+        b = const("b", rng.standard_normal(n_out).astype(np.float32) * 0.02)
+        return node("Add", [node("MatMul", [x, w]), b])
+
+    def layer_norm(x):
+        return node("LayerNormalization", [x, const("g", np.ones(hidden, np.float32)),
+                                           const("beta", np.zeros(hidden, np.float32))],
+                    axis=-1, epsilon=1e-12)
+
+    dh = hidden // heads
+    split = const("shape", np.array([1, seq, heads, dh], np.int64))
+    merge = const("shape", np.array([1, seq, hidden], np.int64))
+    x = "x"
+    for _ in range(layers):
+        q, k, v = (node("Transpose", [node("Reshape", [dense(x, hidden, hidden), split])],
+                        perm=perm) for perm in ([0, 2, 1, 3], [0, 2, 3, 1], [0, 2, 1, 3]))
+        scores = node("Mul", [node("MatMul", [q, k]), const("scale", 1 / np.sqrt(dh))])
+        ctx = node("MatMul", [node("Softmax", [scores], axis=-1), v])
+        ctx = node("Reshape", [node("Transpose", [ctx], perm=[0, 2, 1, 3]), merge])
+        x = layer_norm(node("Add", [x, dense(ctx, hidden, hidden)]))
+        h = dense(x, hidden, ffn)
+        gelu = node("Mul", [node("Mul", [h, const("half", 0.5)]), node("Add", [
+            node("Erf", [node("Div", [h, const("sqrt2", np.sqrt(2.0))])]),
+            const("one", 1.0)])])
+        x = layer_norm(node("Add", [x, dense(gelu, ffn, hidden)]))
+    graph = helper.make_graph(
+        nodes, "bert_encoder",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, seq, hidden])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, seq, hidden])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+MODELS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2, "bert_encoder": bert_encoder}
+
+
+def _session(model: onnx.ModelProto, threads: int) -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+
+
+def _bound(m: xlac.Model, x: np.ndarray):
+    outputs = [np.empty(t.shape, t.dtype) for t in m.outputs]
+    return m.bind([x], outputs, m.new_arena()), outputs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--only", help="substring of the model names to run")
+    args = ap.parse_args()
+    n = args.threads
+    print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
+    head = (f"{'model':<14} {'xlac 1t ms':>10} {f'xlac {n}t ms':>10} {'speedup':>8} "
+            f"{'ort 1t ms':>10} {f'ort {n}t ms':>10} {'ratio 1t':>9} {f'ratio {n}t':>9} "
+            f"{'max |diff|':>10}")
+    print(head)
+    print("-" * len(head))
+    for name, build in MODELS.items():
+        if args.only and args.only not in name:
+            continue
+        model = build()
+        inp = model.graph.input[0]
+        dims = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+        x = np.random.default_rng(0).standard_normal(dims).astype(np.float32)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, f"{name}.o")
+            xlac.compile(model, path, parallel=True)
+            one, many = xlac.load(path), xlac.load(path, threads=n)
+        run1, (y1,) = _bound(one, x)
+        run_n, (yn,) = _bound(many, x)
+        sessions = [_session(model, 1), _session(model, n)]
+        feeds = {inp.name: x}
+        ref = sessions[0].run(None, feeds)[0]
+        assert np.array_equal(y1, yn), f"{name}: {n} threads differ from one"
+        fns = [run1, run_n] + [lambda s=s: s.run(None, feeds) for s in sessions]
+        for fn in fns:          # warm up
+            fn()
+        times = [[] for _ in fns]
+        for _ in range(args.runs):
+            for fn, ts in zip(fns, times):
+                t = time.perf_counter()
+                fn()
+                ts.append(time.perf_counter() - t)
+        x1, xn, o1, on = (statistics.median(ts) * 1e3 for ts in times)
+        print(f"{name:<14} {x1:>10.2f} {xn:>10.2f} {x1 / xn:>7.2f}x {o1:>10.2f} {on:>10.2f} "
+              f"{x1 / o1:>9.2f} {xn / on:>9.2f} {float(np.abs(y1 - ref).max()):>10.2e}")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""NAME_run_parallel: the big loops and kernels split into tasks for the caller's
+parallel-for give NAME_run's results bit for bit, with 1, 2, 3 and 7 threads, with
+more tasks than the pool has threads, and in a C program on the pthreads pool."""
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import xlac
+from xlac.hlo import XlacError
+
+RUNTIME_DIR = Path(xlac.runtime_c.__file__).parent
+C_STRICT = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
+RNG = np.random.default_rng(0)
+
+
+def _weights(name, shape, scale=0.1):
+    return numpy_helper.from_array((RNG.standard_normal(shape) * scale).astype(np.float32),
+                                   name)
+
+
+def _model(nodes, inputs, outputs, inits):
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def cnn():
+    """Dense, depthwise and strided convolutions, a residual add, a reduction, a dot."""
+    n = helper.make_node
+    return _model([
+        n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        n("Relu", ["c1"], ["r1"]),
+        n("Conv", ["r1", "wd"], ["c2"], pads=[1, 1, 1, 1], group=40),
+        n("Add", ["c2", "r1"], ["a"]),
+        n("Conv", ["a", "w3"], ["c3"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        n("ReduceMean", ["c3"], ["m"], axes=[3], keepdims=0),
+        n("MatMul", ["m", "wf"], ["y"]),
+    ], [("x", [2, 16, 40, 40])], [("y", [2, 24, 20])], [
+        _weights("w1", (40, 16, 3, 3)), _weights("b1", (40,)), _weights("wd", (40, 1, 3, 3)),
+        _weights("w3", (24, 40, 3, 3)), _weights("wf", (20, 20))])
+
+
+def encoder():
+    """Batched dots (attention), a matrix-vector product, softmax and layer norm rows."""
+    n = helper.make_node
+    return _model([
+        n("MatMul", ["x", "wq"], ["q"]),
+        n("Transpose", ["q"], ["qt"], perm=[0, 2, 1]),
+        n("MatMul", ["q", "qt"], ["s"]),
+        n("Softmax", ["s"], ["p"], axis=-1),
+        n("MatMul", ["p", "x"], ["ctx"]),
+        n("LayerNormalization", ["ctx", "g", "beta"], ["ln"], axis=-1),
+        n("MatMul", ["ln", "v"], ["y"]),
+    ], [("x", [3, 96, 200])], [("y", [3, 96])], [
+        _weights("wq", (200, 200)), _weights("g", (200,)), _weights("beta", (200,)),
+        _weights("v", (200,))])
+
+
+def loop():
+    """A Loop whose body's dot and element-wise ops are split, three iterations."""
+    n = helper.make_node
+    body = helper.make_graph(
+        [n("MatMul", ["v_in", "w"], ["h"]), n("Add", ["h", "b"], ["hb"]),
+         n("Tanh", ["hb"], ["v_out"]), n("Identity", ["cond_in"], ["cond_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_in", TensorProto.FLOAT, [160, 256])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", TensorProto.FLOAT, [160, 256])])
+    m = _model([n("Loop", ["trips", "cond", "x"], ["y"], body=body)],
+               [("x", [160, 256])], [("y", [160, 256])],
+               [_weights("w", (256, 256), 0.06), _weights("b", (256,)),
+                numpy_helper.from_array(np.array(3, np.int64), "trips"),
+                numpy_helper.from_array(np.array(True), "cond")])
+    return m
+
+
+MODELS = {"cnn": cnn, "encoder": encoder, "loop": loop}
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def compiled(request, tmp_path_factory):
+    model = MODELS[request.param]()
+    path = tmp_path_factory.mktemp(request.param) / "m.o"
+    xlac.compile(model, path, parallel=True)
+    dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    x = RNG.standard_normal(dims).astype(np.float32)
+    reference = xlac.load(path)(x)
+    return path, x, reference
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 7])
+def test_parallel_entry_gives_one_thread_results_bit_for_bit(compiled, threads):
+    path, x, reference = compiled
+    m = xlac.load(path, threads=threads)
+    for _ in range(2):      # the arena is reused: nothing may depend on its old bytes
+        outputs = m(x)
+        for got, want in zip(outputs, reference):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_more_tasks_than_the_pool_has_threads(compiled):
+    """A pool of 2 threads that says 7: up to 7 tasks share its 2 threads."""
+    path, x, reference = compiled
+    m = xlac.load(path, threads=2)
+    m.pool.threads = 7
+    header = path.with_suffix(".h").read_text()
+    base, slot = (int(re.search(rf"_THREAD_SCRATCH_{w} (\d+)u", header).group(1))
+                  for w in ("BASE", "SIZE"))
+    m._arena_size = base + 6 * slot
+    for got, want in zip(m(x), reference):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_big_steps_become_tasks(tmp_path):
+    """Convolutions (dense, depthwise), dots and element loops each get a task function;
+    the one-thread entry calls none."""
+    path = tmp_path / "m.ll"
+    xlac.compile(cnn(), path, emit="llvm", parallel=True)
+    ir = path.read_text()
+    tasks = re.findall(r"define internal void @\"?([\w.]+)\.task\"?\(", ir)
+    assert len(tasks) >= 4, tasks
+    one_thread = re.search(r"define [^\n]*@m_compute\(.*?\n}\n", ir, re.S)
+    assert one_thread is not None and ".task" not in one_thread.group(0)
+
+
+def test_load_with_threads_needs_the_parallel_entry(tmp_path):
+    path = tmp_path / "m.o"
+    xlac.compile(loop(), path)
+    assert "run_parallel" not in path.with_suffix(".h").read_text()
+    with pytest.raises(XlacError, match="has no m_run_parallel; compile it with parallel=True"):
+        xlac.load(path, threads=2)
+    with pytest.raises(XlacError, match="threads must be a positive int"):
+        xlac.load(path, threads=0)
+
+
+C_PROGRAM = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "m.h"
+
+int main(void) {
+  static float x[m_x_COUNT], y1[m_y_COUNT], y3[m_y_COUNT];
+  size_t k, threads = 3;
+  void *arena1 = aligned_alloc(m_ARENA_ALIGN, (m_ARENA_SIZE + m_ARENA_ALIGN - 1)
+                               / m_ARENA_ALIGN * m_ARENA_ALIGN);
+  size_t bytes = m_ARENA_SIZE_THREADS(threads);
+  void *arena3 = aligned_alloc(m_ARENA_ALIGN, (bytes + m_ARENA_ALIGN - 1)
+                               / m_ARENA_ALIGN * m_ARENA_ALIGN);
+  xlac_threadpool *pool = xlac_threadpool_create(threads);
+  int s1, s3;
+  if (arena1 == NULL || arena3 == NULL || pool == NULL) return 2;
+  for (k = 0; k < m_x_COUNT; k++) x[k] = (float)(k % 13) / 13.0f - 0.5f;
+  s1 = m_run(x, y1, arena1);
+  s3 = m_run_parallel(x, y3, arena3, pool);
+  printf("status %d %d, same %d, y0 %g\n", s1, s3, memcmp(y1, y3, sizeof y1) == 0,
+         (double)y1[0]);
+  xlac_threadpool_destroy(pool);
+  free(arena1);
+  free(arena3);
+  return 0;
+}
+"""
+
+
+def test_c_program_on_the_pthreads_pool(tmp_path):
+    """The header compiles as C and C++; a C program links the object, the runtime and
+    the pthreads pool, and NAME_run_parallel on 3 threads matches NAME_run."""
+    xlac.compile(cnn(), tmp_path / "m.o", parallel=True)
+    (tmp_path / "main.c").write_text(C_PROGRAM)
+    (tmp_path / "include.cc").write_text('#include "m.h"\nint main() { return 0; }\n')
+    inc = [f"-I{tmp_path}", f"-I{RUNTIME_DIR}"]
+    subprocess.run(["c++", "-std=c++11", "-Wall", "-Wextra", "-Werror", "-pedantic", *inc,
+                    "-fsyntax-only", tmp_path / "include.cc"], check=True)
+    subprocess.run(["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", *inc,
+                    tmp_path / "main.c", tmp_path / "m.o", RUNTIME_DIR / "xlac_runtime.c",
+                    RUNTIME_DIR / "xlac_threadpool.c", "-pthread", "-lm", "-o",
+                    tmp_path / "app"], check=True)
+    done = subprocess.run([tmp_path / "app"], capture_output=True, text=True, check=True)
+    assert done.stdout.startswith("status 0 0, same 1,"), done.stdout
+
+
+def test_threadpool_source_is_strict_c99():
+    subprocess.run(["cc", *C_STRICT, "-pthread", f"-I{RUNTIME_DIR}", "-fsyntax-only",
+                    RUNTIME_DIR / "xlac_threadpool.c"], check=True)
