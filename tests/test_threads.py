@@ -31,8 +31,9 @@ def _model(nodes, inputs, outputs, inits):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def cnn():
-    """Dense, depthwise and strided convolutions, a residual add, a reduction, a dot."""
+def cnn(batch: int = 1):
+    """Dense, depthwise and strided convolutions, a residual add, a reduction, a dot;
+    one image splits convolutions by output channels and groups, two by images."""
     n = helper.make_node
     return _model([
         n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
@@ -42,7 +43,7 @@ def cnn():
         n("Conv", ["a", "w3"], ["c3"], pads=[1, 1, 1, 1], strides=[2, 2]),
         n("ReduceMean", ["c3"], ["m"], axes=[3], keepdims=0),
         n("MatMul", ["m", "wf"], ["y"]),
-    ], [("x", [2, 16, 40, 40])], [("y", [2, 24, 20])], [
+    ], [("x", [batch, 16, 40, 40])], [("y", [batch, 24, 20])], [
         _weights("w1", (40, 16, 3, 3)), _weights("b1", (40,)), _weights("wd", (40, 1, 3, 3)),
         _weights("w3", (24, 40, 3, 3)), _weights("wf", (20, 20))])
 
@@ -82,7 +83,7 @@ def loop():
     return m
 
 
-MODELS = {"cnn": cnn, "encoder": encoder, "loop": loop}
+MODELS = {"cnn": cnn, "cnn_batch": lambda: cnn(2), "encoder": encoder, "loop": loop}
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))
@@ -123,7 +124,7 @@ def test_big_steps_become_tasks(tmp_path):
     """Convolutions (dense, depthwise), dots and element loops each get a task function;
     the one-thread entry calls none."""
     path = tmp_path / "m.ll"
-    xlac.compile(cnn(), path, emit="llvm", parallel=True)
+    xlac.compile(cnn(2), path, emit="llvm", parallel=True)
     ir = path.read_text()
     tasks = re.findall(r"define internal void @\"?([\w.]+)\.task\"?\(", ir)
     assert len(tasks) >= 4, tasks
