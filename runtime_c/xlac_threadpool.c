@@ -12,9 +12,25 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 
 #include "xlac_runtime.h"
+
+/* A model's steps follow one another within microseconds to a millisecond, so a
+   thread that ran out of tasks first polls (yielding the core each time) for the next
+   job or the job's end before it sleeps on a condition variable: a wake-up through
+   the kernel costs tens of microseconds per step. The polls read the counters with
+   the GCC/Clang atomic builtins; other compilers go straight to sleep. */
+#if defined(__GNUC__) || defined(__clang__)
+#define XLAC_POLLS 2000
+#define XLAC_READ(x) __atomic_load_n(&(x), __ATOMIC_ACQUIRE)
+#define XLAC_WRITE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELEASE)
+#else
+#define XLAC_POLLS 0
+#define XLAC_READ(x) (x)
+#define XLAC_WRITE(x, v) ((x) = (v))
+#endif
 
 typedef struct xlac_pthreads_pool {
   xlac_threadpool api;        /* first: the public struct's address is the pool's */
@@ -24,9 +40,10 @@ typedef struct xlac_pthreads_pool {
   pthread_cond_t finished;    /* the job's last task ended */
   void (*task)(void *, size_t);
   void *task_ctx;
-  size_t n, next, done;       /* tasks of the job, the next to claim, those ended */
+  size_t n, next;             /* tasks of the job, the next to claim */
+  unsigned long done;         /* tasks of the job that ended */
   unsigned long job;          /* counts jobs: a worker runs each job at most once */
-  int stop;
+  unsigned long stop;
   size_t workers;
   pthread_t *threads;
 } xlac_pthreads_pool;
@@ -39,7 +56,18 @@ static void run_tasks(xlac_pthreads_pool *p) {
     pthread_mutex_unlock(&p->lock);
     p->task(p->task_ctx, i);
     pthread_mutex_lock(&p->lock);
-    if (++p->done == p->n) pthread_cond_signal(&p->finished);
+    XLAC_WRITE(p->done, p->done + 1);
+    if (p->done == p->n) pthread_cond_signal(&p->finished);
+  }
+}
+
+/* Polls, at most XLAC_POLLS times, until a job after ``seen`` is posted or the pool
+   stops; called without the lock. */
+static void poll_for_job(xlac_pthreads_pool *p, unsigned long seen) {
+  int k;
+  for (k = 0; k < XLAC_POLLS; k++) {
+    if (XLAC_READ(p->job) != seen || XLAC_READ(p->stop)) return;
+    sched_yield();
   }
 }
 
@@ -48,6 +76,11 @@ static void *worker(void *arg) {
   unsigned long seen = 0;
   pthread_mutex_lock(&p->lock);
   for (;;) {
+    if (!p->stop && p->job == seen) {
+      pthread_mutex_unlock(&p->lock);
+      poll_for_job(p, seen);
+      pthread_mutex_lock(&p->lock);
+    }
     while (!p->stop && p->job == seen) pthread_cond_wait(&p->start, &p->lock);
     if (p->stop) break;
     seen = p->job;
@@ -72,9 +105,15 @@ static void parallel_for(void *ctx, void (*task)(void *, size_t), void *task_ctx
   p->n = n;
   p->next = 0;
   p->done = 0;
-  p->job++;
+  XLAC_WRITE(p->job, p->job + 1);
   pthread_cond_broadcast(&p->start);
   run_tasks(p);
+  if (p->done < p->n) {
+    int k;
+    pthread_mutex_unlock(&p->lock);
+    for (k = 0; k < XLAC_POLLS && XLAC_READ(p->done) < p->n; k++) sched_yield();
+    pthread_mutex_lock(&p->lock);
+  }
   while (p->done < p->n) pthread_cond_wait(&p->finished, &p->lock);
   pthread_mutex_unlock(&p->lock);
   pthread_mutex_unlock(&p->call);
@@ -83,7 +122,7 @@ static void parallel_for(void *ctx, void (*task)(void *, size_t), void *task_ctx
 static void stop_workers(xlac_pthreads_pool *p, size_t started) {
   size_t k;
   pthread_mutex_lock(&p->lock);
-  p->stop = 1;
+  XLAC_WRITE(p->stop, 1);
   pthread_cond_broadcast(&p->start);
   pthread_mutex_unlock(&p->lock);
   for (k = 0; k < started; k++) pthread_join(p->threads[k], NULL);
