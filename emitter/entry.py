@@ -349,7 +349,7 @@ class _ComputeEmitter:
         extent = instr.shape.leaves()[0].dims[dim]
 
         def task(b, values, index):
-            lo, hi = part(b, index, values[-1], extent, 1)
+            lo, hi = part(b, index, values[-1], extent, 1, cap, self.size_t.width)
             b.call(fn, values[:-1] + [lo, hi])
 
         self._parallel_for(instr, args, cap, task)
@@ -399,7 +399,8 @@ class _ComputeEmitter:
         slot = self.thread_scratch.size
 
         def task(b, values, index):
-            lo, hi = part(b, index, values[-1], split.total, split.unit)
+            lo, hi = part(b, index, values[-1], split.total, split.unit, split.cap,
+                          self.size_t.width)
             out, lhs, rhs = (moved(b, p, lo, stride, 4)     # the fast paths are f32
                              for p, stride in zip(values[:3], split.strides))
             pointers = [out, lhs, rhs]

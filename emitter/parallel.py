@@ -123,13 +123,21 @@ def loop_split(instr: Instruction) -> tuple[int, int] | None:
     return (dim, cap) if cap >= 2 else None
 
 
-def part(b: ir.IRBuilder, index: ir.Value, parts: ir.Value, total: int,
-         unit: int) -> tuple[ir.Value, ir.Value]:
-    """[lo, hi) of part ``index`` of ``parts`` (i64 values): whole units, as even as
-    they go."""
-    units = i64(-(-total // unit))
-    lo = b.mul(b.udiv(b.mul(index, units), parts), i64(unit))
-    hi = b.mul(b.udiv(b.mul(b.add(index, i64(1)), units), parts), i64(unit))
+def part(b: ir.IRBuilder, index: ir.Value, parts: ir.Value, total: int, unit: int,
+         cap: int, bits: int) -> tuple[ir.Value, ir.Value]:
+    """[lo, hi) (i64) of part ``index`` of ``parts`` (i64 values, parts <= ``cap``):
+    whole units, as even as they go. The divisions are done in ``bits`` (size_t's
+    width) where the products fit: a 32-bit target has no 64-bit divide instruction
+    and would call libgcc's __udivdi3."""
+    units = -(-total // unit)
+    ty = ir.IntType(bits) if units * cap < (1 << bits) else I64
+    if ty.width < 64:
+        index, parts = b.trunc(index, ty), b.trunc(parts, ty)
+    bounds = []
+    for k in (index, b.add(index, ir.Constant(ty, 1))):
+        at = b.udiv(b.mul(k, ir.Constant(ty, units)), parts)
+        bounds.append(b.mul(at if ty.width == 64 else b.zext(at, I64), i64(unit)))
+    lo, hi = bounds
     if total % unit:
         hi = b.select(b.icmp_unsigned("<", hi, i64(total)), hi, i64(total))
     return lo, hi

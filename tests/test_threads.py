@@ -192,3 +192,13 @@ def test_c_program_on_the_pthreads_pool(tmp_path):
 def test_threadpool_source_is_strict_c99():
     subprocess.run(["cc", *C_STRICT, "-pthread", f"-I{RUNTIME_DIR}", "-fsyntax-only",
                     RUNTIME_DIR / "xlac_threadpool.c"], check=True)
+
+
+def test_parallel_entry_on_a_32_bit_target_needs_no_64_bit_division(tmp_path):
+    """The task bounds are divided in size_t's width: a Cortex-M object with the
+    parallel entry needs no __udivdi3 from libgcc (nor anything else)."""
+    result = xlac.compile(cnn(2), tmp_path / "m.o", target="thumbv7em-none-eabihf",
+                          cpu="cortex-m7", parallel=True)
+    header = result.paths[1].read_text()
+    assert "m_run_parallel(" in header
+    assert "__udivdi3" not in header and "__aeabi_uldivmod" not in header
