@@ -455,8 +455,9 @@ def _emit_run_v(llvm_module: ir.Module, interface: ModelInterface, compute: ir.F
                 pointer_bits: int = 64) -> ir.Function:
     """Check the arguments, then compute. NULL pointers and a misaligned arena are reported
     as status codes rather than faults. With ``parallel`` (NAME_compute_parallel) it is
-    NAME_run_parallel_v, taking the pool last: a NULL pool or one of fewer than two
-    threads runs NAME_compute."""
+    NAME_run_parallel_v, taking the pool last, and ``compute`` is NAME_run_v: a NULL
+    pool or one of fewer than two threads calls it (so NAME_compute keeps its one
+    caller, and LLVM compiles the one-thread path as without the parallel entry)."""
     suffix = "_parallel_v" if parallel is not None else "_v"
     fnty = ir.FunctionType(I32, [PTR, PTR, PTR] + ([PTR] if parallel is not None else []))
     fn = ir.Function(llvm_module, fnty, f"{interface.name}_run{suffix}")
@@ -472,6 +473,18 @@ def _emit_run_v(llvm_module: ir.Module, interface: ModelInterface, compute: ir.F
         b.cbranch(cond_ok, ok, fail)
         b.position_at_end(ok)
 
+    if parallel is not None:
+        pool = fn.args[3]
+        pool.name = "pool"
+        single = fn.append_basic_block("single")
+        one = ir.IRBuilder(single)
+        one.ret(one.call(compute, [inputs, outputs, arena]))
+        require(b.icmp_unsigned("!=", pool, null), single, "pool.ok")
+        size_t = ir.IntType(pointer_bits)   # xlac_threadpool.threads, its third field
+        threads = b.load(b.gep(pool, [ir.Constant(I32, 0), ir.Constant(I32, 2)],
+                               source_etype=ir.LiteralStructType([PTR, PTR, size_t]),
+                               inbounds=True), typ=size_t)
+        require(b.icmp_unsigned(">", threads, ir.Constant(size_t, 1)), single, "threaded")
     for array, count, what in ((inputs, len(interface.inputs), "inputs"),
                                (outputs, len(interface.outputs), "outputs")):
         if count == 0:
@@ -489,26 +502,7 @@ def _emit_run_v(llvm_module: ir.Module, interface: ModelInterface, compute: ir.F
     if parallel is None:
         b.call(compute, [inputs, outputs, arena])
     else:
-        pool = fn.args[3]
-        pool.name = "pool"
-        threaded = fn.append_basic_block("threaded")
-        single = fn.append_basic_block("single")
-        done = fn.append_basic_block("done")
-        check = fn.append_basic_block("pool.threads")
-        b.cbranch(b.icmp_unsigned("!=", pool, null), check, single)
-        b.position_at_end(check)
-        size_t = ir.IntType(pointer_bits)   # xlac_threadpool.threads, its third field
-        threads = b.load(b.gep(pool, [ir.Constant(I32, 0), ir.Constant(I32, 2)],
-                               source_etype=ir.LiteralStructType([PTR, PTR, size_t]),
-                               inbounds=True), typ=size_t)
-        b.cbranch(b.icmp_unsigned(">", threads, ir.Constant(size_t, 1)), threaded, single)
-        b.position_at_end(threaded)
-        b.call(parallel, [inputs, outputs, arena, pool])
-        b.branch(done)
-        b.position_at_end(single)
-        b.call(compute, [inputs, outputs, arena])
-        b.branch(done)
-        b.position_at_end(done)
+        b.call(parallel, [inputs, outputs, arena, fn.args[3]])
     b.ret(ir.Constant(I32, XLAC_OK))
     ir.IRBuilder(fail_null).ret(ir.Constant(I32, XLAC_ERROR_NULL_ARGUMENT))
     return fn
@@ -560,7 +554,7 @@ def emit_entry(llvm_module: ir.Module, module: Module, assignment: BufferAssignm
     threaded = _ComputeEmitter(llvm_module, module, assignment, interface, target, constants,
                                scratch)
     threaded.emit()
-    run_pv = _emit_run_v(llvm_module, interface, compute.fn, assignment.arena_size,
+    run_pv = _emit_run_v(llvm_module, interface, run_v, assignment.arena_size,
                          assignment.alignment, threaded.fn, target.pointer_bits)
     _emit_run(llvm_module, interface, run_pv, parallel=True)
     return compute.libcalls | threaded.libcalls, scratch

@@ -73,7 +73,7 @@ def _parallel_lines(name: str, params: list[str], scratch) -> list[str]:
         f"/* {name}_run_parallel: {name}_run with its big loops and kernels split into",
         "   tasks for pool->parallel_for (xlac_runtime.h); the object starts no thread.",
         "   Results are those of NAME_run, bit for bit. A NULL pool, or one of fewer than",
-        f"   two threads, runs {name}_run's code. The arena grows with the pool's threads:",
+        f"   two threads, calls {name}_run_v. The arena grows with the pool's threads:",
         f"   each thread past the first keeps its kernel scratch after {name}_ARENA_SIZE. */",
         f"#define {name}_THREAD_SCRATCH_BASE {scratch.base}u",
         f"#define {name}_THREAD_SCRATCH_SIZE {scratch.size}u",

@@ -42,7 +42,7 @@ from .loops import LOOP_BODIES
 # Least work per task: below it a step's parallel-for costs more than it saves (waking
 # a worker takes some microseconds). Multiply-adds for kernels, elements for loops.
 MIN_KERNEL_WORK = 1 << 17
-MIN_LOOP_WORK = 1 << 15
+MIN_LOOP_WORK = 1 << 14
 # Matrix-vector rows per unit.
 GEMV_ROWS = 8
 

@@ -120,16 +120,24 @@ def test_more_tasks_than_the_pool_has_threads(compiled):
         np.testing.assert_array_equal(got, want)
 
 
-def test_big_steps_become_tasks(tmp_path):
+def _function(ir: str, name: str) -> str | None:
+    found = re.search(rf"define [^\n]*@{name}\(.*?\n}}\n", ir, re.S)
+    return found and found.group(0)
+
+
+def test_big_steps_become_tasks_and_the_one_thread_entry_stays_as_it_was(tmp_path):
     """Convolutions (dense, depthwise), dots and element loops each get a task function;
-    the one-thread entry calls none."""
-    path = tmp_path / "m.ll"
-    xlac.compile(cnn(2), path, emit="llvm", parallel=True)
-    ir = path.read_text()
+    NAME_run and NAME_run_v optimize to the same code as without the parallel entry."""
+    xlac.compile(cnn(2), tmp_path / "p.ll", emit="llvm", parallel=True, name="m")
+    xlac.compile(cnn(2), tmp_path / "s.ll", emit="llvm", name="m")
+    ir, alone = (tmp_path / "p.ll").read_text(), (tmp_path / "s.ll").read_text()
     tasks = re.findall(r"define internal void @\"?([\w.]+)\.task\"?\(", ir)
     assert len(tasks) >= 4, tasks
-    one_thread = re.search(r"define [^\n]*@m_compute\(.*?\n}\n", ir, re.S)
-    assert one_thread is not None and ".task" not in one_thread.group(0)
+    for entry in ("m_run", "m_run_v"):
+        assert _function(ir, entry) is not None
+        assert _function(ir, entry) == _function(alone, entry)
+    assert _function(ir, "m_compute") == _function(alone, "m_compute")   # or both inlined
+    assert ".task" not in _function(ir, "m_run_v")
 
 
 def test_load_with_threads_needs_the_parallel_entry(tmp_path):
