@@ -31,7 +31,7 @@ from math import prod
 
 from llvmlite import ir
 
-from ..hlo import Instruction, Opcode
+from ..hlo import Instruction
 from .irutil import I64, PTR, VOID, gep_bytes, i64
 from .kernels.conv import ConvGemm, Depthwise, DirectConv
 from .kernels.dot import FastDot
@@ -57,10 +57,6 @@ class Split:
     unit: int
     strides: tuple[int, int, int]
     cap: int
-
-    @property
-    def units(self) -> int:
-        return -(-self.total // self.unit)
 
 
 def _split(param, total, unit, strides, work) -> Split | None:
