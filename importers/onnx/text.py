@@ -2,12 +2,12 @@
 
 The pool of n-grams is in the attributes, so it is known at compile time and the
 lowering is a fixed set of comparisons. For each gram length n and skip distance d,
-strided slices of the token rows give every candidate n-gram (x[p], x[p + d], ...,
-x[p + (n-1) d]); each is compared with every pool n-gram of that length, the matches
-AND-reduced over the gram and summed over the positions p. The counts of all grams
-are weighted by the mode and placed at their output columns (a constant scatter-add,
-since two grams may share a column). The work is rows x positions x pool grams x
-n per (n, d).
+n slices of the token rows, shifted by 0, d, ..., (n-1) d, give every candidate n-gram
+(x[p], x[p + d], ..., x[p + (n-1) d]) at once; each is compared with every pool
+n-gram of that length, the matches AND-reduced over the gram and summed over the
+positions p. The counts of all grams are weighted by the mode and placed at their
+output columns (a constant scatter-add, since two grams may share a column). The work
+is rows x positions x pool grams x n per (n, d).
 
 Counting follows ONNX's reference (onnx/reference/ops/op_tfidf_vectorizer.py): an
 n-gram of n >= 2 is counted once per skip distance d = 1 .. max_skip_count + 1, a
@@ -71,7 +71,6 @@ def tfidf_vectorizer(ctx, node):
     b = ctx.b
     x = ctx.input(node, 0)
     if ctx.has_attr(node, "pool_strings"):
-        ctx.attr(node, "pool_strings")
         raise ctx.out_of_scope(node, "pool_strings: its n-grams are of strings, which "
                                      "compiled code does not hold")
     if x.shape.rank > 2:
