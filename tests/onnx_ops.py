@@ -392,6 +392,23 @@ case("LabelEncoder_tensors", helper.make_node(
     default_tensor=numpy_helper.from_array(np.array([42.0], np.float32))),
     {"x": np.array([[4, 3], [-1, 4]], np.int64)}, opset=_ML)
 
+# TfIdfVectorizer: unigrams 2, 3, 5, 7 then bigrams (5, 6), (7, 8), (2, 3), counted with skips
+_TOKENS = np.array([[2, 3, 5, 4, 5, 6, 7, 8, 6, 7], [7, 2, 2, 3, 8, 5, 5, 6, 3, 3]], np.int64)
+_TFIDF = dict(min_gram_length=1, max_gram_length=2, max_skip_count=2, ngram_counts=[0, 4],
+              ngram_indexes=[6, 1, 0, 2, 4, 3, 5], pool_int64s=[2, 3, 5, 7, 5, 6, 7, 8, 2, 3])
+_IDF_W = [0.5, 2.0, 1.5, 0.25, 3.0, 1.0, 0.75]
+case("TfIdfVectorizer_TF_batch", node("TfIdfVectorizer", ["x"], mode="TF", **_TFIDF),
+     {"x": _TOKENS}, opset=9)
+case("TfIdfVectorizer_IDF_weights_int32", node("TfIdfVectorizer", ["x"], mode="IDF",
+                                               weights=_IDF_W, **_TFIDF),
+     {"x": _TOKENS[0].astype(np.int32)}, opset=9)
+case("TfIdfVectorizer_IDF_unweighted", node("TfIdfVectorizer", ["x"], mode="IDF", **_TFIDF),
+     {"x": _TOKENS}, opset=9)
+case("TfIdfVectorizer_TFIDF_bigrams_only", node("TfIdfVectorizer", ["x"], mode="TFIDF",
+                                                weights=_IDF_W,
+                                                **{**_TFIDF, "min_gram_length": 2}),
+     {"x": _TOKENS}, opset=9)
+
 # -- tensor ops ----------------------------------------------------------------------------
 _T = f32(2, 3, 4)
 for _axis in (0, 2, -1):

@@ -301,6 +301,15 @@ def test_dropout_training_with_a_ratio_is_a_random_op():
         import_onnx(model)
 
 
+def test_tfidf_string_pool_is_out_of_scope():
+    model = make_model([node("TfIdfVectorizer", ["x"], mode="TF", min_gram_length=1,
+                             max_gram_length=1, max_skip_count=0, ngram_counts=[0],
+                             ngram_indexes=[0, 1], pool_strings=["a", "b"])],
+                       {"x": np.zeros(3, np.int64)}, outputs=[("y", np.float32, (2,))], opset=9)
+    with pytest.raises(OutOfScope, match="^out of scope: TfIdfVectorizer node 'tfidfvectorizer_0': "
+                       "pool_strings: its n-grams are of strings"):
+        import_onnx(model)
+
 def test_string_tensors_are_out_of_scope():
     model = make_model([node("Identity", ["x"])], {"x": np.array(["a"], dtype=object)},
                        outputs=[("y", object, (1,))])

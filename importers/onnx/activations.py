@@ -41,13 +41,32 @@ def leaky_relu(ctx, node):
     return [ctx.b.op(Opcode.SELECT, _compare_const(ctx, x, "GE", 0), x, _mul(ctx, x, alpha))]
 
 
+def _prelu(ctx, x, slope):
+    # x >= 0 ? x : slope * x, slope already of x's shape
+    neg = ctx.b.op(Opcode.MULTIPLY, x, slope)
+    return ctx.b.op(Opcode.SELECT, _compare_const(ctx, x, "GE", 0), x, neg)
+
+
+@register("PRelu", since=1, ignore=LEGACY)
+def prelu_v1(ctx, node):
+    # Before opset 7 the slope is Caffe2's: one value, or one per channel (dim 1).
+    x, slope = ctx.input(node, 0), ctx.input(node, 1)
+    dims = x.shape.dims
+    if slope.shape.num_elements == 1:
+        slope = ctx.b.broadcast(ctx.b.reshape(slope, ()), dims, ())
+    elif slope.shape.rank == 1 and len(dims) >= 2 and slope.shape.dims[0] == dims[1]:
+        slope = ctx.b.broadcast(slope, dims, (1,))
+    else:
+        raise ctx.error(node, f"slope {slope.shape} is neither one value nor one per "
+                              f"channel of {x.shape}")
+    return [_prelu(ctx, x, slope)]
+
+
 @register("PRelu", since=7)
 def prelu(ctx, node):
-    # x >= 0 ? x : slope * x, slope broadcast to x (unidirectional)
+    # slope broadcast to x (unidirectional)
     x, slope = ctx.input(node, 0), ctx.input(node, 1)
-    slope = ctx.broadcast_to(slope, x.shape.dims)
-    neg = ctx.b.op(Opcode.MULTIPLY, x, slope)
-    return [ctx.b.op(Opcode.SELECT, _compare_const(ctx, x, "GE", 0), x, neg)]
+    return [_prelu(ctx, x, ctx.broadcast_to(slope, x.shape.dims))]
 
 
 def _elu_negative(ctx, x, alpha):

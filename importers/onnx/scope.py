@@ -72,6 +72,7 @@ OUT_OF_SCOPE_IN_PART: dict[tuple[str, str], str] = {
                        "the shape of the output would depend on its values"),
     ("", "RoiAlign"): ("sampling_ratio=0 with rois not known at compile time (pin them with "
                        "--const-input): each roi's count of samples would depend on them"),
+    ("", "TfIdfVectorizer"): "n-grams of strings (pool_strings): " + STRINGS,
 }
 
 
