@@ -317,6 +317,23 @@ def test_string_tensors_are_out_of_scope():
         import_onnx(model)
 
 
+@pytest.mark.parametrize("op, attrs", [
+    ("LinearClassifier", dict(coefficients=[1.0, -1.0], intercepts=[0.0],
+                              classlabels_strings=["no", "yes"])),
+    ("OneHotEncoder", dict(cats_strings=["a", "b"])),
+])
+def test_string_labels_are_out_of_scope(op, attrs):
+    # the scores alone are numbers, but the labels or categories are strings
+    outs, dims = (["l", "z"], (2, 2)) if op == "LinearClassifier" else (["z"], (2, 2, 2))
+    model = make_model([helper.make_node(op, ["x"], outs, domain="ai.onnx.ml", name="m",
+                                         **attrs)],
+                       {"x": np.zeros((2, 2), np.float32)},
+                       outputs=[("z", np.float32, dims)], opset={"": 13, "ai.onnx.ml": 1})
+    with pytest.raises(OutOfScope, match=f"^out of scope: {op} node 'm': "
+                       r"(classlabels|cats)_strings: string labels"):
+        import_onnx(model)
+
+
 def test_unknown_attribute_names_the_node():
     # ONNX's checker rejects attributes outside the schema...
     model = make_model([node("Relu", ["x"])], {"x": np.zeros(3, np.float32)})
