@@ -715,6 +715,66 @@ for _post in ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT"):
          {"x": _MLX * 0.5}, outputs=[("y", np.float32, (5, 2))], opset=_ML1, rtol=1e-4, atol=1e-5)
 case("LinearRegressor_one_target", _ml("LinearRegressor", coefficients=[1.0, -2.0, 0.5]),
      {"x": _MLX[:, :3]}, outputs=[("y", np.float32, (5, 1))], opset=_ML1)
+_SV = f32(6, 4)                     # support vectors: 2, 1 and 3 of classes 0, 1, 2
+_SVK = {"LINEAR": [0.0, 0.0, 0.0], "POLY": [0.4, 0.5, 3.0], "RBF": [0.3, 0.0, 0.0],
+        "SIGMOID": [0.2, -0.1, 0.0]}
+for _kernel, _params in _SVK.items():
+    case(f"SVMRegressor_{_kernel}", _ml("SVMRegressor", kernel_type=_kernel, kernel_params=_params,
+                                        support_vectors=_SV.reshape(-1).tolist(), n_supports=6,
+                                        coefficients=[0.5, -1.0, 0.25, 0.75, -0.5, 1.0], rho=[0.1]),
+         {"x": _MLX}, outputs=[("y", np.float32, (5, 1))], opset=_ML1, rtol=1e-4, atol=1e-5)
+    for _post in ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT"):
+        if _post != "NONE" and _kernel not in ("RBF", "POLY"):
+            continue
+        case(f"SVMClassifier_ovo3_{_kernel}_{_post}",
+             _ml("SVMClassifier", outputs=("l", "z"), kernel_type=_kernel, kernel_params=_params,
+                 support_vectors=_SV.reshape(-1).tolist(), vectors_per_class=[2, 1, 3],
+                 coefficients=(f32(2, 6) * 0.2 if _post == "PROBIT" else f32(2, 6))
+                 .reshape(-1).tolist(),
+                 rho=[0.1, -0.2, 0.05], classlabels_ints=[10, 20, 30], post_transform=_post),
+             {"x": _MLX}, outputs=[("l", np.int64, (5,)), ("z", np.float32, (5, 3))], opset=_ML1,
+             rtol=1e-4, atol=1e-4 if _post == "PROBIT" else 1e-5)
+for _post in ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO"):
+    case(f"SVMClassifier_binary_RBF_{_post}",
+         _ml("SVMClassifier", outputs=("l", "z"), kernel_type="RBF", kernel_params=[0.3, 0, 0],
+             support_vectors=_SV[:3].reshape(-1).tolist(), vectors_per_class=[1, 2],
+             coefficients=[0.7, -0.4, -0.3], rho=[-0.05], classlabels_ints=[0, 1],
+             post_transform=_post),
+         {"x": _MLX}, outputs=[("l", np.int64, (5,)), ("z", np.float32, (5, 2))], opset=_ML1,
+         rtol=1e-4, atol=1e-5)
+case("SVMClassifier_int_input_POLY",
+     _ml("SVMClassifier", outputs=("l", "z"), kernel_type="POLY", kernel_params=[0.1, 1.0, 2.0],
+         support_vectors=_SV.reshape(-1).tolist(), vectors_per_class=[2, 1, 3],
+         coefficients=f32(2, 6).reshape(-1).tolist(), rho=[0.1, -0.2, 0.05],
+         classlabels_ints=[2, 1, 0]),
+     {"x": i64(5, 4)}, outputs=[("l", np.int64, (5,)), ("z", np.float32, (5, 3))], opset=_ML1,
+     rtol=1e-4, atol=1e-5)
+for _name, _coef in (("positive", [0.1, 0.2, 0.0, 0.3, 0.2, 0.1, 0.4, 0.0]),
+                     ("mixed", [0.1, -0.2, 0.5, 0.3, -0.2, 0.1, 0.4, -0.6])):
+    case(f"SVMClassifier_linear_binary_{_name}",
+         _ml("SVMClassifier", outputs=("l", "z"), coefficients=_coef, rho=[0.05],
+             classlabels_ints=[3, 8], kernel_params=[0.0, 0.0, 0.0]),
+         {"x": _MLX}, outputs=[("l", np.int64, (5,)), ("z", np.float32, (5, 2))], opset=_ML1,
+         rtol=1e-4, atol=1e-5)
+case("SVMClassifier_linear_multiclass_SOFTMAX",
+     _ml("SVMClassifier", outputs=("l", "z"), coefficients=f32(3, 4).reshape(-1).tolist(),
+         rho=[0.05], classlabels_ints=[0, 1, 2], post_transform="SOFTMAX",
+         kernel_params=[0.0, 0.0, 0.0]),
+     {"x": _MLX}, outputs=[("l", np.int64, (5,)), ("z", np.float32, (5, 3))], opset=_ML1,
+     rtol=1e-4, atol=1e-5)
+case("SVMRegressor_linear_one_class",
+     _ml("SVMRegressor", coefficients=[0.5, -1.0, 0.25, 0.1], rho=[0.1], one_class=1,
+         kernel_params=[0.0, 0.0, 0.0]),
+     {"x": _MLX}, outputs=[("y", np.float32, (5, 1))], opset=_ML1)
+case("SVMRegressor_post_transform_ignored",     # by onnxruntime, so by xlac
+     _ml("SVMRegressor", coefficients=[0.05, -0.1, 0.025, 0.01], rho=[0.5],
+         post_transform="PROBIT", kernel_params=[0.0, 0.0, 0.0]),
+     {"x": _MLX}, outputs=[("y", np.float32, (5, 1))], opset=_ML1)
+case("SVMRegressor_RBF_one_class",
+     _ml("SVMRegressor", kernel_type="RBF", kernel_params=[0.3, 0.0, 0.0], one_class=1,
+         support_vectors=_SV.reshape(-1).tolist(), n_supports=6,
+         coefficients=[0.5, -1.0, 0.25, 0.75, -0.5, 1.0], rho=[-0.3]),
+     {"x": _MLX}, outputs=[("y", np.float32, (5, 1))], opset=_ML1)
 # -- recurrent networks ----------------------------------------------------------------------
 # Y, Y_h (and Y_c) against onnxruntime: sequence lengths given at run time (shorter ones
 # freeze the state and zero Y; the reverse direction reverses within each length),

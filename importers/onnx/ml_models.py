@@ -319,3 +319,149 @@ def linear_classifier(ctx, node):
     if len(labels) != t:
         raise ctx.error(node, f"{len(labels)} class labels for {t} score columns")
     return [lookup(ctx, labels, first_argmax(ctx, y)), scores(ctx, y, post)]
+
+
+# -- support vector machines ---------------------------------------------------------------
+
+_KERNELS = ("LINEAR", "POLY", "RBF", "SIGMOID")
+
+
+def _kernel(ctx, node, x, vectors, bias=0.0, kind=None):
+    """The kernel of each row of x [N, F] with each constant vector [V, F]: [N, V].
+    LINEAR is x.v + bias; POLY (gamma x.v + coef0)^degree; SIGMOID tanh(gamma x.v +
+    coef0); RBF exp(-gamma |x - v|^2) (kernel_params = gamma, coef0, degree)."""
+    b = ctx.b
+    kind = kind or ctx.attr(node, "kernel_type", "LINEAR")
+    if kind not in _KERNELS:
+        raise ctx.error(node, f"unknown kernel_type {kind!r}")
+    params = list(ctx.attr(node, "kernel_params", ())) or [0.0, 0.0, 0.0]
+    if len(params) != 3:
+        raise ctx.error(node, f"kernel_params needs gamma, coef0, degree, got {params}")
+    gamma, coef0, degree = params
+    n, v = x.shape.dims[0], len(vectors)
+
+    def c(value):
+        return ctx.full(value, F32, (n, v))
+    if kind == "RBF":
+        cube = (n, v, x.shape.dims[1])
+        diff = b.op(Opcode.SUBTRACT, b.broadcast(x, cube, (0, 2)),
+                    b.broadcast(b.constant(np.asarray(vectors, np.float32)), cube, (1, 2)))
+        dist = ctx.reduce(b.op(Opcode.MULTIPLY, diff, diff), (2,), Opcode.ADD, 0)
+        return b.op(Opcode.EXP, b.op(Opcode.MULTIPLY, c(-gamma), dist))
+    dot = matmul_t(ctx, x, vectors)
+    if kind == "LINEAR":
+        return b.op(Opcode.ADD, dot, c(bias)) if bias else dot
+    y = b.op(Opcode.ADD, b.op(Opcode.MULTIPLY, c(gamma), dot), c(coef0))
+    if kind == "SIGMOID":
+        return b.op(Opcode.TANH, y)
+    return b.op(Opcode.POWER, y, c(degree))
+
+
+def _support(ctx, node, f, count):
+    """support_vectors as [count, f]."""
+    vectors = np.asarray(ctx.attr(node, "support_vectors", ()), np.float32).reshape(-1)
+    if len(vectors) != count * f:
+        raise ctx.error(node, f"{len(vectors)} support vector values for {count} vectors of "
+                              f"{f} features")
+    return vectors.reshape(count, f)
+
+
+@register("SVMRegressor", since=1, domain=ML)
+def svm_regressor(ctx, node):
+    # onnxruntime reads post_transform but applies none (svmregressor.cc): nor does xlac
+    ctx.attr(node, "post_transform", "NONE")
+    x = features(ctx, node, ctx.input(node, 0))
+    f = x.shape.dims[1]
+    coef = np.asarray(ctx.attr(node, "coefficients"), np.float32).reshape(-1)
+    rho = float(ctx.attr(node, "rho", (0.0,))[0])
+    count = ctx.attr(node, "n_supports", 0)
+    b = ctx.b
+    if count > 0:
+        if len(coef) != count:
+            raise ctx.error(node, f"{len(coef)} coefficients for {count} support vectors")
+        kernels = _kernel(ctx, node, x, _support(ctx, node, f, count))
+        y = matmul_t(ctx, kernels, coef[None, :], [rho])
+    else:
+        # linear mode: the coefficients are the one weight vector, the kernel LINEAR
+        ctx.attr(node, "kernel_type", None)
+        ctx.attr(node, "kernel_params", None)
+        ctx.attr(node, "support_vectors", None)
+        if len(coef) != f:
+            raise ctx.error(node, f"{len(coef)} coefficients for {f} features")
+        y = matmul_t(ctx, x, coef[None, :], [rho])
+    if ctx.attr(node, "one_class", 0):
+        dims = y.shape.dims
+        y = b.op(Opcode.SELECT, b.compare(y, ctx.full(0, F32, dims), "GT"),
+                 ctx.full(1, F32, dims), ctx.full(-1, F32, dims))
+    return [y]
+
+
+@register("SVMClassifier", since=1, domain=ML)
+def svm_classifier(ctx, node):
+    labels = class_labels(ctx, node)
+    post = post_transform(ctx, node)
+    if ctx.attr(node, "prob_a", None) or ctx.attr(node, "prob_b", None):
+        raise ctx.error(node, "prob_a/prob_b are not supported: onnxruntime's pairwise "
+                              "coupling is an iterative solver that stops on convergence")
+    x = features(ctx, node, ctx.input(node, 0))
+    n, f = x.shape.dims
+    k = len(labels)
+    if k < 2:
+        raise ctx.error(node, f"needs at least 2 class labels, got {k}")
+    coef = np.asarray(ctx.attr(node, "coefficients"), np.float32).reshape(-1)
+    rho = np.asarray(ctx.attr(node, "rho"), np.float32).reshape(-1)
+    per_class = list(ctx.attr(node, "vectors_per_class", ()))
+    b = ctx.b
+    if not sum(per_class):
+        # linear mode (liblinear): one weight vector per class, rho[0] on every score;
+        # the label is the best score's, but with two classes onnxruntime picks label 1
+        # above 0.5 (all weights >= 0) or above 0 (mixed weights) (ChooseClass)
+        ctx.attr(node, "kernel_type", None)
+        ctx.attr(node, "kernel_params", None)
+        ctx.attr(node, "support_vectors", None)
+        if len(coef) != k * f:
+            raise ctx.error(node, f"{len(coef)} coefficients for {k} classes of {f} features")
+        y = _kernel(ctx, node, x, coef.reshape(k, f), bias=float(rho[0]), kind="LINEAR")
+        label = lookup(ctx, labels, first_argmax(ctx, y))
+        if k == 2:
+            top = ctx.reduce(y, (1,), Opcode.MAXIMUM, -np.inf)
+            cut = 0.5 if (coef >= 0).all() else 0.0
+            above = b.compare(top, ctx.full(cut, F32, (n,)), "GE" if cut else "GT")
+            label = b.op(Opcode.SELECT, above, ctx.full(labels[1], dtypes.S64, (n,)), label)
+        return [label, scores(ctx, y, post)]
+
+    # SVC: one-vs-one classifiers for each pair i < j, their decision
+    #   sum_{v of i} coef[j-1, v] K(x, v) + sum_{v of j} coef[i, v] K(x, v) + rho[pair]
+    # as one dot of the kernels with a constant [V, pairs]; a positive decision votes for i,
+    # else j; the label is the most voted (the first of ties)
+    if len(per_class) != k:
+        raise ctx.error(node, f"vectors_per_class has {len(per_class)} entries for {k} classes")
+    total = sum(per_class)
+    if len(coef) != (k - 1) * total:
+        raise ctx.error(node, f"{len(coef)} coefficients for {k - 1} x {total} support vectors")
+    pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
+    if len(rho) != len(pairs):
+        raise ctx.error(node, f"{len(rho)} rho values for {len(pairs)} class pairs")
+    coef = coef.reshape(k - 1, total)
+    start = np.concatenate([[0], np.cumsum(per_class)]).astype(int)
+    weights = np.zeros((len(pairs), total), np.float32)
+    vote_i = np.zeros((len(pairs), k), np.float32)
+    vote_j = np.zeros((len(pairs), k), np.float32)
+    for p, (i, j) in enumerate(pairs):
+        weights[p, start[i]:start[i + 1]] = coef[j - 1, start[i]:start[i + 1]]
+        weights[p, start[j]:start[j + 1]] = coef[i, start[j]:start[j + 1]]
+        vote_i[p, i] = vote_j[p, j] = 1
+    kernels = _kernel(ctx, node, x, _support(ctx, node, f, total))
+    y = matmul_t(ctx, kernels, weights, rho)                          # [N, pairs]
+    wins = b.convert(b.compare(y, ctx.full(0, F32, y.shape.dims), "GT"), F32)
+    losses = b.op(Opcode.SUBTRACT, ctx.full(1, F32, y.shape.dims), wins)
+    votes = b.op(Opcode.ADD, matmul_t(ctx, wins, vote_i.T), matmul_t(ctx, losses, vote_j.T))
+    label = lookup(ctx, labels, first_argmax(ctx, votes))
+    if k > 2:
+        return [label, scores(ctx, y, post)]
+    # two classes: onnxruntime writes [-s, s] (NONE) or [1 - s, s] (after LOGISTIC, or
+    # raw for SOFTMAX and SOFTMAX_ZERO)
+    if post == "PROBIT":
+        raise ctx.error(node, "PROBIT on a two-class SVC is not supported: onnxruntime fills "
+                              "only half of its two-column output")
+    return [label, scores(ctx, y, post, 2 if post == "NONE" else 0)]
