@@ -775,6 +775,73 @@ case("SVMRegressor_RBF_one_class",
          support_vectors=_SV.reshape(-1).tolist(), n_supports=6,
          coefficients=[0.5, -1.0, 0.25, 0.75, -0.5, 1.0], rho=[-0.3]),
      {"x": _MLX}, outputs=[("y", np.float32, (5, 1))], opset=_ML1)
+# the deprecated forms: two trees over 3 features as (tree id, node id); leaves may weigh
+# several targets
+_OLD_NODES = dict(nodes_treeids=[0, 0, 0, 0, 0, 1, 1, 1], nodes_nodeids=[0, 1, 2, 3, 4, 0, 1, 2],
+                  nodes_featureids=[0, 2, 0, 0, 0, 1, 0, 0],
+                  nodes_modes=["BRANCH_LEQ", "BRANCH_LT", "LEAF", "LEAF", "LEAF", "BRANCH_GT",
+                               "LEAF", "LEAF"],
+                  nodes_values=[0.5, -0.2, 0, 0, 0, 0.1, 0, 0],
+                  nodes_truenodeids=[1, 3, 0, 0, 0, 1, 0, 0],
+                  nodes_falsenodeids=[2, 4, 0, 0, 0, 2, 0, 0],
+                  nodes_missing_value_tracks_true=[0, 1, 0, 0, 0, 0, 0, 0])
+_OLD_LEAVES = dict(treeids=[0, 0, 0, 0, 1, 1, 1], nodeids=[2, 2, 3, 4, 1, 2, 2],
+                   ids=[0, 1, 1, 0, 0, 1, 0], weights=[1.5, -0.5, 2.0, 0.25, 3.0, -1.0, 0.5])
+_OLD_X = _FOREST_X.copy()
+
+
+def _old_tree(op, prefix, leaves=_OLD_LEAVES, nodes=_OLD_NODES, **attrs):
+    leaf_attrs = {f"{prefix}_{k}": v for k, v in leaves.items()}
+    outs = ("l", "z") if op == "TreeEnsembleClassifier" else ("y",)
+    return _ml(op, outputs=outs, **nodes, **leaf_attrs, **attrs)
+
+
+for _agg, _post, _base in (("SUM", "NONE", None), ("AVERAGE", "SOFTMAX", [0.1, -0.2]),
+                           ("MIN", "LOGISTIC", None), ("MAX", "SOFTMAX_ZERO", [0.5, 0.0]),
+                           ("SUM", "PROBIT", None), ("SUM", "NONE", [1.0, -2.0]),
+                           ("MAX", "NONE", [1.0, -2.0]), ("MIN", "NONE", [1.0, -2.0])):
+    _scale = dict(weights=[w * 0.1 for w in _OLD_LEAVES["weights"]]) if _post == "PROBIT" else {}
+    case(f"TreeEnsembleRegressor_{_agg}_{_post}" + ("_base" if _base else ""),
+         _old_tree("TreeEnsembleRegressor", "target", {**_OLD_LEAVES, **_scale}, n_targets=2,
+                   aggregate_function=_agg, post_transform=_post,
+                   **({"base_values": _base} if _base else {})),
+         {"x": _OLD_X}, outputs=[("y", np.float32, (6, 2))], opset=_ML1, rtol=1e-4, atol=1e-5)
+case("TreeEnsembleRegressor_modes_one_target",
+     _old_tree("TreeEnsembleRegressor", "target",
+               dict(treeids=[0, 0, 0, 1, 1], nodeids=[2, 3, 4, 1, 2], ids=[0] * 5,
+                    weights=[1.0, 2.0, 3.0, 4.0, 5.0]),
+               nodes={**_OLD_NODES, "nodes_modes": ["BRANCH_GTE", "BRANCH_EQ", "LEAF", "LEAF",
+                                                    "LEAF", "BRANCH_NEQ", "LEAF", "LEAF"],
+                      "nodes_values": [0.0, 1.0, 0, 0, 0, 2.0, 0, 0]},
+               base_values=[0.5], n_targets=1),
+     {"x": i64(6, 3, low=-1, high=3).astype(np.float32)}, outputs=[("y", np.float32, (6, 1))],
+     opset=_ML1)
+_OLD3 = dict(_OLD_LEAVES, ids=[0, 1, 2, 0, 2, 1, 0])
+for _post, _base in (("NONE", None), ("SOFTMAX", [0.1, 0.0, -0.3]), ("LOGISTIC", None)):
+    case(f"TreeEnsembleClassifier_3class_{_post}",
+         _old_tree("TreeEnsembleClassifier", "class", _OLD3, classlabels_int64s=[5, 6, 7],
+                   post_transform=_post, **({"base_values": _base} if _base else {})),
+         {"x": _OLD_X}, outputs=[("l", np.int64, (6,)), ("z", np.float32, (6, 3))], opset=_ML1,
+         rtol=1e-4, atol=1e-5)
+# two classes: every leaf weighs both (a random forest's probabilities); only class 0
+# weighed, mixed signs, one base value (gradient boosting); class 1 at some leaves only;
+# two base values
+_BOTH = dict(treeids=[0, 0, 0, 0, 0, 0, 1, 1, 1, 1], nodeids=[2, 2, 3, 3, 4, 4, 1, 1, 2, 2],
+             ids=[0, 1] * 5, weights=[0.2, 0.8, 0.6, 0.4, 0.5, 0.5, 0.9, 0.1, 0.3, 0.7])
+_ONLY0 = dict(treeids=[0, 0, 0, 1, 1], nodeids=[2, 3, 4, 1, 2], ids=[0] * 5,
+              weights=[0.4, -0.7, 0.2, -0.1, 0.6])
+for _name, _leaves, _post, _base in (
+        ("both_NONE", _BOTH, "NONE", None), ("both_SOFTMAX", _BOTH, "SOFTMAX", None),
+        ("class0_LOGISTIC_base", _ONLY0, "LOGISTIC", [-0.1]), ("class0_NONE", _ONLY0, "NONE", None),
+        ("some_class1_NONE", _OLD_LEAVES, "NONE", None),
+        ("some_class1_LOGISTIC", _OLD_LEAVES, "LOGISTIC", None),
+        ("two_base_values", _OLD_LEAVES, "NONE", [0.25, 0.25]),
+        ("both_two_base_values", _BOTH, "LOGISTIC", [0.1, 0.1])):
+    case(f"TreeEnsembleClassifier_binary_{_name}",
+         _old_tree("TreeEnsembleClassifier", "class", _leaves, classlabels_int64s=[3, 9],
+                   post_transform=_post, **({"base_values": _base} if _base else {})),
+         {"x": _OLD_X}, outputs=[("l", np.int64, (6,)), ("z", np.float32, (6, 2))], opset=_ML1,
+         rtol=1e-4, atol=1e-5)
 # -- recurrent networks ----------------------------------------------------------------------
 # Y, Y_h (and Y_c) against onnxruntime: sequence lengths given at run time (shorter ones
 # freeze the state and zero Y; the reverse direction reverses within each length),

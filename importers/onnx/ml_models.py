@@ -46,13 +46,14 @@ def post_transform(ctx, node):
     return post
 
 
-def class_labels(ctx, node):
-    """classlabels_ints as numpy; string labels are out of scope."""
+def class_labels(ctx, node, name="classlabels_ints"):
+    """The integer class labels (attribute ``name``) as numpy; string labels are out of
+    scope."""
     if ctx.attr(node, "classlabels_strings", None) is not None:
         raise ctx.out_of_scope(node, "classlabels_strings: " + STRING_LABELS)
-    labels = ctx.attr(node, "classlabels_ints", None)
+    labels = ctx.attr(node, name, None)
     if labels is None:
-        raise ctx.error(node, "needs classlabels_ints")
+        raise ctx.error(node, f"needs {name}")
     return np.asarray(labels, np.int64)
 
 
@@ -113,7 +114,7 @@ def scores(ctx, y, post: str, second: int = -1):
     if second < 0:
         return y
     if second in (0, 1):
-        # onnxruntime 1.2x applies LOGISTIC before the complement; PROBIT is refused by
+        # onnxruntime applies LOGISTIC before the complement; PROBIT is refused by
         # the callers (onnxruntime writes its one column into the two-column output)
         y = b.op(Opcode.LOGISTIC, y) if post == "LOGISTIC" else y
         return b.concatenate([b.op(Opcode.SUBTRACT, ctx.full(1, F32, y.shape.dims), y), y], 1)

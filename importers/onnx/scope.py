@@ -33,7 +33,7 @@ RANDOM_MASK = ("draws a random mask from a generator each runtime chooses, so no
 DATA_SHAPE = ("the shape of its output depends on the input values, and compiled code has "
               "shapes fixed at compile time")
 # Classifiers and encoders given string class labels or categories.
-STRING_LABELS = "string labels, which compiled code does not hold (use classlabels_ints)"
+STRING_LABELS = "string labels, which compiled code does not hold (use integer labels)"
 IMAGE_DECODE = ("decodes image files (JPEG, PNG, ...), whose output shape depends on the bytes "
                 "and which compiled code does not parse")
 
