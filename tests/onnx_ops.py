@@ -842,6 +842,14 @@ for _name, _leaves, _post, _base in (
                    post_transform=_post, **({"base_values": _base} if _base else {})),
          {"x": _OLD_X}, outputs=[("l", np.int64, (6,)), ("z", np.float32, (6, 2))], opset=_ML1,
          rtol=1e-4, atol=1e-5)
+# rois (batch, x1, y1, x2, y2) given at run time: scaled and rounded corners, rois past
+# the map's edge, one of a single position, one reversed (extent clamped to 1)
+_ROIS = np.array([[0, 0, 0, 9, 7], [1, 2.4, 1.5, 6.6, 5.2], [0, 6, 4, 14, 12], [1, 3, 3, 3, 3],
+                  [0, 5, 6, 2, 1]], np.float32)
+for _shape, _scale in (([2, 3], 1.0), ([3, 2], 0.5)):
+    case(f"MaxRoiPool_{_shape[0]}x{_shape[1]}_scale{_scale}",
+         node("MaxRoiPool", ["x", "rois"], pooled_shape=_shape, spatial_scale=_scale),
+         {"x": f32(2, 3, 8, 10), "rois": _ROIS}, opset=1)
 # -- recurrent networks ----------------------------------------------------------------------
 # Y, Y_h (and Y_c) against onnxruntime: sequence lengths given at run time (shorter ones
 # freeze the state and zero Y; the reverse direction reverses within each length),
