@@ -20,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...hlo import DotDimensionNumbers, GatherDimensionNumbers, Opcode, dtypes
+from .ml_models import (class_labels, features, first_argmax, lookup, post_transform,
+                        scores)
 from .registry import register
 
 ML = "ai.onnx.ml"
@@ -379,17 +381,11 @@ def _old_forest(ctx, node, x, prefix, n_out):
     return reached_leaves(ctx, decision, paths, len(interior)), table, has, len(roots)
 
 
-def _old_input(ctx, node):
-    from .ml_models import features
-    return features(ctx, node, ctx.input(node, 0))
-
-
 @register("TreeEnsembleRegressor", since=1, domain=ML)
 def tree_ensemble_regressor(ctx, node):
     # onnxruntime: a target that no reached leaf scores is 0, without its base value
-    from .ml_models import post_transform, scores
     b = ctx.b
-    x = _old_input(ctx, node)
+    x = features(ctx, node, ctx.input(node, 0))
     n_targets = ctx.attr(node, "n_targets", 1)
     aggregate = ctx.attr(node, "aggregate_function", "SUM")
     if aggregate not in _AGGREGATES.values():
@@ -411,11 +407,10 @@ def tree_ensemble_regressor(ctx, node):
 def tree_ensemble_classifier(ctx, node):
     # the class weights are summed; the label and the two-class scores follow
     # onnxruntime's TreeAggregatorClassifier, which the spec leaves open
-    from .ml_models import class_labels, first_argmax, lookup, post_transform, scores
     b = ctx.b
     labels = class_labels(ctx, node, "classlabels_int64s")
     post = post_transform(ctx, node)
-    x = _old_input(ctx, node)
+    x = features(ctx, node, ctx.input(node, 0))
     n, k = x.shape.dims[0], len(labels)
     base = _tensor_or_list(ctx, node, "base_values")
     if k < 2 or len(base) not in ((0, k) if k > 2 else (0, 1, 2)):
@@ -440,7 +435,6 @@ def _binary_trees(ctx, node, labels, post, y, scored, base, has, table):
     is labels[1] when the positive score (s1, else s0) passes 0.5 (weights >= 0) or 0,
     where only one class has weights; else 1 or 0 as integers (onnxruntime's
     positive_label_/negative_label_)."""
-    from .ml_models import scores
     b = ctx.b
     f32, n = dtypes.F32, y.shape.dims[0]
     col = [b.reshape(b.slice(y, (0, c), (n, c + 1)), (n,)) for c in (0, 1)]

@@ -8,10 +8,11 @@ onnxruntime's CPU kernels, which every converter is tested against, and says so 
 it matters. Scores are float32 whatever the input type, as there. The models live in
 the attributes, so every op is a few dots, compares and selects on constants.
 
-Class labels that are strings are out of scope (xlac holds no strings); a binary
-SVMClassifier's Platt probabilities (prob_a, prob_b) are not supported: onnxruntime
-turns pairwise probabilities into class probabilities with an iterative solver that
-stops on convergence.
+Class labels that are strings are out of scope (xlac holds no strings). Refused as
+unsupported: SVMClassifier's Platt probabilities (prob_a, prob_b), which onnxruntime
+turns into class probabilities with an iterative solver that stops on convergence; and
+PROBIT where a two-class classifier has one score, which onnxruntime writes into half of
+its two-column output (the other half is whatever the buffer held).
 """
 from __future__ import annotations
 
