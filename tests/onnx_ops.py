@@ -646,6 +646,210 @@ _FOREST_X[2:4, 1] = [1.0, 3.0]
 for _agg, _post in ((1, 0), (0, 3), (2, 0), (3, 0)):
     case(f"TreeEnsemble_aggregate{_agg}_post{_post}", _forest(_agg, _post), {"x": _FOREST_X},
          outputs=[("y", np.float32, (6, 2))], opset={"": 13, "ai.onnx.ml": 5}, rtol=1e-5)
+# -- ai.onnx.ml classic models (skl2onnx) ------------------------------------------------------
+_ML1 = {"": 13, "ai.onnx.ml": 1}
+_MLX = f32(5, 4)
+_MLX[2, 1] = 0.0
+
+
+def _ml(op, inputs=("x",), outputs=("y",), **attrs):
+    return helper.make_node(op, list(inputs), list(outputs), domain="ai.onnx.ml", **attrs)
+
+
+for _norm in ("MAX", "L1", "L2"):
+    case(f"Normalizer_{_norm}", _ml("Normalizer", norm=_norm),
+         {"x": np.vstack([_MLX, np.zeros((1, 4), np.float32)])},
+         outputs=[("y", np.float32, (6, 4))], opset=_ML1)
+case("Normalizer_int64_1d", _ml("Normalizer", norm="L2"), {"x": i64(6)},
+     outputs=[("y", np.float32, (6,))], opset=_ML1)
+case("Scaler_per_column", _ml("Scaler", offset=[0.5, -1.0, 0.0, 2.0], scale=[2.0, 0.5, 1.0, -1.0]),
+     {"x": _MLX}, outputs=[("y", np.float32, (5, 4))], opset=_ML1)
+case("Scaler_int64_one_value", _ml("Scaler", offset=[1.5], scale=[0.25]), {"x": i64(3, 4)},
+     outputs=[("y", np.float32, (3, 4))], opset=_ML1)
+case("Imputer_float_zero", _ml("Imputer", imputed_value_floats=[9.0, 8.0, 7.0, 6.0],
+                               replaced_value_float=0.0), {"x": _MLX},
+     outputs=[("y", np.float32, (5, 4))], opset=_ML1)
+_NANX = _MLX.copy()
+_NANX[[0, 3], [2, 0]] = np.nan
+case("Imputer_float_nan_one_value", _ml("Imputer", imputed_value_floats=[-1.0],
+                                        replaced_value_float=float("nan")), {"x": _NANX},
+     outputs=[("y", np.float32, (5, 4))], opset=_ML1)
+case("Imputer_int64", _ml("Imputer", imputed_value_int64s=[10, 20, 30], replaced_value_int64=-2),
+     {"x": i64(4, 3)}, outputs=[("y", np.int64, (4, 3))], opset=_ML1)
+for _zeros in (0, 1):
+    case(f"OneHotEncoder_int64_zeros{_zeros}",
+         _ml("OneHotEncoder", cats_int64s=[3, -1, 0, 2], zeros=_zeros),
+         {"x": np.array([[3, 0], [2, -1], [0, 0]], np.int64)},
+         outputs=[("y", np.float32, (3, 2, 4))], opset=_ML1)
+case("OneHotEncoder_float_unknown", _ml("OneHotEncoder", cats_int64s=[1, 2, 4]),
+     {"x": np.array([1.0, 4.0, 5.0, 2.0], np.float32)}, outputs=[("y", np.float32, (4, 3))],
+     opset=_ML1)
+case("FeatureVectorizer_cut_and_pad", _ml("FeatureVectorizer", ["a", "b", "c"],
+                                          inputdimensions=[2, 3, 1]),
+     {"a": f32(3, 4), "b": f32(3, 2), "c": f32(3, 1)}, outputs=[("y", np.float32, (3, 6))],
+     opset=_ML1)
+_COEF3 = f32(3, 4).reshape(-1).tolist()
+for _post in ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT"):
+    _px = _MLX * 0.1 if _post == "PROBIT" else _MLX
+    case(f"LinearClassifier_multiclass_{_post}",
+         _ml("LinearClassifier", outputs=("l", "z"), coefficients=_COEF3,
+             intercepts=[0.1, 0.0, -0.2], classlabels_ints=[7, 3, 5], post_transform=_post),
+         {"x": _px}, outputs=[("l", np.int64, (5,)), ("z", np.float32, (5, 3))], opset=_ML1,
+         rtol=1e-4, atol=1e-5)
+    if _post == "PROBIT":
+        continue            # refused: onnxruntime fills half of the output
+    case(f"LinearClassifier_binary_{_post}",
+         _ml("LinearClassifier", outputs=("l", "z"), coefficients=[0.05, -0.1, 0.2, 0.1],
+             intercepts=[0.3], classlabels_ints=[4, 9], post_transform=_post),
+         {"x": _MLX},
+         outputs=[("l", np.int64, (5,)), ("z", np.float32, (5, 2))],
+         opset=_ML1, rtol=1e-4, atol=1e-5)
+case("LinearClassifier_int_input_binary",
+     _ml("LinearClassifier", outputs=("l", "z"), coefficients=[0.5, -1.0, 0.25],
+         intercepts=[0.5], classlabels_ints=[0, 1]),
+     {"x": i64(4, 3)}, outputs=[("l", np.int64, (4,)), ("z", np.float32, (4, 2))], opset=_ML1)
+for _post in ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT"):
+    case(f"LinearRegressor_two_targets_{_post}",
+         _ml("LinearRegressor", coefficients=(f32(2, 4) * 0.1).reshape(-1).tolist(),
+             intercepts=[0.2, -0.1], targets=2, post_transform=_post),
+         {"x": _MLX * 0.5}, outputs=[("y", np.float32, (5, 2))], opset=_ML1, rtol=1e-4, atol=1e-5)
+case("LinearRegressor_one_target", _ml("LinearRegressor", coefficients=[1.0, -2.0, 0.5]),
+     {"x": _MLX[:, :3]}, outputs=[("y", np.float32, (5, 1))], opset=_ML1)
+_SV = f32(6, 4)                     # support vectors: 2, 1 and 3 of classes 0, 1, 2
+_SVK = {"LINEAR": [0.0, 0.0, 0.0], "POLY": [0.4, 0.5, 3.0], "RBF": [0.3, 0.0, 0.0],
+        "SIGMOID": [0.2, -0.1, 0.0]}
+for _kernel, _params in _SVK.items():
+    case(f"SVMRegressor_{_kernel}", _ml("SVMRegressor", kernel_type=_kernel, kernel_params=_params,
+                                        support_vectors=_SV.reshape(-1).tolist(), n_supports=6,
+                                        coefficients=[0.5, -1.0, 0.25, 0.75, -0.5, 1.0], rho=[0.1]),
+         {"x": _MLX}, outputs=[("y", np.float32, (5, 1))], opset=_ML1, rtol=1e-4, atol=1e-5)
+    for _post in ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT"):
+        if _post != "NONE" and _kernel not in ("RBF", "POLY"):
+            continue
+        case(f"SVMClassifier_ovo3_{_kernel}_{_post}",
+             _ml("SVMClassifier", outputs=("l", "z"), kernel_type=_kernel, kernel_params=_params,
+                 support_vectors=_SV.reshape(-1).tolist(), vectors_per_class=[2, 1, 3],
+                 coefficients=(f32(2, 6) * 0.2 if _post == "PROBIT" else f32(2, 6))
+                 .reshape(-1).tolist(),
+                 rho=[0.1, -0.2, 0.05], classlabels_ints=[10, 20, 30], post_transform=_post),
+             {"x": _MLX}, outputs=[("l", np.int64, (5,)), ("z", np.float32, (5, 3))], opset=_ML1,
+             rtol=1e-4, atol=1e-4 if _post == "PROBIT" else 1e-5)
+for _post in ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO"):
+    case(f"SVMClassifier_binary_RBF_{_post}",
+         _ml("SVMClassifier", outputs=("l", "z"), kernel_type="RBF", kernel_params=[0.3, 0, 0],
+             support_vectors=_SV[:3].reshape(-1).tolist(), vectors_per_class=[1, 2],
+             coefficients=[0.7, -0.4, -0.3], rho=[-0.05], classlabels_ints=[0, 1],
+             post_transform=_post),
+         {"x": _MLX}, outputs=[("l", np.int64, (5,)), ("z", np.float32, (5, 2))], opset=_ML1,
+         rtol=1e-4, atol=1e-5)
+case("SVMClassifier_int_input_POLY",
+     _ml("SVMClassifier", outputs=("l", "z"), kernel_type="POLY", kernel_params=[0.1, 1.0, 2.0],
+         support_vectors=_SV.reshape(-1).tolist(), vectors_per_class=[2, 1, 3],
+         coefficients=f32(2, 6).reshape(-1).tolist(), rho=[0.1, -0.2, 0.05],
+         classlabels_ints=[2, 1, 0]),
+     {"x": i64(5, 4)}, outputs=[("l", np.int64, (5,)), ("z", np.float32, (5, 3))], opset=_ML1,
+     rtol=1e-4, atol=1e-5)
+for _name, _coef in (("positive", [0.1, 0.2, 0.0, 0.3, 0.2, 0.1, 0.4, 0.0]),
+                     ("mixed", [0.1, -0.2, 0.5, 0.3, -0.2, 0.1, 0.4, -0.6])):
+    case(f"SVMClassifier_linear_binary_{_name}",
+         _ml("SVMClassifier", outputs=("l", "z"), coefficients=_coef, rho=[0.05],
+             classlabels_ints=[3, 8], kernel_params=[0.0, 0.0, 0.0]),
+         {"x": _MLX}, outputs=[("l", np.int64, (5,)), ("z", np.float32, (5, 2))], opset=_ML1,
+         rtol=1e-4, atol=1e-5)
+case("SVMClassifier_linear_multiclass_SOFTMAX",
+     _ml("SVMClassifier", outputs=("l", "z"), coefficients=f32(3, 4).reshape(-1).tolist(),
+         rho=[0.05], classlabels_ints=[0, 1, 2], post_transform="SOFTMAX",
+         kernel_params=[0.0, 0.0, 0.0]),
+     {"x": _MLX}, outputs=[("l", np.int64, (5,)), ("z", np.float32, (5, 3))], opset=_ML1,
+     rtol=1e-4, atol=1e-5)
+case("SVMRegressor_linear_one_class",
+     _ml("SVMRegressor", coefficients=[0.5, -1.0, 0.25, 0.1], rho=[0.1], one_class=1,
+         kernel_params=[0.0, 0.0, 0.0]),
+     {"x": _MLX}, outputs=[("y", np.float32, (5, 1))], opset=_ML1)
+case("SVMRegressor_post_transform_ignored",     # by onnxruntime, so by xlac
+     _ml("SVMRegressor", coefficients=[0.05, -0.1, 0.025, 0.01], rho=[0.5],
+         post_transform="PROBIT", kernel_params=[0.0, 0.0, 0.0]),
+     {"x": _MLX}, outputs=[("y", np.float32, (5, 1))], opset=_ML1)
+case("SVMRegressor_RBF_one_class",
+     _ml("SVMRegressor", kernel_type="RBF", kernel_params=[0.3, 0.0, 0.0], one_class=1,
+         support_vectors=_SV.reshape(-1).tolist(), n_supports=6,
+         coefficients=[0.5, -1.0, 0.25, 0.75, -0.5, 1.0], rho=[-0.3]),
+     {"x": _MLX}, outputs=[("y", np.float32, (5, 1))], opset=_ML1)
+# the deprecated forms: two trees over 3 features as (tree id, node id); leaves may weigh
+# several targets
+_OLD_NODES = dict(nodes_treeids=[0, 0, 0, 0, 0, 1, 1, 1], nodes_nodeids=[0, 1, 2, 3, 4, 0, 1, 2],
+                  nodes_featureids=[0, 2, 0, 0, 0, 1, 0, 0],
+                  nodes_modes=["BRANCH_LEQ", "BRANCH_LT", "LEAF", "LEAF", "LEAF", "BRANCH_GT",
+                               "LEAF", "LEAF"],
+                  nodes_values=[0.5, -0.2, 0, 0, 0, 0.1, 0, 0],
+                  nodes_truenodeids=[1, 3, 0, 0, 0, 1, 0, 0],
+                  nodes_falsenodeids=[2, 4, 0, 0, 0, 2, 0, 0],
+                  nodes_missing_value_tracks_true=[0, 1, 0, 0, 0, 0, 0, 0])
+_OLD_LEAVES = dict(treeids=[0, 0, 0, 0, 1, 1, 1], nodeids=[2, 2, 3, 4, 1, 2, 2],
+                   ids=[0, 1, 1, 0, 0, 1, 0], weights=[1.5, -0.5, 2.0, 0.25, 3.0, -1.0, 0.5])
+_OLD_X = _FOREST_X.copy()
+
+
+def _old_tree(op, prefix, leaves=_OLD_LEAVES, nodes=_OLD_NODES, **attrs):
+    leaf_attrs = {f"{prefix}_{k}": v for k, v in leaves.items()}
+    outs = ("l", "z") if op == "TreeEnsembleClassifier" else ("y",)
+    return _ml(op, outputs=outs, **nodes, **leaf_attrs, **attrs)
+
+
+for _agg, _post, _base in (("SUM", "NONE", None), ("AVERAGE", "SOFTMAX", [0.1, -0.2]),
+                           ("MIN", "LOGISTIC", None), ("MAX", "SOFTMAX_ZERO", [0.5, 0.0]),
+                           ("SUM", "PROBIT", None), ("SUM", "NONE", [1.0, -2.0]),
+                           ("MAX", "NONE", [1.0, -2.0]), ("MIN", "NONE", [1.0, -2.0])):
+    _scale = dict(weights=[w * 0.1 for w in _OLD_LEAVES["weights"]]) if _post == "PROBIT" else {}
+    case(f"TreeEnsembleRegressor_{_agg}_{_post}" + ("_base" if _base else ""),
+         _old_tree("TreeEnsembleRegressor", "target", {**_OLD_LEAVES, **_scale}, n_targets=2,
+                   aggregate_function=_agg, post_transform=_post,
+                   **({"base_values": _base} if _base else {})),
+         {"x": _OLD_X}, outputs=[("y", np.float32, (6, 2))], opset=_ML1, rtol=1e-4, atol=1e-5)
+case("TreeEnsembleRegressor_modes_one_target",
+     _old_tree("TreeEnsembleRegressor", "target",
+               dict(treeids=[0, 0, 0, 1, 1], nodeids=[2, 3, 4, 1, 2], ids=[0] * 5,
+                    weights=[1.0, 2.0, 3.0, 4.0, 5.0]),
+               nodes={**_OLD_NODES, "nodes_modes": ["BRANCH_GTE", "BRANCH_EQ", "LEAF", "LEAF",
+                                                    "LEAF", "BRANCH_NEQ", "LEAF", "LEAF"],
+                      "nodes_values": [0.0, 1.0, 0, 0, 0, 2.0, 0, 0]},
+               base_values=[0.5], n_targets=1),
+     {"x": i64(6, 3, low=-1, high=3).astype(np.float32)}, outputs=[("y", np.float32, (6, 1))],
+     opset=_ML1)
+_OLD3 = dict(_OLD_LEAVES, ids=[0, 1, 2, 0, 2, 1, 0])
+for _post, _base in (("NONE", None), ("SOFTMAX", [0.1, 0.0, -0.3]), ("LOGISTIC", None)):
+    case(f"TreeEnsembleClassifier_3class_{_post}",
+         _old_tree("TreeEnsembleClassifier", "class", _OLD3, classlabels_int64s=[5, 6, 7],
+                   post_transform=_post, **({"base_values": _base} if _base else {})),
+         {"x": _OLD_X}, outputs=[("l", np.int64, (6,)), ("z", np.float32, (6, 3))], opset=_ML1,
+         rtol=1e-4, atol=1e-5)
+# two classes: every leaf weighs both (a random forest's probabilities); only class 0
+# weighed, mixed signs, one base value (gradient boosting); class 1 at some leaves only;
+# two base values
+_BOTH = dict(treeids=[0, 0, 0, 0, 0, 0, 1, 1, 1, 1], nodeids=[2, 2, 3, 3, 4, 4, 1, 1, 2, 2],
+             ids=[0, 1] * 5, weights=[0.2, 0.8, 0.6, 0.4, 0.5, 0.5, 0.9, 0.1, 0.3, 0.7])
+_ONLY0 = dict(treeids=[0, 0, 0, 1, 1], nodeids=[2, 3, 4, 1, 2], ids=[0] * 5,
+              weights=[0.4, -0.7, 0.2, -0.1, 0.6])
+for _name, _leaves, _post, _base in (
+        ("both_NONE", _BOTH, "NONE", None), ("both_SOFTMAX", _BOTH, "SOFTMAX", None),
+        ("class0_LOGISTIC_base", _ONLY0, "LOGISTIC", [-0.1]), ("class0_NONE", _ONLY0, "NONE", None),
+        ("some_class1_NONE", _OLD_LEAVES, "NONE", None),
+        ("some_class1_LOGISTIC", _OLD_LEAVES, "LOGISTIC", None),
+        ("two_base_values", _OLD_LEAVES, "NONE", [0.25, 0.25]),
+        ("both_two_base_values", _BOTH, "LOGISTIC", [0.1, 0.1])):
+    case(f"TreeEnsembleClassifier_binary_{_name}",
+         _old_tree("TreeEnsembleClassifier", "class", _leaves, classlabels_int64s=[3, 9],
+                   post_transform=_post, **({"base_values": _base} if _base else {})),
+         {"x": _OLD_X}, outputs=[("l", np.int64, (6,)), ("z", np.float32, (6, 2))], opset=_ML1,
+         rtol=1e-4, atol=1e-5)
+# rois (batch, x1, y1, x2, y2) given at run time: scaled and rounded corners, rois past
+# the map's edge, one of a single position, one reversed (extent clamped to 1)
+_ROIS = np.array([[0, 0, 0, 9, 7], [1, 2.4, 1.5, 6.6, 5.2], [0, 6, 4, 14, 12], [1, 3, 3, 3, 3],
+                  [0, 5, 6, 2, 1]], np.float32)
+for _shape, _scale in (([2, 3], 1.0), ([3, 2], 0.5)):
+    case(f"MaxRoiPool_{_shape[0]}x{_shape[1]}_scale{_scale}",
+         node("MaxRoiPool", ["x", "rois"], pooled_shape=_shape, spatial_scale=_scale),
+         {"x": f32(2, 3, 8, 10), "rois": _ROIS}, opset=1)
 # -- recurrent networks ----------------------------------------------------------------------
 # Y, Y_h (and Y_c) against onnxruntime: sequence lengths given at run time (shorter ones
 # freeze the state and zero Y; the reverse direction reverses within each length),

@@ -317,6 +317,54 @@ def test_string_tensors_are_out_of_scope():
         import_onnx(model)
 
 
+@pytest.mark.parametrize("op, attrs", [
+    ("LinearClassifier", dict(coefficients=[1.0, -1.0], intercepts=[0.0],
+                              classlabels_strings=["no", "yes"])),
+    ("OneHotEncoder", dict(cats_strings=["a", "b"])),
+])
+def test_string_labels_are_out_of_scope(op, attrs):
+    # the scores alone are numbers, but the labels or categories are strings
+    outs, dims = (["l", "z"], (2, 2)) if op == "LinearClassifier" else (["z"], (2, 2, 2))
+    model = make_model([helper.make_node(op, ["x"], outs, domain="ai.onnx.ml", name="m",
+                                         **attrs)],
+                       {"x": np.zeros((2, 2), np.float32)},
+                       outputs=[("z", np.float32, dims)], opset={"": 13, "ai.onnx.ml": 1})
+    with pytest.raises(OutOfScope, match=f"^out of scope: {op} node 'm': "
+                       r"(classlabels|cats)_strings: string labels"):
+        import_onnx(model)
+
+
+_LINEAR2 = dict(coefficients=[1.0, -1.0], intercepts=[0.0], classlabels_ints=[0, 1])
+_SVC2 = dict(coefficients=[1.0, -1.0], rho=[0.0], classlabels_ints=[0, 1], kernel_type="RBF",
+             kernel_params=[0.5, 0.0, 0.0], support_vectors=[1.0, 0.0, 0.0, 1.0],
+             vectors_per_class=[1, 1])
+
+
+@pytest.mark.parametrize("op, attrs, message", [
+    ("LinearClassifier", dict(_LINEAR2, post_transform="PROBIT"),
+     "PROBIT on one score of two classes is not supported"),
+    ("SVMClassifier", dict(_SVC2, post_transform="PROBIT"),
+     "PROBIT on a two-class SVC is not supported"),
+    ("SVMClassifier", dict(_SVC2, prob_a=[1.0], prob_b=[0.0]),
+     "prob_a/prob_b are not supported"),
+    ("TreeEnsembleClassifier", dict(
+        nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[0, 0, 0],
+        nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"], nodes_values=[0.0, 0, 0],
+        nodes_truenodeids=[1, 0, 0], nodes_falsenodeids=[2, 0, 0], class_treeids=[0, 0],
+        class_nodeids=[1, 2], class_ids=[0, 1], class_weights=[1.0, 1.0],
+        classlabels_int64s=[0, 1], post_transform="PROBIT"),
+     "this two-class forest leaves one score for some inputs"),
+])
+def test_unsupported_classifier_attributes_are_refused(op, attrs, message):
+    model = make_model([helper.make_node(op, ["x"], ["l", "z"], domain="ai.onnx.ml", name="m",
+                                         **attrs)],
+                       {"x": np.zeros((2, 2), np.float32)},
+                       outputs=[("l", np.int64, (2,)), ("z", np.float32, (2, 2))],
+                       opset={"": 13, "ai.onnx.ml": 1})
+    with pytest.raises(XlacError, match=f"^{op} node 'm': {message}"):
+        import_onnx(model)
+
+
 def test_unknown_attribute_names_the_node():
     # ONNX's checker rejects attributes outside the schema...
     model = make_model([node("Relu", ["x"])], {"x": np.zeros(3, np.float32)})

@@ -1,4 +1,5 @@
-"""Image ONNX ops: Resize and Upsample; GridSample, AffineGrid and RoiAlign; Col2Im.
+"""Image ONNX ops: Resize and Upsample; GridSample, AffineGrid, RoiAlign and MaxRoiPool;
+Col2Im.
 
 Resize with static shapes is separable and its sampling positions depend only on
 shapes and attributes: per resized axis, a small table of source indices and
@@ -15,7 +16,8 @@ chain of gathers and no sum.
 GridSample and RoiAlign sample at positions computed at run time: the positions
 and weights are element-wise arithmetic on the grid or the rois, and the
 samples one gather with a batching dim (the image of each sample's batch
-element), again with tap dims summed in one loop.
+element), again with tap dims summed in one loop. MaxRoiPool's bins are masks over the
+rows and columns of each roi's image.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import math
 import numpy as np
 
 from ...hlo import GatherDimensionNumbers, Opcode, Shape, dtypes
+from .context import lowest
 from .indexing import take
 from .registry import register
 
@@ -637,6 +640,76 @@ def roi_align(ctx, node):
             per_roi = np.maximum(counts[:, 0] * counts[:, 1], 1).astype(wide.np)
             count = b.broadcast(b.constant(per_roi), out, (0,))
         y = b.op(Opcode.DIVIDE, y, count)
+    return [b.convert(y, x.shape.dtype)]
+
+
+@register("MaxRoiPool", since=1)
+def max_roi_pool(ctx, node):
+    """Each bin of each roi takes the max of X over the positions its quantized bounds
+    cover, as onnxruntime's roi_pool.cc does: the roi's corners rounded (half away from
+    zero) after scaling, its extent at least 1, bin k covering [floor(k * size / bins),
+    ceil((k + 1) * size / bins)) past the roi's start, clipped to the map; an empty bin is
+    0. The rois are run-time data: the bins are masks over the rows and the columns of
+    the roi's image (a gather), and the max, separable, is taken over columns then rows."""
+    x, rois = ctx.input(node, 0), ctx.input(node, 1)
+    ph, pw = ctx.attr(node, "pooled_shape")
+    scale = ctx.attr(node, "spatial_scale", 1.0)
+    nr = rois.shape.dims[0]
+    if x.shape.rank != 4 or rois.shape.dims != (nr, 5) or not x.shape.dtype.is_float:
+        raise ctx.error(node, f"X {x.shape} must be float [N, C, H, W] and rois {rois.shape} "
+                              "[R, 5]")
+    b = ctx.b
+    wide = x.shape.dtype if x.shape.dtype == dtypes.F64 else dtypes.F32
+    r = b.convert(rois, wide)
+    n, channels, height, width = x.shape.dims
+
+    def column(j):           # rois[:, j], (R,)
+        return b.reshape(b.slice(r, (0, j), (nr, j + 1)), (nr,))
+
+    def bins(j, n_bins, size):
+        """(R, bins, size): whether each position along one axis is in each bin."""
+        m1 = _Math(ctx, (nr,), wide)
+        start = m1.op(Opcode.ROUND_NEAREST_AFZ, m1.mul(column(j), scale))
+        end = m1.op(Opcode.ROUND_NEAREST_AFZ, m1.mul(column(j + 2), scale))
+        extent = m1.op(Opcode.MAXIMUM, m1.add(m1.sub(end, start), 1.0), 1.0)
+        dims = (nr, n_bins)
+        m = _Math(ctx, dims, wide)
+        per_roi = lambda v: b.broadcast(v, dims, (0,))  # noqa: E731
+        k = b.iota(Shape.array(wide, dims), 1)
+        size_per_bin = m.div(per_roi(extent), float(n_bins))
+        lo = m.floor(m.mul(k, size_per_bin))
+        hi = m.op(Opcode.CEIL, m.mul(m.add(k, 1.0), size_per_bin))
+
+        def clip(v):
+            return m.op(Opcode.MINIMUM, m.op(Opcode.MAXIMUM, m.add(v, per_roi(start)), 0.0),
+                        float(size))
+        lo, hi = clip(lo), clip(hi)
+        cube = (nr, n_bins, size)
+        pos = b.iota(Shape.array(wide, cube), 2)
+        return b.op(Opcode.AND, b.compare(pos, b.broadcast(lo, cube, (0, 1)), "GE"),
+                    b.compare(pos, b.broadcast(hi, cube, (0, 1)), "LT"))
+
+    rows, cols = bins(2, ph, height), bins(1, pw, width)
+    # X[batch[r]] for each roi (the batch index truncated, as onnxruntime casts it)
+    batch = b.reshape(b.convert(column(0), dtypes.S64), (nr, 1))
+    image = b.gather(b.convert(x, wide), batch, GatherDimensionNumbers((1, 2, 3), (0,), (0,), 1),
+                     (1, channels, height, width))                      # (R, C, H, W)
+    low = lowest(wide)
+    cube = (nr, channels, height, pw, width)
+    y = ctx.reduce(b.op(Opcode.SELECT, b.broadcast(cols, cube, (0, 3, 4)),
+                        b.broadcast(image, cube, (0, 1, 2, 4)), ctx.full(low, wide, cube)),
+                   (4,), Opcode.MAXIMUM, low)                           # (R, C, H, pw)
+    cube = (nr, channels, height, ph, pw)
+    y = ctx.reduce(b.op(Opcode.SELECT, b.broadcast(b.transpose(rows, (0, 2, 1)), cube, (0, 2, 3)),
+                        b.broadcast(y, cube, (0, 1, 2, 4)), ctx.full(low, wide, cube)),
+                   (2,), Opcode.MAXIMUM, low)                           # (R, C, ph, pw)
+    # a bin that covers no position is 0
+    out = y.shape.dims
+    some_row = ctx.reduce(rows, (2,), Opcode.OR, False)                # (R, ph)
+    some_col = ctx.reduce(cols, (2,), Opcode.OR, False)                # (R, pw)
+    empty = b.op(Opcode.NOT, b.op(Opcode.AND, b.broadcast(some_row, out, (0, 2)),
+                                  b.broadcast(some_col, out, (0, 3))))
+    y = b.op(Opcode.SELECT, empty, ctx.full(0, wide, out), y)
     return [b.convert(y, x.shape.dtype)]
 
 

@@ -1,4 +1,5 @@
-"""The ai.onnx.ml ops on numeric tensors: Binarizer, LabelEncoder, TreeEnsemble.
+"""The ai.onnx.ml ops on numeric tensors: Binarizer, LabelEncoder, TreeEnsemble and the
+deprecated TreeEnsembleRegressor and TreeEnsembleClassifier.
 
 LabelEncoder maps keys to values with a default; string keys or values are out of
 scope (xlac holds no strings) and refused by the importer's type check.
@@ -11,13 +12,16 @@ missing_tracks_true); a leaf is reached when every decision on its path went its
 way (the path's decisions gathered and AND-reduced, paths padded with an
 always-true column); the leaf values then meet the targets in one dot (SUM,
 AVERAGE) or a masked reduce (MIN, MAX). The work is samples x leaves x depth, not
-x all nodes.
+x all nodes. The deprecated ops (what skl2onnx still writes) name nodes by (tree id,
+node id) and let a leaf weigh several targets or classes; they reuse the lowering.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ...hlo import DotDimensionNumbers, GatherDimensionNumbers, Opcode, dtypes
+from .ml_models import (class_labels, features, first_argmax, lookup, post_transform,
+                        scores)
 from .registry import register
 
 ML = "ai.onnx.ml"
@@ -152,11 +156,34 @@ def tree_ensemble(ctx, node):
         raise ctx.error(node, f"a leaf target is outside [0, {n_targets})")
     tracks = tracks or [0] * m
 
-    # decisions (n, m + 1): column m is always true (path padding)
+    paths = _paths(ctx, node, roots, true_ids, false_ids, true_leaf, false_leaf, m)
+    if any(not 0 <= leaf < len(weights) for leaf, _ in paths):
+        raise ctx.error(node, "a leaf id is out of range")
+    table = np.zeros((len(paths), n_targets))                     # leaf -> its target
+    has = np.zeros((len(paths), n_targets), bool)
+    for row, (leaf, _) in enumerate(paths):
+        table[row, targets[leaf]] = weights[leaf]
+        has[row, targets[leaf]] = True
+    decision = decisions(ctx, node, x, splits, feature_ids, modes, tracks, members)
+    y, scored = forest(ctx, reached_leaves(ctx, decision, [p for _, p in paths], m), table, has,
+                       aggregate, len(roots), dt)
+    if aggregate in ("MIN", "MAX"):
+        # a target no reached leaf scores is 0 (onnxruntime; the onnx reference leaves
+        # the float extreme its loop starts from)
+        y = b.op(Opcode.SELECT, scored, y, ctx.full(0, dt, y.shape.dims))
+    return [_post_transform(ctx, y, post)]
+
+
+def decisions(ctx, node, x, splits, feature_ids, modes, tracks, members):
+    """Every interior node's decision for every sample, PRED (n, m + 1): column m is
+    always true (path padding). modes are 0-6 (_MODES, then set membership)."""
+    b = ctx.b
+    n, m = x.shape.dims[0], len(splits)
+    dt = x.shape.dtype
     dims = (n, m)
     values = _columns(ctx, x, feature_ids) if m else None
     decision = ctx.full(0, dtypes.PRED, dims)
-    split = b.broadcast(b.constant(splits.astype(dt.np)), dims, (1,))
+    split = b.broadcast(b.constant(np.asarray(splits).astype(dt.np)), dims, (1,))
     for k, direction in enumerate(_MODES):
         if k in modes:
             mask = b.broadcast(b.constant(np.array([mo == k for mo in modes])), dims, (1,))
@@ -169,43 +196,46 @@ def tree_ensemble(ctx, node):
         missing = b.op(Opcode.AND, b.broadcast(b.constant(np.array(tracks, bool)), dims, (1,)),
                        b.compare(values, values, "NE"))
         decision = b.op(Opcode.OR, decision, missing)
-    decision = b.concatenate([decision, ctx.full(1, dtypes.PRED, (n, 1))], 1)
+    return b.concatenate([decision, ctx.full(1, dtypes.PRED, (n, 1))], 1)
 
-    paths = _paths(ctx, node, roots, true_ids, false_ids, true_leaf, false_leaf, m)
-    if any(not 0 <= leaf < len(weights) for leaf, _ in paths):
-        raise ctx.error(node, "a leaf id is out of range")
-    depth = max((len(p) for _, p in paths), default=0) or 1
+
+def reached_leaves(ctx, decision, paths, m):
+    """PRED (n, leaves): a leaf is reached when every decision on its path (a list of
+    (interior node, branch taken)) went its way."""
+    b = ctx.b
+    n = decision.shape.dims[0]
+    depth = max((len(p) for p in paths), default=0) or 1
     path_nodes = np.full((len(paths), depth), m, np.int64)
     path_branch = np.ones((len(paths), depth), bool)
-    for row, (_, path) in enumerate(paths):
+    for row, path in enumerate(paths):
         for col, (i, taken) in enumerate(path):
             path_nodes[row, col], path_branch[row, col] = i, taken
     along = b.compare(_columns(ctx, decision, path_nodes),
                       b.broadcast(b.constant(path_branch), (n,) + path_branch.shape, (1, 2)), "EQ")
-    reached = ctx.reduce(along, (2,), Opcode.AND, True)            # (n, leaves)
+    return ctx.reduce(along, (2,), Opcode.AND, True)
 
-    leaf_ids = [leaf for leaf, _ in paths]
-    table = np.zeros((len(paths), n_targets))                     # leaf -> its target
-    for row, leaf in enumerate(leaf_ids):
-        table[row, targets[leaf]] = 1
-    leaf_values = weights[leaf_ids]
+
+def forest(ctx, reached, table, has, aggregate, trees, dt):
+    """The targets' scores (n, T) and whether any reached leaf scored each (PRED (n, T)),
+    for leaves weighing table[leaf, target] where has[leaf, target]: one dot (SUM,
+    AVERAGE) or a masked reduce (MIN, MAX; an unscored target holds the extreme)."""
+    b = ctx.b
+    n, leaves = reached.shape.dims
+    targets = table.shape[1]
+    cube = (n, leaves, targets)
+    hit = b.op(Opcode.AND, b.broadcast(reached, cube, (0, 1)),
+               b.broadcast(b.constant(has), cube, (1, 2)))
+    scored = ctx.reduce(hit, (1,), Opcode.OR, False)
     if aggregate in ("SUM", "AVERAGE"):
-        scale = 1 / len(roots) if aggregate == "AVERAGE" and roots else 1
-        contribution = b.constant((table * leaf_values[:, None] * scale).astype(dt.np))
+        scale = 1 / trees if aggregate == "AVERAGE" and trees else 1
+        contribution = b.constant((table * scale).astype(dt.np))
         y = b.dot(b.convert(reached, dt), contribution, DotDimensionNumbers((), (1,), (), (0,)))
-    else:
-        big = np.finfo(dt.np).max if aggregate == "MIN" else np.finfo(dt.np).min
-        cube = (n, len(paths), n_targets)
-        hit = b.op(Opcode.AND, b.broadcast(reached, cube, (0, 1)),
-                   b.broadcast(b.constant(table.astype(bool)), cube, (1, 2)))
-        v = b.broadcast(b.constant(leaf_values.astype(dt.np)), cube, (1,))
-        y = ctx.reduce(b.op(Opcode.SELECT, hit, v, ctx.full(big, dt, cube)), (1,),
-                       Opcode.MINIMUM if aggregate == "MIN" else Opcode.MAXIMUM, big)
-        # a target no reached leaf scores is 0 (onnxruntime; the onnx reference leaves
-        # the float extreme its loop starts from)
-        scored = ctx.reduce(hit, (1,), Opcode.OR, False)
-        y = b.op(Opcode.SELECT, scored, y, ctx.full(0, dt, y.shape.dims))
-    return [_post_transform(ctx, y, post)]
+        return y, scored
+    big = np.finfo(dt.np).max if aggregate == "MIN" else np.finfo(dt.np).min
+    v = b.broadcast(b.constant(table.astype(dt.np)), cube, (1, 2))
+    y = ctx.reduce(b.op(Opcode.SELECT, hit, v, ctx.full(big, dt, cube)), (1,),
+                   Opcode.MINIMUM if aggregate == "MIN" else Opcode.MAXIMUM, big)
+    return y, scored
 
 
 def _membership(ctx, node, x, modes, feature_ids, members):
@@ -254,3 +284,192 @@ def _post_transform(ctx, y, post: int):
         total = ctx.reduce(e, (1,), Opcode.ADD, 0)
         return b.op(Opcode.DIVIDE, e, b.broadcast(total, dims, (0,)))
     return y
+
+
+# -- TreeEnsembleRegressor, TreeEnsembleClassifier (deprecated, still what skl2onnx writes) -
+
+_OLD_MODES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3,
+              "BRANCH_EQ": 4, "BRANCH_NEQ": 5}
+
+
+def _tensor_or_list(ctx, node, name):
+    """An attribute given as floats (``name``) or as a tensor (``name_as_tensor``)."""
+    value = ctx.attr(node, name, None)
+    tensor = ctx.attr(node, name + "_as_tensor", None)
+    if value is not None and tensor is not None:
+        raise ctx.error(node, f"has both {name} and {name}_as_tensor")
+    return np.asarray(value if value is not None else tensor if tensor is not None else (),
+                      np.float64).reshape(-1)
+
+
+def _old_forest(ctx, node, x, prefix, n_out):
+    """Lower the nodes_* and <prefix>_* attributes of the deprecated ops: the leaves'
+    paths become the TreeEnsemble lowering's; each leaf may weigh several targets.
+    Returns (reached (n, leaves), table (leaves, n_out), has (leaves, n_out), trees)."""
+    tree_ids = list(ctx.attr(node, "nodes_treeids"))
+    node_ids = list(ctx.attr(node, "nodes_nodeids"))
+    feature_ids = list(ctx.attr(node, "nodes_featureids"))
+    modes = list(ctx.attr(node, "nodes_modes"))
+    values = _tensor_or_list(ctx, node, "nodes_values")
+    true_ids = list(ctx.attr(node, "nodes_truenodeids"))
+    false_ids = list(ctx.attr(node, "nodes_falsenodeids"))
+    tracks = list(ctx.attr(node, "nodes_missing_value_tracks_true", ())) or [0] * len(modes)
+    count = len(node_ids)
+    if not (len(tree_ids) == len(feature_ids) == len(modes) == len(true_ids)
+            == len(false_ids) == len(tracks) == count) or len(values) not in (0, count):
+        raise ctx.error(node, "the nodes_* attributes differ in length")
+    values = values if len(values) else np.zeros(count)
+    at = {(t, i): row for row, (t, i) in enumerate(zip(tree_ids, node_ids))}
+    if len(at) != count:
+        raise ctx.error(node, "two nodes share a (tree id, node id)")
+    unknown = set(modes) - set(_OLD_MODES) - {"LEAF"}
+    if unknown:
+        raise ctx.error(node, f"unknown nodes_modes {sorted(unknown)}")
+    interior = [row for row in range(count) if modes[row] != "LEAF"]
+    column = {row: k for k, row in enumerate(interior)}
+    for row in interior:
+        if not 0 <= feature_ids[row] < x.shape.dims[1]:
+            raise ctx.error(node, f"node {node_ids[row]} reads feature {feature_ids[row]} of "
+                                  f"{x.shape.dims[1]}")
+
+    def child(row, ids):
+        key = (tree_ids[row], ids[row])
+        if key not in at:
+            raise ctx.error(node, f"tree {key[0]} has no node {key[1]}")
+        return at[key]
+
+    referenced = {child(row, ids) for row in interior for ids in (true_ids, false_ids)}
+    roots = [row for row in range(count) if row not in referenced]
+    if len({tree_ids[r] for r in roots}) != len(roots) or \
+            {tree_ids[r] for r in roots} != set(tree_ids):
+        raise ctx.error(node, "each tree needs exactly one root")
+    paths, leaf_rows = [], []
+
+    def walk(row, path):
+        if len(path) > count:
+            raise ctx.error(node, "the trees have a cycle")
+        if modes[row] == "LEAF":
+            paths.append(path)
+            leaf_rows.append(row)
+            return
+        walk(child(row, true_ids), path + [(column[row], True)])
+        walk(child(row, false_ids), path + [(column[row], False)])
+
+    for r in roots:
+        walk(r, [])
+    w_tree = list(ctx.attr(node, f"{prefix}_treeids"))
+    w_node = list(ctx.attr(node, f"{prefix}_nodeids"))
+    w_ids = list(ctx.attr(node, f"{prefix}_ids"))
+    w = _tensor_or_list(ctx, node, f"{prefix}_weights")
+    if not len(w_tree) == len(w_node) == len(w_ids) == len(w):
+        raise ctx.error(node, f"the {prefix}_* attributes differ in length")
+    leaf_of = {row: k for k, row in enumerate(leaf_rows)}
+    table = np.zeros((len(paths), n_out))
+    has = np.zeros((len(paths), n_out), bool)
+    for t, i, target, weight in zip(w_tree, w_node, w_ids, w):
+        row = at.get((t, i))
+        if row not in leaf_of or not 0 <= target < n_out:
+            raise ctx.error(node, f"a weight of tree {t} node {i} target {target} has no "
+                                  "leaf or target")
+        table[leaf_of[row], target] += weight
+        has[leaf_of[row], target] = True
+    decision = decisions(ctx, node, x, values[interior], [feature_ids[r] for r in interior],
+                         [_OLD_MODES[modes[r]] for r in interior], [tracks[r] for r in interior],
+                         None)
+    ctx.attr(node, "nodes_hitrates", None)              # hints for a runtime's cache
+    ctx.attr(node, "nodes_hitrates_as_tensor", None)
+    return reached_leaves(ctx, decision, paths, len(interior)), table, has, len(roots)
+
+
+@register("TreeEnsembleRegressor", since=1, domain=ML)
+def tree_ensemble_regressor(ctx, node):
+    # onnxruntime: a target that no reached leaf scores is 0, without its base value
+    b = ctx.b
+    x = features(ctx, node, ctx.input(node, 0))
+    n_targets = ctx.attr(node, "n_targets", 1)
+    aggregate = ctx.attr(node, "aggregate_function", "SUM")
+    if aggregate not in _AGGREGATES.values():
+        raise ctx.error(node, f"unknown aggregate_function {aggregate!r}")
+    post = post_transform(ctx, node)
+    base = _tensor_or_list(ctx, node, "base_values")
+    if len(base) not in (0, n_targets):
+        raise ctx.error(node, f"{len(base)} base_values for {n_targets} targets")
+    reached, table, has, trees = _old_forest(ctx, node, x, "target", n_targets)
+    y, scored = forest(ctx, reached, table, has, aggregate, trees, dtypes.F32)
+    dims = y.shape.dims
+    if len(base):
+        y = b.op(Opcode.ADD, y, b.broadcast(b.constant(base.astype(np.float32)), dims, (1,)))
+    y = b.op(Opcode.SELECT, scored, y, ctx.full(0, dtypes.F32, dims))
+    return [scores(ctx, y, post)]
+
+
+@register("TreeEnsembleClassifier", since=1, domain=ML)
+def tree_ensemble_classifier(ctx, node):
+    # the class weights are summed; the label and the two-class scores follow
+    # onnxruntime's TreeAggregatorClassifier, which the spec leaves open
+    b = ctx.b
+    labels = class_labels(ctx, node, "classlabels_int64s")
+    post = post_transform(ctx, node)
+    x = features(ctx, node, ctx.input(node, 0))
+    n, k = x.shape.dims[0], len(labels)
+    base = _tensor_or_list(ctx, node, "base_values")
+    if k < 2 or len(base) not in ((0, k) if k > 2 else (0, 1, 2)):
+        raise ctx.error(node, f"{len(base)} base_values for {k} class labels")
+    reached, table, has, trees = _old_forest(ctx, node, x, "class", k)
+    y, scored = forest(ctx, reached, table, has, "SUM", trees, dtypes.F32)
+    if k > 2:
+        # the label is the best class among the scored ones (with base_values, all)
+        if len(base):
+            y = b.op(Opcode.ADD, y, b.broadcast(b.constant(base.astype(np.float32)), (n, k), (1,)))
+            best = y
+        else:
+            best = b.op(Opcode.SELECT, scored, y, ctx.full(-np.inf, dtypes.F32, (n, k)))
+        return [lookup(ctx, labels, first_argmax(ctx, best)), scores(ctx, y, post)]
+    return _binary_trees(ctx, node, labels, post, y, scored, base, has, table)
+
+
+def _binary_trees(ctx, node, labels, post, y, scored, base, has, table):
+    """onnxruntime's two-class rule. Class 1 scored (some reached leaf weighs it) keeps
+    two scores; otherwise (without two base_values) one score s0 is left, expanded to
+    [1 - s0, s0] (all weights >= 0) or [-s0, s0] (LOGISTIC: their logistics). The label
+    is labels[1] when the positive score (s1, else s0) passes 0.5 (weights >= 0) or 0,
+    where only one class has weights; else 1 or 0 as integers (onnxruntime's
+    positive_label_/negative_label_)."""
+    b = ctx.b
+    f32, n = dtypes.F32, y.shape.dims[0]
+    col = [b.reshape(b.slice(y, (0, c), (n, c + 1)), (n,)) for c in (0, 1)]
+    has_col = [b.reshape(b.slice(scored, (0, c), (n, c + 1)), (n,)) for c in (0, 1)]
+    s0, s1 = col
+    has0, has1 = has_col
+    single = len({c for c in range(2) if has[:, c].any()}) == 1
+    positive = bool((table[has] >= 0).all())
+
+    def full(v):
+        return ctx.full(v, f32, (n,))
+    kept = has1                                   # rows that keep both scores
+    if len(base) == 2:
+        with1 = b.op(Opcode.ADD, full(base[1]), s0)
+        s0 = b.op(Opcode.SELECT, has1, b.op(Opcode.NEGATE, with1),
+                  b.op(Opcode.ADD, s0, full(base[0])))
+        s1 = b.op(Opcode.SELECT, has1, with1, s1)     # onnxruntime: no base when unscored
+        kept = ctx.full(1, dtypes.PRED, (n,))
+    elif len(base) == 1:
+        s0 = b.op(Opcode.ADD, s0, full(base[0]))
+    pos = b.op(Opcode.SELECT, has1, s1, b.op(Opcode.SELECT, has0, s0, full(0)))
+    cut = 0.5 if single and positive else 0.0
+    above = b.compare(pos, full(cut), "GT")
+    pos_label, neg_label = (labels[1], labels[0]) if single else (1, 0)
+    label = b.op(Opcode.SELECT, above, ctx.full(pos_label, dtypes.S64, (n,)),
+                 ctx.full(neg_label, dtypes.S64, (n,)))
+    both = scores(ctx, b.concatenate([b.reshape(s0, (n, 1)), b.reshape(s1, (n, 1))], 1), post)
+    # every sample reaches a leaf of each tree: class 1 is always scored when every leaf
+    # weighs it
+    if len(base) != 2 and not has[:, 1].all():
+        if post == "PROBIT" or (len(base) == 1 and not single):
+            raise ctx.error(node, "this two-class forest leaves one score for some inputs, "
+                                  "which onnxruntime writes into half of its two-column output "
+                                  "(PROBIT, or one base value with both classes weighted)")
+        second = 0 if single and positive else 2
+        one = scores(ctx, b.reshape(s0, (n, 1)), post, second)
+        both = b.op(Opcode.SELECT, b.broadcast(kept, (n, 2), (0,)), both, one)
+    return [label, both]

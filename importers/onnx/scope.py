@@ -32,6 +32,8 @@ RANDOM_MASK = ("draws a random mask from a generator each runtime chooses, so no
                "result can be checked")
 DATA_SHAPE = ("the shape of its output depends on the input values, and compiled code has "
               "shapes fixed at compile time")
+# Classifiers and encoders given string class labels or categories.
+STRING_LABELS = "string labels, which compiled code does not hold (use integer labels)"
 IMAGE_DECODE = ("decodes image files (JPEG, PNG, ...), whose output shape depends on the bytes "
                 "and which compiled code does not parse")
 
@@ -70,6 +72,9 @@ OUT_OF_SCOPE_IN_PART: dict[tuple[str, str], str] = {
     ("", "Dropout"): "training_mode=1 with a nonzero ratio " + RANDOM_MASK,
     ("", "Compress"): ("a condition not known at compile time (pin it with --const-input): "
                        "the shape of the output would depend on its values"),
+    **{(ML, op): "classlabels_strings: " + STRING_LABELS for op in (
+        "LinearClassifier", "SVMClassifier", "TreeEnsembleClassifier")},
+    (ML, "OneHotEncoder"): "cats_strings: " + STRING_LABELS,
     ("", "RoiAlign"): ("sampling_ratio=0 with rois not known at compile time (pin them with "
                        "--const-input): each roi's count of samples would depend on them"),
     ("", "TfIdfVectorizer"): "n-grams of strings (pool_strings): " + STRINGS,
