@@ -221,29 +221,31 @@ def profile(name: str, model: onnx.ModelProto, runs: int, top: int) -> None:
     arena = m.new_arena()
     lib = ctypes.CDLL(str(m.library_path))
     n = max(len(sites), 1)
-    cycles = (ctypes.c_uint64 * n).in_dll(lib, f"{cname}_profile_cycles")
-    calls = (ctypes.c_uint64 * n).in_dll(lib, f"{cname}_profile_calls")
+    cycles = np.ctypeslib.as_array((ctypes.c_uint64 * n).in_dll(lib, f"{cname}_profile_cycles"))
+    calls = np.ctypeslib.as_array((ctypes.c_uint64 * n).in_dll(lib, f"{cname}_profile_calls"))
     m.run(xs, outs, arena)
-    for k in range(n):
-        cycles[k] = calls[k] = 0
-    t = time.perf_counter()
-    for _ in range(runs):
+    per_run, walls = [], []
+    for _ in range(runs):         # per site, the median over runs: robust to load spikes
+        cycles[:] = 0
+        t = time.perf_counter()
         m.run(xs, outs, arena)
-    wall_ms = (time.perf_counter() - t) / runs * 1e3
-    total = sum(cycles) or 1
-    per_call_ms = wall_ms / total      # cycles to ms, from the wall time of the runs
-    rows = sorted(range(len(sites)), key=lambda k: -cycles[k])
-    print(f"{name}: {wall_ms:.3f} ms per run over {runs} runs (profiled: the counters "
-          f"cost a little per call), {len(sites)} call sites")
+        walls.append(time.perf_counter() - t)
+        per_run.append(cycles.copy())
+    counts = calls // (runs + 1)
+    med = np.median(np.array(per_run, dtype=np.float64), axis=0)
+    wall_ms = statistics.median(walls) * 1e3
+    ms_per_cycle = wall_ms / max(float(med.sum()), 1.0)   # the counter's rate, from the wall
+    print(f"{name}: {wall_ms:.3f} ms per run (median of {runs}; the counters cost a "
+          f"little per call), {len(sites)} call sites, load average {os.getloadavg()[0]:.2f}")
     print(f"{'us':>9} {'share':>6} {'calls':>6}  instruction")
-    for k in rows[:top]:
+    for k in np.argsort(-med)[:top]:
         instr = sites[k]
-        what = _describe(instr, module) if instr is not None else art.profile_sites[k]
-        print(f"{cycles[k] * per_call_ms * 1e3:9.1f} {100 * cycles[k] / total:5.1f}% "
-              f"{calls[k] // (runs):6d}  {what}")
+        what = _describe(instr) if instr is not None else art.profile_sites[k]
+        print(f"{med[k] * ms_per_cycle * 1e3:9.1f} {100 * med[k] / med.sum():5.1f}% "
+              f"{counts[k]:6d}  {what}")
 
 
-def _describe(instr, module) -> str:
+def _describe(instr) -> str:
     """The opcode, shape and, for a fusion, the opcodes inside it."""
     from xlac.hlo import Opcode
     text = f"%{instr.name} = {instr.opcode.text} {instr.shape}"

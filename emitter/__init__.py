@@ -91,7 +91,7 @@ def emit(module: Module, assignment: BufferAssignment, options: EmitOptions,
         report_frame_sizes(llvm_module)
         parsed = None
         if kinds:   # the header alone (--emit hlo) needs the IR built, not compiled
-            parsed = llvm.parse_assembly(str(llvm_module) + constants.module_asm())
+            parsed = llvm.parse_assembly(f"{llvm_module}\n{constants.module_asm()}")
             parsed.verify()
             optimize_ir(parsed, tm, options.opt_level)
         object_code = assembly = frames = None

@@ -191,10 +191,13 @@ CONV_CASES = [
     ("many_channels_k_blocks", dict(xd=(1, 70, 6, 5), wd=(13, 70, 3, 3),
                                     pad=((1, 1), (1, 1))), "gemm"),
     ("depthwise", dict(xd=(1, 8, 12, 10), wd=(8, 1, 3, 3), pad=((1, 1), (1, 1)), groups=8),
-     "depthwise"),
+     "depthwise_rows"),
     ("depthwise_stride2_dilated", dict(xd=(2, 6, 13, 11), wd=(12, 1, 3, 3), stride=(2, 2),
                                        dil=(2, 2), pad=((2, 1), (1, 2)), groups=6),
-     "depthwise"),
+     "depthwise_rows"),
+    ("depthwise_stride5", dict(xd=(1, 3, 13, 21), wd=(3, 1, 3, 3), stride=(1, 5),
+                               pad=((1, 1), (1, 1)), groups=3), "depthwise"),
+    ("depthwise_1d", dict(xd=(1, 4, 19), wd=(4, 1, 3), pad=((1, 1),), groups=4), "depthwise"),
     ("conv1d", dict(xd=(2, 3, 17), wd=(4, 3, 5), pad=((2, 2),)), "gemm"),
     ("conv1d_stride2", dict(xd=(1, 5, 30), wd=(7, 5, 4), stride=(2,), pad=((1, 2),)), "gemm"),
     ("conv3d", dict(xd=(1, 2, 5, 6, 7), wd=(3, 2, 3, 3, 3), pad=((1, 1),) * 3), "gemm"),
@@ -261,6 +264,63 @@ def test_conv_reference_matches_direct_sum():
                for c in range(2) for kh in range(3) for kw in range(2)
                for ih, iw in [(oh * 2 + kh - 1, ow + 2 * kw)] if 0 <= ih < 6 and 0 <= iw < 5)
     assert conv_reference(instr, x, w)[0, o, oh, ow] == pytest.approx(want)
+
+
+# --- depthwise convolutions (DepthwiseRows) ------------------------------------------
+
+# Every stride (1, 2, 3 per dim), padding (none, symmetric, Keras 'same' asymmetric,
+# wider than the window's reach, negative), dilation and channel multiplier, on odd
+# sizes: images narrower than a vector, a vector and a bit, with and without interior
+# columns and rows.
+DEPTHWISE_CASES = [
+    # id, input dims, kernel (kh, kw), multiplier, stride, pads ((top, bottom), (l, r)), dil
+    ("s1_pad1", (1, 5, 9, 23), (3, 3), 1, (1, 1), ((1, 1), (1, 1)), (1, 1)),
+    ("s1_valid", (2, 3, 7, 37), (3, 3), 1, (1, 1), ((0, 0), (0, 0)), (1, 1)),
+    ("s2_pad1", (1, 4, 15, 33), (3, 3), 1, (2, 2), ((1, 1), (1, 1)), (1, 1)),
+    ("s2_same_even", (1, 3, 16, 18), (3, 3), 1, (2, 2), ((0, 1), (0, 1)), (1, 1)),
+    ("s2_valid_odd", (1, 2, 11, 19), (3, 3), 1, (2, 2), ((0, 0), (0, 0)), (1, 1)),
+    ("s3_mixed", (1, 3, 17, 29), (3, 3), 1, (3, 1), ((1, 2), (2, 1)), (1, 1)),
+    ("s1x2", (1, 2, 9, 40), (3, 3), 1, (1, 2), ((1, 1), (1, 1)), (1, 1)),
+    ("multiplier2", (1, 3, 10, 13), (3, 3), 2, (1, 1), ((1, 1), (1, 1)), (1, 1)),
+    ("multiplier3_s2", (2, 2, 9, 9), (3, 3), 3, (2, 2), ((1, 1), (1, 1)), (1, 1)),
+    ("dilated2", (1, 3, 12, 27), (3, 3), 1, (1, 1), ((2, 2), (2, 2)), (2, 2)),
+    ("5x5_pad2", (1, 3, 14, 14), (5, 5), 1, (1, 1), ((2, 2), (2, 2)), (1, 1)),
+    ("7x3_asym", (1, 2, 12, 21), (7, 3), 1, (1, 1), ((3, 3), (0, 2)), (1, 1)),
+    ("pad_beyond_window", (1, 2, 5, 6), (3, 3), 1, (1, 1), ((3, 2), (4, 3)), (1, 1)),
+    ("negative_pad", (1, 2, 10, 20), (3, 3), 1, (1, 2), ((-1, 1), (1, -2)), (1, 1)),
+    ("tiny_1x1_image", (1, 4, 1, 1), (3, 3), 1, (1, 1), ((1, 1), (1, 1)), (1, 1)),
+    ("narrow_7x7", (1, 6, 7, 7), (3, 3), 1, (1, 1), ((1, 1), (1, 1)), (1, 1)),
+    ("narrow_3x3_s2", (1, 6, 3, 3), (3, 3), 1, (2, 2), ((1, 1), (1, 1)), (1, 1)),
+    ("wide_row", (1, 2, 4, 131), (3, 3), 1, (1, 1), ((1, 1), (1, 1)), (1, 1)),
+]
+
+
+def _depthwise(dims, kernel, multiplier, stride, pad, dil):
+    c = dims[1]
+    return make_conv(dims, (c * multiplier, 1) + kernel, stride=stride, pad=pad, dil=dil,
+                     groups=c)
+
+
+@pytest.mark.parametrize("vector_bytes", [16, 32, 64])
+@pytest.mark.parametrize("case", DEPTHWISE_CASES, ids=[c[0] for c in DEPTHWISE_CASES])
+def test_depthwise(case, vector_bytes):
+    instr = _depthwise(*case[1:])
+    target = HostTarget(vector_bytes)
+    assert type(plan_kernel(instr, target).spec) is conv_mod.DepthwiseRows
+    x, w = (_random(o.shape.dims, F32) for o in instr.operands)
+    _check(CompiledKernel(instr, target)(x, w), conv_reference(instr, x, w), F32)
+
+
+def test_depthwise_padding_reads_no_neighbour():
+    """Padding reads as zero, not as the neighbouring row or channel: infinities next to
+    a small image would turn every border output into NaN otherwise."""
+    instr = _depthwise((1, 3, 5, 6), (3, 3), 1, (1, 1), ((1, 1), (1, 1)), (1, 1))
+    x = np.full((1, 3, 5, 6), np.inf, np.float32)
+    x[0, 1] = _random((5, 6), F32)
+    w = _random((3, 1, 3, 3), F32)
+    got = CompiledKernel(instr)(x, w)
+    assert np.isfinite(got[0, 1]).all()
+    _check(got[0, 1], conv_reference(instr, np.where(np.isfinite(x), x, 0), w)[0, 1], F32)
 
 
 # --- other vector widths ------------------------------------------------------------------

@@ -37,7 +37,7 @@ from math import prod
 from llvmlite import ir
 
 from ...hlo import ConvDimensionNumbers, Instruction, Shape, Window, dtypes
-from ..irutil import I32, alloca_once, for_range, i64, llvm_type
+from ..irutil import I1, I32, alloca_once, for_range, i64, llvm_type
 from . import scalar
 from .dot import row_major_strides
 from .function import Frame, KernelPlan
@@ -396,6 +396,158 @@ class Depthwise:
                 _pixel_vectors(b, geo, coords, state, pixels)
 
 
+def _inside(b: ir.IRBuilder, pad: int, stride: int, dil: int, k: int, n_in: ir.Value,
+            n_out: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """Output positions [lo, hi) along one dim whose whole window lies in the image
+    (0 <= lo <= hi <= n_out): from the first with o * stride >= pad to the last with
+    o * stride - pad + (k - 1) * dil <= n_in - 1."""
+    lo = imin(b, i64(max(0, -(-pad // stride))), n_out)
+    last = b.sub(n_in, i64(1 - pad + (k - 1) * dil))
+    hi = b.select(b.icmp_signed("<", last, i64(0)), i64(0),
+                  b.add(b.sdiv(last, i64(stride)), i64(1)))
+    hi = imin(b, hi, n_out)
+    return lo, b.select(b.icmp_signed("<", hi, lo), lo, hi)
+
+
+@dataclass(frozen=True)
+class DepthwiseRows:
+    """Depthwise 2-D convolution (one input channel per group), vectorized along output
+    rows: ``lanes`` consecutive output columns of one row, the window unrolled with its
+    weights in registers (splatted once per channel).
+
+    The layout is ONNX's NCHW, so the columns of a row are contiguous and lanes over
+    them read as well as lanes over channels would in NHWC, with no transposes around
+    the layer. Padding is handled by splitting each dim into the border and the
+    interior: output rows whose window rows all lie in the image, and vectors of
+    columns whose window columns do, read with plain vector loads, unrolled ``UNROLL``
+    vectors at a time so that independent chains of FMAs hide their latency; the border
+    rows select zeros for the window rows outside the image, and the border vectors
+    (and the last, partial one) mask their loads and stores. A stride-s row reads s *
+    lanes contiguous columns once per window position and keeps every s-th (a shuffle,
+    no gather). ``lanes`` is the target's vector width, halved for narrow images.
+    """
+    window: ConvWindow
+    lanes: int
+
+    UNROLL = 4
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        return _size_params(2)
+
+    scratch_bytes = 0
+
+    def emit(self, f: Frame) -> None:
+        b, w, lanes = f.b, self.window, self.lanes
+        geo = Geometry(b, f.size, 2)
+        (ih, iw), (oh, ow) = geo.in_sp, geo.out_sp
+        (sh, sw), (ph, pw), (dh, dw) = w.stride, w.pad_low, w.dil
+        rows_lo, rows_hi = _inside(b, ph, sh, dh, w.size[0], ih, oh)
+        cols_lo, cols_hi = _inside(b, pw, sw, dw, w.size[1], iw, ow)
+        # Vectors [0, v_lo) and [v_hi, nv) are masked; [v_lo, v_hi) read the interior.
+        nv = b.udiv(b.add(ow, i64(lanes - 1)), i64(lanes))
+        v_lo = b.udiv(b.add(cols_lo, i64(lanes - 1)), i64(lanes))
+        v_hi = b.udiv(cols_hi, i64(lanes))
+        v_hi = b.select(b.icmp_signed("<", v_hi, v_lo), v_lo, v_hi)
+        v_unrolled = b.add(v_lo, b.mul(b.udiv(b.sub(v_hi, v_lo), i64(self.UNROLL)),
+                                       i64(self.UNROLL)))
+        with for_range(b, geo.batch, "img") as img:
+            with for_range(b, geo.cout, "oc") as oc:
+                ic = b.add(b.mul(img, geo.cin), b.udiv(oc, geo.cout_g))
+                chan = offset_ptr(b, f.lhs, F32, b.mul(ic, geo.in_pixels))
+                dst = offset_ptr(b, f.out, F32,
+                                 b.mul(b.add(b.mul(img, geo.cout), oc), geo.out_pixels))
+                wrow = offset_ptr(b, f.rhs, F32, b.mul(oc, i64(w.window)))
+                ws = [splat(b, b.load(offset_ptr(b, wrow, F32, r), typ=F32), lanes)
+                      for r in range(w.window)]
+                row = _DepthwiseRow(self, b, geo, chan, dst, ws)
+                for start, stop, checked in ((i64(0), rows_lo, True),
+                                             (rows_lo, rows_hi, False),
+                                             (rows_hi, oh, True)):
+                    with for_range(b, stop, "oy", start=start) as oy:
+                        row.emit(oy, checked, v_lo, v_hi, v_unrolled, nv)
+
+
+class _DepthwiseRow:
+    """The code of one output row of DepthwiseRows."""
+
+    def __init__(self, k: DepthwiseRows, b: ir.IRBuilder, geo: Geometry, chan, dst, ws):
+        self.k, self.b, self.geo, self.chan, self.dst, self.ws = k, b, geo, chan, dst, ws
+        self.vty = vec_type(F32, k.lanes)
+
+    def emit(self, oy, checked: bool, v_lo, v_hi, v_unrolled, nv) -> None:
+        """Output row ``oy``; ``checked``: some window rows may lie outside the image."""
+        b, w, lanes = self.b, self.k.window, self.k.lanes
+        ih, iw = self.geo.in_sp
+        (sh, _), (ph, _), (dh, _) = w.stride, w.pad_low, w.dil
+        self.rows, self.valid = [], []
+        for ky in range(w.size[0]):
+            iy = b.add(b.mul(oy, i64(sh)), i64(ky * dh - ph))
+            valid = None
+            if checked:
+                valid = b.icmp_unsigned("<", iy, ih)
+                iy = b.select(valid, iy, i64(0))
+            self.rows.append(offset_ptr(b, self.chan, F32, b.mul(iy, iw)))
+            self.valid.append(valid)
+        self.out_row = offset_ptr(b, self.dst, F32, b.mul(oy, self.geo.out_sp[1]))
+        with for_range(b, v_lo, "vb") as v:
+            self._vectors(v, 1, masked=True)
+        with for_range(b, v_unrolled, "vu", start=v_lo, step=self.k.UNROLL) as v:
+            self._vectors(v, self.k.UNROLL, masked=False)
+        with for_range(b, v_hi, "vi", start=v_unrolled) as v:
+            self._vectors(v, 1, masked=False)
+        with for_range(b, nv, "ve", start=v_hi) as v:
+            self._vectors(v, 1, masked=True)
+
+    def _vectors(self, v, count: int, masked: bool) -> None:
+        """``count`` vectors of output columns from vector ``v`` of the row."""
+        b, w, lanes = self.b, self.k.window, self.k.lanes
+        ow = self.geo.out_sp[1]
+        x0s = [b.mul(b.add(v, i64(u)), i64(lanes)) for u in range(count)]
+        accs = [zeros(self.vty)] * count
+        for r, (ky, kx) in enumerate(w.positions):
+            for u, x0 in enumerate(x0s):
+                accs[u] = fma(b, self.ws[r], self._load(ky, kx, x0, masked), accs[u])
+        for x0, acc in zip(x0s, accs):
+            ptr = offset_ptr(b, self.out_row, F32, x0)
+            if masked:
+                masked_store(b, acc, ptr, first_lanes(b, lanes, 0, b.sub(ow, x0)))
+            else:
+                store_vec(b, acc, ptr)
+
+    def _load(self, ky: int, kx: int, x0, masked: bool) -> ir.Value:
+        """Input under window position (ky, kx) for output columns x0 .. x0 + lanes."""
+        b, w, lanes = self.b, self.k.window, self.k.lanes
+        (_, sw), (_, pw), (_, dw) = w.stride, w.pad_low, w.dil
+        col0 = b.add(b.mul(x0, i64(sw)), i64(kx * dw - pw))
+        ptr = offset_ptr(b, self.rows[ky], F32, col0)
+        valid = self.valid[ky]
+        span = sw * lanes
+        wide = vec_type(F32, span)
+        if masked:
+            # Element e of the wide read is column col0 + e, used by lane e / sw if
+            # e % sw == 0; read it iff that lane is real and the column is in the image.
+            cols = b.add(splat(b, b.trunc(col0, I32), span), const_vec(I32, range(span)))
+            mask = b.icmp_unsigned("<", cols, splat_i32(b, self.geo.in_sp[1], span))
+            lane_of = const_vec(I32, [e // sw for e in range(span)])
+            mask = b.and_(mask, b.icmp_signed("<", lane_of,
+                                              splat_i32(b, b.sub(self.geo.out_sp[1], x0), span)))
+            if sw > 1:
+                mask = b.and_(mask, const_vec(I1, [int(e % sw == 0) for e in range(span)]))
+            if valid is not None:
+                mask = b.and_(mask, splat(b, valid, span))
+            x = masked_load(b, ptr, wide, mask)
+        else:
+            # The last column read is col0 + sw * (lanes - 1): past it, nothing is read.
+            x = (load_vec(b, ptr, wide) if sw == 1
+                 else masked_load(b, ptr, wide, lane_mask(span, span - sw + 1)))
+            if valid is not None:
+                x = b.select(valid, x, zeros(wide))
+        if sw > 1:
+            x = b.shuffle_vector(x, x, const_vec(I32, range(0, span, sw)))
+        return x
+
+
 @dataclass(frozen=True)
 class DirectConv:
     """Direct convolution for any channels, with no scratch: an MR x NV tile (MR output
@@ -511,7 +663,8 @@ def _path(instr: Instruction, t: Tiling) -> str:
         return "naive"
     sizes = _sizes_of(instr)
     if sizes["cin_g"] == 1 and sizes["cout_g"] < t.mr:
-        return "depthwise"
+        return ("depthwise_rows" if w.rank == 2 and 2 <= w.stride[1] <= DEPTHWISE_MAX_STRIDE
+                and prod(w.size) <= DIRECT_MAX_POSITIONS else "depthwise")
     return "gemm"
 
 
@@ -519,6 +672,9 @@ def _path(instr: Instruction, t: Tiling) -> str:
 # (an STFT's 512-tap window in a speech front end) LLVM takes minutes over the unrolled
 # body, so wide windows keep the GEMM and its scratch.
 DIRECT_MAX_POSITIONS = 64
+# DepthwiseRows reads stride * lanes columns per window position and keeps every
+# stride-th; wider strides keep Depthwise's gathers.
+DEPTHWISE_MAX_STRIDE = 4
 
 
 def plan_conv(instr: Instruction, target, lean: bool = False) -> KernelPlan:
@@ -531,6 +687,10 @@ def plan_conv(instr: Instruction, target, lean: bool = False) -> KernelPlan:
         return KernelPlan(DirectConv(window, t), _sizes_of(instr))
     if path == "gemm":
         return KernelPlan(ConvGemm(window, t), _sizes_of(instr))
+    if path == "depthwise_rows":
+        # Narrow images take half vectors: a 7-wide row fills 7 of 8 lanes, not of 16.
+        lanes = t.lanes if 2 * instr.shape.dims[3] > t.lanes or t.lanes <= 4 else t.lanes // 2
+        return KernelPlan(DepthwiseRows(window, lanes), _sizes_of(instr))
     if path == "depthwise":
         return KernelPlan(Depthwise(window, t.lanes), _sizes_of(instr))
     a = instr.attrs
