@@ -174,7 +174,6 @@ def measure(name: str, model: onnx.ModelProto, samples: int, sample_s: float) ->
 def profile(name: str, model: onnx.ModelProto, runs: int, top: int) -> None:
     """Time per HLO instruction of ``model`` (see the module docstring)."""
     from xlac.emitter import EmitOptions, emit, kernels, make_target, scratch_bytes
-    from xlac.emitter.entry import KERNEL_OPCODES
     from xlac.hlo import Opcode
     from xlac.importers.onnx import import_onnx
     from xlac.optimizer import optimize, plan_memory
@@ -205,7 +204,7 @@ def profile(name: str, model: onnx.ModelProto, runs: int, top: int) -> None:
             if instr.opcode is Opcode.WHILE:
                 for c in instr.called:
                     walk(c)
-            elif instr.opcode in KERNEL_OPCODES and instr.shape.num_elements:
+            elif kernels.is_kernel(instr, target) and instr.shape.num_elements:
                 key = kernels.kernel_key(instr, target, instr in assignment.lean_kernels)
                 first = first_of_key.setdefault(key, instr)
                 shared.setdefault(f"{cname}.{first.name}", []).append(instr)

@@ -18,7 +18,7 @@ from ..optimizer.buffer_assignment import BufferAssignment
 from . import kernels, sort
 from .constants import ConstantPool
 from .elf import ElfObject, set_arm_vfp_args
-from .entry import KERNEL_OPCODES, emit_entry
+from .entry import emit_entry
 from .header import render_header
 from .info import emit_model_info
 from .interface import model_interface
@@ -131,7 +131,7 @@ def scratch_bytes(instr: Instruction, target: TargetInfo, lean: bool = False) ->
     the least scratch (``BufferAssignment.lean_kernels``)."""
     if instr.opcode is Opcode.SORT:
         return sort.scratch_bytes(instr)
-    if instr.opcode not in KERNEL_OPCODES:
+    if not kernels.is_kernel(instr, target):
         return 0
     return kernels.scratch_bytes(instr, target, lean)
 

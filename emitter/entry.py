@@ -44,7 +44,6 @@ XLAC_OK, XLAC_ERROR_NULL_ARGUMENT, XLAC_ERROR_ARENA_ALIGNMENT = 0, 1, 2
 _NO_CODE = frozenset({Opcode.PARAMETER, Opcode.CONSTANT, Opcode.TUPLE, Opcode.GET_TUPLE_ELEMENT})
 # A tuple-shaped value's places: one per element.
 Places = tuple
-KERNEL_OPCODES = frozenset({Opcode.DOT, Opcode.CONVOLUTION})
 
 
 @dataclass(frozen=True)
@@ -251,7 +250,7 @@ class _ComputeEmitter:
                 continue
             elif instr in self.assignment.concats_in_place:
                 self._emit_concat_copies(instr)
-            elif instr.opcode in KERNEL_OPCODES:
+            elif kernels.is_kernel(instr, self.target):
                 self._emit_kernel_call(instr)
             elif instr.opcode is Opcode.SORT:
                 self._emit_loop_call(instr, emit_sort_function)

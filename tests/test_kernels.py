@@ -191,7 +191,7 @@ CONV_CASES = [
     ("many_channels_k_blocks", dict(xd=(1, 70, 6, 5), wd=(13, 70, 3, 3),
                                     pad=((1, 1), (1, 1))), "gemm"),
     ("depthwise", dict(xd=(1, 8, 12, 10), wd=(8, 1, 3, 3), pad=((1, 1), (1, 1)), groups=8),
-     "depthwise_rows"),
+     "depthwise"),
     ("depthwise_stride2_dilated", dict(xd=(2, 6, 13, 11), wd=(12, 1, 3, 3), stride=(2, 2),
                                        dil=(2, 2), pad=((2, 1), (1, 2)), groups=6),
      "depthwise_rows"),
@@ -306,7 +306,9 @@ def _depthwise(dims, kernel, multiplier, stride, pad, dil):
 def test_depthwise(case, vector_bytes):
     instr = _depthwise(*case[1:])
     target = HostTarget(vector_bytes)
-    assert type(plan_kernel(instr, target).spec) is conv_mod.DepthwiseRows
+    rows = 2 <= case[4][1] <= conv_mod.DEPTHWISE_MAX_STRIDE
+    assert type(plan_kernel(instr, target).spec) is \
+        (conv_mod.DepthwiseRows if rows else conv_mod.Depthwise)
     x, w = (_random(o.shape.dims, F32) for o in instr.operands)
     _check(CompiledKernel(instr, target)(x, w), conv_reference(instr, x, w), F32)
 
@@ -321,6 +323,87 @@ def test_depthwise_padding_reads_no_neighbour():
     got = CompiledKernel(instr)(x, w)
     assert np.isfinite(got[0, 1]).all()
     _check(got[0, 1], conv_reference(instr, np.where(np.isfinite(x), x, 0), w)[0, 1], F32)
+
+
+# Every epilogue step the depthwise kernels apply (an output fusion's bias and activation,
+# optimizer/fusion.py), on both kernels (stride 1: Depthwise, stride 2: DepthwiseRows):
+# HLO text after %conv, the result %out; %bias and %s are run-time operands (a value per
+# channel, a scalar), so the kernel reads them through its extra pointers; %zb is a
+# broadcast constant, compiled in.
+EPILOGUES = {
+    "bias": "%out = add(%conv, %bb)",
+    "bias_first": "%out = add(%bb, %conv)",
+    "relu": "%out = maximum(%conv, %zb)",
+    "relu6": "%out = clamp(%zero, %conv, %six)",
+    "bias_relu6": "%a = add(%conv, %bb)\n%out = clamp(%zero, %a, %six)",
+    "bias_relu": "%a = add(%conv, %bb)\n%out = maximum(%zb, %a)",
+    "scale_shift": "%a = multiply(%conv, %bb)\n%out = subtract(%a, %sb)",
+    "scalar_min": "%out = minimum(%conv, %sb)",
+}
+
+
+def _epilogue_module(name: str, steps: str, stride: int):
+    from xlac.hlo.text import parse_module
+    c, hw = 5, 11
+    o = (hw + 2 - 3) // stride + 1
+    x, w, y = f"f32[1,{c},{hw},{hw}]", f"f32[{c},1,3,3]", f"f32[1,{c},{o},{o}]"
+    body = [f"%x = {x} parameter(0)", f"%w = {w} parameter(1)",
+            f"%bias = f32[{c}] parameter(2)", "%s = f32[] parameter(3)",
+            f"%conv = {y} convolution({x} %x, {w} %w), window={{size=3x3 "
+            f"stride={stride}x{stride} pad=1_1x1_1}}, dim_labels=bf01_oi01->bf01, "
+            f"feature_group_count={c}",
+            f"%bb = {y} broadcast(f32[{c}] %bias), dimensions={{1}}",
+            f"%sb = {y} broadcast(f32[] %s), dimensions={{}}",
+            "%zero = f32[] constant(0)", "%six = f32[] constant(6)",
+            f"%zb = {y} broadcast(f32[] %zero), dimensions={{}}"]
+    for line in steps.split("\n"):
+        target, expr = line.split(" = ")
+        op, args = expr[:-1].split("(")
+        typed = ", ".join(f"f32[] {a}" if a in ("%zero", "%six") else f"{y} {a}"
+                          for a in args.split(", "))
+        body.append(f"{target} = {y} {op}({typed})")
+    body[-1] = "ROOT " + body[-1]
+    text = (f"HloModule {name}\n\nENTRY %main (x: {x}, w: {w}, bias: f32[{c}], s: f32[]) "
+            f"-> {y} {{\n" + "".join(f"  {line}\n" for line in body) + "}\n")
+    return parse_module(text)
+
+
+@pytest.fixture(scope="module")
+def epilogue_models(tmp_path_factory):
+    from emit_util import compile_modules
+    from xlac.optimizer import DeadCodeElimination
+    from xlac.optimizer.fusion import OutputFusion
+    modules, originals = {}, {}
+    for stride in (1, 2):
+        for name, steps in EPILOGUES.items():
+            key = f"{name}_s{stride}"
+            originals[key] = _epilogue_module(key, steps, stride)
+            m = _epilogue_module(key, steps, stride)
+            OutputFusion().run(m)
+            DeadCodeElimination().run(m)
+            modules[key] = m
+    return originals, modules, compile_modules(modules, tmp_path_factory.mktemp("epilogues"))
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("name", list(EPILOGUES))
+def test_depthwise_applies_its_fused_epilogue(epilogue_models, name, stride):
+    from xlac.hlo.evaluator import evaluate
+    originals, modules, models = epilogue_models
+    key = f"{name}_s{stride}"
+    root = modules[key].entry.root
+    assert root.opcode is Opcode.FUSION and root.attrs["kind"] == "kOutput"
+    spec = plan_kernel(root, host_target()).spec
+    assert type(spec) is (conv_mod.Depthwise if stride == 1 else conv_mod.DepthwiseRows)
+    assert len(spec.epilogue.steps) == EPILOGUES[name].count("\n") + 1
+    args = [_random((1, 5, 11, 11), F32), _random((5, 1, 3, 3), F32),
+            _random((5,), F32) * 3, np.array(0.7, np.float32)]
+    args[0][0, 2, 3, 4] = np.nan          # NaN goes through maximum, minimum and clamp
+    want, = evaluate(originals[key], args)
+    got, = models[key](*args)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    _check(got[ok], want[ok], F32)
 
 
 # --- other vector widths ------------------------------------------------------------------

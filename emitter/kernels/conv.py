@@ -29,14 +29,15 @@ types) goes through ``emit_naive_conv``, a loop nest compiled for the exact shap
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from itertools import product
 from math import prod
 
 from llvmlite import ir
 
-from ...hlo import ConvDimensionNumbers, Instruction, Shape, Window, dtypes
+from ...hlo import ConvDimensionNumbers, Instruction, Opcode, Shape, Window, dtypes
+from ...optimizer.fusion import output_fusion_core
 from ..irutil import I1, I32, alloca_once, for_range, i64, llvm_type
 from . import scalar
 from .dot import row_major_strides
@@ -290,6 +291,111 @@ class Im2colPacker:
                     store_vec(b, lanes.load(b, chan, kpos), offset_ptr(b, dst, F32, dst_idx))
 
 
+# --- epilogues ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Epilogue:
+    """Element-wise steps a kernel applies to each vector of results in registers before
+    storing it: an output fusion's bias, scale and activation (optimizer/fusion.py).
+
+    A step is ``(opcode, args)``; an arg is ``("acc",)`` the running value, ``("const",
+    v)`` a constant (compiled in), ``("scalar", k)`` element 0 of extra operand k, or
+    ``("channel", k)`` element c of extra operand k for output channel c. ``pointers``:
+    how many extra operands the kernel takes (the fusion's operands after the input and
+    the weights).
+    """
+    steps: tuple = ()
+    pointers: int = 0
+
+    def values(self, b: ir.IRBuilder, extra, channel: ir.Value, lanes: int) -> dict:
+        """The splatted operands of output channel ``channel``, loaded once per channel."""
+        out = {}
+        for _, args in self.steps:
+            for arg in args:
+                if arg[0] in ("scalar", "channel") and arg not in out:
+                    ptr = extra[arg[1]] if arg[0] == "scalar" else \
+                        offset_ptr(b, extra[arg[1]], F32, channel)
+                    out[arg] = splat(b, b.load(ptr, typ=F32), lanes)
+                elif arg[0] == "const" and arg not in out:
+                    out[arg] = const_vec(F32, [arg[1]] * lanes)
+        return out
+
+    def apply(self, b: ir.IRBuilder, acc: ir.Value, values: dict) -> ir.Value:
+        for opcode, args in self.steps:
+            xs = [acc if a == ("acc",) else values[a] for a in args]
+            acc = _EPILOGUE_OPS[opcode](b, *xs)
+        return acc
+
+
+def _max(b, x, y):
+    # As the element generators compute maximum: NaN-propagating (elemental._float_max).
+    return b.select(b.or_(b.fcmp_ordered(">", x, y), b.fcmp_unordered("uno", x, x)), x, y)
+
+
+def _min(b, x, y):
+    return b.select(b.or_(b.fcmp_ordered("<", x, y), b.fcmp_unordered("uno", x, x)), x, y)
+
+
+_EPILOGUE_OPS = {
+    "add": lambda b, x, y: b.fadd(x, y),
+    "subtract": lambda b, x, y: b.fsub(x, y),
+    "multiply": lambda b, x, y: b.fmul(x, y),
+    "maximum": _max,
+    "minimum": _min,
+    "clamp": lambda b, lo, x, hi: _min(b, _max(b, x, lo), hi),
+}
+NO_EPILOGUE = Epilogue()
+
+
+def plan_epilogue(fusion: Instruction) -> Epilogue | None:
+    """The epilogue of an output fusion whose core is a float convolution reading
+    parameters 0 and 1 and whose other instructions form a chain of the steps above,
+    else None (the fusion is then a loop of element generators)."""
+    fused = fusion.called[0]
+    core = output_fusion_core(fused)
+    params = fused.parameters
+    if [o.opcode for o in core.operands] != [Opcode.PARAMETER] * 2 or \
+            [o.attrs["number"] for o in core.operands] != [0, 1]:
+        return None
+    users = fused.users()
+    steps, cur = [], core
+    while cur is not fused.root:
+        if len(users[cur]) != 1:
+            return None
+        u = users[cur][0]
+        if u.opcode.text not in _EPILOGUE_OPS or u.shape.dtype != dtypes.F32 \
+                or u.operands.count(cur) != 1:
+            return None
+        args = []
+        for o in u.operands:
+            arg = ("acc",) if o is cur else _epilogue_arg(o, core)
+            if arg is None:
+                return None
+            args.append(arg)
+        steps.append((u.opcode.text, tuple(args)))
+        cur = u
+    return Epilogue(tuple(steps), len(params) - 2)
+
+
+def _epilogue_arg(o: Instruction, core: Instruction):
+    """An operand of an epilogue step as an Epilogue arg, or None."""
+    per_channel = False
+    if o.opcode is Opcode.BROADCAST:
+        src = o.operands[0]
+        channel = core.attrs["dimension_numbers"].output_feature
+        if not all(n == 1 or d == channel for n, d in zip(src.shape.dims, o.attrs["dimensions"])):
+            return None
+        o, per_channel = src, True
+    if o.opcode is Opcode.CONSTANT and o.shape.num_elements == 1:
+        return ("const", float(o.literal.reshape(())))
+    if o.opcode is Opcode.PARAMETER and o.shape.dtype == dtypes.F32 and o.attrs["number"] >= 2:
+        if o.shape.num_elements == 1:
+            return ("scalar", o.attrs["number"] - 2)
+        if per_channel:
+            return ("channel", o.attrs["number"] - 2)
+    return None
+
+
 # --- the kernels ------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -301,6 +407,8 @@ class ConvGemm:
     @property
     def params(self) -> tuple[str, ...]:
         return _size_params(self.window.rank)
+
+    extra_operands = 0
 
     @property
     def scratch_bytes(self) -> int:
@@ -363,12 +471,17 @@ class Depthwise:
     """Direct convolution, one input channel per group, vectorized over output pixels."""
     window: ConvWindow
     lanes: int
+    epilogue: Epilogue = NO_EPILOGUE
 
     @property
     def params(self) -> tuple[str, ...]:
         return _size_params(self.window.rank)
 
     scratch_bytes = 0
+
+    @property
+    def extra_operands(self) -> int:
+        return self.epilogue.pointers
 
     def emit(self, f: Frame) -> None:
         b, w, lanes = f.b, self.window, self.lanes
@@ -385,12 +498,14 @@ class Depthwise:
                 wrow = offset_ptr(b, f.rhs, F32, b.mul(oc, i64(w.window)))
                 ws = [splat(b, b.load(offset_ptr(b, wrow, F32, r), typ=F32), lanes)
                       for r in range(w.window)]
+                values = self.epilogue.values(b, f.extra, oc, lanes)
 
                 def pixels(n0, valid, here):
                     px = PixelLanes(b, w, geo, here, n0, lanes, valid)
                     acc = zeros(vty)
                     for r, kpos in enumerate(w.positions):
                         acc = fma(b, ws[r], px.load(b, chan, kpos), acc)
+                    acc = self.epilogue.apply(b, acc, values)
                     _store_pixels(b, acc, offset_ptr(b, dst, F32, n0), valid)
 
                 _pixel_vectors(b, geo, coords, state, pixels)
@@ -428,6 +543,7 @@ class DepthwiseRows:
     """
     window: ConvWindow
     lanes: int
+    epilogue: Epilogue = NO_EPILOGUE
 
     UNROLL = 4
 
@@ -436,6 +552,10 @@ class DepthwiseRows:
         return _size_params(2)
 
     scratch_bytes = 0
+
+    @property
+    def extra_operands(self) -> int:
+        return self.epilogue.pointers
 
     def emit(self, f: Frame) -> None:
         b, w, lanes = f.b, self.window, self.lanes
@@ -460,7 +580,8 @@ class DepthwiseRows:
                 wrow = offset_ptr(b, f.rhs, F32, b.mul(oc, i64(w.window)))
                 ws = [splat(b, b.load(offset_ptr(b, wrow, F32, r), typ=F32), lanes)
                       for r in range(w.window)]
-                row = _DepthwiseRow(self, b, geo, chan, dst, ws)
+                values = self.epilogue.values(b, f.extra, oc, lanes)
+                row = _DepthwiseRow(self, b, geo, chan, dst, ws, values)
                 for start, stop, checked in ((i64(0), rows_lo, True),
                                              (rows_lo, rows_hi, False),
                                              (rows_hi, oh, True)):
@@ -471,8 +592,10 @@ class DepthwiseRows:
 class _DepthwiseRow:
     """The code of one output row of DepthwiseRows."""
 
-    def __init__(self, k: DepthwiseRows, b: ir.IRBuilder, geo: Geometry, chan, dst, ws):
+    def __init__(self, k: DepthwiseRows, b: ir.IRBuilder, geo: Geometry, chan, dst, ws,
+                 values):
         self.k, self.b, self.geo, self.chan, self.dst, self.ws = k, b, geo, chan, dst, ws
+        self.values = values
         self.vty = vec_type(F32, k.lanes)
 
     def emit(self, oy, checked: bool, v_lo, v_hi, v_unrolled, nv) -> None:
@@ -509,6 +632,7 @@ class _DepthwiseRow:
             for u, x0 in enumerate(x0s):
                 accs[u] = fma(b, self.ws[r], self._load(ky, kx, x0, masked), accs[u])
         for x0, acc in zip(x0s, accs):
+            acc = self.k.epilogue.apply(b, acc, self.values)
             ptr = offset_ptr(b, self.out_row, F32, x0)
             if masked:
                 masked_store(b, acc, ptr, first_lanes(b, lanes, 0, b.sub(ow, x0)))
@@ -570,6 +694,7 @@ class DirectConv:
         return _size_params(self.window.rank)
 
     scratch_bytes = 0
+    extra_operands = 0
 
     def emit(self, f: Frame) -> None:
         b, w, t = f.b, self.window, self.tiling
@@ -646,6 +771,7 @@ class NaiveConv:
 
     params = ()
     scratch_bytes = 0
+    extra_operands = 0
 
     def emit(self, f: Frame) -> None:
         emit_naive_conv(f.b, self, f.out, f.lhs, f.rhs)
@@ -698,6 +824,20 @@ def plan_conv(instr: Instruction, target, lean: bool = False) -> KernelPlan:
     return KernelPlan(NaiveConv(x, k, instr.shape, a["dimension_numbers"], a["window"],
                                 a.get("feature_group_count", 1), a.get("batch_group_count", 1)),
                       {})
+
+
+def plan_conv_fusion(instr: Instruction, target, lean: bool = False) -> KernelPlan | None:
+    """The kernel of an output fusion around a depthwise f32 convolution whose epilogue
+    the depthwise kernels apply (plan_epilogue), else None."""
+    fused = instr.called[0]
+    core = output_fusion_core(fused)
+    if core.opcode is not Opcode.CONVOLUTION or core.shape.dtype != dtypes.F32:
+        return None
+    epilogue = plan_epilogue(instr)
+    plan = plan_conv(core, target)
+    if epilogue is None or not isinstance(plan.spec, (Depthwise, DepthwiseRows)):
+        return None
+    return KernelPlan(replace(plan.spec, epilogue=epilogue), plan.sizes)
 
 
 # --- reference loop nest ----------------------------------------------------------------
