@@ -20,8 +20,11 @@ Each model is compiled with xlac for this machine and timed beside onnxruntime (
 provider, one intra-op and one inter-op thread, all graph optimizations) in this
 process on the same input: the two alternate, sample by sample, so a change of load
 hits both; a sample is as many back-to-back calls as take about ``--sample-ms``, and
-the medians of the per-call times are compared. xlac runs through ``Model.run`` with
-its outputs and arena allocated once; onnxruntime through ``InferenceSession.run``.
+the medians of the per-call times are compared. Each runs through its leanest call from
+Python, its buffers bound once: xlac through ``Model.bind`` (a cffi call of
+NAME_run_v, 0.2 us), onnxruntime through ``run_with_iobinding`` (1.6 us on an empty
+model; ``InferenceSession.run`` costs 3.2 us, ``Model.run`` 5 us), so models of a few
+microseconds compare their code, not the Python around it.
 It prints per model the medians, the ratio xlac/onnxruntime, the compile time and
 the largest output difference; then the geometric mean of the ratios and the worst
 model. ``--quick`` takes fewer, shorter samples (a full run in a few minutes).
@@ -149,6 +152,25 @@ def side_by_side(fns, samples: int, sample_s: float) -> list[float]:
     return [statistics.median(ts) for ts in times]
 
 
+def bound_xlac(m, inputs: list[np.ndarray]):
+    """xlac's leanest call from Python (Model.bind: NAME_run_v on buffers checked once),
+    and its output arrays."""
+    outs = [np.empty(t.shape, t.dtype) for t in m.outputs]
+    return m.bind(inputs, outs, m.new_arena()), outs
+
+
+def bound_ort(sess: ort.InferenceSession, feeds: dict, like: list[np.ndarray]):
+    """onnxruntime's leanest call from Python (run_with_iobinding on inputs and outputs
+    bound once), and its output arrays (shaped as ``like``, xlac's outputs)."""
+    io = sess.io_binding()
+    for name, x in feeds.items():
+        io.bind_cpu_input(name, x)
+    refs = [np.empty_like(o) for o in like]
+    for o, r in zip(sess.get_outputs(), refs):
+        io.bind_output(o.name, "cpu", 0, r.dtype, list(r.shape), r.ctypes.data)
+    return (lambda: sess.run_with_iobinding(io)), refs
+
+
 def measure(name: str, model: onnx.ModelProto, samples: int, sample_s: float) -> dict:
     feeds = graph_inputs(model, np.random.default_rng(1))
     with tempfile.TemporaryDirectory() as tmp:
@@ -157,14 +179,12 @@ def measure(name: str, model: onnx.ModelProto, samples: int, sample_s: float) ->
         compile_s = time.perf_counter() - t
         m = xlac.load(res.output)
     sess = ort_session(model)
-    xs = [feeds[p.name] for p in sess.get_inputs()]
-    outs = [np.empty(t.shape, t.dtype) for t in m.outputs]
-    arena = m.new_arena()
-    m.run(xs, outs, arena)
-    refs = sess.run(None, feeds)
+    xlac_call, outs = bound_xlac(m, [feeds[p.name] for p in sess.get_inputs()])
+    ort_call, refs = bound_ort(sess, feeds, outs)
+    xlac_call()
+    ort_call()
     diff = max(float(np.abs(o - r).max()) for o, r in zip(outs, refs))
-    tx, to = side_by_side([lambda: m.run(xs, outs, arena), lambda: sess.run(None, feeds)],
-                          samples, sample_s)
+    tx, to = side_by_side([xlac_call, ort_call], samples, sample_s)
     return {"model": name, "xlac_ms": tx * 1e3, "ort_ms": to * 1e3, "ratio": tx / to,
             "compile_s": compile_s, "max_diff": diff}
 
@@ -233,9 +253,16 @@ def profile(name: str, model: onnx.ModelProto, runs: int, top: int) -> None:
     counts = calls // (runs + 1)
     med = np.median(np.array(per_run, dtype=np.float64), axis=0)
     wall_ms = statistics.median(walls) * 1e3
-    ms_per_cycle = wall_ms / max(float(med.sum()), 1.0)   # the counter's rate, from the wall
-    print(f"{name}: {wall_ms:.3f} ms per run (median of {runs}; the counters cost a "
-          f"little per call), {len(sites)} call sites, load average {os.getloadavg()[0]:.2f}")
+    # The counter's rate, from a timed loop (rdtsc ticks at a constant rate).
+    counter = getattr(lib, f"{cname}_profile_counter")
+    counter.restype = ctypes.c_uint64
+    c0, t0 = counter(), time.perf_counter()
+    time.sleep(0.05)
+    ms_per_cycle = (time.perf_counter() - t0) * 1e3 / max(counter() - c0, 1)
+    inside = float(med.sum()) * ms_per_cycle
+    print(f"{name}: {wall_ms:.3f} ms per run (median of {runs}), {inside:.3f} ms in its "
+          f"{len(sites)} call sites, the rest in the call from Python and the entry; "
+          f"load average {os.getloadavg()[0]:.2f}")
     print(f"{'us':>9} {'share':>6} {'calls':>6}  instruction")
     for k in np.argsort(-med)[:top]:
         instr = sites[k]

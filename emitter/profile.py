@@ -5,7 +5,8 @@ instruction, a kernel) is bracketed by reads of the cycle counter
 (``llvm.readcyclecounter``: rdtsc on x86), and the difference is added to slot k of the
 exported ``u64 NAME_profile_cycles[]``, k counting the call sites in the order they
 appear in NAME_compute; ``NAME_profile_calls[k]`` counts how often site k ran (a site
-in a while loop's body runs once per iteration). The counters are plain globals, so a
+in a while loop's body runs once per iteration); ``u64 NAME_profile_counter(void)``
+reads the counter, so a caller can time its rate. The counters are plain globals, so a
 profiled object is for one thread at a time, never for deployment.
 """
 from __future__ import annotations
@@ -30,7 +31,9 @@ def instrument_calls(llvm_module: ir.Module, name: str) -> list[str]:
                               f"{name}_profile_{what}")
         g.initializer = ir.Constant(g.value_type, None)
         arrays.append(g)
-    b = ir.IRBuilder()
+    now = ir.Function(llvm_module, ir.FunctionType(I64, ()), f"{name}_profile_counter")
+    b = ir.IRBuilder(now.append_basic_block("entry"))
+    b.ret(b.call(counter, []))
     for k, (block, call) in enumerate(sites):
         b.position_before(call)
         start = b.call(counter, [])
