@@ -325,11 +325,12 @@ def test_depthwise_padding_reads_no_neighbour():
     _check(got[0, 1], conv_reference(instr, np.where(np.isfinite(x), x, 0), w)[0, 1], F32)
 
 
-# Every epilogue step the depthwise kernels apply (an output fusion's bias and activation,
-# optimizer/fusion.py), on both kernels (stride 1: Depthwise, stride 2: DepthwiseRows):
-# HLO text after %conv, the result %out; %bias and %s are run-time operands (a value per
-# channel, a scalar), so the kernel reads them through its extra pointers; %zb is a
-# broadcast constant, compiled in.
+# --- fused epilogues -------------------------------------------------------------------
+
+# Every epilogue step the float convolution kernels apply (an output fusion's bias and
+# activation, optimizer/fusion.py): HLO text after %conv, the result %out. %bias and %s
+# are run-time operands (a value per channel, a scalar) the kernel reads through its
+# extra pointers; %zb is a broadcast constant, compiled in.
 EPILOGUES = {
     "bias": "%out = add(%conv, %bb)",
     "bias_first": "%out = add(%bb, %conv)",
@@ -340,19 +341,36 @@ EPILOGUES = {
     "scale_shift": "%a = multiply(%conv, %bb)\n%out = subtract(%a, %sb)",
     "scalar_min": "%out = minimum(%conv, %sb)",
 }
+# Convolutions of every kernel: (input channels, output channels, groups, window,
+# stride, lean) and the kernel they take.
+EPILOGUE_CONVS = {
+    "depthwise_s1": ((5, 5, 5, 3, 1, False), "Depthwise"),
+    "depthwise_s2": ((5, 5, 5, 3, 2, False), "DepthwiseRows"),
+    "dense_3x3": ((4, 7, 1, 3, 1, False), "ConvGemm"),
+    "dense_k_blocks": ((70, 9, 1, 3, 2, False), "ConvGemm"),
+    "pointwise": ((6, 13, 1, 1, 1, False), "ConvGemm"),
+    "grouped": ((6, 8, 2, 3, 1, False), "ConvGemm"),
+    "direct_lean": ((4, 7, 1, 3, 1, True), "DirectConv"),
+}
+EPILOGUE_CASES = ([(conv, name) for conv in ("depthwise_s1", "dense_3x3") for name in EPILOGUES]
+                  + [(conv, name) for conv in EPILOGUE_CONVS
+                     if conv not in ("depthwise_s1", "dense_3x3")
+                     for name in ("bias_relu6", "scale_shift")])
 
 
-def _epilogue_module(name: str, steps: str, stride: int):
+def _epilogue_module(conv: str, steps: str):
     from xlac.hlo.text import parse_module
-    c, hw = 5, 11
-    o = (hw + 2 - 3) // stride + 1
-    x, w, y = f"f32[1,{c},{hw},{hw}]", f"f32[{c},1,3,3]", f"f32[1,{c},{o},{o}]"
+    (cin, cout, groups, k, stride, _), _ = EPILOGUE_CONVS[conv]
+    hw, pad = 11, k // 2
+    o = (hw + 2 * pad - k) // stride + 1
+    x, w, y = f"f32[1,{cin},{hw},{hw}]", f"f32[{cout},{cin // groups},{k},{k}]", \
+        f"f32[1,{cout},{o},{o}]"
     body = [f"%x = {x} parameter(0)", f"%w = {w} parameter(1)",
-            f"%bias = f32[{c}] parameter(2)", "%s = f32[] parameter(3)",
-            f"%conv = {y} convolution({x} %x, {w} %w), window={{size=3x3 "
-            f"stride={stride}x{stride} pad=1_1x1_1}}, dim_labels=bf01_oi01->bf01, "
-            f"feature_group_count={c}",
-            f"%bb = {y} broadcast(f32[{c}] %bias), dimensions={{1}}",
+            f"%bias = f32[{cout}] parameter(2)", "%s = f32[] parameter(3)",
+            f"%conv = {y} convolution({x} %x, {w} %w), window={{size={k}x{k} "
+            f"stride={stride}x{stride} pad={pad}_{pad}x{pad}_{pad}}}, "
+            f"dim_labels=bf01_oi01->bf01, feature_group_count={groups}",
+            f"%bb = {y} broadcast(f32[{cout}] %bias), dimensions={{1}}",
             f"%sb = {y} broadcast(f32[] %s), dimensions={{}}",
             "%zero = f32[] constant(0)", "%six = f32[] constant(6)",
             f"%zb = {y} broadcast(f32[] %zero), dimensions={{}}"]
@@ -363,44 +381,30 @@ def _epilogue_module(name: str, steps: str, stride: int):
                           for a in args.split(", "))
         body.append(f"{target} = {y} {op}({typed})")
     body[-1] = "ROOT " + body[-1]
-    text = (f"HloModule {name}\n\nENTRY %main (x: {x}, w: {w}, bias: f32[{c}], s: f32[]) "
+    text = (f"HloModule m\n\nENTRY %main (x: {x}, w: {w}, bias: f32[{cout}], s: f32[]) "
             f"-> {y} {{\n" + "".join(f"  {line}\n" for line in body) + "}\n")
     return parse_module(text)
 
 
-@pytest.fixture(scope="module")
-def epilogue_models(tmp_path_factory):
-    from emit_util import compile_modules
+@pytest.mark.parametrize("conv,name", EPILOGUE_CASES, ids=[f"{c}-{n}" for c, n in EPILOGUE_CASES])
+def test_convolution_applies_its_fused_epilogue(conv, name):
+    from xlac.hlo.evaluator import evaluate
     from xlac.optimizer import DeadCodeElimination
     from xlac.optimizer.fusion import OutputFusion
-    modules, originals = {}, {}
-    for stride in (1, 2):
-        for name, steps in EPILOGUES.items():
-            key = f"{name}_s{stride}"
-            originals[key] = _epilogue_module(key, steps, stride)
-            m = _epilogue_module(key, steps, stride)
-            OutputFusion().run(m)
-            DeadCodeElimination().run(m)
-            modules[key] = m
-    return originals, modules, compile_modules(modules, tmp_path_factory.mktemp("epilogues"))
-
-
-@pytest.mark.parametrize("stride", [1, 2])
-@pytest.mark.parametrize("name", list(EPILOGUES))
-def test_depthwise_applies_its_fused_epilogue(epilogue_models, name, stride):
-    from xlac.hlo.evaluator import evaluate
-    originals, modules, models = epilogue_models
-    key = f"{name}_s{stride}"
-    root = modules[key].entry.root
+    original, m = _epilogue_module(conv, EPILOGUES[name]), _epilogue_module(conv, EPILOGUES[name])
+    OutputFusion().run(m)
+    DeadCodeElimination().run(m)
+    root = m.entry.root
     assert root.opcode is Opcode.FUSION and root.attrs["kind"] == "kOutput"
-    spec = plan_kernel(root, host_target()).spec
-    assert type(spec) is (conv_mod.Depthwise if stride == 1 else conv_mod.DepthwiseRows)
+    (_, _, _, _, _, lean), kernel = EPILOGUE_CONVS[conv]
+    spec = plan_kernel(root, host_target(), lean).spec
+    assert type(spec).__name__ == kernel
     assert len(spec.epilogue.steps) == EPILOGUES[name].count("\n") + 1
-    args = [_random((1, 5, 11, 11), F32), _random((5, 1, 3, 3), F32),
-            _random((5,), F32) * 3, np.array(0.7, np.float32)]
+    args = [_random(p.shape.dims, F32) for p in original.entry.parameters]
+    args[2] *= 3
     args[0][0, 2, 3, 4] = np.nan          # NaN goes through maximum, minimum and clamp
-    want, = evaluate(originals[key], args)
-    got, = models[key](*args)
+    want, = evaluate(original, args)
+    got = CompiledKernel(root, lean=lean)(*(args[o.attrs["number"]] for o in root.operands))
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     ok = ~np.isnan(want)
     _check(got[ok], want[ok], F32)

@@ -132,7 +132,7 @@ def test_loop_fusion_brings_a_dequantized_residual_into_the_epilogue():
     assert r in fusion.operands and "multiply" in fused_ops(fusion)[-4:]
 
 
-# -- float depthwise convolutions: the epilogue their kernel applies --------------------
+# -- float convolutions: the epilogue their kernel applies ------------------------------
 
 XD, WD = (1, 3, 6, 6), (3, 1, 3, 3)
 FY = shape("f32", (1, 3, 6, 6))
@@ -200,12 +200,31 @@ def test_does_not_fuse_a_float_depthwise_convolution_into_what_it_cannot_apply()
     assert not changed and not output_fusions(m)
 
 
-def test_does_not_fuse_a_grouped_float_convolution():
-    # three groups of one input channel each, two outputs per group: not depthwise
+def test_grouped_float_convolution_takes_its_epilogue_too():
+    # three groups of one input channel, two outputs each: the GEMM kernel's epilogue
     y = shape("f32", (1, 6, 6, 6))
     m, changed = float_fused(depthwise(f"""
       %y = {y} maximum({y} %conv, {y} %bb)""", wd=(6, 1, 3, 3)))
-    assert not changed and not output_fusions(m)
+    assert changed
+    (fusion,) = output_fusions(m)
+    assert fused_ops(fusion) == ["convolution", "broadcast", "maximum"]
+
+
+def test_does_not_fuse_a_float_convolution_of_other_dimension_numbers():
+    # NHWC: the naive loop nest runs it, which applies no epilogue
+    text = f"""HloModule m
+
+ENTRY %main (x: f32[1,6,6,3]{{3,2,1,0}}, w: f32[3,3,1,3]{{3,2,1,0}}) -> f32[1,6,6,3]{{3,2,1,0}} {{
+  %x = f32[1,6,6,3]{{3,2,1,0}} parameter(0)
+  %w = f32[3,3,1,3]{{3,2,1,0}} parameter(1)
+  %conv = f32[1,6,6,3]{{3,2,1,0}} convolution(f32[1,6,6,3]{{3,2,1,0}} %x, f32[3,3,1,3]{{3,2,1,0}} %w), window={{size=3x3 pad=1_1x1_1}}, dim_labels=b01f_01io->b01f, feature_group_count=3
+  %zero = f32[]{{}} constant(0)
+  %z = f32[1,6,6,3]{{3,2,1,0}} broadcast(f32[]{{}} %zero), dimensions={{}}
+  ROOT %y = f32[1,6,6,3]{{3,2,1,0}} maximum(f32[1,6,6,3]{{3,2,1,0}} %conv, f32[1,6,6,3]{{3,2,1,0}} %z)
+}}
+"""
+    m = parse_module(text)
+    assert not OutputFusion().run(m)
 
 
 def test_does_not_subtract_the_running_value_from_a_bias():

@@ -38,7 +38,7 @@ def plan_kernel(instr: Instruction, target, lean: bool = False) -> KernelPlan:
     plan = _EMITTERS.get(instr.opcode)
     if plan is not None:
         return plan(instr, target, lean)
-    fused = plan_conv_fusion(instr, target) if instr.opcode is Opcode.FUSION else None
+    fused = plan_conv_fusion(instr, target, lean) if instr.opcode is Opcode.FUSION else None
     if fused is None:
         raise XlacError(f"no kernel for opcode '{instr.opcode.text}' (%{instr.name})")
     return fused

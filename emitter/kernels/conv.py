@@ -326,6 +326,16 @@ class Epilogue:
             acc = _EPILOGUE_OPS[opcode](b, *xs)
         return acc
 
+    def per_row(self, extra, channel0: ir.Value, lanes: int):
+        """For gemm.emit_gemm: row r of C is output channel ``channel0`` + r. None when
+        there are no steps."""
+        if not self.steps:
+            return None
+
+        def apply(b, value, row):
+            return self.apply(b, value, self.values(b, extra, b.add(channel0, row), lanes))
+        return apply
+
 
 def _max(b, x, y):
     # As the element generators compute maximum: NaN-propagating (elemental._float_max).
@@ -403,12 +413,15 @@ class ConvGemm:
     """Implicit GEMM per image and group (see the module docstring)."""
     window: ConvWindow
     tiling: Tiling
+    epilogue: Epilogue = NO_EPILOGUE
 
     @property
     def params(self) -> tuple[str, ...]:
         return _size_params(self.window.rank)
 
-    extra_operands = 0
+    @property
+    def extra_operands(self) -> int:
+        return self.epilogue.pointers
 
     @property
     def scratch_bytes(self) -> int:
@@ -432,7 +445,8 @@ class ConvGemm:
                     packer = MatrixPacker(base, geo.in_pixels, i64(1), True, t, w.k_block(t))
                 else:
                     packer = Im2colPacker(w, geo, coords, base, t, w.k_block(t))
-                emit_gemm(b, shape, a, c, packer, f.scratch, t)
+                emit_gemm(b, shape, a, c, packer, f.scratch, t,
+                          self.epilogue.per_row(f.extra, b.mul(grp, geo.cout_g), t.lanes))
 
 
 def _pixel_vectors(b: ir.IRBuilder, geo: Geometry, coords: LaneCoords, state: list,
@@ -688,13 +702,17 @@ class DirectConv:
     """
     window: ConvWindow
     tiling: Tiling
+    epilogue: Epilogue = NO_EPILOGUE
 
     @property
     def params(self) -> tuple[str, ...]:
         return _size_params(self.window.rank)
 
     scratch_bytes = 0
-    extra_operands = 0
+
+    @property
+    def extra_operands(self) -> int:
+        return self.epilogue.pointers
 
     def emit(self, f: Frame) -> None:
         b, w, t = f.b, self.window, self.tiling
@@ -712,6 +730,7 @@ class DirectConv:
                 base = offset_ptr(b, f.lhs, F32, b.mul(chan0, geo.in_pixels))
                 wgrp = offset_ptr(b, f.rhs, F32, b.mul(grp, b.mul(geo.cout_g, kg)))
                 ochan0 = b.add(b.mul(img, geo.cout), b.mul(grp, geo.cout_g))
+                chan_of_group = b.mul(grp, geo.cout_g)
 
                 def tile(n0, oc0, pxs, real):
                     """Output channels oc0 .. oc0 + MR by the pixels of ``pxs``. Rows past
@@ -734,9 +753,12 @@ class DirectConv:
                                     b.store(fma(b, wk, x, b.load(a, typ=vty)), a)
                     for row, r in zip(acc, rows):
                         dst = offset_ptr(b, f.out, F32, b.mul(b.add(ochan0, r), p))
+                        values = self.epilogue.values(b, f.extra, b.add(chan_of_group, r),
+                                                      lanes)
                         for v, a in enumerate(row):
                             ptr = offset_ptr(b, dst, F32, b.add(n0, i64(v * lanes)))
-                            _store_pixels(b, b.load(a, typ=vty), ptr, real[v])
+                            value = self.epilogue.apply(b, b.load(a, typ=vty), values)
+                            _store_pixels(b, value, ptr, real[v])
 
                 def pixels(n0, valid):
                     """Pixels n0 .. n0 + NV*lanes for every output channel of the group
@@ -827,17 +849,17 @@ def plan_conv(instr: Instruction, target, lean: bool = False) -> KernelPlan:
 
 
 def plan_conv_fusion(instr: Instruction, target, lean: bool = False) -> KernelPlan | None:
-    """The kernel of an output fusion around a depthwise f32 convolution whose epilogue
-    the depthwise kernels apply (plan_epilogue), else None."""
+    """The kernel of an output fusion around an f32 convolution whose epilogue its fast
+    kernel applies (plan_epilogue), else None."""
     fused = instr.called[0]
     core = output_fusion_core(fused)
     if core.opcode is not Opcode.CONVOLUTION or core.shape.dtype != dtypes.F32:
         return None
     epilogue = plan_epilogue(instr)
-    plan = plan_conv(core, target)
-    if epilogue is None or not isinstance(plan.spec, (Depthwise, DepthwiseRows)):
+    plan = plan_conv(core, target, lean)
+    if epilogue is None or isinstance(plan.spec, NaiveConv):
         return None
-    return KernelPlan(replace(plan.spec, epilogue=epilogue), plan.sizes)
+    return KernelPlan(replace(plan.spec, epilogue=epilogue), plan.sizes, plan.scratch)
 
 
 # --- reference loop nest ----------------------------------------------------------------
