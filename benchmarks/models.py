@@ -168,7 +168,11 @@ def bound_ort(sess: ort.InferenceSession, feeds: dict, like: list[np.ndarray]):
     refs = [np.empty_like(o) for o in like]
     for o, r in zip(sess.get_outputs(), refs):
         io.bind_output(o.name, "cpu", 0, r.dtype, list(r.shape), r.ctypes.data)
-    return (lambda: sess.run_with_iobinding(io)), refs
+
+    def call() -> None:
+        sess.run_with_iobinding(io)
+    call.buffers = (feeds, refs)        # onnxruntime holds their addresses, not them
+    return call, refs
 
 
 def measure(name: str, model: onnx.ModelProto, samples: int, sample_s: float) -> dict:
