@@ -2,10 +2,10 @@
 
 Each kernel is one internal function
 ``void name(ptr out, ptr op0, ptr op1[, ptr op2...][, ptr scratch], i64 size...)`` over
-dense row-major arrays (op2... are what an output fusion's epilogue reads: a depthwise
-convolution's bias and activation bounds); the scratch argument exists iff
-``scratch_bytes`` > 0, and the trailing i64
-arguments are ``kernel_arguments(instr, target)``. Instructions with equal
+dense row-major arrays (op2... are what an output fusion's epilogue reads: a float
+convolution's bias, scale and activation bounds); the scratch argument exists iff
+``scratch_bytes`` > 0, and the trailing i64 arguments are
+``kernel_arguments(instr, target)``. Instructions with equal
 ``kernel_key`` run the same function with their own arguments (function.py).
 ``target`` needs only ``.vector_bytes`` (the SIMD register width that sizes the tiles).
 """
@@ -30,6 +30,7 @@ def is_kernel(instr: Instruction, target) -> bool:
         return True
     return (instr.opcode is Opcode.FUSION and instr.attrs.get("kind") == "kOutput"
             and plan_conv_fusion(instr, target) is not None)
+
 
 def plan_kernel(instr: Instruction, target, lean: bool = False) -> KernelPlan:
     """The shared code (``spec``) and the run-time sizes of the kernel of ``instr``.
