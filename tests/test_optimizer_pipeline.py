@@ -174,5 +174,7 @@ def test_light_cnn_memory_plan(name):
             assert len(cores) == (1 if i.attrs["kind"] == "kOutput" else 0)
     ba = assign_buffers(m, schedule(m))
     check_assignment(m, ba)
-    # Reuse must pay: the arena is a fraction of the sum of all intermediates.
-    assert ba.lower_bound <= ba.arena_size < ba.naive_bytes / 3
+    # Reuse must pay: the arena is a fraction of the sum of all intermediates (SqueezeNet:
+    # 1/2.98 since its convolutions' ReLUs went into their kernels, whose outputs the sum
+    # no longer counts twice; the arena is unchanged, at its lower bound).
+    assert ba.lower_bound <= ba.arena_size < ba.naive_bytes / 2.5
