@@ -333,6 +333,11 @@ class Epilogue:
             acc = _EPILOGUE_OPS[opcode](b, *xs)
         return acc
 
+    @property
+    def channel_operands(self) -> frozenset[int]:
+        """The extra operands read per output channel (a split moves them with it)."""
+        return frozenset(a[1] for _, args in self.steps for a in args if a[0] == "channel")
+
     def per_row(self, extra, channel0: ir.Value, lanes: int):
         """For gemm.emit_gemm: row r of C is output channel ``channel0`` + r. None when
         there are no steps."""
