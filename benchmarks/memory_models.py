@@ -141,6 +141,48 @@ class GraphBuilder:
     def softmax(self, x: str) -> str:
         return self._node("Softmax", [x], self.shapes[x], axis=-1)
 
+    # -- sequence layers (a token per row: shapes (seq, hidden)) -------------------------
+
+    def matmul(self, x: str, nout: int, gain: float = 1.0) -> str:
+        """x @ W + b with W (nin, nout), as exported transformers have their linears."""
+        *rows, nin = self.shapes[x]
+        weight = self.constant("w", self._he((nin, nout), nin, gain))
+        y = self._node("MatMul", [x, weight], (*rows, nout))
+        return self._node("Add", [y, self._bias(nout)], (*rows, nout))
+
+    def layer_norm(self, x: str) -> str:
+        n = self.shapes[x][-1]
+        gamma = self.constant("gamma", (1 + 0.1 * self.rng.standard_normal(n)).astype(np.float32))
+        return self._node("LayerNormalization", [x, gamma, self._bias(n)], self.shapes[x],
+                          axis=-1, epsilon=1e-5)
+
+    def gelu(self, x: str) -> str:
+        """Erf GELU as torch exports it before opset 20: x * 0.5 * (1 + erf(x / sqrt 2))."""
+        shape = self.shapes[x]
+        scaled = self._node("Div", [x, self.constant("sqrt2", np.array(np.sqrt(2), np.float32))],
+                            shape)
+        one = self._node("Add", [self._node("Erf", [scaled], shape),
+                                 self.constant("one", np.array(1, np.float32))], shape)
+        half = self._node("Mul", [x, self.constant("half", np.array(0.5, np.float32))], shape)
+        return self._node("Mul", [half, one], shape)
+
+    def reshape(self, x: str, shape: tuple[int, ...]) -> str:
+        return self._node("Reshape", [x, self.constant("shape", np.array(shape, np.int64))],
+                          shape)
+
+    def transpose(self, x: str, perm: tuple[int, ...]) -> str:
+        shape = tuple(self.shapes[x][p] for p in perm)
+        return self._node("Transpose", [x], shape, perm=list(perm))
+
+    def matmul_of(self, a: str, b: str) -> str:
+        """A product of two activations (attention scores, attention times values)."""
+        sa, sb = self.shapes[a], self.shapes[b]
+        return self._node("MatMul", [a, b], (*sa[:-1], sb[-1]))
+
+    def scale(self, x: str, factor: float) -> str:
+        return self._node("Mul", [x, self.constant("scale", np.array(factor, np.float32))],
+                          self.shapes[x])
+
     def build(self, output: str) -> onnx.ModelProto:
         def info(name):
             return helper.make_tensor_value_info(name, TensorProto.FLOAT,

@@ -18,11 +18,12 @@ from ..optimizer.buffer_assignment import BufferAssignment
 from . import kernels, sort
 from .constants import ConstantPool
 from .elf import ElfObject, set_arm_vfp_args
-from .entry import KERNEL_OPCODES, emit_entry
+from .entry import emit_entry
 from .header import render_header
 from .info import emit_model_info
 from .interface import model_interface
 from .limits import check_fits
+from .profile import instrument_calls
 from .stack import call_graph, report_frame_sizes, stack_depth
 from .target import TargetInfo, emit_assembly, emit_object, make_target, optimize_ir
 
@@ -37,6 +38,9 @@ class EmitOptions:
     features: str | None = None
     opt_level: int = 2
     parallel: bool = False       # also NAME_run_parallel (emitter/parallel.py)
+    # Count cycles per call site of NAME_compute (profile.py); Artifact.profile_sites
+    # names each site's callee.
+    profile: bool = False
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class Artifact:
     # What the object needs from the C library and the compiler's runtime (nm -u); from
     # the object where there is one, else the C library functions the IR calls.
     symbols: tuple[str, ...] = ()
+    profile_sites: tuple[str, ...] = ()
 
 
 def weights_section(name: str, target: TargetInfo) -> str | None:
@@ -82,10 +87,11 @@ def emit(module: Module, assignment: BufferAssignment, options: EmitOptions,
                                               target, constants, options.parallel)
         emit_model_info(llvm_module, interface, target, assignment.arena_size,
                         assignment.alignment)
+        sites = instrument_calls(llvm_module, options.name) if options.profile else []
         report_frame_sizes(llvm_module)
         parsed = None
         if kinds:   # the header alone (--emit hlo) needs the IR built, not compiled
-            parsed = llvm.parse_assembly(str(llvm_module) + constants.module_asm())
+            parsed = llvm.parse_assembly(f"{llvm_module}\n{constants.module_asm()}")
             parsed.verify()
             optimize_ir(parsed, tm, options.opt_level)
         object_code = assembly = frames = None
@@ -115,6 +121,7 @@ def emit(module: Module, assignment: BufferAssignment, options: EmitOptions,
             stack_bytes=stack,
             footprint=footprint,
             symbols=symbols,
+            profile_sites=tuple(sites),
         )
 
 
@@ -124,7 +131,7 @@ def scratch_bytes(instr: Instruction, target: TargetInfo, lean: bool = False) ->
     the least scratch (``BufferAssignment.lean_kernels``)."""
     if instr.opcode is Opcode.SORT:
         return sort.scratch_bytes(instr)
-    if instr.opcode not in KERNEL_OPCODES:
+    if not kernels.is_kernel(instr, target):
         return 0
     return kernels.scratch_bytes(instr, target, lean)
 

@@ -44,7 +44,6 @@ XLAC_OK, XLAC_ERROR_NULL_ARGUMENT, XLAC_ERROR_ARENA_ALIGNMENT = 0, 1, 2
 _NO_CODE = frozenset({Opcode.PARAMETER, Opcode.CONSTANT, Opcode.TUPLE, Opcode.GET_TUPLE_ELEMENT})
 # A tuple-shaped value's places: one per element.
 Places = tuple
-KERNEL_OPCODES = frozenset({Opcode.DOT, Opcode.CONVOLUTION})
 
 
 @dataclass(frozen=True)
@@ -144,7 +143,7 @@ def thread_scratch(module: Module, assignment: BufferAssignment,
     plans = []
     for comp in module.computations:
         for instr in comp.instructions:
-            if instr.opcode in KERNEL_OPCODES:
+            if kernels.is_kernel(instr, target):
                 plan = kernels.plan_kernel(instr, target, instr in assignment.lean_kernels)
                 if kernel_split(plan, tiling) is not None:
                     plans.append(plan)
@@ -251,7 +250,7 @@ class _ComputeEmitter:
                 continue
             elif instr in self.assignment.concats_in_place:
                 self._emit_concat_copies(instr)
-            elif instr.opcode in KERNEL_OPCODES:
+            elif kernels.is_kernel(instr, self.target):
                 self._emit_kernel_call(instr)
             elif instr.opcode is Opcode.SORT:
                 self._emit_loop_call(instr, emit_sort_function)
@@ -394,6 +393,8 @@ class _ComputeEmitter:
             self.b.call(fn, args + [i64(v) for v in plan.arguments])
             return
         with_scratch = plan.scratch_bytes > 0
+        n_extra = plan.spec.extra_operands
+        channels = plan.spec.epilogue.channel_operands if n_extra else frozenset()
         if with_scratch:
             args.append(gep_bytes(self.b, self.arena, self.thread_scratch.base))
         slot = self.thread_scratch.size
@@ -403,9 +404,13 @@ class _ComputeEmitter:
                           self.size_t.width)
             out, lhs, rhs = (moved(b, p, lo, stride, 4)     # the fast paths are f32
                              for p, stride in zip(values[:3], split.strides))
-            pointers = [out, lhs, rhs]
+            # An epilogue's operands (after rhs): values per output channel move with
+            # the part's first channel, scalars stay.
+            extra = [moved(b, p, lo, split.channels if k in channels else 0, 4)
+                     for k, p in enumerate(values[3:3 + n_extra])]
+            pointers = [out, lhs, rhs, *extra]
             if with_scratch:
-                first, slots = values[3], values[4]
+                first, slots = values[3 + n_extra], values[4 + n_extra]
                 mine = gep_bytes(b, slots, b.mul(b.sub(index, i64(1)), i64(slot)))
                 pointers.append(b.select(b.icmp_unsigned("==", index, i64(0)), first, mine))
             sizes = [b.sub(hi, lo) if name == split.param else i64(plan.sizes[name])

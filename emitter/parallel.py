@@ -33,7 +33,7 @@ from llvmlite import ir
 
 from ..hlo import Instruction
 from .irutil import I64, PTR, VOID, gep_bytes, i64
-from .kernels.conv import ConvGemm, Depthwise, DirectConv
+from .kernels.conv import ConvGemm, Depthwise, DepthwiseRows, DirectConv
 from .kernels.dot import FastDot
 from .kernels.function import KernelPlan
 from .kernels.gemm import Tiling
@@ -51,17 +51,20 @@ GEMV_ROWS = 8
 class Split:
     """A step split along one size of ``total``, in units of ``unit``; a part [lo, hi)
     moves the out / lhs / rhs pointers by lo * ``strides`` elements and runs with size
-    ``param`` = hi - lo. ``cap``: the most parts worth making."""
+    ``param`` = hi - lo. ``cap``: the most parts worth making. ``channels``: output
+    channels per unit, by which a fused epilogue's per-channel operands move (a
+    convolution's bias; conv.Epilogue)."""
     param: str
     total: int
     unit: int
     strides: tuple[int, int, int]
     cap: int
+    channels: int = 0
 
 
-def _split(param, total, unit, strides, work) -> Split | None:
+def _split(param, total, unit, strides, work, channels: int = 0) -> Split | None:
     cap = min(-(-total // unit), work // MIN_KERNEL_WORK)
-    return Split(param, total, unit, strides, cap) if cap >= 2 else None
+    return Split(param, total, unit, strides, cap, channels) if cap >= 2 else None
 
 
 def kernel_split(plan: KernelPlan, t: Tiling) -> Split | None:
@@ -85,7 +88,7 @@ def kernel_split(plan: KernelPlan, t: Tiling) -> Split | None:
             return by_n or by_m
         # Column blocks pack only their own slivers of B; row blocks all pack all of it.
         return by_n if by_n.cap >= by_m.cap else by_m
-    if isinstance(spec, (ConvGemm, DirectConv, Depthwise)):
+    if isinstance(spec, (ConvGemm, DirectConv, Depthwise, DepthwiseRows)):
         rank = spec.window.rank
         in_px = prod(s[f"in{i}"] for i in range(rank))
         out_px = prod(s[f"out{i}"] for i in range(rank))
@@ -97,9 +100,10 @@ def kernel_split(plan: KernelPlan, t: Tiling) -> Split | None:
         if s["groups"] >= 2:
             return _split("groups", s["groups"], 1,
                           (s["cout_g"] * out_px, s["cin_g"] * in_px,
-                           s["cout_g"] * s["cin_g"] * window), work)
+                           s["cout_g"] * s["cin_g"] * window), work, s["cout_g"])
         # One image, one group: the output channels are A's rows (the weights').
-        return _split("cout_g", s["cout_g"], t.mr, (out_px, 0, s["cin_g"] * window), work)
+        return _split("cout_g", s["cout_g"], t.mr, (out_px, 0, s["cin_g"] * window), work,
+                      1)
     return None
 
 

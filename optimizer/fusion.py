@@ -42,10 +42,18 @@ to its narrowest value; what each of them reads besides the chain must be a scal
 broadcast of values along the output channels only (``epilogue_operand``), or a value
 of the result's dims read at the same element. Loop fusion later moves element-wise
 producers of such operands in, never anything that changes how the epilogue indexes.
+
+A float convolution of the kernels' fast paths (``float_convolution``: f32, N C
+spatial... layout, no base dilation or batch groups) takes its epilogue in too: the chain
+of ops its kernel applies to a vector of results in registers (``FLOAT_EPILOGUE``: a bias
+or scale per channel or a scalar, ReLU's maximum, ReLU6's clamp), each reading the
+running value and scalars or broadcasts along the output channels, as far as the chain
+goes; loop fusion moves nothing more into it. The bias and activation then cost no
+second pass over the output.
 """
 from __future__ import annotations
 
-from ..hlo import Computation, Instruction, Module, Opcode
+from ..hlo import ConvDimensionNumbers, Computation, Instruction, Module, Opcode, dtypes
 from ..hlo.opcodes import ELEMENTWISE, TRANSCENDENTAL
 from .aliasing import concat_of_blocks
 from .control_flow import planned_computations
@@ -103,6 +111,37 @@ def epilogue_operand(v: Instruction, core: Instruction) -> bool:
     return all(n == 1 or d == channel for n, d in zip(o.dims, v.attrs["dimensions"]))
 
 
+# What a float convolution kernel applies to its results (emitter/kernels/conv.py
+# Epilogue).
+FLOAT_EPILOGUE = frozenset({Opcode.ADD, Opcode.SUBTRACT, Opcode.MULTIPLY, Opcode.MAXIMUM,
+                            Opcode.MINIMUM, Opcode.CLAMP})
+
+
+def float_convolution(instr: Instruction) -> bool:
+    """An f32 convolution over N C spatial... tensors (ONNX's layout), no base dilation
+    and no batch groups: what the float kernels run (emitter/kernels/conv.py)."""
+    if instr.opcode is not Opcode.CONVOLUTION or instr.shape.dtype != dtypes.F32 \
+            or instr.shape.is_tuple or instr.shape.num_elements == 0:
+        return False
+    w, dn = instr.attrs["window"], instr.attrs["dimension_numbers"]
+    return (dn == ConvDimensionNumbers.nchw(w.rank) and all(d == 1 for d in w.lhs_dilation)
+            and instr.attrs.get("batch_group_count", 1) == 1)
+
+
+def _float_epilogue_step(u: Instruction, cur: Instruction, core: Instruction) -> bool:
+    """Whether a float convolution kernel can apply ``u`` to its running value ``cur``:
+    the running value as the minuend of a subtraction or the middle of a clamp, every
+    other operand a scalar or a broadcast along the output channels."""
+    if u.opcode not in FLOAT_EPILOGUE or u.operands.count(cur) != 1:
+        return False
+    if (u.opcode is Opcode.SUBTRACT and u.operands[0] is not cur) or \
+            (u.opcode is Opcode.CLAMP and u.operands[1] is not cur):
+        return False
+    return all(o is cur or o.shape.rank == 0 or (o.opcode is Opcode.BROADCAST
+                                                 and epilogue_operand(o, core))
+               for o in u.operands)
+
+
 def is_output_fusion(instr: Instruction) -> bool:
     return instr.opcode is Opcode.FUSION and instr.attrs.get("kind") == "kOutput"
 
@@ -127,7 +166,7 @@ class _OutputFuser:
     def run(self) -> bool:
         changed = False
         for core in reversed(list(self.comp.instructions)):
-            if _integer_contraction(core):
+            if _integer_contraction(core) or float_convolution(core):
                 changed |= self._fuse(core, self.comp.users())
         return changed
 
@@ -135,6 +174,13 @@ class _OutputFuser:
         """The element-wise ops after ``core`` that the epilogue computes, cut back to
         the narrowest value (the last of equally narrow ones)."""
         chain, cur = [], core
+        if float_convolution(core):
+            while cur not in self.pinned and len(users[cur]) == 1 and \
+                    users[cur][0].shape == core.shape and \
+                    _float_epilogue_step(users[cur][0], cur, core):
+                cur = users[cur][0]
+                chain.append(cur)
+            return chain
         while cur not in self.pinned and len(users[cur]) == 1:
             u = users[cur][0]
             if (u.opcode not in ELEMENTWISE or u.shape.dims != core.shape.dims
@@ -155,7 +201,8 @@ class _OutputFuser:
     def _fuse(self, core: Instruction, users) -> bool:
         chain = self._chain(core, users)
         pad = core.operands[0]
-        absorb_pad = (pad.opcode is Opcode.PAD and pad.operands[1].opcode is Opcode.CONSTANT
+        absorb_pad = (_integer_contraction(core) and pad.opcode is Opcode.PAD
+                      and pad.operands[1].opcode is Opcode.CONSTANT
                       and users[pad] == [core] and pad not in self.pinned
                       and core.opcode is Opcode.CONVOLUTION)
         if not chain and not absorb_pad:
@@ -328,6 +375,8 @@ def _fits_epilogue(p: Instruction, fusion: Instruction) -> bool:
     if core in reached or (core.operands[0].opcode is Opcode.PAD
                            and core.operands[0] in reached):
         return False
+    if float_convolution(core):
+        return False        # its epilogue is what the kernel applies, taken whole already
     if _is_scalar_constant(p) or (p.opcode is Opcode.BROADCAST
                                   and epilogue_operand(p, core)):
         return True

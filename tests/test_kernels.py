@@ -194,7 +194,10 @@ CONV_CASES = [
      "depthwise"),
     ("depthwise_stride2_dilated", dict(xd=(2, 6, 13, 11), wd=(12, 1, 3, 3), stride=(2, 2),
                                        dil=(2, 2), pad=((2, 1), (1, 2)), groups=6),
-     "depthwise"),
+     "depthwise_rows"),
+    ("depthwise_stride5", dict(xd=(1, 3, 13, 21), wd=(3, 1, 3, 3), stride=(1, 5),
+                               pad=((1, 1), (1, 1)), groups=3), "depthwise"),
+    ("depthwise_1d", dict(xd=(1, 4, 19), wd=(4, 1, 3), pad=((1, 1),), groups=4), "depthwise"),
     ("conv1d", dict(xd=(2, 3, 17), wd=(4, 3, 5), pad=((2, 2),)), "gemm"),
     ("conv1d_stride2", dict(xd=(1, 5, 30), wd=(7, 5, 4), stride=(2,), pad=((1, 2),)), "gemm"),
     ("conv3d", dict(xd=(1, 2, 5, 6, 7), wd=(3, 2, 3, 3, 3), pad=((1, 1),) * 3), "gemm"),
@@ -261,6 +264,150 @@ def test_conv_reference_matches_direct_sum():
                for c in range(2) for kh in range(3) for kw in range(2)
                for ih, iw in [(oh * 2 + kh - 1, ow + 2 * kw)] if 0 <= ih < 6 and 0 <= iw < 5)
     assert conv_reference(instr, x, w)[0, o, oh, ow] == pytest.approx(want)
+
+
+# --- depthwise convolutions (DepthwiseRows) ------------------------------------------
+
+# Every stride (1, 2, 3 per dim), padding (none, symmetric, Keras 'same' asymmetric,
+# wider than the window's reach, negative), dilation and channel multiplier, on odd
+# sizes: images narrower than a vector, a vector and a bit, with and without interior
+# columns and rows.
+DEPTHWISE_CASES = [
+    # id, input dims, kernel (kh, kw), multiplier, stride, pads ((top, bottom), (l, r)), dil
+    ("s1_pad1", (1, 5, 9, 23), (3, 3), 1, (1, 1), ((1, 1), (1, 1)), (1, 1)),
+    ("s1_valid", (2, 3, 7, 37), (3, 3), 1, (1, 1), ((0, 0), (0, 0)), (1, 1)),
+    ("s2_pad1", (1, 4, 15, 33), (3, 3), 1, (2, 2), ((1, 1), (1, 1)), (1, 1)),
+    ("s2_same_even", (1, 3, 16, 18), (3, 3), 1, (2, 2), ((0, 1), (0, 1)), (1, 1)),
+    ("s2_valid_odd", (1, 2, 11, 19), (3, 3), 1, (2, 2), ((0, 0), (0, 0)), (1, 1)),
+    ("s3_mixed", (1, 3, 17, 29), (3, 3), 1, (3, 1), ((1, 2), (2, 1)), (1, 1)),
+    ("s1x2", (1, 2, 9, 40), (3, 3), 1, (1, 2), ((1, 1), (1, 1)), (1, 1)),
+    ("multiplier2", (1, 3, 10, 13), (3, 3), 2, (1, 1), ((1, 1), (1, 1)), (1, 1)),
+    ("multiplier3_s2", (2, 2, 9, 9), (3, 3), 3, (2, 2), ((1, 1), (1, 1)), (1, 1)),
+    ("dilated2", (1, 3, 12, 27), (3, 3), 1, (1, 1), ((2, 2), (2, 2)), (2, 2)),
+    ("5x5_pad2", (1, 3, 14, 14), (5, 5), 1, (1, 1), ((2, 2), (2, 2)), (1, 1)),
+    ("7x3_asym", (1, 2, 12, 21), (7, 3), 1, (1, 1), ((3, 3), (0, 2)), (1, 1)),
+    ("pad_beyond_window", (1, 2, 5, 6), (3, 3), 1, (1, 1), ((3, 2), (4, 3)), (1, 1)),
+    ("negative_pad", (1, 2, 10, 20), (3, 3), 1, (1, 2), ((-1, 1), (1, -2)), (1, 1)),
+    ("tiny_1x1_image", (1, 4, 1, 1), (3, 3), 1, (1, 1), ((1, 1), (1, 1)), (1, 1)),
+    ("narrow_7x7", (1, 6, 7, 7), (3, 3), 1, (1, 1), ((1, 1), (1, 1)), (1, 1)),
+    ("narrow_3x3_s2", (1, 6, 3, 3), (3, 3), 1, (2, 2), ((1, 1), (1, 1)), (1, 1)),
+    ("wide_row", (1, 2, 4, 131), (3, 3), 1, (1, 1), ((1, 1), (1, 1)), (1, 1)),
+]
+
+
+def _depthwise(dims, kernel, multiplier, stride, pad, dil):
+    c = dims[1]
+    return make_conv(dims, (c * multiplier, 1) + kernel, stride=stride, pad=pad, dil=dil,
+                     groups=c)
+
+
+@pytest.mark.parametrize("vector_bytes", [16, 32, 64])
+@pytest.mark.parametrize("case", DEPTHWISE_CASES, ids=[c[0] for c in DEPTHWISE_CASES])
+def test_depthwise(case, vector_bytes):
+    instr = _depthwise(*case[1:])
+    target = HostTarget(vector_bytes)
+    rows = 2 <= case[4][1] <= conv_mod.DEPTHWISE_MAX_STRIDE
+    assert type(plan_kernel(instr, target).spec) is \
+        (conv_mod.DepthwiseRows if rows else conv_mod.Depthwise)
+    x, w = (_random(o.shape.dims, F32) for o in instr.operands)
+    _check(CompiledKernel(instr, target)(x, w), conv_reference(instr, x, w), F32)
+
+
+def test_depthwise_padding_reads_no_neighbour():
+    """Padding reads as zero, not as the neighbouring row or channel: infinities next to
+    a small image would turn every border output into NaN otherwise."""
+    instr = _depthwise((1, 3, 5, 6), (3, 3), 1, (1, 1), ((1, 1), (1, 1)), (1, 1))
+    x = np.full((1, 3, 5, 6), np.inf, np.float32)
+    x[0, 1] = _random((5, 6), F32)
+    w = _random((3, 1, 3, 3), F32)
+    got = CompiledKernel(instr)(x, w)
+    assert np.isfinite(got[0, 1]).all()
+    _check(got[0, 1], conv_reference(instr, np.where(np.isfinite(x), x, 0), w)[0, 1], F32)
+
+
+# --- fused epilogues -------------------------------------------------------------------
+
+# Every epilogue step the float convolution kernels apply (an output fusion's bias and
+# activation, optimizer/fusion.py): HLO text after %conv, the result %out. %bias and %s
+# are run-time operands (a value per channel, a scalar) the kernel reads through its
+# extra pointers; %zb is a broadcast constant, compiled in.
+EPILOGUES = {
+    "bias": "%out = add(%conv, %bb)",
+    "bias_first": "%out = add(%bb, %conv)",
+    "relu": "%out = maximum(%conv, %zb)",
+    "relu6": "%out = clamp(%zero, %conv, %six)",
+    "bias_relu6": "%a = add(%conv, %bb)\n%out = clamp(%zero, %a, %six)",
+    "bias_relu": "%a = add(%conv, %bb)\n%out = maximum(%zb, %a)",
+    "scale_shift": "%a = multiply(%conv, %bb)\n%out = subtract(%a, %sb)",
+    "scalar_min": "%out = minimum(%conv, %sb)",
+}
+# Convolutions of every kernel: (input channels, output channels, groups, window,
+# stride, lean) and the kernel they take.
+EPILOGUE_CONVS = {
+    "depthwise_s1": ((5, 5, 5, 3, 1, False), "Depthwise"),
+    "depthwise_s2": ((5, 5, 5, 3, 2, False), "DepthwiseRows"),
+    "dense_3x3": ((4, 7, 1, 3, 1, False), "ConvGemm"),
+    "dense_k_blocks": ((70, 9, 1, 3, 2, False), "ConvGemm"),
+    "pointwise": ((6, 13, 1, 1, 1, False), "ConvGemm"),
+    "grouped": ((6, 8, 2, 3, 1, False), "ConvGemm"),
+    "direct_lean": ((4, 7, 1, 3, 1, True), "DirectConv"),
+}
+EPILOGUE_CASES = ([(conv, name) for conv in ("depthwise_s1", "dense_3x3") for name in EPILOGUES]
+                  + [(conv, name) for conv in EPILOGUE_CONVS
+                     if conv not in ("depthwise_s1", "dense_3x3")
+                     for name in ("bias_relu6", "scale_shift")])
+
+
+def _epilogue_module(conv: str, steps: str):
+    from xlac.hlo.text import parse_module
+    (cin, cout, groups, k, stride, _), _ = EPILOGUE_CONVS[conv]
+    hw, pad = 11, k // 2
+    o = (hw + 2 * pad - k) // stride + 1
+    x, w, y = f"f32[1,{cin},{hw},{hw}]", f"f32[{cout},{cin // groups},{k},{k}]", \
+        f"f32[1,{cout},{o},{o}]"
+    body = [f"%x = {x} parameter(0)", f"%w = {w} parameter(1)",
+            f"%bias = f32[{cout}] parameter(2)", "%s = f32[] parameter(3)",
+            f"%conv = {y} convolution({x} %x, {w} %w), window={{size={k}x{k} "
+            f"stride={stride}x{stride} pad={pad}_{pad}x{pad}_{pad}}}, "
+            f"dim_labels=bf01_oi01->bf01, feature_group_count={groups}",
+            f"%bb = {y} broadcast(f32[{cout}] %bias), dimensions={{1}}",
+            f"%sb = {y} broadcast(f32[] %s), dimensions={{}}",
+            "%zero = f32[] constant(0)", "%six = f32[] constant(6)",
+            f"%zb = {y} broadcast(f32[] %zero), dimensions={{}}"]
+    for line in steps.split("\n"):
+        target, expr = line.split(" = ")
+        op, args = expr[:-1].split("(")
+        typed = ", ".join(f"f32[] {a}" if a in ("%zero", "%six") else f"{y} {a}"
+                          for a in args.split(", "))
+        body.append(f"{target} = {y} {op}({typed})")
+    body[-1] = "ROOT " + body[-1]
+    text = (f"HloModule m\n\nENTRY %main (x: {x}, w: {w}, bias: f32[{cout}], s: f32[]) "
+            f"-> {y} {{\n" + "".join(f"  {line}\n" for line in body) + "}\n")
+    return parse_module(text)
+
+
+@pytest.mark.parametrize("conv,name", EPILOGUE_CASES, ids=[f"{c}-{n}" for c, n in EPILOGUE_CASES])
+def test_convolution_applies_its_fused_epilogue(conv, name):
+    from xlac.hlo.evaluator import evaluate
+    from xlac.optimizer import DeadCodeElimination
+    from xlac.optimizer.fusion import OutputFusion
+    original, m = _epilogue_module(conv, EPILOGUES[name]), _epilogue_module(conv, EPILOGUES[name])
+    OutputFusion().run(m)
+    DeadCodeElimination().run(m)
+    root = m.entry.root
+    assert root.opcode is Opcode.FUSION and root.attrs["kind"] == "kOutput"
+    (_, _, _, _, _, lean), kernel = EPILOGUE_CONVS[conv]
+    spec = plan_kernel(root, host_target(), lean).spec
+    assert type(spec).__name__ == kernel
+    assert len(spec.epilogue.steps) == EPILOGUES[name].count("\n") + 1
+    args = [_random(p.shape.dims, F32) for p in original.entry.parameters]
+    args[2] *= 3
+    args[0][0, 2, 3, 4] = np.nan          # NaN goes through maximum, minimum and clamp
+    want, = evaluate(original, args)
+    got = CompiledKernel(root, lean=lean)(*(args[o.attrs["number"]] for o in root.operands))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    _check(got[ok], want[ok], F32)
 
 
 # --- other vector widths ------------------------------------------------------------------

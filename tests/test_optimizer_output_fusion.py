@@ -130,3 +130,104 @@ def test_loop_fusion_brings_a_dequantized_residual_into_the_epilogue():
     assert m.entry.root is fusion
     r = m.entry.parameters[1]
     assert r in fusion.operands and "multiply" in fused_ops(fusion)[-4:]
+
+
+# -- float convolutions: the epilogue their kernel applies ------------------------------
+
+XD, WD = (1, 3, 6, 6), (3, 1, 3, 3)
+FY = shape("f32", (1, 3, 6, 6))
+
+
+def depthwise(tail: str, groups: int = 3, wd=WD) -> str:
+    """A float depthwise convolution %conv with a bias %bb and scalars %zero, %six;
+    ``tail`` computes on from %conv (its last line is the root)."""
+    y = shape("f32", (1, wd[0], 6, 6))
+    body = f"""
+      %x = {shape('f32', XD)} parameter(0)
+      %r = {y} parameter(1)
+      %w = {shape('f32', wd)} constant({lit(np.linspace(-1, 1, np.prod(wd)).reshape(wd), dtypes.F32)})
+      %conv = {y} convolution({shape('f32', XD)} %x, {shape('f32', wd)} %w), window={{size=3x3 pad=1_1x1_1}}, dim_labels=bf01_oi01->bf01, feature_group_count={groups}
+      %b = f32[{wd[0]}]{{0}} constant({lit(np.arange(wd[0]) - 1.5, dtypes.F32)})
+      %bb = {y} broadcast(f32[{wd[0]}]{{0}} %b), dimensions={{1}}
+      %zero = f32[]{{}} constant(0)
+      %six = f32[]{{}} constant(6){tail}"""
+    return module(f"x: {shape('f32', XD)}, r: {y}", y, body)
+
+
+def float_fused(text: str, loop_fusion: bool = False):
+    m = parse_module(text)
+    rng = np.random.default_rng(5)
+    args = [(rng.standard_normal(p.shape.dims) * 4).astype(np.float32)
+            for p in m.entry.parameters]
+    before = evaluate(m, args)
+    changed = OutputFusion().run(m)
+    if loop_fusion:
+        InstructionFusion().run(m)
+    DeadCodeElimination().run(m)
+    verify(m)
+    for a, b in zip(before, evaluate(m, args)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    return m, changed
+
+
+def test_float_depthwise_convolution_takes_its_bias_and_relu6():
+    m, changed = float_fused(depthwise(f"""
+      %a = {FY} add({FY} %conv, {FY} %bb)
+      %y = {FY} clamp(f32[]{{}} %zero, {FY} %a, f32[]{{}} %six)"""), loop_fusion=True)
+    assert changed
+    (fusion,) = output_fusions(m)
+    assert m.entry.root is fusion
+    assert fused_ops(fusion) == ["convolution", "broadcast", "add", "clamp"]
+    assert fusion.operands[0] is m.entry.parameters[0]
+
+
+def test_float_depthwise_epilogue_stops_at_what_its_kernel_cannot_apply():
+    # tanh is no epilogue step; a full-size operand (the residual r) is none either
+    for tail in (f"""
+      %a = {FY} add({FY} %conv, {FY} %bb)
+      %y = {FY} tanh({FY} %a)""", f"""
+      %a = {FY} add({FY} %conv, {FY} %bb)
+      %y = {FY} add({FY} %a, {FY} %r)"""):
+        m, _ = float_fused(depthwise(tail), loop_fusion=True)
+        (fusion,) = output_fusions(m)
+        assert fused_ops(fusion) == ["convolution", "broadcast", "add"]
+        assert m.entry.root is not fusion
+
+
+def test_does_not_fuse_a_float_depthwise_convolution_into_what_it_cannot_apply():
+    m, changed = float_fused(depthwise(f"""
+      %y = {FY} add({FY} %conv, {FY} %r)"""))
+    assert not changed and not output_fusions(m)
+
+
+def test_grouped_float_convolution_takes_its_epilogue_too():
+    # three groups of one input channel, two outputs each: the GEMM kernel's epilogue
+    y = shape("f32", (1, 6, 6, 6))
+    m, changed = float_fused(depthwise(f"""
+      %y = {y} maximum({y} %conv, {y} %bb)""", wd=(6, 1, 3, 3)))
+    assert changed
+    (fusion,) = output_fusions(m)
+    assert fused_ops(fusion) == ["convolution", "broadcast", "maximum"]
+
+
+def test_does_not_fuse_a_float_convolution_of_other_dimension_numbers():
+    # NHWC: the naive loop nest runs it, which applies no epilogue
+    text = f"""HloModule m
+
+ENTRY %main (x: f32[1,6,6,3]{{3,2,1,0}}, w: f32[3,3,1,3]{{3,2,1,0}}) -> f32[1,6,6,3]{{3,2,1,0}} {{
+  %x = f32[1,6,6,3]{{3,2,1,0}} parameter(0)
+  %w = f32[3,3,1,3]{{3,2,1,0}} parameter(1)
+  %conv = f32[1,6,6,3]{{3,2,1,0}} convolution(f32[1,6,6,3]{{3,2,1,0}} %x, f32[3,3,1,3]{{3,2,1,0}} %w), window={{size=3x3 pad=1_1x1_1}}, dim_labels=b01f_01io->b01f, feature_group_count=3
+  %zero = f32[]{{}} constant(0)
+  %z = f32[1,6,6,3]{{3,2,1,0}} broadcast(f32[]{{}} %zero), dimensions={{}}
+  ROOT %y = f32[1,6,6,3]{{3,2,1,0}} maximum(f32[1,6,6,3]{{3,2,1,0}} %conv, f32[1,6,6,3]{{3,2,1,0}} %z)
+}}
+"""
+    m = parse_module(text)
+    assert not OutputFusion().run(m)
+
+
+def test_does_not_subtract_the_running_value_from_a_bias():
+    m, changed = float_fused(depthwise(f"""
+      %y = {FY} subtract({FY} %bb, {FY} %conv)"""))
+    assert not changed

@@ -166,10 +166,15 @@ def test_light_cnn_memory_plan(name):
     optimize(m)
     assert any(i.opcode is Opcode.FUSION for i in m.entry.instructions)
     for i in m.entry.instructions:
-        if i.opcode is Opcode.FUSION:                  # dot / convolution never fused
-            assert not any(f.opcode in (Opcode.DOT, Opcode.CONVOLUTION)
-                           for f in i.called[0].instructions)
+        if i.opcode is Opcode.FUSION:
+            # a dot / convolution never goes into a loop; a float convolution's output
+            # fusion holds it and its bias and activation, no other
+            cores = [f for f in i.called[0].instructions
+                     if f.opcode in (Opcode.DOT, Opcode.CONVOLUTION)]
+            assert len(cores) == (1 if i.attrs["kind"] == "kOutput" else 0)
     ba = assign_buffers(m, schedule(m))
     check_assignment(m, ba)
-    # Reuse must pay: the arena is a fraction of the sum of all intermediates.
-    assert ba.lower_bound <= ba.arena_size < ba.naive_bytes / 3
+    # Reuse must pay: the arena is a fraction of the sum of all intermediates (SqueezeNet:
+    # 1/2.98 since its convolutions' ReLUs went into their kernels, whose outputs the sum
+    # no longer counts twice; the arena is unchanged, at its lower bound).
+    assert ba.lower_bound <= ba.arena_size < ba.naive_bytes / 2.5

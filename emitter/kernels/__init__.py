@@ -1,9 +1,11 @@
 """Kernels for the compute-bound ops (dot, convolution), generated as LLVM IR.
 
 Each kernel is one internal function
-``void name(ptr out, ptr op0, ptr op1[, ptr scratch], i64 size...)`` over dense row-major
-arrays; the scratch argument exists iff ``scratch_bytes`` > 0, and the trailing i64
-arguments are ``kernel_arguments(instr, target)``. Instructions with equal
+``void name(ptr out, ptr op0, ptr op1[, ptr op2...][, ptr scratch], i64 size...)`` over
+dense row-major arrays (op2... are what an output fusion's epilogue reads: a float
+convolution's bias, scale and activation bounds); the scratch argument exists iff
+``scratch_bytes`` > 0, and the trailing i64 arguments are
+``kernel_arguments(instr, target)``. Instructions with equal
 ``kernel_key`` run the same function with their own arguments (function.py).
 ``target`` needs only ``.vector_bytes`` (the SIMD register width that sizes the tiles).
 """
@@ -14,21 +16,33 @@ from typing import Hashable
 from llvmlite import ir
 
 from ...hlo import Instruction, Opcode, XlacError
-from .conv import plan_conv
+from .conv import plan_conv, plan_conv_fusion
 from .dot import plan_dot
 from .function import KernelPlan, kernel_function
 
 _EMITTERS = {Opcode.DOT: plan_dot, Opcode.CONVOLUTION: plan_conv}
 
+
+def is_kernel(instr: Instruction, target) -> bool:
+    """Whether ``instr`` runs as a kernel: a dot, a convolution, or an output fusion
+    whose epilogue a float kernel applies (conv.plan_conv_fusion)."""
+    if instr.opcode in _EMITTERS:
+        return True
+    return (instr.opcode is Opcode.FUSION and instr.attrs.get("kind") == "kOutput"
+            and plan_conv_fusion(instr, target) is not None)
+
+
 def plan_kernel(instr: Instruction, target, lean: bool = False) -> KernelPlan:
     """The shared code (``spec``) and the run-time sizes of the kernel of ``instr``.
     ``lean`` asks for a variant that needs no scratch, where one exists (convolutions);
     otherwise it changes nothing."""
-    try:
-        plan = _EMITTERS[instr.opcode]
-    except KeyError:
-        raise XlacError(f"no kernel for opcode '{instr.opcode.text}' (%{instr.name})") from None
-    return plan(instr, target, lean)
+    plan = _EMITTERS.get(instr.opcode)
+    if plan is not None:
+        return plan(instr, target, lean)
+    fused = plan_conv_fusion(instr, target, lean) if instr.opcode is Opcode.FUSION else None
+    if fused is None:
+        raise XlacError(f"no kernel for opcode '{instr.opcode.text}' (%{instr.name})")
+    return fused
 
 
 def kernel_key(instr: Instruction, target, lean: bool = False) -> tuple[Opcode, Hashable]:
@@ -54,4 +68,5 @@ def scratch_bytes(instr: Instruction, target, lean: bool = False) -> int:
     return plan_kernel(instr, target, lean).scratch_bytes
 
 
-__all__ = ["emit_kernel", "kernel_arguments", "kernel_key", "plan_kernel", "scratch_bytes"]
+__all__ = ["emit_kernel", "is_kernel", "kernel_arguments", "kernel_key", "plan_kernel",
+           "scratch_bytes"]

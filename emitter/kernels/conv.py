@@ -12,7 +12,10 @@ feature groups and number of spatial dims:
   leaves the image (zero padding). 1x1 / stride 1 / no padding is a plain GEMM over
   the input (``MatrixPacker``).
 - depthwise (one input channel per group, few outputs per group): direct convolution
-  vectorized over output pixels, the R weights of a channel broadcast once.
+  vectorized over output pixels, the R weights of a channel broadcast once
+  (``Depthwise``); 2-D windows with a column stride of 2 to 4 go along output rows
+  instead (``DepthwiseRows``: interior/border split, wide loads and a shuffle in place
+  of gathers).
 - direct (``lean``, any channels): the same direct scheme with an MR x NV tile of
   output channels by pixels; no scratch, for the layers where the GEMM's packed sliver
   would raise the arena's peak (the memory planner asks for it).
@@ -24,20 +27,25 @@ The coordinates of a vector of output pixels come from one scalar division of it
 pixel plus the precomputed mixed-radix digits of the lane offsets (``PixelLanes``), so
 no vector division runs in the inner loops.
 
+Each fast kernel applies the epilogue of its output fusion (``Epilogue``: the bias,
+scale and ReLU/ReLU6 optimizer/fusion.py fuses after a float convolution) to the results
+in registers before storing them.
+
 Everything else (other dimension numbers, base dilation, batch groups, other element
 types) goes through ``emit_naive_conv``, a loop nest compiled for the exact shapes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from itertools import product
 from math import prod
 
 from llvmlite import ir
 
-from ...hlo import ConvDimensionNumbers, Instruction, Shape, Window, dtypes
-from ..irutil import I32, alloca_once, for_range, i64, llvm_type
+from ...hlo import ConvDimensionNumbers, Instruction, Opcode, Shape, Window, dtypes
+from ...optimizer.fusion import output_fusion_core
+from ..irutil import I1, I32, alloca_once, for_range, i64, llvm_type
 from . import scalar
 from .dot import row_major_strides
 from .function import Frame, KernelPlan
@@ -290,6 +298,126 @@ class Im2colPacker:
                     store_vec(b, lanes.load(b, chan, kpos), offset_ptr(b, dst, F32, dst_idx))
 
 
+# --- epilogues ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Epilogue:
+    """Element-wise steps a kernel applies to each vector of results in registers before
+    storing it: an output fusion's bias, scale and activation (optimizer/fusion.py).
+
+    A step is ``(opcode, args)``; an arg is ``("acc",)`` the running value, ``("const",
+    v)`` a constant (compiled in), ``("scalar", k)`` element 0 of extra operand k, or
+    ``("channel", k)`` element c of extra operand k for output channel c. ``pointers``:
+    how many extra operands the kernel takes (the fusion's operands after the input and
+    the weights).
+    """
+    steps: tuple = ()
+    pointers: int = 0
+
+    def values(self, b: ir.IRBuilder, extra, channel: ir.Value, lanes: int) -> dict:
+        """The splatted operands of output channel ``channel``, loaded once per channel."""
+        out = {}
+        for _, args in self.steps:
+            for arg in args:
+                if arg[0] in ("scalar", "channel") and arg not in out:
+                    ptr = extra[arg[1]] if arg[0] == "scalar" else \
+                        offset_ptr(b, extra[arg[1]], F32, channel)
+                    out[arg] = splat(b, b.load(ptr, typ=F32), lanes)
+                elif arg[0] == "const" and arg not in out:
+                    out[arg] = const_vec(F32, [arg[1]] * lanes)
+        return out
+
+    def apply(self, b: ir.IRBuilder, acc: ir.Value, values: dict) -> ir.Value:
+        for opcode, args in self.steps:
+            xs = [acc if a == ("acc",) else values[a] for a in args]
+            acc = _EPILOGUE_OPS[opcode](b, *xs)
+        return acc
+
+    @property
+    def channel_operands(self) -> frozenset[int]:
+        """The extra operands read per output channel (a split moves them with it)."""
+        return frozenset(a[1] for _, args in self.steps for a in args if a[0] == "channel")
+
+    def per_row(self, extra, channel0: ir.Value, lanes: int):
+        """For gemm.emit_gemm: row r of C is output channel ``channel0`` + r. None when
+        there are no steps."""
+        if not self.steps:
+            return None
+
+        def apply(b, value, row):
+            return self.apply(b, value, self.values(b, extra, b.add(channel0, row), lanes))
+        return apply
+
+
+def _max(b, x, y):
+    # As the element generators compute maximum: NaN-propagating (elemental._float_max).
+    return b.select(b.or_(b.fcmp_ordered(">", x, y), b.fcmp_unordered("uno", x, x)), x, y)
+
+
+def _min(b, x, y):
+    return b.select(b.or_(b.fcmp_ordered("<", x, y), b.fcmp_unordered("uno", x, x)), x, y)
+
+
+_EPILOGUE_OPS = {
+    "add": lambda b, x, y: b.fadd(x, y),
+    "subtract": lambda b, x, y: b.fsub(x, y),
+    "multiply": lambda b, x, y: b.fmul(x, y),
+    "maximum": _max,
+    "minimum": _min,
+    "clamp": lambda b, lo, x, hi: _min(b, _max(b, x, lo), hi),
+}
+NO_EPILOGUE = Epilogue()
+
+
+def plan_epilogue(fusion: Instruction) -> Epilogue | None:
+    """The epilogue of an output fusion whose core is a float convolution reading
+    parameters 0 and 1 and whose other instructions form a chain of the steps above,
+    else None (the fusion is then a loop of element generators)."""
+    fused = fusion.called[0]
+    core = output_fusion_core(fused)
+    params = fused.parameters
+    if [o.opcode for o in core.operands] != [Opcode.PARAMETER] * 2 or \
+            [o.attrs["number"] for o in core.operands] != [0, 1]:
+        return None
+    users = fused.users()
+    steps, cur = [], core
+    while cur is not fused.root:
+        if len(users[cur]) != 1:
+            return None
+        u = users[cur][0]
+        if u.opcode.text not in _EPILOGUE_OPS or u.shape.dtype != dtypes.F32 \
+                or u.operands.count(cur) != 1:
+            return None
+        args = []
+        for o in u.operands:
+            arg = ("acc",) if o is cur else _epilogue_arg(o, core)
+            if arg is None:
+                return None
+            args.append(arg)
+        steps.append((u.opcode.text, tuple(args)))
+        cur = u
+    return Epilogue(tuple(steps), len(params) - 2)
+
+
+def _epilogue_arg(o: Instruction, core: Instruction):
+    """An operand of an epilogue step as an Epilogue arg, or None."""
+    per_channel = False
+    if o.opcode is Opcode.BROADCAST:
+        src = o.operands[0]
+        channel = core.attrs["dimension_numbers"].output_feature
+        if not all(n == 1 or d == channel for n, d in zip(src.shape.dims, o.attrs["dimensions"])):
+            return None
+        o, per_channel = src, True
+    if o.opcode is Opcode.CONSTANT and o.shape.num_elements == 1:
+        return ("const", float(o.literal.reshape(())))
+    if o.opcode is Opcode.PARAMETER and o.shape.dtype == dtypes.F32 and o.attrs["number"] >= 2:
+        if o.shape.num_elements == 1:
+            return ("scalar", o.attrs["number"] - 2)
+        if per_channel:
+            return ("channel", o.attrs["number"] - 2)
+    return None
+
+
 # --- the kernels ------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -297,10 +425,15 @@ class ConvGemm:
     """Implicit GEMM per image and group (see the module docstring)."""
     window: ConvWindow
     tiling: Tiling
+    epilogue: Epilogue = NO_EPILOGUE
 
     @property
     def params(self) -> tuple[str, ...]:
         return _size_params(self.window.rank)
+
+    @property
+    def extra_operands(self) -> int:
+        return self.epilogue.pointers
 
     @property
     def scratch_bytes(self) -> int:
@@ -324,7 +457,8 @@ class ConvGemm:
                     packer = MatrixPacker(base, geo.in_pixels, i64(1), True, t, w.k_block(t))
                 else:
                     packer = Im2colPacker(w, geo, coords, base, t, w.k_block(t))
-                emit_gemm(b, shape, a, c, packer, f.scratch, t)
+                emit_gemm(b, shape, a, c, packer, f.scratch, t,
+                          self.epilogue.per_row(f.extra, b.mul(grp, geo.cout_g), t.lanes))
 
 
 def _pixel_vectors(b: ir.IRBuilder, geo: Geometry, coords: LaneCoords, state: list,
@@ -363,12 +497,17 @@ class Depthwise:
     """Direct convolution, one input channel per group, vectorized over output pixels."""
     window: ConvWindow
     lanes: int
+    epilogue: Epilogue = NO_EPILOGUE
 
     @property
     def params(self) -> tuple[str, ...]:
         return _size_params(self.window.rank)
 
     scratch_bytes = 0
+
+    @property
+    def extra_operands(self) -> int:
+        return self.epilogue.pointers
 
     def emit(self, f: Frame) -> None:
         b, w, lanes = f.b, self.window, self.lanes
@@ -385,15 +524,182 @@ class Depthwise:
                 wrow = offset_ptr(b, f.rhs, F32, b.mul(oc, i64(w.window)))
                 ws = [splat(b, b.load(offset_ptr(b, wrow, F32, r), typ=F32), lanes)
                       for r in range(w.window)]
+                values = self.epilogue.values(b, f.extra, oc, lanes)
 
                 def pixels(n0, valid, here):
                     px = PixelLanes(b, w, geo, here, n0, lanes, valid)
                     acc = zeros(vty)
                     for r, kpos in enumerate(w.positions):
                         acc = fma(b, ws[r], px.load(b, chan, kpos), acc)
+                    acc = self.epilogue.apply(b, acc, values)
                     _store_pixels(b, acc, offset_ptr(b, dst, F32, n0), valid)
 
                 _pixel_vectors(b, geo, coords, state, pixels)
+
+
+def _inside(b: ir.IRBuilder, pad: int, stride: int, dil: int, k: int, n_in: ir.Value,
+            n_out: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """Output positions [lo, hi) along one dim whose whole window lies in the image
+    (0 <= lo <= hi <= n_out): from the first with o * stride >= pad to the last with
+    o * stride - pad + (k - 1) * dil <= n_in - 1."""
+    lo = imin(b, i64(max(0, -(-pad // stride))), n_out)
+    last = b.sub(n_in, i64(1 - pad + (k - 1) * dil))
+    hi = b.select(b.icmp_signed("<", last, i64(0)), i64(0),
+                  b.add(b.sdiv(last, i64(stride)), i64(1)))
+    hi = imin(b, hi, n_out)
+    return lo, b.select(b.icmp_signed("<", hi, lo), lo, hi)
+
+
+@dataclass(frozen=True)
+class DepthwiseRows:
+    """Depthwise 2-D convolution (one input channel per group), vectorized along output
+    rows: ``lanes`` consecutive output columns of one row, the window unrolled with its
+    weights in registers (splatted once per channel).
+
+    The layout is ONNX's NCHW, so the columns of a row are contiguous and lanes over
+    them read as well as lanes over channels would in NHWC, with no transposes around
+    the layer. Padding is handled by splitting each dim into the border and the
+    interior: output rows whose window rows all lie in the image, and vectors of
+    columns whose window columns do, read with plain vector loads, unrolled ``UNROLL``
+    vectors at a time so that independent chains of FMAs hide their latency; the border
+    rows select zeros for the window rows outside the image, and the border vectors
+    (and the last, partial one) mask their loads and stores. A stride-s row reads s *
+    lanes contiguous columns once per window position and keeps every s-th (a shuffle,
+    no gather). ``lanes`` is the target's vector width, halved for narrow images.
+
+    Taken for column strides 2 to 4 (DEPTHWISE_MAX_STRIDE), where it runs 2 to 3 times
+    as fast as Depthwise's gathers on MobileNetV2's layers; at stride 1 Depthwise's flat
+    pixel vectors measured faster (fewer partial vectors on 7x7 to 56x56 maps).
+    """
+    window: ConvWindow
+    lanes: int
+    epilogue: Epilogue = NO_EPILOGUE
+
+    UNROLL = 4
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        return _size_params(2)
+
+    scratch_bytes = 0
+
+    @property
+    def extra_operands(self) -> int:
+        return self.epilogue.pointers
+
+    def emit(self, f: Frame) -> None:
+        b, w, lanes = f.b, self.window, self.lanes
+        geo = Geometry(b, f.size, 2)
+        (ih, iw), (oh, ow) = geo.in_sp, geo.out_sp
+        (sh, sw), (ph, pw), (dh, dw) = w.stride, w.pad_low, w.dil
+        rows_lo, rows_hi = _inside(b, ph, sh, dh, w.size[0], ih, oh)
+        cols_lo, cols_hi = _inside(b, pw, sw, dw, w.size[1], iw, ow)
+        # Vectors [0, v_lo) and [v_hi, nv) are masked; [v_lo, v_hi) read the interior.
+        nv = b.udiv(b.add(ow, i64(lanes - 1)), i64(lanes))
+        v_lo = b.udiv(b.add(cols_lo, i64(lanes - 1)), i64(lanes))
+        v_hi = b.udiv(cols_hi, i64(lanes))
+        v_hi = b.select(b.icmp_signed("<", v_hi, v_lo), v_lo, v_hi)
+        v_unrolled = b.add(v_lo, b.mul(b.udiv(b.sub(v_hi, v_lo), i64(self.UNROLL)),
+                                       i64(self.UNROLL)))
+        with for_range(b, geo.batch, "img") as img:
+            with for_range(b, geo.cout, "oc") as oc:
+                ic = b.add(b.mul(img, geo.cin), b.udiv(oc, geo.cout_g))
+                chan = offset_ptr(b, f.lhs, F32, b.mul(ic, geo.in_pixels))
+                dst = offset_ptr(b, f.out, F32,
+                                 b.mul(b.add(b.mul(img, geo.cout), oc), geo.out_pixels))
+                wrow = offset_ptr(b, f.rhs, F32, b.mul(oc, i64(w.window)))
+                ws = [splat(b, b.load(offset_ptr(b, wrow, F32, r), typ=F32), lanes)
+                      for r in range(w.window)]
+                values = self.epilogue.values(b, f.extra, oc, lanes)
+                row = _DepthwiseRow(self, b, geo, chan, dst, ws, values)
+                for start, stop, checked in ((i64(0), rows_lo, True),
+                                             (rows_lo, rows_hi, False),
+                                             (rows_hi, oh, True)):
+                    with for_range(b, stop, "oy", start=start) as oy:
+                        row.emit(oy, checked, v_lo, v_hi, v_unrolled, nv)
+
+
+class _DepthwiseRow:
+    """The code of one output row of DepthwiseRows."""
+
+    def __init__(self, k: DepthwiseRows, b: ir.IRBuilder, geo: Geometry, chan, dst, ws,
+                 values):
+        self.k, self.b, self.geo, self.chan, self.dst, self.ws = k, b, geo, chan, dst, ws
+        self.values = values
+        self.vty = vec_type(F32, k.lanes)
+
+    def emit(self, oy, checked: bool, v_lo, v_hi, v_unrolled, nv) -> None:
+        """Output row ``oy``; ``checked``: some window rows may lie outside the image."""
+        b, w, lanes = self.b, self.k.window, self.k.lanes
+        ih, iw = self.geo.in_sp
+        (sh, _), (ph, _), (dh, _) = w.stride, w.pad_low, w.dil
+        self.rows, self.valid = [], []
+        for ky in range(w.size[0]):
+            iy = b.add(b.mul(oy, i64(sh)), i64(ky * dh - ph))
+            valid = None
+            if checked:
+                valid = b.icmp_unsigned("<", iy, ih)
+                iy = b.select(valid, iy, i64(0))
+            self.rows.append(offset_ptr(b, self.chan, F32, b.mul(iy, iw)))
+            self.valid.append(valid)
+        self.out_row = offset_ptr(b, self.dst, F32, b.mul(oy, self.geo.out_sp[1]))
+        with for_range(b, v_lo, "vb") as v:
+            self._vectors(v, 1, masked=True)
+        with for_range(b, v_unrolled, "vu", start=v_lo, step=self.k.UNROLL) as v:
+            self._vectors(v, self.k.UNROLL, masked=False)
+        with for_range(b, v_hi, "vi", start=v_unrolled) as v:
+            self._vectors(v, 1, masked=False)
+        with for_range(b, nv, "ve", start=v_hi) as v:
+            self._vectors(v, 1, masked=True)
+
+    def _vectors(self, v, count: int, masked: bool) -> None:
+        """``count`` vectors of output columns from vector ``v`` of the row."""
+        b, w, lanes = self.b, self.k.window, self.k.lanes
+        ow = self.geo.out_sp[1]
+        x0s = [b.mul(b.add(v, i64(u)), i64(lanes)) for u in range(count)]
+        accs = [zeros(self.vty)] * count
+        for r, (ky, kx) in enumerate(w.positions):
+            for u, x0 in enumerate(x0s):
+                accs[u] = fma(b, self.ws[r], self._load(ky, kx, x0, masked), accs[u])
+        for x0, acc in zip(x0s, accs):
+            acc = self.k.epilogue.apply(b, acc, self.values)
+            ptr = offset_ptr(b, self.out_row, F32, x0)
+            if masked:
+                masked_store(b, acc, ptr, first_lanes(b, lanes, 0, b.sub(ow, x0)))
+            else:
+                store_vec(b, acc, ptr)
+
+    def _load(self, ky: int, kx: int, x0, masked: bool) -> ir.Value:
+        """Input under window position (ky, kx) for output columns x0 .. x0 + lanes."""
+        b, w, lanes = self.b, self.k.window, self.k.lanes
+        (_, sw), (_, pw), (_, dw) = w.stride, w.pad_low, w.dil
+        col0 = b.add(b.mul(x0, i64(sw)), i64(kx * dw - pw))
+        ptr = offset_ptr(b, self.rows[ky], F32, col0)
+        valid = self.valid[ky]
+        span = sw * lanes
+        wide = vec_type(F32, span)
+        if masked:
+            # Element e of the wide read is column col0 + e, used by lane e / sw if
+            # e % sw == 0; read it iff that lane is real and the column is in the image.
+            cols = b.add(splat(b, b.trunc(col0, I32), span), const_vec(I32, range(span)))
+            mask = b.icmp_unsigned("<", cols, splat_i32(b, self.geo.in_sp[1], span))
+            lane_of = const_vec(I32, [e // sw for e in range(span)])
+            mask = b.and_(mask, b.icmp_signed("<", lane_of,
+                                              splat_i32(b, b.sub(self.geo.out_sp[1], x0), span)))
+            if sw > 1:
+                mask = b.and_(mask, const_vec(I1, [int(e % sw == 0) for e in range(span)]))
+            if valid is not None:
+                mask = b.and_(mask, splat(b, valid, span))
+            x = masked_load(b, ptr, wide, mask)
+        else:
+            # The last column read is col0 + sw * (lanes - 1): past it, nothing is read.
+            x = (load_vec(b, ptr, wide) if sw == 1
+                 else masked_load(b, ptr, wide, lane_mask(span, span - sw + 1)))
+            if valid is not None:
+                x = b.select(valid, x, zeros(wide))
+        if sw > 1:
+            x = b.shuffle_vector(x, x, const_vec(I32, range(0, span, sw)))
+        return x
 
 
 @dataclass(frozen=True)
@@ -412,12 +718,17 @@ class DirectConv:
     """
     window: ConvWindow
     tiling: Tiling
+    epilogue: Epilogue = NO_EPILOGUE
 
     @property
     def params(self) -> tuple[str, ...]:
         return _size_params(self.window.rank)
 
     scratch_bytes = 0
+
+    @property
+    def extra_operands(self) -> int:
+        return self.epilogue.pointers
 
     def emit(self, f: Frame) -> None:
         b, w, t = f.b, self.window, self.tiling
@@ -435,6 +746,7 @@ class DirectConv:
                 base = offset_ptr(b, f.lhs, F32, b.mul(chan0, geo.in_pixels))
                 wgrp = offset_ptr(b, f.rhs, F32, b.mul(grp, b.mul(geo.cout_g, kg)))
                 ochan0 = b.add(b.mul(img, geo.cout), b.mul(grp, geo.cout_g))
+                chan_of_group = b.mul(grp, geo.cout_g)
 
                 def tile(n0, oc0, pxs, real):
                     """Output channels oc0 .. oc0 + MR by the pixels of ``pxs``. Rows past
@@ -457,9 +769,12 @@ class DirectConv:
                                     b.store(fma(b, wk, x, b.load(a, typ=vty)), a)
                     for row, r in zip(acc, rows):
                         dst = offset_ptr(b, f.out, F32, b.mul(b.add(ochan0, r), p))
+                        values = self.epilogue.values(b, f.extra, b.add(chan_of_group, r),
+                                                      lanes)
                         for v, a in enumerate(row):
                             ptr = offset_ptr(b, dst, F32, b.add(n0, i64(v * lanes)))
-                            _store_pixels(b, b.load(a, typ=vty), ptr, real[v])
+                            value = self.epilogue.apply(b, b.load(a, typ=vty), values)
+                            _store_pixels(b, value, ptr, real[v])
 
                 def pixels(n0, valid):
                     """Pixels n0 .. n0 + NV*lanes for every output channel of the group
@@ -494,6 +809,7 @@ class NaiveConv:
 
     params = ()
     scratch_bytes = 0
+    extra_operands = 0
 
     def emit(self, f: Frame) -> None:
         emit_naive_conv(f.b, self, f.out, f.lhs, f.rhs)
@@ -511,7 +827,8 @@ def _path(instr: Instruction, t: Tiling) -> str:
         return "naive"
     sizes = _sizes_of(instr)
     if sizes["cin_g"] == 1 and sizes["cout_g"] < t.mr:
-        return "depthwise"
+        return ("depthwise_rows" if w.rank == 2 and 2 <= w.stride[1] <= DEPTHWISE_MAX_STRIDE
+                and prod(w.size) <= DIRECT_MAX_POSITIONS else "depthwise")
     return "gemm"
 
 
@@ -519,6 +836,9 @@ def _path(instr: Instruction, t: Tiling) -> str:
 # (an STFT's 512-tap window in a speech front end) LLVM takes minutes over the unrolled
 # body, so wide windows keep the GEMM and its scratch.
 DIRECT_MAX_POSITIONS = 64
+# DepthwiseRows reads stride * lanes columns per window position and keeps every
+# stride-th; wider strides keep Depthwise's gathers.
+DEPTHWISE_MAX_STRIDE = 4
 
 
 def plan_conv(instr: Instruction, target, lean: bool = False) -> KernelPlan:
@@ -531,6 +851,10 @@ def plan_conv(instr: Instruction, target, lean: bool = False) -> KernelPlan:
         return KernelPlan(DirectConv(window, t), _sizes_of(instr))
     if path == "gemm":
         return KernelPlan(ConvGemm(window, t), _sizes_of(instr))
+    if path == "depthwise_rows":
+        # Narrow images take half vectors: a 7-wide row fills 7 of 8 lanes, not of 16.
+        lanes = t.lanes if 2 * instr.shape.dims[3] > t.lanes or t.lanes <= 4 else t.lanes // 2
+        return KernelPlan(DepthwiseRows(window, lanes), _sizes_of(instr))
     if path == "depthwise":
         return KernelPlan(Depthwise(window, t.lanes), _sizes_of(instr))
     a = instr.attrs
@@ -538,6 +862,20 @@ def plan_conv(instr: Instruction, target, lean: bool = False) -> KernelPlan:
     return KernelPlan(NaiveConv(x, k, instr.shape, a["dimension_numbers"], a["window"],
                                 a.get("feature_group_count", 1), a.get("batch_group_count", 1)),
                       {})
+
+
+def plan_conv_fusion(instr: Instruction, target, lean: bool = False) -> KernelPlan | None:
+    """The kernel of an output fusion around an f32 convolution whose epilogue its fast
+    kernel applies (plan_epilogue), else None."""
+    fused = instr.called[0]
+    core = output_fusion_core(fused)
+    if core.opcode is not Opcode.CONVOLUTION or core.shape.dtype != dtypes.F32:
+        return None
+    epilogue = plan_epilogue(instr)
+    plan = plan_conv(core, target, lean)
+    if epilogue is None or isinstance(plan.spec, NaiveConv):
+        return None
+    return KernelPlan(replace(plan.spec, epilogue=epilogue), plan.sizes, plan.scratch)
 
 
 # --- reference loop nest ----------------------------------------------------------------

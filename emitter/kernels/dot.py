@@ -161,6 +161,8 @@ class FastDot:
                       for f in ("extent", "sa", "sb", "sc"))
         return batch + _MATMUL_PARAMS
 
+    extra_operands = 0
+
     @property
     def scratch_bytes(self) -> int:
         return scratch_floats(self.tiling, self.tiling.kc) * 4 if self.path == "gemm" else 0
@@ -204,6 +206,7 @@ class NaiveDot:
 
     params = ()
     scratch_bytes = 0
+    extra_operands = 0
 
     def emit(self, f: Frame) -> None:
         emit_naive_dot(f.b, self, f.out, f.lhs, f.rhs)

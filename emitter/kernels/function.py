@@ -1,15 +1,17 @@
 """The kernel function frame and the plan that decides which instructions share one.
 
-A kernel is ``void name(ptr out, ptr lhs, ptr rhs[, ptr scratch], i64 size...)``. The
+A kernel is ``void name(ptr out, ptr lhs, ptr rhs[, ptr extra...][, ptr scratch],
+i64 size...)``, the extra pointers being what an output fusion's epilogue reads. The
 ``spec`` of a plan is everything its code is compiled from (path, window, tiling...):
 a hashable value, so instructions with equal specs call one function. The sizes that
 vary between layers (M/N/K, channels, image sizes, strides) are the trailing i64
 arguments, so e.g. every 1x1 convolution of a model runs the same code.
 
 Spec classes implement ``params`` (the names of the i64 arguments, in order),
-``scratch_bytes`` (the most any call uses; a KernelPlan may say its call uses less) and
-``emit(frame)``; ``emit`` sees the spec and the frame only, never the instruction, so
-nothing shape-specific can leak into a shared function.
+``extra_operands`` (how many pointers follow lhs and rhs), ``scratch_bytes`` (the most
+any call uses; a KernelPlan may say its call uses less) and ``emit(frame)``; ``emit``
+sees the spec and the frame only, never the instruction, so nothing shape-specific can
+leak into a shared function.
 """
 from __future__ import annotations
 
@@ -24,6 +26,9 @@ from ..irutil import I64, PTR, VOID
 class KernelSpec(Hashable, Protocol):
     @property
     def params(self) -> tuple[str, ...]: ...
+
+    @property
+    def extra_operands(self) -> int: ...
 
     @property
     def scratch_bytes(self) -> int: ...
@@ -60,17 +65,20 @@ class Frame:
     rhs: ir.Value
     scratch: ir.Value | None
     size: dict[str, ir.Value]       # the i64 size arguments by name
+    extra: tuple[ir.Value, ...] = ()    # the operands after lhs and rhs
 
 
 def kernel_function(module: ir.Module, name: str, spec: KernelSpec) -> ir.Function:
     """Define ``name`` from ``spec``: internal, nounwind, noalias pointers."""
     with_scratch = spec.scratch_bytes > 0
-    pointers = 4 if with_scratch else 3
+    labels = (["out", "lhs", "rhs"] + [f"in{k}" for k in range(spec.extra_operands)]
+              + (["scratch"] if with_scratch else []))
+    pointers = len(labels)
     fn = ir.Function(module, ir.FunctionType(VOID, [PTR] * pointers + [I64] * len(spec.params)),
                      name)
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
-    for arg, label in zip(fn.args[:pointers], ("out", "lhs", "rhs", "scratch")):
+    for arg, label in zip(fn.args[:pointers], labels):
         arg.name = label
         arg.add_attribute("noalias")
     sizes = fn.args[pointers:]
@@ -81,7 +89,8 @@ def kernel_function(module: ir.Module, name: str, spec: KernelSpec) -> ir.Functi
     b = ir.IRBuilder(entry)
     b.branch(body)          # allocas go in entry (alloca_once), code in body
     b.position_at_end(body)
-    spec.emit(Frame(fn, b, *fn.args[:3], fn.args[3] if with_scratch else None,
-                    dict(zip(spec.params, sizes))))
+    extra = tuple(fn.args[3:3 + spec.extra_operands])
+    spec.emit(Frame(fn, b, *fn.args[:3], fn.args[pointers - 1] if with_scratch else None,
+                    dict(zip(spec.params, sizes)), extra))
     b.ret_void()
     return fn

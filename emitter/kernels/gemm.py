@@ -22,6 +22,10 @@ shortest tile height that covers them (``tile_heights``), with rows past M clamp
 row M-1 (their duplicate results are stored first, then overwritten by the real row);
 the last sliver of N is zero-padded by the packer, computed one vector wide when it is
 that narrow, and stored through run-time lane masks (full slivers keep plain stores).
+
+``row_epilogue(b, value, row)``, where given, maps each vector of C's row ``row`` as
+the last K block stores it: a convolution's bias and activation per output channel,
+applied in registers (conv.py's Epilogue).
 """
 from __future__ import annotations
 
@@ -155,9 +159,10 @@ def scratch_floats(tiling: Tiling, k_block: int) -> int:
 
 
 def emit_gemm(b: ir.IRBuilder, g: GemmShape, a: ir.Value, c: ir.Value,
-              packer: Packer | DirectRows, scratch: ir.Value | None, t: Tiling) -> None:
+              packer: Packer | DirectRows, scratch: ir.Value | None, t: Tiling,
+              row_epilogue=None) -> None:
     """Emit ``C = A * B`` at the builder's position (B comes through ``packer``, into
-    ``scratch``, or is read in place)."""
+    ``scratch``, or is read in place), then ``row_epilogue`` (module docstring)."""
     # Equal M blocks, a multiple of MR each: a 4-row leftover block would repack every
     # B sliver for a quarter-empty micro-kernel.
     blocks = ceil_div(b, g.m, t.mc)
@@ -177,7 +182,8 @@ def emit_gemm(b: ir.IRBuilder, g: GemmShape, a: ir.Value, c: ir.Value,
                 else:
                     packer.pack(b, scratch, k0, kc, n0, valid)
                     bp, row, masked = scratch, i64(t.nr), False
-                sliver = _Sliver(b, g, t, a, c, bp, row, masked, n0, k0, kc, first, valid)
+                sliver = _Sliver(b, g, t, a, c, bp, row, masked, n0, k0, kc, first, valid,
+                                 row_epilogue)
                 # A tail of at most one vector of columns gets one-vector tiles: half the
                 # work where N is small (7x7 = 3 x 16 + 1 pixels).
                 with b.if_else(b.icmp_signed(">", valid, i64(t.lanes))) as (wide, thin):
@@ -211,6 +217,7 @@ class _Sliver:
     kc: ir.Value
     first: ir.Value         # first K block: C starts at zero
     valid: ir.Value         # columns of C left from n0 (>= NR when the sliver is full)
+    row_epilogue: object = None
 
     def tiles(self, m0, m_hi, nvec: int, full: ir.Value | None) -> None:
         """Rows m0 .. m_hi in tiles ``nvec`` vectors wide; ``full`` (run time) says that
@@ -290,13 +297,23 @@ class _Sliver:
                 for v in range(nvec):
                     b.store(fma(b, s, bvec[v], b.load(acc[i][v], typ=vty)), acc[i][v])
 
-        def store_c(i, v, mask):
+        def store_c(i, v, mask, epilogue=None):
             # Rows in reverse: clamped duplicates of row M-1 are overwritten by the real one.
             i = height - 1 - i
             val = b.load(acc[i][v], typ=vty)
+            if epilogue is not None:
+                val = epilogue(b, val, rows[i])
             if mask is None:
                 store_vec(b, val, c_ptr[i][v])
             else:
                 masked_store(b, val, c_ptr[i][v], mask)
 
-        over_c(store_c)
+        if self.row_epilogue is None:
+            over_c(store_c)
+            return
+        last = b.icmp_signed(">=", b.add(self.k0, self.kc), g.k)
+        with b.if_else(last) as (final, partial):
+            with final:
+                over_c(lambda i, v, mask: store_c(i, v, mask, self.row_epilogue))
+            with partial:
+                over_c(store_c)

@@ -67,11 +67,16 @@ class CompiledKernel:
         arguments = kernel_arguments(instr, target, lean)
         self.sizes = np.array(arguments or [0], np.int64)
         nsizes = len(arguments)
-        entry = ir.Function(module, ir.FunctionType(VOID, [PTR] * 5), "entry")
+        # entry(out, operands[], scratch, sizes[]): as many operands as the instruction
+        # has (an output fusion's epilogue reads more than two).
+        entry = ir.Function(module, ir.FunctionType(VOID, [PTR] * 4), "entry")
         b = ir.IRBuilder(entry.append_basic_block())
-        sizes = [b.load(b.gep(entry.args[4], [i64(j)], source_etype=I64), typ=I64)
+        sizes = [b.load(b.gep(entry.args[3], [i64(j)], source_etype=I64), typ=I64)
                  for j in range(nsizes)]
-        b.call(kernel, list(entry.args[:len(kernel.args) - nsizes]) + sizes)
+        operands = [b.load(b.gep(entry.args[1], [i64(j)], source_etype=PTR), typ=PTR)
+                    for j in range(len(instr.operands))]
+        scratch = [entry.args[2]] if len(kernel.args) - nsizes > 1 + len(operands) else []
+        b.call(kernel, [entry.args[0], *operands, *scratch] + sizes)
         b.ret_void()
         self.llvm_ir = str(module)
         tm = host_machine()
@@ -81,7 +86,7 @@ class CompiledKernel:
         pb.getModulePassManager().run(mod, pb)
         self._engine = llvm.create_mcjit_compiler(mod, tm)
         self._engine.finalize_object()
-        self._fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 5)(
+        self._fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 4)(
             self._engine.get_function_address("entry"))
 
     def __call__(self, *operands: np.ndarray, out: np.ndarray | None = None,
@@ -97,7 +102,8 @@ class CompiledKernel:
         else:
             sizes = np.array(kernel_arguments(instr, self.target, self.lean) or [0], np.int64)
         shape = instr.shape
-        args = [np.ascontiguousarray(x, dtype=o.shape.dtype.np)
+        # asarray, not ascontiguousarray: that one makes a scalar 1-d.
+        args = [np.asarray(x, dtype=o.shape.dtype.np, order="C")
                 for x, o in zip(operands, instr.operands)]
         for x, o in zip(args, instr.operands):
             if x.shape != o.shape.dims:
@@ -110,8 +116,9 @@ class CompiledKernel:
         block = np.empty(need + 2 * _GUARD, np.uint8)
         start = -block.ctypes.data % 64
         block[start + need:] = 0xA5
-        self._fn(out.ctypes.data, args[0].ctypes.data, args[1].ctypes.data,
-                 block.ctypes.data + start, sizes.ctypes.data)
+        pointers = np.array([a.ctypes.data for a in args], np.uintp)
+        self._fn(out.ctypes.data, pointers.ctypes.data, block.ctypes.data + start,
+                 sizes.ctypes.data)
         if (block[start + need:] != 0xA5).any():
             raise RuntimeError(f"the kernel of %{instr.name} wrote past its {need} bytes of "
                                f"scratch")
