@@ -320,9 +320,6 @@ class _Rewriter:
         if c.opcode not in (Opcode.CONVOLUTION, Opcode.DOT) or c.shape.dtype != dtypes.F32:
             return None
         chain.append(c)
-        import os
-        if c.metadata and c.metadata.op_name in os.environ.get("XLAC_FLOATCONV", "").split(","):
-            return None
         if not self.single_use(*reversed(chain)):
             return None
         form = _contraction_form(c)
