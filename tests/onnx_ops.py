@@ -1210,15 +1210,6 @@ _ms_case("QLinearAveragePool", "QLinearAveragePool", ["x", "xs", "xz", "ys", "yz
 _ms_case("QLinearSoftmax", "QLinearSoftmax", ["x", "xs", "xz", "ys", "yz"], {"x": _QX},
          {**_QP, "ys": np.float32(1 / 256), "yz": np.int8(-128)}, (np.int8, _QX.shape),
          axis=-1, opset=13)
-# onnxruntime's table arithmetic: with the usual 1/255 the largest value is yz + 254
-_ms_case("QLinearSoftmax_scale_1_255", "QLinearSoftmax", ["x", "xs", "xz", "ys", "yz"],
-         {"x": np.concatenate([_QX, np.full((1, 3, 4, 1), 127, np.int8)], axis=3)},
-         {**_QP, "xs": np.float32(0.2), "ys": np.float32(1 / 255), "yz": np.int8(-128)},
-         (np.int8, (1, 3, 4, 6)), axis=-1, opset=13)
-_ms_case("QLinearSoftmax_u8_opset12", "QLinearSoftmax", ["x", "xs", "xz", "ys", "yz"],
-         {"x": q8(2, 3, 4, 5, dtype=np.uint8)},
-         {"xs": np.float32(0.05), "xz": np.uint8(128), "ys": np.float32(1 / 255),
-          "yz": np.uint8(0)}, (np.uint8, (2, 3, 4, 5)), axis=1, opset=12)
 _ms_case("QLinearConcat", "QLinearConcat", ["ys", "yz", "a", "xs", "xz", "b", "bs", "bz"],
          {"a": _QX, "b": q8(1, 2, 4, 5)}, {**_QP, "bs": _scale(), "bz": np.int8(0)},
          (np.int8, (1, 5, 4, 5)), axis=1)
@@ -1233,3 +1224,20 @@ _ms_case("QGemm_float_output", "QGemm", ["a", "as", "az", "b", "bs", "bz", "c"],
          {"as": _scale(), "az": np.uint8(128), "b": q8(6, 4), "bs": _scale(),
           "bz": np.int8(0), "c": _RNG.integers(-500, 500, 4).astype(np.int32)},
          (np.float32, (3, 4)))
+
+
+# -- onnxruntime's roundings, equal to the bit ----------------------------------------------
+# onnxruntime's table arithmetic: with the usual 1/255 the largest value is yz + 254
+_ms_case("QLinearSoftmax_scale_1_255", "QLinearSoftmax", ["x", "xs", "xz", "ys", "yz"],
+         {"x": np.concatenate([_QX, np.full((1, 3, 4, 1), 127, np.int8)], axis=3)},
+         {**_QP, "xs": np.float32(0.2), "ys": np.float32(1 / 255), "yz": np.int8(-128)},
+         (np.int8, (1, 3, 4, 6)), axis=-1, opset=13)
+_ms_case("QLinearSoftmax_u8_opset12", "QLinearSoftmax", ["x", "xs", "xz", "ys", "yz"],
+         {"x": q8(2, 3, 4, 5, dtype=np.uint8)},
+         {"xs": np.float32(0.05), "xz": np.uint8(128), "ys": np.float32(1 / 255),
+          "yz": np.uint8(0)}, (np.uint8, (2, 3, 4, 5)), axis=1, opset=12)
+# bilinear 2x as onnxruntime rounds it (the product of the axes' weights times each tap,
+# the clamped edges) for a QDQ Resize to quantize as onnxruntime's does
+case("Resize_linear_2x_bit_exact", node("Resize", ["x", "", "s"], mode="linear"),
+     {"x": f32(1, 3, 6, 7)}, inits={"s": np.array([1, 1, 2, 2], np.float32)}, opset=13,
+     rtol=0, atol=0)
