@@ -5,9 +5,10 @@ onnxruntime runs a QDQ model as fused integer ops (QLinearConv, QGemm,
 QLinearAveragePool, QLinearSoftmax...) where its transformers fuse, and in float where
 they do not; xlac's QuantizedArithmetic pass computes what the fused ops compute. Where
 onnxruntime fuses every layer the outputs are equal. On resnet8 it leaves six of the
-nine convolutions in float (its s8 -> u8 rewrite of activations leaves a convolution
-with an s8 input and a u8 output, which no fusion takes): an f32 sum that rounds across
-a half step where the exact integer sum does not, now and then, and the flip travels on.
+nine convolutions in float (its s8 -> u8 rewrite of activations skips those that two
+ops read, and no fusion takes a convolution with an s8 side and a u8 side): now and
+then an f32 sum rounds across a half step where the exact integer sum does not, and
+the flip travels on.
 """
 from __future__ import annotations
 

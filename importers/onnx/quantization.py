@@ -15,7 +15,8 @@ Each is lowered to plain HLO in the form of its definition, nothing fused:
 types, and no step can overflow). The optimizer's quantization pass
 (optimizer/quantization.py) turns these forms into arithmetic on the narrow types; the
 importer only states what they mean. The com.microsoft ops are defined as their
-dequantize -> float op -> quantize (onnxruntime's contrib op documentation).
+dequantize -> float op -> quantize (onnxruntime's contrib op documentation); the pass
+gives QLinearSoftmax onnxruntime's table arithmetic, as it does a QDQ softmax.
 """
 from __future__ import annotations
 
