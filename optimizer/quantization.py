@@ -528,40 +528,10 @@ class _Rewriter:
                 or not sy > 0):
             return None
         md = v.metadata
-        x = dq.q
-        shape = x.shape.dims
-        kept = tuple(d for d in range(len(shape)) if d not in dims)
-        count = int(np.prod([shape[d] for d in dims]))
-        # onnxruntime's table: the shift in double from the f32 quotient, exp in double
-        shift = max(0.0, math.log(float(np.float32(np.finfo(np.float32).max)
-                                        / np.float32(count))) - 5.0) / float(np.float32(sx))
-        table = np.array([math.exp((i - 255 + shift) * float(np.float32(sx)))
-                          for i in range(256)], np.float32)
-        top = self.add(Opcode.REDUCE, x, self.constant(t.info.min, t, md), called=[self._max(t)],
-                       metadata=md, dimensions=dims)
-        s32 = x.shape.with_dtype(dtypes.S32)
-        top = self.add(Opcode.BROADCAST, self.add(Opcode.CONVERT, top, shape=top.shape.with_dtype(
-            dtypes.S32), metadata=md), shape=s32, dimensions=kept, metadata=md)
-        at = self.add(Opcode.SUBTRACT, self.add(Opcode.CONVERT, x, shape=s32, metadata=md), top,
-                      metadata=md)
-        at = self.add(Opcode.ADD, at, self.spread(255, dtypes.S32, shape, None, md), metadata=md)
-        e = self.add(Opcode.GATHER, self.constant(table, dtypes.F32, md), at, metadata=md,
-                     dimension_numbers=GatherDimensionNumbers((), (0,), (0,), len(shape)),
-                     slice_sizes=(1,))
-        total = self.add(Opcode.REDUCE, e, self.constant(0, dtypes.F32, md),
-                         called=[self._reducer(Opcode.ADD, dtypes.F32)], metadata=md,
-                         dimensions=dims)
-        total = self.add(Opcode.BROADCAST, total, shape=e.shape, dimensions=kept, metadata=md)
-        f = self.add(Opcode.MULTIPLY, e, self.spread(np.floor(np.float32(1) / sy), dtypes.F32,
-                                                     shape, None, md), metadata=md)
-        f = self.add(Opcode.ROUND_NEAREST_EVEN, self.add(Opcode.DIVIDE, f, total, metadata=md),
-                     metadata=md)
-        r = self.add(Opcode.CONVERT, f, shape=s32, metadata=md)
-        if zy:
-            r = self.add(Opcode.ADD, r, self.spread(zy, dtypes.S32, shape, None, md), metadata=md)
-        r = self.add(Opcode.MINIMUM, r, self.spread(255, dtypes.S32, shape, None, md),
-                     metadata=md)
-        return self.add(Opcode.CONVERT, r, shape=v.shape, metadata=md)
+        return qlinear_softmax(
+            lambda opcode, *xs, **attrs: self.add(opcode, *xs, metadata=md, **attrs),
+            lambda value, dtype: self.constant(value, dtype, md), self._reducer,
+            dq.q, dims, sx, sy, zy)
 
     def _max(self, dtype: dtypes.DType) -> Computation:
         return self._reducer(Opcode.MAXIMUM, dtype)
@@ -648,3 +618,41 @@ def _reduces(r: Instruction, x: Instruction, opcode: Opcode) -> bool:
     if comp.root.opcode is not opcode or len(comp.instructions) != 3 or init is None:
         return False
     return bool(init == 0) if opcode is Opcode.ADD else bool(init <= np.finfo(np.float32).min)
+
+
+def qlinear_softmax(op, constant, reducer, x: Instruction, dims: tuple[int, ...], x_scale,
+                    y_scale, y_zero_point) -> Instruction:
+    """onnxruntime's QLinearSoftmax of the 8-bit ``x`` over ``dims`` (rule 4), its result
+    in x's type; built with ``op(opcode, *operands, shape=, called=, **attrs)``,
+    ``constant(value, dtype)`` and ``reducer(opcode, dtype)`` (the importer's
+    QLinearSoftmax and this pass build the same instructions)."""
+    t, shape = x.shape.dtype, x.shape.dims
+    sx, sy = float(np.float32(x_scale)), np.float32(y_scale)
+    kept = tuple(d for d in range(len(shape)) if d not in dims)
+    count = int(np.prod([shape[d] for d in dims]))
+    s32 = x.shape.with_dtype(dtypes.S32)
+
+    def spread(value, dtype):
+        return op(Opcode.BROADCAST, constant(value, dtype), shape=Shape.array(dtype, shape),
+                  dimensions=())
+
+    # onnxruntime's table: the shift in double from the f32 quotient, exp in double
+    shift = max(0.0, math.log(float(np.finfo(np.float32).max / np.float32(count))) - 5.0) / sx
+    table = np.array([math.exp((i - 255 + shift) * sx) for i in range(256)], np.float32)
+    top = op(Opcode.REDUCE, x, constant(t.info.min, t), called=[reducer(Opcode.MAXIMUM, t)],
+             dimensions=dims)
+    top = op(Opcode.BROADCAST, op(Opcode.CONVERT, top, shape=top.shape.with_dtype(dtypes.S32)),
+             shape=s32, dimensions=kept)
+    at = op(Opcode.ADD, op(Opcode.SUBTRACT, op(Opcode.CONVERT, x, shape=s32), top),
+            spread(255, dtypes.S32))
+    e = op(Opcode.GATHER, constant(table, dtypes.F32), at, slice_sizes=(1,),
+           dimension_numbers=GatherDimensionNumbers((), (0,), (0,), len(shape)))
+    total = op(Opcode.REDUCE, e, constant(0, dtypes.F32), called=[reducer(Opcode.ADD, dtypes.F32)],
+               dimensions=dims)
+    total = op(Opcode.BROADCAST, total, shape=e.shape, dimensions=kept)
+    f = op(Opcode.MULTIPLY, e, spread(np.floor(np.float32(1) / sy), dtypes.F32))
+    r = op(Opcode.CONVERT, op(Opcode.ROUND_NEAREST_EVEN, op(Opcode.DIVIDE, f, total)), shape=s32)
+    if y_zero_point:
+        r = op(Opcode.ADD, r, spread(y_zero_point, dtypes.S32))
+    r = op(Opcode.MINIMUM, r, spread(255, dtypes.S32))
+    return op(Opcode.CONVERT, r, shape=x.shape)
