@@ -1236,8 +1236,3 @@ _ms_case("QLinearSoftmax_u8_opset12", "QLinearSoftmax", ["x", "xs", "xz", "ys", 
          {"x": q8(2, 3, 4, 5, dtype=np.uint8)},
          {"xs": np.float32(0.05), "xz": np.uint8(128), "ys": np.float32(1 / 255),
           "yz": np.uint8(0)}, (np.uint8, (2, 3, 4, 5)), axis=1, opset=12)
-# bilinear 2x as onnxruntime rounds it (the product of the axes' weights times each tap,
-# the clamped edges) for a QDQ Resize to quantize as onnxruntime's does
-case("Resize_linear_2x_bit_exact", node("Resize", ["x", "", "s"], mode="linear"),
-     {"x": f32(1, 3, 6, 7)}, inits={"s": np.array([1, 1, 2, 2], np.float32)}, opset=13,
-     rtol=0, atol=0)

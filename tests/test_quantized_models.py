@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 import xlac
 from quantized_models import quantized
@@ -49,3 +50,20 @@ def test_outputs_equal_onnxruntime(name, tmp_path):
     least, most = MODELS[name]
     assert equal / total >= least and round(steps, 3) <= most, \
         f"{name}: {equal} of {total} equal, {steps:.2f} steps apart"
+
+
+def test_bilinear_resize_rounds_as_onnxruntime(tmp_path):
+    """onnxruntime runs a QDQ Resize in float: its f32 result, bit for bit, quantizes to
+    the same integers (the product of the axes' weights times each tap; the edges)."""
+    x = np.random.default_rng(3).standard_normal((1, 3, 6, 7)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Resize", ["x", "", "s"], ["y"], mode="linear")], "resize",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 3, 12, 14))],
+        [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    compiled = xlac.load(xlac.compile(model, tmp_path / "r.o", name="r").output)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (got,), (want,) = compiled(x), session.run(None, {"x": x})
+    assert np.array_equal(got, want), f"{int((got != want).sum())} of {got.size} differ"
