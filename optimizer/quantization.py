@@ -33,17 +33,27 @@ exact or onnxruntime's own arithmetic:
    round trip is within half a step) and q commutes with f (q is element-wise and,
    with sx > 0, monotonic). ``q(dq(x))`` alone => x.
 
-Rule 1 makes rule 2's input; both run in one walk, before constant folding could fold
+4. ``q(softmax(dq(x)))`` over dims R (the importer's exp(x - max) / sum, x 8-bit, per
+   tensor, q to x's type at its full range) => onnxruntime's QLinearSoftmax, into which
+   its QDQ transformer turns DQ -> Softmax -> Q: a table of 256 exps, summed in f32,
+   ``t = E[s32(x) - s32(max_R x) + 255]`` with E[i] = f32(exp((i - 255 + k) * sx)),
+   k = max(0, log(FLT_MAX / |R|) - 5) / sx (exp's values kept large yet their sum
+   finite), then ``T(min(s32(round(t * floor(1 / sy) / sum_R t)) + zy, 255))``: 1 / sy
+   floors (254 for the usual 1/255, so the largest probability is zy + 254), and an s8
+   result wraps above 127 as onnxruntime's does.
+
+Rule 1 makes rule 2's input; all run in one walk, before constant folding could fold
 dq(w) into f32 weights. DCE removes the float instructions left unused.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..hlo import Computation, Instruction, Module, Opcode, Shape, dtypes, scalar_computation
-from ..hlo.attributes import PaddingConfig, Window
+from ..hlo.attributes import GatherDimensionNumbers, PaddingConfig, Window
 from ..hlo.evaluator import evaluate_instruction
 from ..hlo.shape_inference import infer_shape
 from .rewrite import apply_replacements
@@ -232,12 +242,12 @@ class _Rewriter:
         self.comp: Computation = module.entry
         self.users = self.comp.users()
         self.replaced: dict[Instruction, Instruction] = {}
-        self._reducers: dict[dtypes.DType, Computation] = {}
+        self._reducers: dict[tuple[Opcode, dtypes.DType], Computation] = {}
 
     def run(self) -> bool:
         for instr in list(self.comp.instructions):
             instr.operands = [self.replaced.get(o, o) for o in instr.operands]
-            for rule in (self._contraction, self._narrow, self._passthrough):
+            for rule in (self._contraction, self._narrow, self._passthrough, self._softmax):
                 new = rule(instr)
                 if new is not None:
                     self.replaced[instr] = new
@@ -498,11 +508,39 @@ class _Rewriter:
             else f.shape.with_dtype(t)
         return self.add(f.opcode, *(dq.q for dq in dqs), shape=shape, metadata=md, **f.attrs)
 
+    # -- rule 4 --
+    def _softmax(self, v: Instruction) -> Instruction | None:
+        q = quantized(v)
+        if q is None or q.scale.axis is not None or (q.zero_point and q.zero_point.axis
+                                                     is not None):
+            return None
+        t = q.out
+        if t not in (dtypes.S8, dtypes.U8) or (q.lo, q.hi) != (float(t.info.min),
+                                                              float(t.info.max)):
+            return None
+        form = _softmax_form(q.y)
+        if form is None:
+            return None
+        dq, dims = form
+        sx, zx = dq.scale.scalar(), _scalar(dq.zero_point)
+        sy, zy = np.float32(q.scale.scalar()), _scalar(q.zero_point)
+        if (dq.q.shape.dtype != t or sx is None or zx is None or not np.float32(sx) > 0
+                or not sy > 0):
+            return None
+        md = v.metadata
+        return qlinear_softmax(
+            lambda opcode, *xs, **attrs: self.add(opcode, *xs, metadata=md, **attrs),
+            lambda value, dtype: self.constant(value, dtype, md), self._reducer,
+            dq.q, dims, sx, sy, zy)
+
     def _max(self, dtype: dtypes.DType) -> Computation:
-        if dtype not in self._reducers:
-            comp = scalar_computation(f"maximum_{dtype.name}", Opcode.MAXIMUM, dtype)
-            self._reducers[dtype] = self.module.add_computation(comp)
-        return self._reducers[dtype]
+        return self._reducer(Opcode.MAXIMUM, dtype)
+
+    def _reducer(self, opcode: Opcode, dtype: dtypes.DType) -> Computation:
+        if (opcode, dtype) not in self._reducers:
+            comp = scalar_computation(f"{opcode.name.lower()}_{dtype.name}", opcode, dtype)
+            self._reducers[opcode, dtype] = self.module.add_computation(comp)
+        return self._reducers[opcode, dtype]
 
 
 @dataclass(frozen=True)
@@ -542,3 +580,79 @@ def _contraction_form(c: Instruction) -> _Form | None:
         out_axis = nb + (lhs_free if k == 1 else 0)
         return _Form(x, w, free[0], out_axis, k == 1)
     return None
+
+
+def _softmax_form(y: Instruction) -> tuple[Dequantized, tuple[int, ...]] | None:
+    """``y`` as the importer's softmax of a dequantized tensor, exp(x - B(max_R x)) /
+    B(sum_R exp(...)): (the dq, R), else None."""
+    if y.opcode is not Opcode.DIVIDE:
+        return None
+    e, total = y.operands
+    if e.opcode is not Opcode.EXP or total.opcode is not Opcode.BROADCAST:
+        return None
+    s = total.operands[0]
+    if s.opcode is Opcode.CONVERT and s.shape.dtype == s.operands[0].shape.dtype:
+        s = s.operands[0]
+    shifted = e.operands[0]
+    if (not _reduces(s, e, Opcode.ADD) or shifted.opcode is not Opcode.SUBTRACT
+            or shifted.operands[1].opcode is not Opcode.BROADCAST):
+        return None
+    x, top = shifted.operands[0], shifted.operands[1].operands[0]
+    if not _reduces(top, x, Opcode.MAXIMUM) or top.attrs["dimensions"] != s.attrs["dimensions"]:
+        return None
+    dims = tuple(top.attrs["dimensions"])
+    kept = tuple(d for d in range(x.shape.rank) if d not in dims)
+    if any(tuple(b.attrs["dimensions"]) != kept for b in (total, shifted.operands[1])):
+        return None
+    dq = dequantized(x)
+    return None if dq is None else (dq, dims)
+
+
+def _reduces(r: Instruction, x: Instruction, opcode: Opcode) -> bool:
+    """``r`` is a reduction of ``x`` by ``opcode`` (any initial value that the reduction
+    absorbs: the sum's 0, the max's lowest)."""
+    if r.opcode is not Opcode.REDUCE or len(r.operands) != 2 or r.operands[0] is not x:
+        return False
+    comp = r.called[0]
+    init = known_value(r.operands[1])
+    if comp.root.opcode is not opcode or len(comp.instructions) != 3 or init is None:
+        return False
+    return bool(init == 0) if opcode is Opcode.ADD else bool(init <= np.finfo(np.float32).min)
+
+
+def qlinear_softmax(op, constant, reducer, x: Instruction, dims: tuple[int, ...], x_scale,
+                    y_scale, y_zero_point) -> Instruction:
+    """onnxruntime's QLinearSoftmax of the 8-bit ``x`` over ``dims`` (rule 4), its result
+    in x's type; built with ``op(opcode, *operands, shape=, called=, **attrs)``,
+    ``constant(value, dtype)`` and ``reducer(opcode, dtype)`` (the importer's
+    QLinearSoftmax and this pass build the same instructions)."""
+    t, shape = x.shape.dtype, x.shape.dims
+    sx, sy = float(np.float32(x_scale)), np.float32(y_scale)
+    kept = tuple(d for d in range(len(shape)) if d not in dims)
+    count = int(np.prod([shape[d] for d in dims]))
+    s32 = x.shape.with_dtype(dtypes.S32)
+
+    def spread(value, dtype):
+        return op(Opcode.BROADCAST, constant(value, dtype), shape=Shape.array(dtype, shape),
+                  dimensions=())
+
+    # onnxruntime's table: the shift in double from the f32 quotient, exp in double
+    shift = max(0.0, math.log(float(np.finfo(np.float32).max / np.float32(count))) - 5.0) / sx
+    table = np.array([math.exp((i - 255 + shift) * sx) for i in range(256)], np.float32)
+    top = op(Opcode.REDUCE, x, constant(t.info.min, t), called=[reducer(Opcode.MAXIMUM, t)],
+             dimensions=dims)
+    top = op(Opcode.BROADCAST, op(Opcode.CONVERT, top, shape=top.shape.with_dtype(dtypes.S32)),
+             shape=s32, dimensions=kept)
+    at = op(Opcode.ADD, op(Opcode.SUBTRACT, op(Opcode.CONVERT, x, shape=s32), top),
+            spread(255, dtypes.S32))
+    e = op(Opcode.GATHER, constant(table, dtypes.F32), at, slice_sizes=(1,),
+           dimension_numbers=GatherDimensionNumbers((), (0,), (0,), len(shape)))
+    total = op(Opcode.REDUCE, e, constant(0, dtypes.F32), called=[reducer(Opcode.ADD, dtypes.F32)],
+               dimensions=dims)
+    total = op(Opcode.BROADCAST, total, shape=e.shape, dimensions=kept)
+    f = op(Opcode.MULTIPLY, e, spread(np.floor(np.float32(1) / sy), dtypes.F32))
+    r = op(Opcode.CONVERT, op(Opcode.ROUND_NEAREST_EVEN, op(Opcode.DIVIDE, f, total)), shape=s32)
+    if y_zero_point:
+        r = op(Opcode.ADD, r, spread(y_zero_point, dtypes.S32))
+    r = op(Opcode.MINIMUM, r, spread(255, dtypes.S32))
+    return op(Opcode.CONVERT, r, shape=x.shape)

@@ -1224,3 +1224,15 @@ _ms_case("QGemm_float_output", "QGemm", ["a", "as", "az", "b", "bs", "bz", "c"],
          {"as": _scale(), "az": np.uint8(128), "b": q8(6, 4), "bs": _scale(),
           "bz": np.int8(0), "c": _RNG.integers(-500, 500, 4).astype(np.int32)},
          (np.float32, (3, 4)))
+
+
+# -- onnxruntime's roundings, equal to the bit ----------------------------------------------
+# onnxruntime's table arithmetic: with the usual 1/255 the largest value is yz + 254
+_ms_case("QLinearSoftmax_scale_1_255", "QLinearSoftmax", ["x", "xs", "xz", "ys", "yz"],
+         {"x": np.concatenate([_QX, np.full((1, 3, 4, 1), 127, np.int8)], axis=3)},
+         {**_QP, "xs": np.float32(0.2), "ys": np.float32(1 / 255), "yz": np.int8(-128)},
+         (np.int8, (1, 3, 4, 6)), axis=-1, opset=13)
+_ms_case("QLinearSoftmax_u8_opset12", "QLinearSoftmax", ["x", "xs", "xz", "ys", "yz"],
+         {"x": q8(2, 3, 4, 5, dtype=np.uint8)},
+         {"xs": np.float32(0.05), "xz": np.uint8(128), "ys": np.float32(1 / 255),
+          "yz": np.uint8(0)}, (np.uint8, (2, 3, 4, 5)), axis=1, opset=12)

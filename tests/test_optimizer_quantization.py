@@ -302,3 +302,53 @@ def test_reshape_and_transpose_pass_through_and_quantize_of_dequantize_is_the_va
     assert "f32" not in body.split("->")[1]
     args = [integers(x)]
     np.testing.assert_array_equal(evaluate(before, args)[0], evaluate(after, args)[0])
+
+
+# --- rule 4: softmax is onnxruntime's QLinearSoftmax ------------------------------------
+
+ADD_F32 = MAX_S8 + """
+%add_f32 (a: f32[]{}, b: f32[]{}) -> f32[]{} {
+  %a = f32[]{} parameter(0)
+  %b = f32[]{} parameter(1)
+  ROOT %add = f32[]{} add(f32[]{} %a, f32[]{} %b)
+}
+"""
+
+
+def qdq_softmax(x_scale, out="s8", zero_point=-128, y_scale=1 / 255):
+    """q(softmax(dq(x))) over the last dim, in the importer's form (nn.softmax)."""
+    x = (3, 6)
+    f, row = shape("f32", x), "f32[3]{0}"
+    return module(f"x: {shape('s8', x)}", shape(out, x), f"""
+      %x = {shape('s8', x)} parameter(0)""" + dq("dqx", "x", x, 0, x_scale) + f"""
+      %low = f32[]{{}} constant(-inf)
+      %max = {row} reduce({f} %dqx, f32[]{{}} %low), dimensions={{1}}, to_apply=%maximum_f32
+      %maxb = {f} broadcast({row} %max), dimensions={{0}}
+      %shifted = {f} subtract({f} %dqx, {f} %maxb)
+      %e = {f} exponential({f} %shifted)
+      %zero = f32[]{{}} constant(0)
+      %sum = {row} reduce({f} %e, f32[]{{}} %zero), dimensions={{1}}, to_apply=%add_f32
+      %sumb = {f} broadcast({row} %sum), dimensions={{0}}
+      %p = {f} divide({f} %e, {f} %sumb)""" + q("out", "p", x, zero_point, y_scale, out),
+                  extra=ADD_F32)
+
+
+def test_softmax_is_a_table_of_exponentials_summed_in_f32():
+    before, after, changed = rewrite(qdq_softmax(0.5))
+    assert changed
+    body = print_module(after).split("ENTRY")[1]
+    assert "exponential" not in body and "f32[256]{0} constant(" in body
+    assert "gather(f32[256]{0} %" in body
+    x = integers((3, 6))
+    x[0] = [127, -128, -128, -128, -128, -128]      # one certain class
+    x[1] = 5                                        # six equal ones
+    (got,), (floated,) = evaluate(after, [x]), evaluate(before, [x])
+    # floor(1 / (1/255)) = 254: onnxruntime's certain class is zy + 254, the float one 127
+    assert got[0].tolist() == [126, -128, -128, -128, -128, -128] and floated[0, 0] == 127
+    assert got[1].tolist() == [-86] * 6         # round(254 / 6) - 128
+    assert np.abs(got.astype(int) - floated).max() <= 1
+
+
+def test_does_not_rewrite_a_softmax_quantized_to_another_type():
+    _, _, changed = rewrite(qdq_softmax(0.5, out="u8", zero_point=0))
+    assert not changed

@@ -153,9 +153,18 @@ def _nearest(ctx, x, idx, axis: int):
     return take(ctx, x, b.constant(idx), axis)
 
 
-def _taps(idx, w):
+def _taps(idx, w, n: int):
     """The tap table without taps that never weigh anything; a table whose every row is
     one tap of weight 1 (nearest neighbour) as that tap alone, with no weights."""
+    if w.shape[1] == 2:
+        # Linear taps that the edge clamps onto one index, weighed as onnxruntime weighs
+        # them (it clamps the coordinate into [0, n - 1]): at 0, that index alone; at
+        # n - 1, the index twice at 0.5 each. The same value, in onnxruntime's roundings.
+        w = w.copy()
+        same = idx[:, 0] == idx[:, 1]
+        low = same & (idx[:, 0] == 0) & (n > 1)
+        w[low] = (1, 0)
+        w[same & ~low] = (0.5, 0.5)
     if np.all((w == 0) | (w == 1)) and np.all(w.sum(axis=1) == 1):
         return idx[np.arange(len(idx)), np.argmax(w, axis=1)], None
     used = np.any(w != 0, axis=0)
@@ -173,16 +182,20 @@ def resample(ctx, node, x, plan, extrapolation=0.0):
     weighted = []      # (position of the axis in y, its weights): its taps follow it
     for a in sorted(plan):
         at = a + len(weighted)
-        idx, w = _taps(*plan[a][:2])
+        idx, w = _taps(*plan[a][:2], x.shape.dims[a])
         if w is None or w.shape[1] == 1:
             y = _nearest(ctx, y, idx.reshape(-1), at)
         else:
             y = take(ctx, y, b.constant(idx), at)
             weighted.append((at, w))
-    for at, w in weighted:
-        y = b.op(Opcode.MULTIPLY, y, b.broadcast(b.constant(w.astype(wide.np)), y.shape.dims,
-                                                 (at, at + 1)))
     if weighted:
+        # onnxruntime's bilinear order: one weight per tap, the product of the axes'
+        # weights (dx * dy), times the sample; the taps summed row-major
+        weight = None
+        for at, w in weighted:
+            wb = b.broadcast(b.constant(w.astype(wide.np)), y.shape.dims, (at, at + 1))
+            weight = wb if weight is None else b.op(Opcode.MULTIPLY, weight, wb)
+        y = b.op(Opcode.MULTIPLY, weight, y)
         y = ctx.reduce(y, [at + 1 for at, _ in weighted], Opcode.ADD, 0)
     outside = [(a, o) for a, (_, _, o) in plan.items() if o is not None and o.any()]
     if outside:

@@ -15,7 +15,9 @@ Each is lowered to plain HLO in the form of its definition, nothing fused:
 types, and no step can overflow). The optimizer's quantization pass
 (optimizer/quantization.py) turns these forms into arithmetic on the narrow types; the
 importer only states what they mean. The com.microsoft ops are defined as their
-dequantize -> float op -> quantize (onnxruntime's contrib op documentation).
+dequantize -> float op -> quantize (onnxruntime's contrib op documentation), but for
+QLinearSoftmax with constant scales: onnxruntime's table arithmetic, which the pass also
+gives a QDQ softmax.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from math import ceil
 import numpy as np
 
 from ...hlo import DotDimensionNumbers, Opcode, dtypes
+from ...optimizer.quantization import qlinear_softmax as qlinear_softmax_of
 from .cast import cast
 from .context import normalize_axis
 from .math import matmul_of
@@ -419,14 +422,26 @@ def qlinear_global_average_pool(ctx, node):
 @register("QLinearSoftmax", since=1, domain=MS)
 def qlinear_softmax(ctx, node):
     # ``opset``: the Softmax opset whose axis rule applies (coerced to 2-D before 13).
-    def lower(ctx, node, y):
-        rank = y.shape.rank
-        if ctx.attr(node, "opset") < 13:
-            axis = normalize_axis(ctx, node, ctx.attr(node, "axis", 1), rank)
-            return softmax(ctx, y, tuple(range(axis, rank)), False)
-        return softmax(ctx, y, (normalize_axis(ctx, node, ctx.attr(node, "axis", -1), rank),),
-                       False)
-    return _unary(lower)(ctx, node)
+    x = ctx.input(node, 0)
+    _integer_type(ctx, node, x, "X")
+    rank = x.shape.rank
+    if ctx.attr(node, "opset") < 13:
+        axis = normalize_axis(ctx, node, ctx.attr(node, "axis", 1), rank)
+        dims = tuple(range(axis, rank))
+    else:
+        dims = (normalize_axis(ctx, node, ctx.attr(node, "axis", -1), rank),)
+    scales = [ctx.value_of(_per_tensor(ctx, node, ctx.input(node, i), "a scale"))
+              for i in (1, 3)]
+    ctx.input(node, 2)         # X's zero point: it cancels in x - max(x)
+    zp = ctx.input(node, 4)
+    zy = 0 if zp is None else ctx.value_of(_per_tensor(ctx, node, zp, "a zero point"))
+    if x.shape.dtype in (dtypes.S8, dtypes.U8) and zy is not None \
+            and all(s is not None and s > 0 for s in scales):
+        # onnxruntime's arithmetic, a table of exponentials (optimizer/quantization.py)
+        return [qlinear_softmax_of(ctx.b.op, lambda v, dt: ctx.b.constant(np.asarray(v, dt.np),
+                                                                          dt),
+                                   ctx.reducer, x, dims, *scales, int(zy))]
+    return _unary(lambda ctx, node, y: softmax(ctx, y, dims, False))(ctx, node)
 
 
 @register("QLinearConcat", since=1, domain=MS)
