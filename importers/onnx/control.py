@@ -108,7 +108,8 @@ def if_(ctx: ImportContext, node):
 def _describe(value) -> str:
     """A value's kind and what fixes its layout, for messages."""
     if isinstance(value, Sequence):
-        return f"a sequence of {len(value.items)} {value.dtype} tensors"
+        return ("a sequence of " + (", ".join(str(x.shape) for x in value.items) if value.items
+                                    else f"no {value.dtype} tensors"))
     if isinstance(value, OptionalValue):
         return "an empty optional" if value.value is None else \
             f"an optional holding {_describe(value.value)}"
