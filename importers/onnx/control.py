@@ -107,13 +107,15 @@ def if_(ctx: ImportContext, node):
 
 def _describe(value) -> str:
     """A value's kind and what fixes its layout, for messages."""
+    def text(x):
+        return f"{x.shape.dtype}[{','.join(map(str, x.shape.dims))}]"
     if isinstance(value, Sequence):
-        return ("a sequence of " + (", ".join(str(x.shape) for x in value.items) if value.items
+        return ("a sequence of " + (", ".join(map(text, value.items)) if value.items
                                     else f"no {value.dtype} tensors"))
     if isinstance(value, OptionalValue):
         return "an empty optional" if value.value is None else \
             f"an optional holding {_describe(value.value)}"
-    return f"a tensor {value.shape}"
+    return f"a tensor {text(value)}"
 
 
 # -- Loop ---------------------------------------------------------------------------
