@@ -24,10 +24,10 @@ from ...hlo import XlacError
 
 STRINGS = "works on strings, which compiled code does not hold"
 # Sequences and optionals inside the graph are supported when known at compile time.
-SEQUENCE_IN_PART = ("a sequence or an optional as a model input or output, which compiled "
-                    "code does not hold (only dense tensors of fixed shape); inside the graph "
-                    "one is supported where its length (or presence) and the positions used "
-                    "are known at compile time")
+SEQUENCE_IN_PART = ("a sequence or an optional as a model input or output (compiled code "
+                    "holds only dense tensors of fixed shape); inside the graph one is "
+                    "supported where its length or presence and the positions used are known "
+                    "at compile time")
 RUN_TIME_STRUCTURE = ("compiled code holds a sequence or an optional only where its length "
                       "and presence are known at compile time")
 LOOP_CHANGES_STRUCTURE = ("a loop-carried sequence or optional whose length or presence "
@@ -87,8 +87,9 @@ OUT_OF_SCOPE_IN_PART: dict[tuple[str, str], str] = {
         "ConcatFromSequence", "SequenceAt", "SequenceConstruct", "SequenceEmpty",
         "SequenceErase", "SequenceInsert", "SequenceLength", "SequenceMap",
         "SplitToSequence", "Optional", "OptionalGetElement", "OptionalHasElement")},
-    ("", "Loop"): "a loop-carried sequence or optional whose length or presence changes per "
-                  "iteration: " + LOOP_CHANGES_STRUCTURE,
+    ("", "Loop"): LOOP_CHANGES_STRUCTURE,
+    ("", "If"): ("branches that return sequences of different lengths (or optionals, one "
+                 "empty) under a condition known only at run time: " + RUN_TIME_STRUCTURE),
 }
 
 
