@@ -29,8 +29,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ...hlo import (Builder, Instruction, Module, OpMetadata, Shape, ShapeError, Signature, TensorSpec,
-                    XlacError, XlacWarning)
+from ...hlo import (Builder, Instruction, Module, OpMetadata, Shape, ShapeError, Signature,
+                    TensorSpec, XlacError, XlacWarning)
 from .context import ImportContext, kind_of, node_label
 from .model_file import (check_no_external_data, declared_dims, densify_sparse_initializers,
                          dims_text, disagreements, drop_declared_shapes, skeleton)
