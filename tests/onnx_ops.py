@@ -989,6 +989,102 @@ case("Loop_nesting_If_and_Scan",
      {"a": f32(4), "x": f32(3, 4)}, outputs=[("y", np.float32, (4,)), ("rows", np.float32, (3,))],
      inits={"m": np.array(3, np.int64), "two": np.array(2, np.int64),
             "zero64": np.array(0, np.int64), "one": np.float32(1)}, opset=13)
+# -- sequences and optionals inside the graph (tuples of tensors at compile time) ------------
+_SEQ = helper.make_tensor_sequence_value_info
+_n = helper.make_node       # unnamed nodes: several of one op per model
+
+
+def _seq_graph(name, nodes, ins, outs):
+    """A subgraph whose inputs and outputs may be sequences: (name, elem, dims, is_seq)."""
+    def info(n, t, dims, seq=False):
+        return (_SEQ if seq else helper.make_tensor_value_info)(n, t, dims)
+    return helper.make_graph(nodes, name, [info(*i) for i in ins], [info(*o) for o in outs])
+
+
+# Construct, insert (negative position: before the last), erase the front, read from the
+# back; the length as a tensor.
+case("Sequence_construct_insert_erase_at",
+     [_n("SequenceConstruct", ["x", "y", "z"], ["s"]),
+      _n("SequenceInsert", ["s", "w", "minus1"], ["s2"]),
+      _n("SequenceErase", ["s2", "zero"], ["s3"]),
+      _n("SequenceAt", ["s3", "minus2"], ["a"]),
+      _n("SequenceLength", ["s3"], ["n"]),
+      _n("SequenceInsert", ["s3", "x"], ["s4"]),       # appended
+      _n("SequenceAt", ["s4", "minus1"], ["b"]),
+      _n("Add", ["a", "b"], ["out"])],
+     {"x": f32(2, 3), "y": f32(2, 3), "z": f32(2, 3), "w": f32(2, 3)}, outputs=["out", "n"],
+     inits={"minus1": np.array(-1, np.int64), "minus2": np.array(-2, np.int32),
+            "zero": np.array(0, np.int64)}, opset=13)
+# Split by a chunk size (the last chunk smaller), reordered, concatenated back; split
+# one per index without the axis and stacked at a new last axis.
+case("Sequence_split_reorder_concat_stack",
+     [_n("SplitToSequence", ["x", "four"], ["parts"], axis=1),
+      _n("SequenceAt", ["parts", "minus1"], ["tail"]),
+      _n("SequenceErase", ["parts"], ["head"]),
+      _n("SequenceInsert", ["head", "tail", "zero"], ["rot"]),
+      _n("ConcatFromSequence", ["rot"], ["y"], axis=1),
+      _n("SplitToSequence", ["x"], ["rows"], keepdims=0),
+      _n("ConcatFromSequence", ["rows"], ["z"], axis=-1, new_axis=1),
+      _n("SplitToSequence", ["x", "sizes"], ["cols"], axis=-1),
+      _n("ConcatFromSequence", ["cols"], ["v"], axis=-1)],
+     {"x": f32(3, 6)}, outputs=["y", "z", "v"],
+     inits={"four": np.array(4, np.int64), "minus1": np.array(-1, np.int64),
+            "zero": np.array(0, np.int64), "sizes": np.array([1, 3, 2], np.int64)}, opset=13)
+# SequenceMap inlined per element: a sequence and a tensor in, two sequences out, the
+# body reading a value of the enclosing graph.
+case("SequenceMap_sequence_and_tensor",
+     [_n("SplitToSequence", ["x"], ["rows"], keepdims=0),
+      helper.make_node("SequenceMap", ["rows", "b"], ["m", "r"], body=_seq_graph(
+          "body", [_n("Mul", ["e", "k"], ["p"]), _n("Add", ["p", "b_in"], ["m_out"]),
+                   _n("ReduceMax", ["e"], ["r_out"], keepdims=1)],
+          [("e", _F, [4]), ("b_in", _F, [4])], [("m_out", _F, [4]), ("r_out", _F, [1])])),
+      _n("ConcatFromSequence", ["m"], ["y"], axis=0, new_axis=1),
+      _n("ConcatFromSequence", ["r"], ["z"], axis=0)],
+     {"x": f32(3, 4), "b": f32(4)}, outputs=["y", "z"], inits={"k": np.float32(1.5)},
+     opset=18)
+# Optionals whose presence is known: a present one read back, an empty one tested.
+case("Optional_present_and_empty",
+     [_n("Optional", ["x"], ["o"]),
+      _n("OptionalHasElement", ["o"], ["h"]),
+      _n("OptionalGetElement", ["o"], ["g"]),
+      _n("Optional", [], ["none"], type=helper.make_tensor_type_proto(_F, [2])),
+      _n("OptionalHasElement", ["none"], ["h0"]),
+      _n("Identity", ["o"], ["o2"]),
+      _n("OptionalGetElement", ["o2"], ["g2"]),
+      _n("Add", ["g", "g2"], ["y"])],
+     {"x": f32(2, 3)}, outputs=["y", "h", "h0"], opset=18)
+# Sequences through a branch chosen at run time (same length both ways) and carried
+# through a loop at a fixed length.
+case("If_runtime_returns_sequences",
+     [_n("ReduceSum", ["x"], ["s"], keepdims=0),
+      _n("Greater", ["s", "zero"], ["c"]),
+      _n("SplitToSequence", ["x"], ["rows"]),
+      helper.make_node("If", ["c"], ["picked"], then_branch=_seq_graph(
+          "then", [_n("SequenceErase", ["rows", "zero64"], ["t"])], [],
+          [("t", _F, [1, 4], True)]),
+          else_branch=_seq_graph("else", [_n("Neg", ["x"], ["nx"]),
+                                          _n("SplitToSequence", ["nx"], ["ns"]),
+                                          _n("SequenceErase", ["ns", "minus1"], ["e"])],
+                                 [], [("e", _F, [1, 4], True)])),
+      _n("ConcatFromSequence", ["picked"], ["y"], axis=0)],
+     {"x": f32(3, 4)}, inits={"zero": np.float32(0), "zero64": np.array(0, np.int64),
+                              "minus1": np.array(-1, np.int64)}, opset=13)
+case("Loop_carries_a_sequence_of_fixed_length",
+     [_n("SequenceConstruct", ["a", "b"], ["s0"]),
+      helper.make_node("Loop", ["m", "", "s0"], ["s"], body=_seq_graph(
+          "body", [_n("SequenceAt", ["s_in", "zero64"], ["p"]),
+                   _n("SequenceAt", ["s_in", "one64"], ["q"]),
+                   _n("Add", ["p", "q"], ["pq"]),
+                   _n("Tanh", ["pq"], ["p2"]),
+                   _n("Mul", ["p", "half"], ["q2"]),
+                   _n("SequenceConstruct", ["p2", "q2"], ["s_out"]),
+                   _n("Identity", ["cond_in"], ["cond_out"])],
+          [("i", _I64, []), ("cond_in", onnx.TensorProto.BOOL, []), ("s_in", _F, [3], True)],
+          [("cond_out", onnx.TensorProto.BOOL, []), ("s_out", _F, [3], True)])),
+      _n("ConcatFromSequence", ["s"], ["y"], axis=0)],
+     {"a": f32(3), "b": f32(3), "m": np.array(3, np.int64)},
+     inits={"zero64": np.array(0, np.int64), "one64": np.array(1, np.int64),
+            "half": np.float32(0.5)}, opset=13)
 # -- indexing: gathers and scatters ----------------------------------------------------------
 case("GatherElements_axis1_negative", node("GatherElements", ["x", "i"], axis=1),
      {"x": f32(3, 4), "i": i64(3, 2, low=-4, high=4)})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import sys
 
 import numpy as np
@@ -231,6 +232,85 @@ def test_string_output_is_out_of_scope():
                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
                          [helper.make_tensor_value_info("y", TensorProto.STRING, [2])])
     with pytest.raises(OutOfScope, match="^out of scope: output 'y' holds strings"):
+        import_onnx(model)
+
+
+# -- sequences and optionals: what stays out --------------------------------------------
+
+def _seq_model(nodes, outputs, inits=None, opset=18):
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                          [3, 4])],
+                              outputs, [numpy_helper.from_array(np.asarray(v), n)
+                                        for n, v in (inits or {}).items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_sequence_output_is_out_of_scope():
+    model = _seq_model([helper.make_node("SplitToSequence", ["x"], ["s"])],
+                       [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [1, 4])])
+    with pytest.raises(OutOfScope, match="^out of scope: output 's' is a sequence, which "
+                                         "compiled code does not hold"):
+        import_onnx(model)
+
+
+def test_sequence_position_out_of_range():
+    model = _seq_model([helper.make_node("SplitToSequence", ["x"], ["s"]),
+                        helper.make_node("SequenceAt", ["s", "p"], ["y"], name="at")],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
+                       inits={"p": np.array(-4, np.int64)})
+    with pytest.raises(XlacError, match=r"^SequenceAt node 'at': position -4 is out of range "
+                                        r"for a sequence of 3 elements \(\[-3, 2\]\)$"):
+        import_onnx(model)
+
+
+def test_empty_optional_has_no_element():
+    model = _seq_model([helper.make_node("Optional", [], ["o"], type=helper.make_tensor_type_proto(
+                            TensorProto.FLOAT, [3, 4])),
+                        helper.make_node("OptionalGetElement", ["o"], ["y"], name="get")],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])])
+    with pytest.raises(XlacError, match="^OptionalGetElement node 'get': input 'o' is an empty "
+                                        "optional"):
+        import_onnx(model)
+
+
+def test_loop_carried_sequence_that_grows_is_out_of_scope():
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c_out"]),
+         helper.make_node("SequenceInsert", ["s_in", "x"], ["s_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_sequence_value_info("s_in", TensorProto.FLOAT, [3, 4])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+         helper.make_tensor_sequence_value_info("s_out", TensorProto.FLOAT, [3, 4])])
+    model = _seq_model([helper.make_node("SequenceEmpty", [], ["s0"]),
+                        helper.make_node("Loop", ["m", "", "s0"], ["s"], name="grow", body=body),
+                        helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=0)],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
+                       inits={"m": np.array(3, np.int64)})
+    with pytest.raises(OutOfScope, match=r"^out of scope: Loop node 'grow': loop-carried value "
+                       r"0 \('s0'\) enters as a sequence of no f32 tensors and the body returns "
+                       r"a sequence of f32\[3,4\]: " + re.escape(scope.LOOP_CHANGES_STRUCTURE)):
+        import_onnx(model)
+
+
+def test_run_time_if_returning_sequences_of_two_lengths_is_out_of_scope():
+    def branch(name, nodes, out):
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_sequence_value_info(
+            out, TensorProto.FLOAT, ["n", 4])])
+    model = _seq_model(
+        [helper.make_node("ReduceSum", ["x"], ["t"], keepdims=0),
+         helper.make_node("Greater", ["t", "zero"], ["c"]),
+         helper.make_node("If", ["c"], ["s"], name="pick",
+                          then_branch=branch("then", [helper.make_node(
+                              "SplitToSequence", ["x"], ["a"])], "a"),
+                          else_branch=branch("else", [helper.make_node(
+                              "SequenceConstruct", ["x"], ["b"])], "b")),
+         helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=0)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
+        inits={"zero": np.float32(0)})
+    with pytest.raises(OutOfScope, match=r"^out of scope: If node 'pick': output 0 is a "
+                       r"sequence of f32\[1,4\].*, and the condition is known only at run "
+                       r"time: " + scope.RUN_TIME_STRUCTURE):
         import_onnx(model)
 
 

@@ -6,7 +6,7 @@ One module per op family registers its handlers in ``registry`` on import.
 # imported to register their handlers
 from . import (activations, cast, control, conv, elementwise, image, indexing,  # noqa: F401
                linalg, loss, math, ml, ml_models, nn, normalization, quantization, reduce,
-               rnn, signal, sort, tensor, text, transformer)
+               rnn, sequence, signal, sort, tensor, text, transformer)
 from .context import ConstantInputNeeded
 from .importer import import_onnx, pin_const_inputs
 from .registry import supported_ops

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -48,6 +49,62 @@ class DataDependentShape(ConstantInputNeeded, OutOfScope):
     runner) can pin it as for any other."""
 
 
+@dataclass(frozen=True)
+class Sequence:
+    """An ONNX sequence that lives only inside the graph: its length and the shape of
+    each element are known at compile time, so it is the tuple of its elements'
+    instructions and needs no run-time representation. ``dtype``: the element type
+    (an empty sequence has one too)."""
+    items: tuple[Instruction, ...]
+    dtype: dtypes.DType
+
+
+@dataclass(frozen=True)
+class OptionalValue:
+    """An ONNX optional whose presence is known at compile time: its value (a tensor's
+    instruction or a ``Sequence``), or None when it is empty."""
+    value: "Instruction | Sequence | None"
+
+
+def kind_of(value) -> str:
+    """How messages name what a value is."""
+    return ("a sequence" if isinstance(value, Sequence) else
+            "an optional" if isinstance(value, OptionalValue) else "a tensor")
+
+
+def flatten(value) -> list[Instruction]:
+    """The tensors a value holds, in order: itself, a sequence's elements, an optional's
+    content (none when empty)."""
+    if isinstance(value, Sequence):
+        return list(value.items)
+    if isinstance(value, OptionalValue):
+        return [] if value.value is None else flatten(value.value)
+    return [value]
+
+
+def rebuild(template, tensors) -> object:
+    """A value shaped as ``template`` (same kind, length and presence) holding the next
+    tensors of the iterator ``tensors``: the inverse of ``flatten``."""
+    if isinstance(template, Sequence):
+        return Sequence(tuple(next(tensors) for _ in template.items), template.dtype)
+    if isinstance(template, OptionalValue):
+        if template.value is None:
+            return template
+        return OptionalValue(rebuild(template.value, tensors))
+    return next(tensors)
+
+
+def structure(value) -> tuple:
+    """What must agree between two values for one to stand for the other in compiled
+    code (the branches of a run-time If, a loop-carried value): kind, length, presence,
+    element types and shapes."""
+    if isinstance(value, Sequence):
+        return ("sequence", value.dtype, tuple(structure(x) for x in value.items))
+    if isinstance(value, OptionalValue):
+        return ("optional", None if value.value is None else structure(value.value))
+    return ("tensor", value.shape.dtype, value.shape.dims)
+
+
 def node_label(node: onnx.NodeProto) -> str:
     """How messages name a node: its name, else its first output."""
     return node.name or (node.output[0] if node.output else node.op_type)
@@ -65,6 +122,8 @@ def _attribute_value(node: onnx.NodeProto, a: onnx.AttributeProto):
         return numpy_helper.to_array(a.t)
     if a.type == A.GRAPH:
         return a.g
+    if a.type == A.TYPE_PROTO:
+        return a.tp
     if a.type == A.SPARSE_TENSOR:
         return sparse_to_array(a.sparse_tensor)
     if a.type == A.FLOATS:
@@ -83,7 +142,8 @@ class ImportContext:
         self.module = module
         self.b = builder
         self.opsets = opsets                       # domain -> opset version
-        self.values: dict[str, Instruction] = {}  # ONNX value name -> instruction
+        # ONNX value name -> its instruction (a Sequence or an OptionalValue for those)
+        self.values: dict[str, Instruction | Sequence | OptionalValue] = {}
         self.input_names: list[str] = []           # parameter number -> ONNX input name
         # None for the main graph; for a subgraph (a loop body, a branch) what it is,
         # for messages: its parameters are no model inputs.
@@ -158,11 +218,28 @@ class ImportContext:
         return name in self._attrs
 
     def input(self, node: onnx.NodeProto, i: int) -> Instruction | None:
-        """Input ``i``, or None when it is absent (past the end, or an empty name)."""
+        """Tensor input ``i``, or None when it is absent (past the end, or an empty name)."""
+        x = self.any_input(node, i)
+        if x is not None and not isinstance(x, Instruction):
+            raise self.error(node, f"input '{node.input[i]}' is {kind_of(x)}, where a tensor "
+                                   "is expected")
+        return x
+
+    def any_input(self, node: onnx.NodeProto, i: int):
+        """Input ``i`` of any kind (a tensor's instruction, a Sequence, an OptionalValue), or
+        None when it is absent."""
         self._read_inputs.add(i)
         if i >= len(node.input) or not node.input[i]:
             return None
         return self.values[node.input[i]]
+
+    def sequence_input(self, node: onnx.NodeProto, i: int) -> Sequence:
+        x = self.any_input(node, i)
+        if not isinstance(x, Sequence):
+            raise self.error(node, f"input {i} ('{node.input[i] if i < len(node.input) else ''}"
+                                   f"') is {'absent' if x is None else kind_of(x)}, where a "
+                                   "sequence is expected")
+        return x
 
     def inputs(self, node: onnx.NodeProto) -> list[Instruction]:
         """All present inputs, in order (for variadic ops)."""

@@ -8,16 +8,21 @@ output that each step writes one slice of (dynamic-update-slice, in place). Scan
 outputs need the trip count at compile time: Scan's is the scan inputs' length,
 Loop's must be M known and a condition that stays true.
 
-Sequences and optionals are not tensors and stay out: their ops are unsupported and
-graph inputs of those types are rejected with the one-line error for non-tensors.
+Sequences and optionals known at compile time (sequence.py) go through as the tensors
+they hold (``context.flatten``): into a chosen branch as they are, into a branch chosen
+at run time or a loop body as captured or loop-carried tensors. Both branches must
+return, and a loop body must carry on, values of one layout (kind, length, presence,
+shapes): a loop-carried sequence that grows per iteration is out of scope.
 """
 from __future__ import annotations
 
 import onnx
 
 from ...hlo import Builder, Instruction, Opcode, Shape, XlacError, dtypes
-from .context import ImportContext, node_label
+from .context import (ImportContext, OptionalValue, Sequence, flatten, kind_of, node_label,
+                      rebuild, structure)
 from .registry import register
+from .scope import LOOP_CHANGES_STRUCTURE, RUN_TIME_STRUCTURE
 from .subgraph import Captures, WhileLoop, free_names, lower_subgraph
 
 S64 = dtypes.S64
@@ -76,18 +81,41 @@ def if_(ctx: ImportContext, node):
         raise ctx.error(node, f"the branches return {len(then_outs)} and {len(else_outs)} "
                               f"values")
     for k, (t, e) in enumerate(zip(then_outs, else_outs)):
-        if t.shape.dims != e.shape.dims or t.shape.dtype != e.shape.dtype:
+        if structure(t) == structure(e):
+            continue
+        if isinstance(t, Instruction) and isinstance(e, Instruction):
             raise ctx.error(node, f"output {k} is {t.shape} in then_branch but {e.shape} in "
                                   f"else_branch; xlac needs one static shape")
+        raise ctx.out_of_scope(node, f"output {k} is {_describe(t)} in then_branch but "
+                                     f"{_describe(e)} in else_branch, and the condition is "
+                                     f"known only at run time: {RUN_TIME_STRUCTURE}")
+    # Sequences and optionals leave the conditional as the tensors they hold.
+    flat = [[x for y in outs for x in flatten(y)] for outs in results]
+    if not flat[0]:
+        return then_outs            # nothing held at run time: empty sequences, no values
     called = []
-    for b, outs in zip(branches, results):
+    for b, outs in zip(branches, flat):
         root = outs[0] if len(outs) == 1 else b.tuple(outs)
         called.append(ctx.module.add_computation(b.build(root)))
     pred = _scalar(ctx.b, cond, dtypes.PRED, f"If node '{label}': the condition")
     c = ctx.b.op(Opcode.CONDITIONAL, pred, *operands, called=called, name=label)
-    if len(then_outs) == 1:
-        return [c]
-    return [ctx.b.get_tuple_element(c, k) for k in range(len(then_outs))]
+    tensors = [c] if len(flat[0]) == 1 else \
+        [ctx.b.get_tuple_element(c, k) for k in range(len(flat[0]))]
+    tensors = iter(tensors)
+    return [rebuild(t, tensors) for t in then_outs]
+
+
+def _describe(value) -> str:
+    """A value's kind and what fixes its layout, for messages."""
+    def text(x):
+        return f"{x.shape.dtype}[{','.join(map(str, x.shape.dims))}]"
+    if isinstance(value, Sequence):
+        return ("a sequence of " + (", ".join(map(text, value.items)) if value.items
+                                    else f"no {value.dtype} tensors"))
+    if isinstance(value, OptionalValue):
+        return "an empty optional" if value.value is None else \
+            f"an optional holding {_describe(value.value)}"
+    return f"a tensor {text(value)}"
 
 
 # -- Loop ---------------------------------------------------------------------------
@@ -98,7 +126,7 @@ def loop(ctx: ImportContext, node):
     body = ctx.attr(node, "body")
     scope = f"the body of Loop node '{label}'"
     trip, cond = ctx.input(node, 0), ctx.input(node, 1)
-    carried = [ctx.input(node, i) for i in range(2, len(node.input))]
+    carried = [ctx.any_input(node, i) for i in range(2, len(node.input))]
     if any(x is None for x in carried):
         raise ctx.error(node, "a loop-carried value is missing")
     n = len(carried)
@@ -120,7 +148,9 @@ def loop(ctx: ImportContext, node):
     keep0 = (_scalar(b, cond, dtypes.PRED, f"Loop node '{label}': the condition")
              if cond is not None else ctx.scalar(True, dtypes.PRED))
     captures = Captures(ctx, free_names(body), scope)
-    lp = WhileLoop(ctx, label, [ctx.scalar(0, S64), keep0, *carried])
+    # Loop-carried sequences and optionals travel as the tensors they hold.
+    flat = [x for v in carried for x in flatten(v)]
+    lp = WhileLoop(ctx, label, [ctx.scalar(0, S64), keep0, *flat])
     cb, bb = lp.cond, lp.body
     if trip is None:
         m = None
@@ -129,10 +159,11 @@ def loop(ctx: ImportContext, node):
     else:
         m = lp.capture(_scalar(b, trip, S64, f"Loop node '{label}': M"))[0]
     captured = [lp.capture(x)[1] for _, x in captures.values]
-    i, keep, *state = lp.body_elements[:2 + n]
+    i, keep, *state = lp.body_elements[:2 + len(flat)]
     bindings = {body.input[0].name: _like_declared(bb, i, body.input[0]),
                 body.input[1].name: _like_declared(bb, keep, body.input[1])}
-    bindings.update((vi.name, x) for vi, x in zip(body.input[2:], state))
+    state = iter(state)
+    bindings.update((vi.name, rebuild(v, state)) for vi, v in zip(body.input[2:], carried))
     bindings.update(captures.bind(bb, captured))
     outs = lower_subgraph(ctx, body, bb, bindings, scope)
     # Without a condition input, the body's condition output is ignored (ONNX).
@@ -141,8 +172,18 @@ def loop(ctx: ImportContext, node):
     if scans and keep_out is not keep and not _is_true(ctx, keep_out):
         raise ctx.error(node, "scan outputs need a static trip count, but the body computes "
                               "its condition (it may stop early)")
+    for k, (v, y) in enumerate(zip(carried, outs[1:1 + n])):
+        if structure(v) != structure(y) and not (isinstance(v, Instruction)
+                                                 and isinstance(y, Instruction)):
+            raise ctx.out_of_scope(node, f"loop-carried value {k} ('{node.input[2 + k]}') "
+                                         f"enters as {_describe(v)} and the body returns "
+                                         f"{_describe(y)}: {LOOP_CHANGES_STRUCTURE}")
+    for y in outs[1 + n:]:
+        if not isinstance(y, Instruction):
+            raise ctx.error(node, f"a scan output of the body is {kind_of(y)}, where a "
+                                  "tensor is expected")
     next_i = bb.op(Opcode.ADD, i, bb.constant(1, S64))
-    new = [next_i, keep_out, *outs[1:1 + n]]
+    new = [next_i, keep_out, *[x for y in outs[1:1 + n] for x in flatten(y)]]
     # Accumulators: scan output j of step i is row i of a [trip count, ...] array.
     rows = max(trip_count or 0, 1)
     for y in outs[1 + n:]:
@@ -154,7 +195,8 @@ def loop(ctx: ImportContext, node):
     ci, ckeep = lp.cond_elements[0], lp.cond_elements[1]
     go = ckeep if m is None else cb.op(Opcode.AND, ckeep, cb.compare(ci, m, "LT"))
     results = lp.finish(go, new)
-    finals = results[2:2 + n]
+    finals = iter(results[2:2 + len(flat)])
+    finals = [rebuild(v, finals) for v in carried]
     accs = results[len(results) - scans:] if scans else []
     if trip_count is not None and trip_count < rows:        # a loop that never runs
         accs = [b.slice(a, (0,) * a.shape.rank, (0,) + a.shape.dims[1:]) for a in accs]

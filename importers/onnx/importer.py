@@ -29,9 +29,9 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ...hlo import (Builder, Module, OpMetadata, Shape, ShapeError, Signature, TensorSpec,
-                    XlacError, XlacWarning)
-from .context import ImportContext, node_label
+from ...hlo import (Builder, Instruction, Module, OpMetadata, Shape, ShapeError, Signature,
+                    TensorSpec, XlacError, XlacWarning)
+from .context import ImportContext, kind_of, node_label
 from .model_file import (check_no_external_data, declared_dims, densify_sparse_initializers,
                          dims_text, disagreements, drop_declared_shapes, skeleton)
 from .registry import DEFAULT_DOMAIN, lookup
@@ -377,6 +377,11 @@ def _lower(model: onnx.ModelProto, opsets: dict[str, int], name: str,
     lower_nodes(ctx, graph)
 
     outputs = [ctx.values[o.name] for o in graph.output]
+    for o, x in zip(graph.output, outputs):
+        # A declared type says so earlier (_reject_non_tensors); this catches an undeclared one.
+        if not isinstance(x, Instruction):
+            raise OutOfScope(f"out of scope: output '{o.name}' is {kind_of(x)}, which compiled "
+                             "code does not hold (only dense tensors of fixed shape)")
     if not outputs:
         raise XlacError("the ONNX model has no outputs")
     signature.outputs = [TensorSpec(o.name, x.shape.dtype, x.shape.dims)

@@ -12,17 +12,27 @@ importer names such nodes apart from the unsupported ones, with the reason
 
 An op in scope may still refuse some attributes or inputs by design (Dropout in
 training mode, Compress whose condition is not known at compile time): its handler
-decides, ``OUT_OF_SCOPE_IN_PART`` says why for the report. Values that are not tensors
-(sequences, optionals, maps) and tensors of strings are refused wherever they appear,
-as model inputs or outputs or as element types.
+decides, ``OUT_OF_SCOPE_IN_PART`` says why for the report. Maps and tensors of strings
+are refused wherever they appear. Sequences and optionals are refused as model inputs
+or outputs; inside the graph, where their length and presence are known at compile
+time, they are tuples of tensors (sequence.py), and what would make them vary at run
+time is out of scope (``SEQUENCE_IN_PART``).
 """
 from __future__ import annotations
 
 from ...hlo import XlacError
 
 STRINGS = "works on strings, which compiled code does not hold"
-SEQUENCES = "works on sequences, which compiled code does not hold (only tensors of fixed shape)"
-OPTIONALS = "works on optionals, which compiled code does not hold (only tensors of fixed shape)"
+# Sequences and optionals inside the graph are supported when known at compile time.
+SEQUENCE_IN_PART = ("a sequence or an optional as a model input or output (compiled code "
+                    "holds only dense tensors of fixed shape); inside the graph one is "
+                    "supported where its length or presence and the positions used are known "
+                    "at compile time")
+RUN_TIME_STRUCTURE = ("compiled code holds a sequence or an optional only where its length "
+                      "and presence are known at compile time")
+LOOP_CHANGES_STRUCTURE = ("a loop-carried sequence or optional whose length or presence "
+                          "changes per iteration would need a run-time representation, which "
+                          "compiled code does not have (only dense tensors of fixed shape)")
 MAPS = "works on maps, which compiled code does not hold (only tensors of fixed shape)"
 TRAINING = "a training op (gradients, optimizer updates); xlac compiles inference"
 RANDOM = ("draws random numbers from a generator each runtime chooses, so no compiled result "
@@ -49,11 +59,6 @@ OUT_OF_SCOPE: dict[tuple[str, str], str] = {
     **{("", op): STRINGS for op in (
         "StringConcat", "StringNormalizer", "StringSplit", "RegexFullMatch")},
     (ML, "CategoryMapper"): STRINGS,
-    **{("", op): SEQUENCES for op in (
-        "ConcatFromSequence", "SequenceAt", "SequenceConstruct", "SequenceEmpty",
-        "SequenceErase", "SequenceInsert", "SequenceLength", "SequenceMap",
-        "SplitToSequence")},
-    **{("", op): OPTIONALS for op in ("Optional", "OptionalGetElement", "OptionalHasElement")},
     (ML, "CastMap"): MAPS,
     (ML, "DictVectorizer"): MAPS,
     (ML, "ZipMap"): MAPS,
@@ -78,6 +83,13 @@ OUT_OF_SCOPE_IN_PART: dict[tuple[str, str], str] = {
     ("", "RoiAlign"): ("sampling_ratio=0 with rois not known at compile time (pin them with "
                        "--const-input): each roi's count of samples would depend on them"),
     ("", "TfIdfVectorizer"): "n-grams of strings (pool_strings): " + STRINGS,
+    **{("", op): SEQUENCE_IN_PART for op in (
+        "ConcatFromSequence", "SequenceAt", "SequenceConstruct", "SequenceEmpty",
+        "SequenceErase", "SequenceInsert", "SequenceLength", "SequenceMap",
+        "SplitToSequence", "Optional", "OptionalGetElement", "OptionalHasElement")},
+    ("", "Loop"): LOOP_CHANGES_STRUCTURE,
+    ("", "If"): ("branches that return sequences of different lengths (or optionals, one "
+                 "empty) under a condition known only at run time: " + RUN_TIME_STRUCTURE),
 }
 
 

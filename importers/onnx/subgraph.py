@@ -13,7 +13,7 @@ import onnx
 from onnx import numpy_helper
 
 from ...hlo import Builder, Instruction, Opcode, Shape, XlacError
-from .context import ImportContext
+from .context import ImportContext, flatten, rebuild
 from .importer import lower_nodes, subgraphs
 from .types import hlo_dtype
 
@@ -33,28 +33,35 @@ def free_names(graph: onnx.GraphProto) -> list[str]:
 
 
 class Captures:
-    """The outer values a subgraph reads: ``constants`` (name -> array) are copied into
-    the computation; ``values`` (name, outer instruction) travel in at run time."""
+    """The outer values a subgraph reads, as tensors (a sequence or an optional known at
+    compile time is its tensors, ``context.flatten``): ``constants`` ((name, k) -> array)
+    are copied into the computation; ``values`` ((name, k), outer instruction) travel in
+    at run time."""
 
     def __init__(self, ctx: ImportContext, names, what: str):
-        self.constants: dict[str, tuple] = {}
-        self.values: list[tuple[str, Instruction]] = []
+        self.constants: dict[tuple[str, int], tuple] = {}
+        self.values: list[tuple[tuple[str, int], Instruction]] = []
+        self._outer: dict[str, object] = {}
         for n in names:
-            x = ctx.values.get(n)
-            if x is None:
+            value = ctx.values.get(n)
+            if value is None:
                 raise XlacError(f"{what} reads '{n}', which no enclosing graph defines")
-            literal = x.literal if x.opcode is Opcode.CONSTANT else ctx.value_of(x)
-            if literal is not None:
-                self.constants[n] = (literal, x.shape.dtype)
-            else:
-                self.values.append((n, x))
+            self._outer[n] = value
+            for k, x in enumerate(flatten(value)):
+                literal = x.literal if x.opcode is Opcode.CONSTANT else ctx.value_of(x)
+                if literal is not None:
+                    self.constants[n, k] = (literal, x.shape.dtype)
+                else:
+                    self.values.append(((n, k), x))
 
-    def bind(self, b: Builder, elements) -> dict[str, Instruction]:
-        """Name -> instruction in ``b``: constants made there, run-time values given as
+    def bind(self, b: Builder, elements) -> dict:
+        """Name -> value in ``b``: constants made there, run-time tensors given as
         ``elements`` (one per entry of ``values``, in order)."""
-        bound = {n: b.constant(lit, dtype, name=n) for n, (lit, dtype) in self.constants.items()}
-        bound.update((n, e) for (n, _), e in zip(self.values, elements))
-        return bound
+        tensors = {key: b.constant(lit, dtype, name=key[0])
+                   for key, (lit, dtype) in self.constants.items()}
+        tensors.update((key, e) for (key, _), e in zip(self.values, elements))
+        return {n: rebuild(value, iter([tensors[n, k] for k in range(len(flatten(value)))]))
+                for n, value in self._outer.items()}
 
 
 def lower_subgraph(ctx: ImportContext, graph: onnx.GraphProto, b: Builder,

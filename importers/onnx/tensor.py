@@ -27,7 +27,8 @@ def _axes(ctx, node, axes, rank):
 
 @register("Identity", since=1)
 def identity(ctx, node):
-    return [ctx.input(node, 0)]
+    # A sequence (opset 14) or an optional (opset 16) passes through as a tensor does.
+    return [ctx.any_input(node, 0)]
 
 
 # -- reshapes -------------------------------------------------------------------------
