@@ -40,7 +40,7 @@ def _suite_table(results: list[CaseResult], suites) -> list[str]:
         mine = results if suite == "all" else [r for r in results if r.suite == suite]
         c = _counts(mine)
         name = "**all**" if suite == "all" else suite
-        pct = f" ({100 * c['pass'] / len(mine):.0f}%)" if mine else ""
+        pct = f" ({100 * c['pass'] / len(mine):.1f}%)" if mine else ""
         lines.append(f"| {name} | {len(mine)} | {c['pass']}{pct} | "
                      + " | ".join(str(c[s]) for s in _FAILING) + " |")
     return lines

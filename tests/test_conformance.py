@@ -77,9 +77,9 @@ def results():
 
 def test_report_counts_suites_lists_every_operator_and_every_failing_case():
     text = render(results(), ("node", "simple"))
-    assert "| node | 3 | 1 (33%) | 0 | 1 | 1 | 0 | 0 |" in text
-    assert "| simple | 2 | 1 (50%) | 0 | 1 | 0 | 0 | 0 |" in text
-    assert "| **all** | 5 | 2 (40%) | 0 | 2 | 1 | 0 | 0 |" in text
+    assert "| node | 3 | 1 (33.3%) | 0 | 1 | 1 | 0 | 0 |" in text
+    assert "| simple | 2 | 1 (50.0%) | 0 | 1 | 0 | 0 | 0 |" in text
+    assert "| **all** | 5 | 2 (40.0%) | 0 | 2 | 1 | 0 | 0 |" in text
     for s in onnx.defs.get_all_schemas():
         assert f"\n| {s.name} | " in text
     assert "| Abs | supported | 1/1 | – |  |" in text
