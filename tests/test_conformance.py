@@ -121,4 +121,4 @@ def test_command_runs_a_few_cases_and_writes_the_report(tmp_path, capsys):
     assert "3 cases: 2 pass, 1 out of scope" in out
     assert "out of scope test_unique_length_1  out of scope: Unique (node 'Y')" in out
     text = report.read_text()
-    assert "on a subset only" in text and "| node | 2 | 1 (50%) | 0 | 0 | 1 |" in text
+    assert "on a subset only" in text and "| node | 2 | 1 (50.0%) | 0 | 0 | 1 |" in text
