@@ -14,11 +14,12 @@ from typing import Callable, Sequence
 
 from llvmlite import ir
 
-from ..hlo import Instruction, XlacError
+from ..hlo import Instruction
 from .elemental import ElementalEmitter, index_value
 from .indexing import linearize
-from .irutil import I1, PTR, VOID, gep_elem, i64, llvm_type
-from .loops import PointerArg, buffer_reader, emit_loop_nest, passed_operands
+from .irutil import I1, gep_elem, i64, llvm_type
+from .loops import (PointerArg, emit_loop_nest, operand_function, operand_generators,
+                    passed_operands)
 
 
 def emit_scatter_function(llvm_module: ir.Module, instr: Instruction, name: str,
@@ -29,24 +30,9 @@ def emit_scatter_function(llvm_module: ir.Module, instr: Instruction, name: str,
     ``operands`` holds one PointerArg per ``passed_operands(instr)`` (an operand 0 that
     is written in place is read through the output pointer)."""
     passed = passed_operands(instr)
-    fn = ir.Function(llvm_module, ir.FunctionType(VOID, [PTR] * (1 + len(passed))), name)
-    fn.linkage = "internal"
-    fn.attributes.add("nounwind")
-    for arg, info in zip(fn.args, [out, *operands]):
-        if info.noalias:
-            arg.add_attribute("noalias")
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    fn, b = operand_function(llvm_module, instr, name, out, operands)
     em = em_factory(b)
-    gens = []
-    for k, o in enumerate(instr.operands):
-        if o.shape.is_tuple:
-            raise XlacError(f"%{instr.name}: tuple-shaped operand %{o.name} is not supported")
-        if k in passed:
-            pos = passed.index(k)
-            ptr = fn.args[0] if operands[pos].is_output else fn.args[1 + pos]
-            gens.append(buffer_reader(b, ptr, o.shape, operands[pos].align))
-        else:
-            gens.append(em.generator(o, []))
+    gens = operand_generators(em, b, fn, instr, operands)
     in_place = 0 in passed and operands[passed.index(0)].is_output
     _scatter_body(em, instr, gens, fn.args[0], out.align, in_place)
     b.ret_void()

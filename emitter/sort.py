@@ -32,7 +32,8 @@ from .elemental import ElementalEmitter
 from .indexing import linearize
 from .irutil import (I32, I64, PTR, VOID, alloca_once, for_range, gep_bytes, gep_elem, i64,
                      llvm_type)
-from .loops import PointerArg, access_align, buffer_reader, leaf_offsets, passed_operands
+from .loops import (PointerArg, access_align, buffer_reader, leaf_offsets, operand_function,
+                    passed_operands)
 from .scalar import is_unsigned_like, pred_to_i1, to_compute
 
 RUN = 16        # insertion-sorted run length; longer rows are merged from such runs
@@ -250,13 +251,7 @@ def emit_topk_function(llvm_module: ir.Module, instr: Instruction, name: str,
     Equal values rank by index, so the pairs are totally ordered and the lower index
     of equal values wins, as a stable sort would have it."""
     passed = passed_operands(instr)
-    fn = ir.Function(llvm_module, ir.FunctionType(VOID, [PTR] * (1 + len(passed))), name)
-    fn.linkage = "internal"
-    fn.attributes.add("nounwind")
-    for arg, info in zip(fn.args, [out, *operands]):
-        if info.noalias:
-            arg.add_attribute("noalias")
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    fn, b = operand_function(llvm_module, instr, name, out, operands)
     em = em_factory(b)
     x = instr.operands[0]
     if passed:

@@ -38,9 +38,9 @@ exact or onnxruntime's own arithmetic:
    its QDQ transformer turns DQ -> Softmax -> Q: a table of 256 exps, summed in f32,
    ``t = E[s32(x) - s32(max_R x) + 255]`` with E[i] = f32(exp((i - 255 + k) * sx)),
    k = max(0, log(FLT_MAX / |R|) - 5) / sx (exp's values kept large yet their sum
-   finite), then ``T(min(s32(round(t * floor(1 / sy) / sum_R t)) + zy, 255))``: 1 / sy
-   floors (254 for the usual 1/255, so the largest probability is zy + 254), and an s8
-   result wraps above 127 as onnxruntime's does.
+   finite), then ``T(clamp(s32(round(t * floor(1 / sy) / sum_R t)) + zy))`` saturated to
+   T's range: 1 / sy floors (254 for the usual 1/255, so the largest probability is
+   zy + 254).
 
 Rule 1 makes rule 2's input; all run in one walk, before constant folding could fold
 dq(w) into f32 weights. DCE removes the float instructions left unused.
@@ -654,5 +654,7 @@ def qlinear_softmax(op, constant, reducer, x: Instruction, dims: tuple[int, ...]
     r = op(Opcode.CONVERT, op(Opcode.ROUND_NEAREST_EVEN, op(Opcode.DIVIDE, f, total)), shape=s32)
     if y_zero_point:
         r = op(Opcode.ADD, r, spread(y_zero_point, dtypes.S32))
-    r = op(Opcode.MINIMUM, r, spread(255, dtypes.S32))
+    # onnxruntime 1.32 saturates to the type's range (an s8 128 is 127, not -128)
+    r = op(Opcode.MAXIMUM, op(Opcode.MINIMUM, r, spread(int(t.info.max), dtypes.S32)),
+           spread(int(t.info.min), dtypes.S32))
     return op(Opcode.CONVERT, r, shape=x.shape)

@@ -349,6 +349,17 @@ def test_softmax_is_a_table_of_exponentials_summed_in_f32():
     assert np.abs(got.astype(int) - floated).max() <= 1
 
 
+def test_softmax_saturates_to_the_type_range():
+    # at 1/256 the certain class rounds to 256: -128 + 256 = 128 saturates to 127 (not
+    # -128), as onnxruntime 1.32's QLinearSoftmax gives it
+    _, after, changed = rewrite(qdq_softmax(0.5, y_scale=1 / 256))
+    assert changed
+    x = integers((3, 6))
+    x[0] = [127, -128, -128, -128, -128, -128]
+    (got,) = evaluate(after, [x])
+    assert got[0, 0] == 127
+
+
 def test_does_not_rewrite_a_softmax_quantized_to_another_type():
     _, _, changed = rewrite(qdq_softmax(0.5, out="u8", zero_point=0))
     assert not changed
