@@ -8,7 +8,6 @@ reducer computations, and ``constant_value`` for values known at compile time.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 from dataclasses import dataclass
 
@@ -174,18 +173,6 @@ class ImportContext:
         self._node = node
         self._attrs = {a.name: a for a in node.attribute}
         self._read_attrs, self._read_inputs = set(), set()
-
-    @contextlib.contextmanager
-    def subgraph_scope(self):
-        """Lower a subgraph's nodes from inside a handler: afterwards the handler's node
-        state is back and the names the subgraph defined are gone (ONNX scoping)."""
-        saved = (self._node, self._attrs, self._read_attrs, self._read_inputs,
-                 dict(self.values))
-        try:
-            yield
-        finally:
-            (self._node, self._attrs, self._read_attrs, self._read_inputs,
-             self.values) = saved
 
     def unread_attributes(self) -> list[str]:
         return sorted(set(self._attrs) - self._read_attrs)

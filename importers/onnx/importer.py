@@ -400,31 +400,6 @@ def lower_nodes(ctx: ImportContext, graph: onnx.GraphProto) -> None:
         _lower_node(ctx, node, used)
 
 
-def inline_graph(ctx: ImportContext, graph: onnx.GraphProto, inputs: list) -> list:
-    """Lower the nodes of ``graph``, a graph attribute of the node being lowered, into the
-    current computation with its inputs bound to ``inputs``; returns its outputs. The
-    enclosing graph's values stay visible to it, as ONNX's scoping rules say. (Its ops
-    were checked with the model's: _reject_unsupported walks subgraphs.)"""
-    if len(graph.input) != len(inputs):
-        raise XlacError(f"subgraph '{graph.name}' takes {len(graph.input)} inputs, "
-                        f"given {len(inputs)}")
-    with ctx.subgraph_scope():
-        for vi, x in zip(graph.input, inputs):
-            dtype = hlo_dtype(vi.type.tensor_type.elem_type, f"subgraph input '{vi.name}'")
-            if dtype != x.shape.dtype:
-                raise XlacError(f"subgraph '{graph.name}' input '{vi.name}' is {dtype}, "
-                                f"given {x.shape.dtype}")
-            ctx.values[vi.name] = x
-        for t in graph.initializer:
-            dtype = hlo_dtype(t.data_type, f"initializer '{t.name}'")
-            ctx.values[t.name] = ctx.b.constant(
-                numpy_helper.to_array(t).astype(dtype.np, copy=False), dtype)
-        used = {o.name for o in graph.output} | {n for node in all_nodes(graph) for n in node.input}
-        for node in graph.node:
-            _lower_node(ctx, node, used)
-        return [ctx.values[o.name] for o in graph.output]
-
-
 def _lower_node(ctx: ImportContext, node: onnx.NodeProto, used: set[str]) -> None:
     domain = _domain(node.domain)
     rule = lookup(domain, node.op_type, ctx.opsets.get(domain, 0))

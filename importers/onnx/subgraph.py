@@ -80,6 +80,25 @@ def lower_subgraph(ctx: ImportContext, graph: onnx.GraphProto, b: Builder,
     return [sub.values[o.name] for o in graph.output]
 
 
+def inline_graph(ctx: ImportContext, graph: onnx.GraphProto, inputs: list) -> list:
+    """Lower ``graph``, a graph attribute of the node being lowered (FlexAttention's
+    score_mod), into the current computation with its inputs bound to ``inputs``; returns
+    its outputs. The enclosing graph's values stay visible to it, as ONNX's scoping rules
+    say. (Its ops were checked with the model's: _reject_unsupported walks subgraphs.)"""
+    if len(graph.input) != len(inputs):
+        raise XlacError(f"subgraph '{graph.name}' takes {len(graph.input)} inputs, "
+                        f"given {len(inputs)}")
+    bindings = dict(ctx.values)
+    for vi, x in zip(graph.input, inputs):
+        dtype = hlo_dtype(vi.type.tensor_type.elem_type, f"subgraph input '{vi.name}'")
+        if dtype != x.shape.dtype:
+            raise XlacError(f"subgraph '{graph.name}' input '{vi.name}' is {dtype}, "
+                            f"given {x.shape.dtype}")
+        bindings[vi.name] = x
+    return lower_subgraph(ctx, graph, ctx.b, bindings, f"subgraph '{graph.name}'",
+                          inline=True)
+
+
 class WhileLoop:
     """An HLO while under construction over a flat tuple state.
 

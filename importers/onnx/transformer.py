@@ -27,7 +27,7 @@ import numpy as np
 
 from ...hlo import (ConvDimensionNumbers, DotDimensionNumbers, GatherDimensionNumbers, Opcode,
                     Shape, Window, dtypes)
-from .importer import inline_graph
+from .subgraph import inline_graph
 from .registry import register
 from .types import hlo_dtype
 
