@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ...hlo import (ConvDimensionNumbers, DotDimensionNumbers, GatherDimensionNumbers, Opcode,
                     Shape, Window, dtypes)
-from .nn import ints_attr
+from .nn import ints_attr, kernel_of
 from .registry import register
 
 
@@ -50,11 +50,7 @@ def _conv_transpose_padding(ctx, node, in_sp, kernel, strides, dilations, out_pa
 def conv_transpose(ctx, node):
     x, w, bias = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2)
     nsp = x.shape.rank - 2
-    if nsp < 1 or w.shape.rank != x.shape.rank:
-        raise ctx.error(node, f"bad operand ranks: X {x.shape}, W {w.shape}")
-    kernel = tuple(ctx.attr(node, "kernel_shape", w.shape.dims[2:]))
-    if kernel != w.shape.dims[2:]:
-        raise ctx.error(node, f"kernel_shape {kernel} does not match W {w.shape}")
+    kernel = kernel_of(ctx, node, x, w)
     groups = ctx.attr(node, "group", 1)
     cin, cout_g = w.shape.dims[:2]
     if x.shape.dims[1] != cin or cin % groups:

@@ -67,16 +67,23 @@ def conv(ctx, node):
     return [y]
 
 
+def kernel_of(ctx, node, x, w) -> tuple[int, ...]:
+    """The spatial kernel of Conv or ConvTranspose: W's trailing dims, which
+    kernel_shape (optional) must repeat; X and W of one rank with a spatial dim."""
+    if x.shape.rank < 3 or w.shape.rank != x.shape.rank:
+        raise ctx.error(node, f"bad operand ranks: X {x.shape}, W {w.shape}")
+    kernel = tuple(ctx.attr(node, "kernel_shape", w.shape.dims[2:]))
+    if kernel != w.shape.dims[2:]:
+        raise ctx.error(node, f"kernel_shape {kernel} does not match W {w.shape}")
+    return kernel
+
+
 def convolution_of(ctx, node, x, w, preferred=None):
     """The convolution of Conv's attributes (kernel_shape, strides, dilations, pads,
     auto_pad, group) over ``x`` and ``w``, without bias. ``preferred``: the result type
     of integer operands (ConvInteger, QLinearConv)."""
     nsp = x.shape.rank - 2
-    if nsp < 1 or w.shape.rank != x.shape.rank:
-        raise ctx.error(node, f"bad operand ranks: X {x.shape}, W {w.shape}")
-    kernel = tuple(ctx.attr(node, "kernel_shape", w.shape.dims[2:]))
-    if kernel != w.shape.dims[2:]:
-        raise ctx.error(node, f"kernel_shape {kernel} does not match W {w.shape}")
+    kernel = kernel_of(ctx, node, x, w)
     strides, dilations, low, high = _spatial_attrs(ctx, node, x, kernel)
     window = Window(kernel, strides, low, high, (1,) * nsp, dilations)
     return ctx.b.convolution(x, w, window, ConvDimensionNumbers.nchw(nsp),
