@@ -306,6 +306,22 @@ def _distinct_dims(dims, rank: int, what: str) -> None:
            f"{what} {tuple(dims)} must be distinct dims below {rank}")
 
 
+def _batching_dims(x, idx, ivd, index_map, operand_dims, indices_dims, map_name: str,
+                   indices_name: str) -> None:
+    """Gather's and scatter's batching dims (XLA): the index map names none of the
+    operand's; as many on each side, pairwise equal in size; the indices' are distinct
+    and exclude the index vector dim."""
+    _check(all(d not in operand_dims for d in index_map),
+           f"{map_name} names an operand batching dim")
+    _check(len(operand_dims) == len(indices_dims),
+           "operand and indices batching dims differ in count")
+    _distinct_dims(indices_dims, idx.rank, indices_name)
+    _check(ivd not in indices_dims, "index_vector_dim is a batching dim")
+    for od, sd in zip(operand_dims, indices_dims):
+        _check(x.dims[od] == idx.dims[sd], f"batching dims differ in size: operand dim {od} "
+                                           f"of {x} vs indices dim {sd} of {idx}")
+
+
 def _gather(op, ops, attrs, called, result):
     x, idx = ops
     dn, sizes = attrs["dimension_numbers"], attrs["slice_sizes"]
@@ -318,18 +334,12 @@ def _gather(op, ops, attrs, called, result):
     _distinct_dims(dn.collapsed_slice_dims + dn.operand_batching_dims, x.rank,
                    "collapsed_slice_dims and operand_batching_dims")
     _distinct_dims(dn.start_index_map, x.rank, "start_index_map")
-    _check(all(d not in dn.operand_batching_dims for d in dn.start_index_map),
-           "start_index_map names an operand batching dim")
     _check(all(sizes[d] <= 1 for d in dn.collapsed_slice_dims), "collapsed dims must be size 1")
     _check(all(sizes[d] == 1 for d in dn.operand_batching_dims),
            "operand batching dims must have slice size 1")
-    _check(len(dn.operand_batching_dims) == len(dn.start_indices_batching_dims),
-           "operand and start-indices batching dims differ in count")
-    _distinct_dims(dn.start_indices_batching_dims, idx.rank, "start_indices_batching_dims")
-    _check(ivd not in dn.start_indices_batching_dims, "index_vector_dim is a batching dim")
-    for od, sd in zip(dn.operand_batching_dims, dn.start_indices_batching_dims):
-        _check(x.dims[od] == idx.dims[sd], f"batching dims differ in size: operand dim {od} "
-                                           f"of {x} vs indices dim {sd} of {idx}")
+    _batching_dims(x, idx, ivd, dn.start_index_map, dn.operand_batching_dims,
+                   dn.start_indices_batching_dims, "start_index_map",
+                   "start_indices_batching_dims")
     idx_dims = list(idx.dims)
     if ivd < idx.rank:
         _check(idx_dims[ivd] == len(dn.start_index_map), "index vector length mismatch")
@@ -454,15 +464,9 @@ def _scatter(op, ops, attrs, called, result):
            f"scatter_dims_to_operand_dims has {len(dn.scatter_dims_to_operand_dims)} dims, "
            f"the index vector {vector}")
     _distinct_dims(dn.scatter_dims_to_operand_dims, x.rank, "scatter_dims_to_operand_dims")
-    _check(all(d not in dn.input_batching_dims for d in dn.scatter_dims_to_operand_dims),
-           "scatter_dims_to_operand_dims names an input batching dim")
-    _check(len(dn.input_batching_dims) == len(dn.scatter_indices_batching_dims),
-           "input and indices batching dims differ in count")
-    _distinct_dims(dn.scatter_indices_batching_dims, idx.rank, "scatter_indices_batching_dims")
-    _check(ivd not in dn.scatter_indices_batching_dims, "index_vector_dim is a batching dim")
-    for od, sd in zip(dn.input_batching_dims, dn.scatter_indices_batching_dims):
-        _check(x.dims[od] == idx.dims[sd], f"batching dims differ in size: operand dim {od} "
-                                           f"of {x} vs indices dim {sd} of {idx}")
+    _batching_dims(x, idx, ivd, dn.scatter_dims_to_operand_dims, dn.input_batching_dims,
+                   dn.scatter_indices_batching_dims, "scatter_dims_to_operand_dims",
+                   "scatter_indices_batching_dims")
     scatter_dims = [d for d in range(upd.rank) if d not in uwd]
     batch = [n for d, n in enumerate(idx.dims) if d != ivd]
     _check([upd.dims[d] for d in scatter_dims] == batch,
