@@ -255,42 +255,36 @@ def _computed_owner(value: Instruction) -> Instruction | None:
 
 
 def _copy_init(comp: Computation, w: Instruction) -> bool:
-    init = w.operands[0]
-    taken = {o for k, v in enumerate(init.operands) if loop_invariant(w, k)
-             for o in buffers_of(v)}
     before = operands_closure(w)
-    changed = False
-    for k, value in enumerate(init.operands):
-        if loop_invariant(w, k):
-            continue
-        owner = _computed_owner(value)
-        if owner is None or owner in taken or not _read_only_before(comp, owner, w, before):
-            init.operands[k] = _copy(comp, value)
-            owner = init.operands[k]
-            changed = True
-        taken.add(owner)
-    if changed:
-        comp.sort()
-    return changed
+    return _copy_shared_elements(comp, w, w.operands[0],
+                                 lambda owner: _read_only_before(comp, owner, w, before))
 
 
 def _copy_body_root(w: Instruction) -> bool:
     body = w.called[1]
-    root = body.root
-    taken = {o for k, v in enumerate(root.operands) if loop_invariant(w, k)
+    return _copy_shared_elements(body, w, body.root)
+
+
+def _copy_shared_elements(comp: Computation, w: Instruction, state: Instruction,
+                          usable=lambda owner: True) -> bool:
+    """Copy the elements of ``state`` (a tuple in ``comp`` that becomes ``w``'s loop state:
+    its init or its body's root) that the loop overwrites but whose bytes are no buffer
+    of their own: held by no single computed buffer, by one another element holds, or by
+    one ``usable`` refuses. True if it copied any."""
+    taken = {o for k, v in enumerate(state.operands) if loop_invariant(w, k)
              for o in buffers_of(v)}
     changed = False
-    for k, value in enumerate(root.operands):
+    for k, value in enumerate(state.operands):
         if loop_invariant(w, k):
             continue
         owner = _computed_owner(value)
-        if owner is None or owner in taken:
-            root.operands[k] = _copy(body, value)
-            owner = root.operands[k]
+        if owner is None or owner in taken or not usable(owner):
+            state.operands[k] = _copy(comp, value)
+            owner = state.operands[k]
             changed = True
         taken.add(owner)
     if changed:
-        body.sort()
+        comp.sort()
     return changed
 
 
