@@ -420,8 +420,16 @@ def _epilogue_arg(o: Instruction, core: Instruction):
 
 # --- the kernels ------------------------------------------------------------------------
 
+class _EpilogueOperands:
+    """The kernel specs that apply an ``epilogue``: its operands follow lhs and rhs."""
+
+    @property
+    def extra_operands(self) -> int:
+        return self.epilogue.pointers
+
+
 @dataclass(frozen=True)
-class ConvGemm:
+class ConvGemm(_EpilogueOperands):
     """Implicit GEMM per image and group (see the module docstring)."""
     window: ConvWindow
     tiling: Tiling
@@ -430,10 +438,6 @@ class ConvGemm:
     @property
     def params(self) -> tuple[str, ...]:
         return _size_params(self.window.rank)
-
-    @property
-    def extra_operands(self) -> int:
-        return self.epilogue.pointers
 
     @property
     def scratch_bytes(self) -> int:
@@ -493,7 +497,7 @@ def _store_pixels(b: ir.IRBuilder, value: ir.Value, ptr: ir.Value, valid) -> Non
 
 
 @dataclass(frozen=True)
-class Depthwise:
+class Depthwise(_EpilogueOperands):
     """Direct convolution, one input channel per group, vectorized over output pixels."""
     window: ConvWindow
     lanes: int
@@ -504,10 +508,6 @@ class Depthwise:
         return _size_params(self.window.rank)
 
     scratch_bytes = 0
-
-    @property
-    def extra_operands(self) -> int:
-        return self.epilogue.pointers
 
     def emit(self, f: Frame) -> None:
         b, w, lanes = f.b, self.window, self.lanes
@@ -551,7 +551,7 @@ def _inside(b: ir.IRBuilder, pad: int, stride: int, dil: int, k: int, n_in: ir.V
 
 
 @dataclass(frozen=True)
-class DepthwiseRows:
+class DepthwiseRows(_EpilogueOperands):
     """Depthwise 2-D convolution (one input channel per group), vectorized along output
     rows: ``lanes`` consecutive output columns of one row, the window unrolled with its
     weights in registers (splatted once per channel).
@@ -582,10 +582,6 @@ class DepthwiseRows:
         return _size_params(2)
 
     scratch_bytes = 0
-
-    @property
-    def extra_operands(self) -> int:
-        return self.epilogue.pointers
 
     def emit(self, f: Frame) -> None:
         b, w, lanes = f.b, self.window, self.lanes
@@ -703,7 +699,7 @@ class _DepthwiseRow:
 
 
 @dataclass(frozen=True)
-class DirectConv:
+class DirectConv(_EpilogueOperands):
     """Direct convolution for any channels, with no scratch: an MR x NV tile (MR output
     channels by NV vectors of output pixels) in registers, as in the GEMM's micro-kernel,
     summed over the group's input channels and the window positions, the input read in
@@ -725,10 +721,6 @@ class DirectConv:
         return _size_params(self.window.rank)
 
     scratch_bytes = 0
-
-    @property
-    def extra_operands(self) -> int:
-        return self.epilogue.pointers
 
     def emit(self, f: Frame) -> None:
         b, w, t = f.b, self.window, self.tiling
