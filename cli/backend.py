@@ -14,12 +14,18 @@ The module itself is the backend, as ``onnxruntime.backend`` is: ``prepare``,
 Inputs an op needs at compile time (a shape, axes, a count) are graph inputs in many
 models. Where the importer asks for one (``ConstantInputNeeded``), ``prepare`` leaves
 the compile to ``run``, which pins the named inputs to the values it is given, as a
-user would with ``const_inputs``. Objects are cached by model hash and pinned values:
-a model prepared twice, or run twice on the same pinned values, compiles once.
+user would with ``const_inputs``. Shapes alike: where the importer asks for an input's
+shape (``InputShapeNeeded``: a dynamic dimension, a sequence's length and element
+shapes), ``run`` pins it to the shape of the value given (``input_shapes``), and an
+optional input given as None is compiled absent (``absent_inputs``). Sequences are
+lists of arrays, in and out; an optional output compiled empty is None. Objects are
+cached by model hash and pinned values: a model prepared twice, or run twice on the
+same pinned values, compiles once.
 
 Keyword options of ``prepare`` are those of ``xlac.compile`` that do not name files
-(``opt_level``, ``input_shapes``, ``const_inputs``, ``target``, ``cpu``); ``rtol`` and
-``atol``, which the onnx runner passes to every backend, are accepted and not used.
+(``opt_level``, ``input_shapes``, ``const_inputs``, ``absent_inputs``, ``target``,
+``cpu``); ``rtol`` and ``atol``, which the onnx runner passes to every backend, are
+accepted and not used.
 """
 from __future__ import annotations
 
@@ -37,10 +43,10 @@ from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupl
 
 from .driver import compile as xlac_compile
 from .hlo import XlacError
-from .importers.onnx import ConstantInputNeeded
+from .importers.onnx import ConstantInputNeeded, InputShapeNeeded
 from .loader import Model, load
 
-_OPTIONS = ("opt_level", "input_shapes", "const_inputs", "target", "cpu")
+_OPTIONS = ("opt_level", "input_shapes", "const_inputs", "absent_inputs", "target", "cpu")
 _IGNORED = ("rtol", "atol")        # the onnx runner's tolerances, for its own comparison
 
 _lock = threading.Lock()
@@ -77,21 +83,21 @@ def _options_key(options: dict) -> tuple:
         if k == "const_inputs":
             v = tuple((n, _digest(np.asarray(a))) for n, a in sorted(v.items()))
         elif k == "input_shapes":
-            v = tuple((n, tuple(d)) for n, d in sorted(v.items()))
+            v = tuple((n, repr(d)) for n, d in sorted(v.items()))
+        elif k == "absent_inputs":
+            v = tuple(sorted(v))
         key.append((k, v))
     return tuple(key)
 
 
-def _compiled(model: onnx.ModelProto, model_hash: str, options: dict, pinned: dict) -> Model:
-    """The loaded object of the model with ``pinned`` inputs as constants (cached)."""
-    key = _digest(model_hash, _options_key(options),
-                  *(x for n in sorted(pinned) for x in (n, np.asarray(pinned[n]))))
+def _compiled(model: onnx.ModelProto, model_hash: str, options: dict) -> Model:
+    """The loaded object of the model compiled with ``options`` (cached)."""
+    key = _digest(model_hash, _options_key(options))
     with _lock:
         if key in _objects:
             return _objects[key]
     out = _workdir() / f"{key[:32]}.o"
-    const_inputs = {**options.get("const_inputs", {}), **pinned}
-    xlac_compile(model, out, name="model", **{**options, "const_inputs": const_inputs})
+    xlac_compile(model, out, name="model", **options)
     loaded = load(out)
     with _lock:
         return _objects.setdefault(key, loaded)
@@ -108,26 +114,35 @@ class XlacBackendRep(BackendRep):
         self.input_names = [i.name for i in model.graph.input
                             if i.name not in initialized and i.name not in given]
         self.output_names = [o.name for o in model.graph.output]
-        self.pinned_inputs: tuple[str, ...] = ()   # inputs compiled as constants, learned
+        # Learned from the importer, then pinned by run to the values given: inputs
+        # compiled as constants, inputs whose shapes are compiled in.
+        self.pinned_inputs: tuple[str, ...] = ()
+        self.shaped_inputs: tuple[str, ...] = ()
         self._model: Model | None = None
-        self._proto: onnx.ModelProto | None = None  # kept only while run must compile
+        self._proto = onnx.ModelProto()       # for run's compiles
+        self._proto.CopyFrom(model)
         try:
-            self._model = _compiled(model, self._hash, options, {})
+            self._model = _compiled(model, self._hash, options)
         except ConstantInputNeeded as e:
             self.pinned_inputs = tuple(e.inputs)   # compiled by run, on the values given
-            self._proto = onnx.ModelProto()
-            self._proto.CopyFrom(model)
+        except InputShapeNeeded as e:
+            self.shaped_inputs = tuple(e.inputs)
 
     def run(self, inputs, **kwargs) -> tuple:
         if kwargs:
             raise XlacError(f"unknown run option(s): {', '.join(sorted(kwargs))}")
         values = self._named(inputs)
-        model = self._model if self._model is not None else self._pinning(values)
-        pinned = set(self.pinned_inputs) if self._model is None else set()
-        outputs = model(*(values[n] for n in self.input_names if n not in pinned))
+        absent = tuple(n for n in self.input_names if values[n] is None)
+        if self._model is not None and not absent:
+            model, pinned = self._model, set()
+        else:
+            model = self._pinning(values, absent)
+            pinned = set(self.pinned_inputs)
+        outputs = model(*(values[n] for n in self.input_names
+                          if n not in pinned and n not in absent))
         return namedtupledict("Outputs", self.output_names)(*outputs)
 
-    def _named(self, inputs) -> dict[str, np.ndarray]:
+    def _named(self, inputs) -> dict[str, object]:
         if isinstance(inputs, dict):
             unknown = sorted(set(inputs) - set(self.input_names))
             missing = [n for n in self.input_names if n not in inputs]
@@ -142,27 +157,53 @@ class XlacBackendRep(BackendRep):
                 raise XlacError(f"the model takes {len(self.input_names)} input(s) "
                                 f"({', '.join(self.input_names)}), got {len(inputs)}")
             items = list(zip(self.input_names, inputs))
-        return {n: _array(v, n) for n, v in items}
+        return {n: _value(v, n) for n, v in items}
 
-    def _pinning(self, values: dict[str, np.ndarray]) -> Model:
-        """Compile with the inputs the importer asks for pinned to ``values``; every input
-        it asks for is remembered, so that the next run pins them all at once."""
+    def _pinning(self, values: dict[str, object], absent: tuple[str, ...]) -> Model:
+        """Compile with the inputs the importer asks for pinned to ``values`` (their values
+        or their shapes) and the optional inputs given None absent; every input it asks
+        for is remembered, so that the next run pins them all at once."""
         while True:
-            pinned = {n: values[n] for n in self.pinned_inputs}
+            given = self._options
+            pins = {"const_inputs": {**given.get("const_inputs", {}),
+                                     **{n: values[n] for n in self.pinned_inputs}},
+                    "input_shapes": {**given.get("input_shapes", {}),
+                                     **{n: _shape(values[n]) for n in self.shaped_inputs
+                                        if n not in absent}},
+                    "absent_inputs": sorted({*given.get("absent_inputs", ()), *absent})}
+            options = {**given, **{k: v for k, v in pins.items() if v}}
             try:
-                return _compiled(self._proto, self._hash, self._options, pinned)
-            except ConstantInputNeeded as e:
-                new = [n for n in e.inputs if n not in pinned]
-                if not new:
+                return _compiled(self._proto, self._hash, options)
+            except (ConstantInputNeeded, InputShapeNeeded) as e:
+                learned = ("pinned_inputs" if isinstance(e, ConstantInputNeeded)
+                           else "shaped_inputs")
+                new = [n for n in e.inputs if n not in getattr(self, learned)]
+                if not new or any(values[n] is None for n in new):
                     raise
-                self.pinned_inputs += tuple(new)
+                setattr(self, learned, getattr(self, learned) + tuple(new))
+
+
+def _value(value, name: str):
+    """An input as xlac.load's model takes it: an array, a list of arrays (a sequence) or
+    None (an empty optional)."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return [_array(v, f"{name}[{k}]") for k, v in enumerate(value)]
+    return _array(value, name)
+
+
+def _shape(value):
+    """What ``input_shapes`` pins for a value: its shape, or its elements' shapes."""
+    return [a.shape for a in value] if isinstance(value, list) else value.shape
 
 
 def _array(value, name: str) -> np.ndarray:
     if isinstance(value, onnx.TensorProto):
         return numpy_helper.to_array(value)
     if value is None or isinstance(value, (list, tuple, dict)):
-        raise XlacError(f"input '{name}' is a {type(value).__name__}; xlac takes tensors only")
+        raise XlacError(f"input '{name}' is a {type(value).__name__}, where a tensor is "
+                        "expected")
     return value if isinstance(value, np.ndarray) else np.asarray(value)
 
 

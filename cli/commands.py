@@ -215,7 +215,10 @@ def run_command(args) -> int:
         prepared = _prepare(args, folder)
         m = prepared.model
         arrays, notes = _inputs(m, args.input, args.seed)
-        outputs = m(*arrays)
+        # The flat tensors of NAME_run_v, as m.inputs and m.outputs list them (a sequence's
+        # elements one by one).
+        outputs = [np.empty(t.shape, t.dtype) for t in m.outputs]
+        m.run(arrays, outputs, m.new_arena())
     print(_model_line(prepared))
     for line in notes:
         print(line)

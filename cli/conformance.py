@@ -208,9 +208,25 @@ def _expected(value):
     return np.asarray(value) if isinstance(value, np.generic) else value
 
 
+def _kind(value) -> str:
+    return ("an empty optional" if value is None else
+            f"a sequence of {len(value)}" if isinstance(value, list) else "a tensor")
+
+
 def _compare(expected, got, rtol: float, atol: float) -> str | None:
-    """None if ``got`` matches ``expected``, else why not."""
+    """None if ``got`` matches ``expected``, else why not. A sequence is a list, compared
+    element by element; an empty optional is None."""
     expected = _expected(expected)
+    if isinstance(expected, list) and isinstance(got, list) and len(expected) == len(got):
+        for k, (e, g) in enumerate(zip(expected, got)):
+            why = _compare(e, g, rtol, atol)
+            if why is not None:
+                return f"element {k}: {why}"
+        return None
+    if expected is None or got is None or isinstance(expected, list) or isinstance(got, list):
+        if expected is None and got is None:
+            return None
+        return f"{_kind(got)}, expected {_kind(expected)}"
     if not isinstance(expected, np.ndarray):
         return f"expected a {type(expected).__name__}, got a tensor"
     got = np.asarray(got)

@@ -53,16 +53,22 @@ class CompileResult:
         return self.paths[1]
 
 
-def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
-    """``"x=1x3x224x224"`` -> ``("x", (1, 3, 224, 224))``; the name may itself hold '='."""
+def parse_input_shape(text: str) -> tuple[str, tuple[int, ...] | list[tuple[int, ...]]]:
+    """``"x=1x3x224x224"`` -> ``("x", (1, 3, 224, 224))``; a sequence input's element
+    shapes in brackets, ``"s=[2x3,4x3]"`` -> ``("s", [(2, 3), (4, 3)])`` (``"s=[]"``: empty);
+    the name may itself hold '='."""
     name, eq, dims = text.rpartition("=")
-    if not eq or not name or not re.fullmatch(r"\d+(x\d+)*", dims):
+    shape = r"\d+(x\d+)*"
+    if not eq or not name or not re.fullmatch(rf"{shape}|\[({shape}(,{shape})*)?\]", dims):
         raise XlacError(f"bad --input-shape '{text}': expected NAME=DIMxDIMx..., "
-                        "e.g. input=1x3x224x224")
+                        "e.g. input=1x3x224x224, or for a sequence input one shape per "
+                        "element in brackets, e.g. 'seq=[2x3,4x3]'")
+    if dims.startswith("["):
+        return name, [tuple(int(d) for d in e.split("x")) for e in dims[1:-1].split(",") if e]
     return name, tuple(int(d) for d in dims.split("x"))
 
 
-def input_shapes_from(specs: list[str]) -> dict[str, tuple[int, ...]]:
+def input_shapes_from(specs: list[str]) -> dict:
     """``["x=1x64", ...]`` (repeated ``--input-shape``) -> ``{"x": (1, 64), ...}``."""
     shapes: dict[str, tuple[int, ...]] = {}
     for spec in specs:
@@ -141,7 +147,7 @@ def load_const_input(text: str) -> tuple[str, "np.ndarray"]:
 
 def compile(model, output, *, name: str | None = None, target: str | None = None,
             cpu: str | None = None, features: str | None = None, emit: str = "obj",
-            input_shapes: dict | None = None,
+            input_shapes: dict | None = None, absent_inputs=None,
             opt_level: int = 2, report: bool = False, dump_passes=None,
             const_inputs: dict | None = None, strict: bool = False, parallel: bool = False,
             progress: Progress | None = None) -> CompileResult:
@@ -152,9 +158,12 @@ def compile(model, output, *, name: str | None = None, target: str | None = None
     separated. ``emit`` picks what ``output`` holds: an object file (``obj``), a static
     library of it and the runtime objects it needs (``lib``), assembly (``asm``),
     optimized LLVM IR (``llvm``) or the optimized HLO text (``hlo``). ``input_shapes``
-    maps input names to dims that pin dynamic dimensions. ``const_inputs`` maps input
-    names to arrays: those inputs become weights and leave the signature (for inputs that
-    give shapes, axes or counts). ``dump_passes`` names a
+    maps input names to dims that pin dynamic dimensions, and a sequence input's name to
+    a list of dims, one per element (its length and element shapes: each element is an
+    argument of NAME_run). ``absent_inputs`` names optional inputs compiled empty (they
+    leave the signature). ``const_inputs`` maps input names to arrays: those inputs
+    become weights and leave the signature (for inputs that give shapes, axes or
+    counts). ``dump_passes`` names a
     folder that receives the HLO after each pass. Raises ``XlacError`` for bad input;
     warns (``XlacWarning``) where the model may be compiled wrong (an ONNX opset newer
     than the onnx package knows), which ``strict`` makes an error. ``parallel`` adds
@@ -171,6 +180,7 @@ def compile(model, output, *, name: str | None = None, target: str | None = None
             return _compile(model, output, name=name, target=target, cpu=cpu,
                             features=features, emit_kind=emit,
                             input_shapes=input_shapes or {}, const_inputs=const_inputs or {},
+                            absent_inputs=absent_inputs,
                             opt_level=opt_level, want_report=report, dump_passes=dump_passes,
                             parallel=parallel, progress=progress or Progress())
         except XlacWarning as w:
@@ -185,7 +195,7 @@ def _check_mapping(what: str, value, example: str) -> None:
 
 
 def _compile(model, output, *, name, target, cpu, features, emit_kind, input_shapes,
-             const_inputs, opt_level, want_report, dump_passes, parallel: bool,
+             const_inputs, absent_inputs, opt_level, want_report, dump_passes, parallel: bool,
              progress: Progress) -> CompileResult:
     output = Path(os.fspath(output))
     header = output.with_suffix(".h")
@@ -204,7 +214,7 @@ def _compile(model, output, *, name, target, cpu, features, emit_kind, input_sha
     with progress:
         with progress.stage("import"):
             module = import_onnx(model, input_shapes=input_shapes, name=name,
-                                 const_inputs=const_inputs)
+                                 const_inputs=const_inputs, absent_inputs=absent_inputs)
             imported_ops = op_counts(module)
             if dump is not None:
                 dump("imported", module)
@@ -226,7 +236,7 @@ def _compile(model, output, *, name, target, cpu, features, emit_kind, input_sha
                 # loop needs no such buffer and runs about as fast at batch 1. Footprint
                 # first: the other form wins when its arena is smaller.
                 other = import_onnx(model, input_shapes=input_shapes, name=name,
-                                    const_inputs=const_inputs,
+                                    const_inputs=const_inputs, absent_inputs=absent_inputs,
                                     hoist_recurrent_projection=False)
                 other_ops = op_counts(other)
                 optimize(other, opt_level=opt_level, dump=dump and (

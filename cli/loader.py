@@ -5,6 +5,11 @@
     m.inputs, m.outputs, m.arena_size         # from NAME_info
     m.run([x], [y], m.new_arena())            # caller-managed memory
 
+``m(...)`` takes and returns the model's own inputs and outputs: a list of arrays for a
+sequence, None for an optional output compiled empty (an optional input compiled empty
+is no argument). ``run`` and ``bind`` take the flat tensors of NAME_run_v, ``m.inputs``
+and ``m.outputs``; ``m.input_values`` and ``m.output_values`` say which make which.
+
 The object and ``runtime_c/xlac_runtime.c`` are linked by the system C compiler
 (``cc -shared -fPIC``) into a shared library kept in a cache folder, keyed by a
 hash of the object, the runtime sources and NAME, so loading the same object
@@ -36,13 +41,14 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from . import cache, runtime_c
-from .emitter.info import XLAC_DTYPE
+from .emitter.info import XLAC_DTYPE, XLAC_VALUE_KIND
 from .hlo import XlacError
 
 RUNTIME_DIR = Path(os.path.dirname(runtime_c.__file__))
 
 # enum xlac_dtype of xlac_runtime.h (the numbering is ABI) -> our DType (.np: numpy).
 _XLAC_DTYPES = {number: dtype for dtype, number in XLAC_DTYPE.items()}
+_VALUE_KINDS = {number: kind for kind, number in XLAC_VALUE_KIND.items()}
 
 # The declarations of xlac_runtime.h that cffi needs (cffi's cdef takes no
 # preprocessor lines, so the header cannot be fed to it as is).
@@ -51,11 +57,16 @@ typedef struct xlac_tensor_info {
   const char *name; const char *c_name; int32_t dtype; int32_t rank;
   const int64_t *dims; uint64_t size_bytes;
 } xlac_tensor_info;
+typedef struct xlac_value_info {
+  const char *name; int32_t kind; int32_t optional; int32_t first; int32_t count;
+} xlac_value_info;
 typedef struct xlac_model_info {
   const char *name; const char *target_triple; const char *target_cpu;
   const char *target_features; uint64_t arena_size; uint64_t arena_align;
   int32_t num_inputs; int32_t num_outputs;
   const xlac_tensor_info *inputs; const xlac_tensor_info *outputs;
+  int32_t num_input_values; int32_t num_output_values;
+  const xlac_value_info *input_values; const xlac_value_info *output_values;
 } xlac_model_info;
 const char *xlac_status_string(int status);
 typedef struct xlac_threadpool {
@@ -77,6 +88,17 @@ class TensorInfo:
 
 
 @dataclass(frozen=True)
+class ValueInfo:
+    """An input or output of the source model over the flat tensors: ``count`` of them
+    from ``first``."""
+    name: str
+    kind: str                  # "tensor", "sequence" or "absent" (an optional compiled empty)
+    optional: bool
+    first: int
+    count: int
+
+
+@dataclass(frozen=True)
 class ModelInfo:
     """NAME_info, read into Python values."""
     name: str
@@ -87,6 +109,8 @@ class ModelInfo:
     arena_align: int
     inputs: tuple[TensorInfo, ...]
     outputs: tuple[TensorInfo, ...]
+    input_values: tuple[ValueInfo, ...]
+    output_values: tuple[ValueInfo, ...]
 
 
 @dataclass(frozen=True)
@@ -210,13 +234,20 @@ def _tensor_infos(ffi, array, count: int) -> tuple[TensorInfo, ...]:
     return tuple(out)
 
 
+def _value_infos(ffi, array, count: int) -> tuple[ValueInfo, ...]:
+    return tuple(ValueInfo(ffi.string(v.name).decode(), _VALUE_KINDS[v.kind], bool(v.optional),
+                           v.first, v.count) for v in (array[k] for k in range(count)))
+
+
 def _model_info(ffi, info) -> ModelInfo:
     return ModelInfo(
         ffi.string(info.name).decode(), ffi.string(info.target_triple).decode(),
         ffi.string(info.target_cpu).decode(), ffi.string(info.target_features).decode(),
         info.arena_size, info.arena_align,
         _tensor_infos(ffi, info.inputs, info.num_inputs),
-        _tensor_infos(ffi, info.outputs, info.num_outputs))
+        _tensor_infos(ffi, info.outputs, info.num_outputs),
+        _value_infos(ffi, info.input_values, info.num_input_values),
+        _value_infos(ffi, info.output_values, info.num_output_values))
 
 
 def _ports_text(tensors: tuple[TensorInfo, ...]) -> str:
@@ -279,6 +310,16 @@ class Model:
     def outputs(self) -> tuple[TensorInfo, ...]:
         return self.info.outputs
 
+    @property
+    def input_values(self) -> tuple[ValueInfo, ...]:
+        """The model's own inputs over ``inputs`` (a sequence is several, an absent
+        optional none)."""
+        return self.info.input_values
+
+    @property
+    def output_values(self) -> tuple[ValueInfo, ...]:
+        return self.info.output_values
+
     def __repr__(self) -> str:
         return (f"<xlac.Model {self.name} ({_ports_text(self.inputs)}) -> "
                 f"({_ports_text(self.outputs)})>")
@@ -296,13 +337,35 @@ class Model:
             arena = self._arenas.arena = self.new_arena()
         return arena
 
-    def __call__(self, *inputs) -> list[np.ndarray]:
-        """Run on ``inputs`` (array-likes, in graph order) with this thread's arena;
-        returns new output arrays."""
-        arrays = self._check_inputs(inputs)
+    def __call__(self, *inputs) -> list:
+        """Run on ``inputs`` (array-likes in graph order; a list of them for a sequence; no
+        argument for an optional compiled empty) with this thread's arena; returns new
+        output arrays (a list of them for a sequence, None for an empty optional)."""
+        arrays = self._check_inputs(self._flat_inputs(inputs))
         outputs = [np.empty(t.shape, dtype=t.dtype) for t in self.outputs]
         self._call(arrays, outputs, self._thread_arena())
-        return outputs
+        return [None if v.kind == "absent" else
+                outputs[v.first:v.first + v.count] if v.kind == "sequence" else
+                outputs[v.first] for v in self.output_values]
+
+    def _flat_inputs(self, inputs) -> list:
+        """The tensors of the model's inputs, in NAME_run_v's order."""
+        values = [v for v in self.input_values if v.kind != "absent"]
+        if len(inputs) != len(values):
+            raise XlacError(f"{self.name} takes {len(values)} input(s) "
+                            f"({', '.join(v.name for v in values)}), got {len(inputs)}")
+        flat = []
+        for v, x in zip(values, inputs):
+            if v.kind == "tensor":
+                flat.append(x)
+            elif not isinstance(x, (list, tuple)) or len(x) != v.count:
+                got = (f"{len(x)} element(s)" if isinstance(x, (list, tuple))
+                       else f"a {type(x).__name__}")
+                raise XlacError(f"input '{v.name}' is a sequence of {v.count} tensor(s), "
+                                f"given as a list; got {got}")
+            else:
+                flat.extend(x)
+        return flat
 
     def run(self, inputs, outputs, arena) -> None:
         """Run with caller-provided memory: ``outputs`` are C-contiguous, writable arrays

@@ -2,7 +2,8 @@
 
     xlac MODEL.onnx -o OUT.o [--name NAME] [--target TRIPLE] [--cpu CPU] [--features +F,-G]
          [--emit obj|lib|asm|llvm|hlo] [--input-shape NAME=1x3x224x224 ...]
-         [--const-input NAME=FILE.npy ...] [--report] [--report-json FILE]
+         [--const-input NAME=FILE.npy ...] [--absent-input NAME ...] [--report]
+         [--report-json FILE]
          [--report-memory[=FILE.svg]] [--dump-passes DIR] [-O0|-O1|-O2|-O3] [--strict]
     xlac --runtime-dir
     xlac --cmake-dir
@@ -71,10 +72,14 @@ def _parser() -> argparse.ArgumentParser:
                    help="what OUT holds: object code (default), a static library (the object "
                    "and the runtime objects it needs), assembly, LLVM IR or HLO text")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMxDIM...",
-                   help="pin the shape of an input with dynamic dimensions (repeatable)")
+                   help="pin the shape of an input with dynamic dimensions; a sequence "
+                   "input's element shapes in brackets, NAME=[2x3,4x3] (repeatable)")
     p.add_argument("--const-input", action="append", default=[], metavar="NAME=FILE.npy",
                    help="compile input NAME as a constant with the value in FILE.npy, for "
                    "inputs that give shapes, axes or counts (repeatable)")
+    p.add_argument("--absent-input", action="append", default=[], metavar="NAME",
+                   help="compile optional input NAME empty; it leaves the signature "
+                   "(repeatable)")
     p.add_argument("--report", action="store_true",
                    help="print op counts, fusions, memory and compile times to stdout")
     p.add_argument("--report-json", metavar="FILE", help="write the report as JSON to FILE")
@@ -138,7 +143,8 @@ def _run(argv) -> int:
     result = compile(args.model, args.output, name=args.name, target=args.target,
                      cpu=args.cpu, features=args.features, emit=args.emit,
                      input_shapes=input_shapes_from(args.input_shape),
-                     const_inputs=const_inputs_from(args.const_input), opt_level=args.opt_level,
+                     const_inputs=const_inputs_from(args.const_input),
+                     absent_inputs=args.absent_input, opt_level=args.opt_level,
                      report=want_report, strict=args.strict, parallel=args.parallel,
                      dump_passes=args.dump_passes, progress=Progress(sys.stderr))
     if args.report_json is not None:

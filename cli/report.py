@@ -13,6 +13,8 @@ own (views, producers written into a concatenation's slice) and
 ``in_place_buffers`` results written over an operand. ``memory`` is where the arena
 goes (memory_report.py: ``--report-memory``). ``notes`` are what the importer did with
 the file that a user should know (declared shapes that shape inference overrules).
+``signature`` is NAME_run's flattened argument list per model input and output: a
+sequence one argument per element, an optional compiled empty none.
 
 What the model costs on the target, the three figures an embedded engineer budgets:
 ``flash_bytes`` from the object's sections (``code``, ``weights``: the model's constant
@@ -29,6 +31,7 @@ from collections import Counter
 
 import numpy as np
 
+from .emitter.interface import model_interface
 from .hlo import Module, Opcode
 from .memory_report import memory_section
 from .optimizer import BufferAssignment
@@ -66,6 +69,19 @@ def weight_bytes(module: Module) -> int:
     return sum(distinct.values())
 
 
+def signature_section(module: Module, name: str) -> dict:
+    """The model's inputs and outputs with the arguments of NAME_run that hold them."""
+    interface = model_interface(module, name)
+
+    def values(which: str) -> list[dict]:
+        return [{"name": v.name, "kind": v.kind, "optional": v.optional,
+                 "arguments": [{"name": p.name, "c_name": p.c_name, "dtype": p.dtype.name,
+                                "dims": list(p.dims)} for p in interface.ports_of(v, which)]}
+                for v in (interface.input_values if which == "inputs"
+                          else interface.output_values)]
+    return {"inputs": values("inputs"), "outputs": values("outputs")}
+
+
 def build_report(*, name: str, target, imported_ops: dict[str, int], module: Module,
                  assignment: BufferAssignment, onnx_order_bound: int | None,
                  times: dict[str, float], files: list[str],
@@ -85,6 +101,7 @@ def build_report(*, name: str, target, imported_ops: dict[str, int], module: Mod
         "files": files,
         "imported_ops": imported_ops,
         "const_inputs": list(const_inputs),
+        "signature": signature_section(module, name),
         "ops": op_counts(module),
         "fusions": fusion_summary(module),
         "weight_bytes": weight_bytes(module),
@@ -135,6 +152,25 @@ def _ram_line(ram: dict) -> str:
             f"static data {data}")
 
 
+def _signature_text(values: list[dict]) -> str:
+    """``x f32[1x64]; seq: a sequence of 2, seq_0 f32[2x3], seq_1 f32[4x3]; ...``"""
+    def argument(a: dict) -> str:
+        return f"{a['c_name']} {a['dtype']}[{'x'.join(map(str, a['dims']))}]"
+    parts = []
+    for v in values:
+        args = ", ".join(argument(a) for a in v["arguments"])
+        optional = "an optional, " if v["optional"] else ""
+        if v["kind"] == "absent":
+            parts.append(f"{v['name']}: an optional compiled empty, no argument")
+        elif v["kind"] == "sequence":
+            parts.append(f"{v['name']}: {optional}a sequence of {len(v['arguments'])}"
+                         + (f", {args}" if args else ""))
+        else:
+            parts.append(f"{v['name']}: {optional}{args}" if optional or
+                         v["name"] != v["arguments"][0]["c_name"] else args)
+    return "; ".join(parts) or "none"
+
+
 def format_report(report: dict) -> str:
     t = report["target"]
     fusions = report["fusions"]
@@ -150,6 +186,8 @@ def format_report(report: dict) -> str:
         f"{_counts_text(report['imported_ops'])}",
         *([f"  constant inputs     {', '.join(report['const_inputs'])} (weights now, not "
            "in the signature)"] if report["const_inputs"] else []),
+        f"  inputs              {_signature_text(report['signature']['inputs'])}",
+        f"  outputs             {_signature_text(report['signature']['outputs'])}",
         f"  optimized ops       {sum(report['ops'].values())}: {_counts_text(report['ops'])}",
         f"  fusions             {len(fusions)}, holding {fused_ops} ops",
         f"  weight bytes        {_bytes_text(report['weight_bytes'])}",

@@ -41,6 +41,35 @@ def _port_lines(name: str, kind: str, k: int, port: Port) -> list[str]:
     ]
 
 
+def _value_lines(interface: ModelInterface) -> list[str]:
+    """Which arguments of NAME_run make each sequence or optional input and output of the
+    model (nothing for a model of tensors only, whose arguments are its inputs and
+    outputs one to one)."""
+    values = [(w, v) for w in ("inputs", "outputs")
+              for v in (interface.input_values if w == "inputs" else interface.output_values)]
+    if all(v.kind == "tensor" and not v.optional for _, v in values):
+        return []
+    out = [f"/* The model's inputs and outputs as arguments of {interface.name}_run: a "
+           "sequence is one",
+           "   argument per element (its length fixed at compile time), an optional its",
+           "   content, or no argument when compiled empty."]
+    for which, v in values:
+        ports = interface.ports_of(v, which)
+        what = f"   {which[:-1]} \"{_comment_text(v.name)}\": "
+        opt = "an optional " if v.optional else ""
+        if v.kind == "absent":
+            out.append(what + "an optional compiled empty: no argument")
+        elif v.kind == "sequence":
+            args = ", ".join(p.c_name for p in ports) or "no argument"
+            out += _wrap(f"{opt}{'holding ' if opt else ''}a sequence of {v.count} "
+                         f"tensor{'s' if v.count != 1 else ''}: {args}".split(), "     ",
+                         first=what)
+        else:
+            out.append(what + f"{opt}{'holding ' if opt else ''}a tensor: {ports[0].c_name}")
+    out[-1] += " */"
+    return out + [""]
+
+
 def _wrap(words: list[str], indent: str, first: str = "", width: int = 88) -> list[str]:
     """``words`` joined by spaces into lines of at most ``width`` characters; the first
     line starts with ``first``, the others with ``indent``."""
@@ -141,6 +170,7 @@ def render_header(interface: ModelInterface, target: TargetInfo, arena_size: int
         f"#define {name}_NUM_INPUTS {len(interface.inputs)}",
         f"#define {name}_NUM_OUTPUTS {len(interface.outputs)}",
         "",
+        *_value_lines(interface),
     ]
     for kind, ports in (("input", interface.inputs), ("output", interface.outputs)):
         for k, port in enumerate(ports):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ..hlo import dtypes
+from ..hlo import ValueSpec, dtypes
 from .interface import ModelInterface, Port
 from .irutil import I32, I64, I8, PTR
 from .target import TargetInfo
@@ -24,9 +24,15 @@ XLAC_DTYPE = {
 
 # struct xlac_tensor_info {name, c_name, dtype, rank, dims, size_bytes}
 TENSOR_INFO = ir.LiteralStructType([PTR, PTR, I32, I32, PTR, I64])
+# enum xlac_value_kind: ABI as XLAC_DTYPE is.
+XLAC_VALUE_KIND = {"tensor": 0, "sequence": 1, "absent": 2}
+# struct xlac_value_info {name, kind, optional, first, count}
+VALUE_INFO = ir.LiteralStructType([PTR, I32, I32, I32, I32])
 # struct xlac_model_info {name, triple, cpu, features, arena_size, arena_align,
-#                         num_inputs, num_outputs, inputs, outputs}
-MODEL_INFO = ir.LiteralStructType([PTR, PTR, PTR, PTR, I64, I64, I32, I32, PTR, PTR])
+#                         num_inputs, num_outputs, inputs, outputs,
+#                         num_input_values, num_output_values, input_values, output_values}
+MODEL_INFO = ir.LiteralStructType([PTR, PTR, PTR, PTR, I64, I64, I32, I32, PTR, PTR,
+                                   I32, I32, PTR, PTR])
 
 
 class _Strings:
@@ -66,6 +72,20 @@ def _tensor_infos(llvm_module, strings, ports: tuple[Port, ...], prefix: str):
     return _private_constant(llvm_module, f"{prefix}tensors", array)
 
 
+def _value_infos(llvm_module, strings, values: tuple[ValueSpec, ...], prefix: str):
+    entries, first = [], 0
+    for v in values:
+        entries.append(ir.Constant(VALUE_INFO, [
+            strings(v.name), ir.Constant(I32, XLAC_VALUE_KIND[v.kind]),
+            ir.Constant(I32, int(v.optional)), ir.Constant(I32, first),
+            ir.Constant(I32, v.count)]))
+        first += v.count
+    if not entries:
+        return ir.Constant(PTR, None)
+    array = ir.Constant(ir.ArrayType(VALUE_INFO, len(entries)), entries)
+    return _private_constant(llvm_module, f"{prefix}values", array)
+
+
 def emit_model_info(llvm_module: ir.Module, interface: ModelInterface, target: TargetInfo,
                     arena_size: int, arena_align: int) -> ir.GlobalVariable:
     """Define the exported constant ``NAME_info``."""
@@ -77,6 +97,10 @@ def emit_model_info(llvm_module: ir.Module, interface: ModelInterface, target: T
         ir.Constant(I32, len(interface.inputs)), ir.Constant(I32, len(interface.outputs)),
         _tensor_infos(llvm_module, strings, interface.inputs, prefix),
         _tensor_infos(llvm_module, strings, interface.outputs, prefix),
+        ir.Constant(I32, len(interface.input_values)),
+        ir.Constant(I32, len(interface.output_values)),
+        _value_infos(llvm_module, strings, interface.input_values, prefix),
+        _value_infos(llvm_module, strings, interface.output_values, prefix),
     ])
     g = ir.GlobalVariable(llvm_module, MODEL_INFO, f"{interface.name}_info")
     g.global_constant = True

@@ -1,14 +1,17 @@
 """The model's C interface: NAME and each input / output with its C identifier.
 
 Built once per emission so the header, the NAME_info descriptor and the typed entry
-point agree on names, order and sizes.
+point agree on names, order and sizes. The ports are flat tensors; ``input_values`` and
+``output_values`` say which ports make which input or output of the source model (a
+sequence one port per element, named NAME_0, NAME_1, ... in C; an optional compiled
+empty none).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
 
-from ..hlo import DType, Module, TensorSpec
+from ..hlo import DType, Module, Signature, TensorSpec, ValueSpec
 from .names import unique_c_identifiers
 
 
@@ -33,21 +36,34 @@ class ModelInterface:
     name: str
     inputs: tuple[Port, ...]
     outputs: tuple[Port, ...]
+    input_values: tuple[ValueSpec, ...]
+    output_values: tuple[ValueSpec, ...]
+
+    def ports_of(self, value: ValueSpec, which: str) -> tuple[Port, ...]:
+        """The ports of one of ``input_values`` / ``output_values`` ("inputs" / "outputs")."""
+        values = self.input_values if which == "inputs" else self.output_values
+        ports = self.inputs if which == "inputs" else self.outputs
+        first = sum(v.count for v in values[:values.index(value)])
+        return ports[first:first + value.count]
 
 
 def model_interface(module: Module, name: str) -> ModelInterface:
     """Inputs and outputs from ``module.signature``, or, for modules built without one,
     from the entry parameters and outputs (named after their instructions)."""
     sig = module.signature
-    if sig is not None:
-        inputs, outputs = list(sig.inputs), list(sig.outputs)
-    else:
-        inputs = [TensorSpec(p.name, p.shape.dtype, p.shape.dims)
-                  for p in module.entry.parameters]
-        outputs = [TensorSpec(o.name, o.shape.dtype, o.shape.dims)
-                   for o in module.output_instructions]
+    if sig is None:
+        sig = Signature([TensorSpec(p.name, p.shape.dtype, p.shape.dims)
+                          for p in module.entry.parameters],
+                         [TensorSpec(o.name, o.shape.dtype, o.shape.dims)
+                          for o in module.output_instructions])
+    inputs, outputs = list(sig.inputs), list(sig.outputs)
+    values = {w: tuple(sig.values(w)) for w in ("inputs", "outputs")}
+    # A sequence's element k is NAME_k in C (its port name, "NAME[k]", is no identifier).
+    bases = [f"{v.name}_{k}" if v.kind == "sequence" else v.name
+             for w in ("inputs", "outputs") for v in values[w] for k in range(v.count)]
     # Inputs and outputs share one parameter list, so their C names are unique together.
-    c_names = unique_c_identifiers([t.name for t in inputs + outputs])
+    c_names = unique_c_identifiers(bases)
     ports = [Port(t.name, c, t.dtype, tuple(t.dims)) for t, c in zip(inputs + outputs, c_names)]
-    return ModelInterface(name, tuple(ports[:len(inputs)]), tuple(ports[len(inputs):]))
+    return ModelInterface(name, tuple(ports[:len(inputs)]), tuple(ports[len(inputs):]),
+                          values["inputs"], values["outputs"])
 

@@ -5,14 +5,14 @@ from .attributes import (ConvDimensionNumbers, DotDimensionNumbers, GatherDimens
 from .builder import Builder, scalar_computation
 from .dtypes import DType
 from .errors import XlacError, XlacWarning
-from .ir import Computation, Instruction, Module, OpMetadata, Signature, TensorSpec
+from .ir import Computation, Instruction, Module, OpMetadata, Signature, TensorSpec, ValueSpec
 from .opcodes import Opcode
 from .shape import Shape
 from .shape_inference import ShapeError, infer_shape
 
 __all__ = [
     "dtypes", "DType", "Shape", "Opcode", "Instruction", "Computation", "Module", "OpMetadata",
-    "Signature", "TensorSpec", "Builder", "scalar_computation", "infer_shape", "ShapeError",
+    "Signature", "TensorSpec", "ValueSpec", "Builder", "scalar_computation", "infer_shape", "ShapeError",
     "XlacError", "XlacWarning", "Window", "ConvDimensionNumbers", "DotDimensionNumbers",
     "GatherDimensionNumbers", "PaddingConfig", "ScatterDimensionNumbers", "SliceSpec",
 ]

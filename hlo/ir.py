@@ -153,10 +153,35 @@ class TensorSpec:
     dims: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class ValueSpec:
+    """A named input or output of the source model as the model declares it, over the
+    flat tensors of the signature: a tensor (``count`` 1), a sequence (its elements, any
+    number: each a tensor of its own shape) or an optional's content, which is nothing
+    when it is compiled empty (``kind`` "absent", ``count`` 0). Its tensors are the next
+    ``count`` entries of ``Signature.inputs`` / ``outputs``."""
+    name: str
+    kind: str                  # "tensor", "sequence" or "absent"
+    count: int
+    optional: bool = False     # the model declares it an optional
+
+    KINDS = ("tensor", "sequence", "absent")
+
+
 @dataclass
 class Signature:
     inputs: list[TensorSpec] = field(default_factory=list)    # entry parameter i
     outputs: list[TensorSpec] = field(default_factory=list)   # root, or tuple element i
+    # The model's own inputs and outputs over those tensors; empty: one tensor each.
+    input_values: list[ValueSpec] = field(default_factory=list)
+    output_values: list[ValueSpec] = field(default_factory=list)
+
+    def values(self, which: str) -> list[ValueSpec]:
+        """``input_values`` or ``output_values`` ("inputs" / "outputs"), or one tensor
+        value per tensor where the front end gave none."""
+        given = self.input_values if which == "inputs" else self.output_values
+        tensors = self.inputs if which == "inputs" else self.outputs
+        return list(given) or [ValueSpec(t.name, "tensor", 1) for t in tensors]
 
 
 class Module:

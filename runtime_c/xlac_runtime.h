@@ -62,6 +62,24 @@ typedef struct xlac_tensor_info {
   uint64_t size_bytes;   /* bytes of the dense buffer */
 } xlac_tensor_info;
 
+/* What an input or output of the source model is in compiled code; the numbering is
+   part of the ABI. A sequence's length and an optional's presence are fixed at compile
+   time: a sequence is one tensor per element, an optional its content or nothing. */
+typedef enum xlac_value_kind {
+  XLAC_VALUE_TENSOR = 0,    /* one tensor */
+  XLAC_VALUE_SEQUENCE = 1,  /* count tensors: elements 0 .. count - 1, in order */
+  XLAC_VALUE_ABSENT = 2     /* an optional compiled empty: no tensor */
+} xlac_value_kind;
+
+/* One input or output of the source model over the tensors of xlac_model_info. */
+typedef struct xlac_value_info {
+  const char *name;      /* name in the source model */
+  int32_t kind;          /* an xlac_value_kind */
+  int32_t optional;      /* 1 where the model declares it an optional */
+  int32_t first;         /* index of its first tensor in inputs / outputs */
+  int32_t count;         /* its tensors: 1, a sequence's length, 0 when absent */
+} xlac_value_info;
+
 /* Everything a generic driver needs to call NAME_run_v. */
 typedef struct xlac_model_info {
   const char *name;             /* NAME, the symbol prefix */
@@ -70,10 +88,16 @@ typedef struct xlac_model_info {
   const char *target_features;
   uint64_t arena_size;          /* == NAME_ARENA_SIZE */
   uint64_t arena_align;         /* == NAME_ARENA_ALIGN */
-  int32_t num_inputs;
+  int32_t num_inputs;           /* tensors NAME_run_v takes and writes */
   int32_t num_outputs;
   const xlac_tensor_info *inputs;
   const xlac_tensor_info *outputs;
+  /* The source model's inputs and outputs over those tensors (appended fields: a
+     model of tensors only has one value per tensor). */
+  int32_t num_input_values;
+  int32_t num_output_values;
+  const xlac_value_info *input_values;
+  const xlac_value_info *output_values;
 } xlac_model_info;
 
 /* The caller's parallel-for, for NAME_run_parallel (models compiled with --parallel).

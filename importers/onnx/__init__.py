@@ -1,5 +1,5 @@
-"""The ONNX front end: ``import_onnx(model, input_shapes=None, name=None, const_inputs=None)
--> Module``.
+"""The ONNX front end: ``import_onnx(model, input_shapes=None, name=None, const_inputs=None,
+absent_inputs=None) -> Module``.
 
 One module per op family registers its handlers in ``registry`` on import.
 """
@@ -7,10 +7,10 @@ One module per op family registers its handlers in ``registry`` on import.
 from . import (activations, cast, control, conv, elementwise, image, indexing,  # noqa: F401
                linalg, loss, math, ml, ml_models, nn, normalization, quantization, reduce,
                rnn, sequence, signal, sort, tensor, text, transformer)
-from .context import ConstantInputNeeded
+from .context import ConstantInputNeeded, InputShapeNeeded
 from .importer import import_onnx, pin_const_inputs
 from .registry import supported_ops
 from .scope import OUT_OF_SCOPE, OUT_OF_SCOPE_IN_PART, OutOfScope
 
 __all__ = ["import_onnx", "pin_const_inputs", "supported_ops", "ConstantInputNeeded",
-           "OutOfScope", "OUT_OF_SCOPE", "OUT_OF_SCOPE_IN_PART"]
+           "InputShapeNeeded", "OutOfScope", "OUT_OF_SCOPE", "OUT_OF_SCOPE_IN_PART"]

@@ -41,6 +41,16 @@ class ConstantInputNeeded(XlacError):
         self.inputs = inputs
 
 
+class InputShapeNeeded(XlacError):
+    """A model input whose shape compiled code must fix is not pinned: a dynamic dimension,
+    a sequence's length and element shapes. ``inputs`` names them (pin them with
+    ``input_shapes`` / ``--input-shape``)."""
+
+    def __init__(self, message: str, inputs: tuple[str, ...], cli: str | None = None):
+        super().__init__(message, cli=cli)
+        self.inputs = inputs
+
+
 class DataDependentShape(ConstantInputNeeded, OutOfScope):
     """An output shape computed from the values of a data input (an image, audio, tokens):
     out of scope, as compiled code has shapes fixed at compile time. Still a

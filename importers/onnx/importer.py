@@ -4,11 +4,13 @@ The steps, in order, each with its own user-facing error:
   1. load (path, bytes or ModelProto)          "cannot read ONNX model ..."
      an opset newer than the onnx package knows: an XlacWarning
   2. every node, in subgraphs too, has a handler, and the graph's inputs and
-     outputs are tensors of numbers    "unsupported ONNX ops: A (node 'a'), ...;
+     outputs are tensors of numbers, or sequences or optionals of those
+                                       "unsupported ONNX ops: A (node 'a'), ...;
                                         out of scope: B (node 'b'): why" (scope.py)
      (before the checker, which stops at the first op it has no schema for)
   3. onnx.checker.check_model                  "invalid ONNX model ..."
-  4. pin constant inputs (they become weights), pin input shapes, reject dynamic dims
+  4. pin constant inputs (they become weights), pin input shapes (a sequence input's
+     length and element shapes; an optional input's absence), reject dynamic dims
                                                "input 'x' has dynamic dimension 'N' ..."
   5. onnx.shape_inference (strict)             "ONNX shape inference failed ..."
   6. lower nodes in graph order into one entry computation. Shapes come from
@@ -30,25 +32,30 @@ import onnx
 from onnx import numpy_helper
 
 from ...hlo import (Builder, Instruction, Module, OpMetadata, Shape, ShapeError, Signature,
-                    TensorSpec, XlacError, XlacWarning)
-from .context import ImportContext, kind_of, node_label
+                    TensorSpec, ValueSpec, XlacError, XlacWarning)
+from .context import (ImportContext, InputShapeNeeded, OptionalValue, Sequence, kind_of,
+                      node_label)
 from .model_file import (check_no_external_data, declared_dims, densify_sparse_initializers,
                          dims_text, disagreements, drop_declared_shapes, skeleton)
 from .registry import DEFAULT_DOMAIN, lookup
-from .scope import OutOfScope, check_value_type, out_of_scope_reason, strings_error
+from .scope import OutOfScope, boundary_type, out_of_scope_reason, strings_error
 from .types import hlo_dtype
 
 
 def import_onnx(model, input_shapes: dict | None = None, name: str | None = None,
-                const_inputs: dict | None = None,
+                const_inputs: dict | None = None, absent_inputs=None,
                 hoist_recurrent_projection: bool = True) -> Module:
     """Lower an ONNX model (path, bytes or ModelProto) to an HLO module.
 
     ``input_shapes`` maps input names to dims that replace the model's
-    (possibly dynamic) input shapes. ``const_inputs`` maps input names to arrays:
-    those inputs become weights with that value and leave the signature. Entry
-    parameter i is the i-th remaining graph input that has no initializer; the
-    entry root is the single output, or a tuple of all outputs in graph order.
+    (possibly dynamic) input shapes; a sequence input's to a list of dims, one per
+    element (its length and element shapes). ``const_inputs`` maps input names to arrays:
+    those inputs become weights with that value and leave the signature.
+    ``absent_inputs`` names optional inputs compiled empty; they leave the signature too.
+    The signature is flat: entry parameter i is the i-th tensor of the remaining graph
+    inputs that have no initializer (a sequence gives one per element); the entry root
+    is the single output tensor, or a tuple of all of them in graph order.
+    ``module.signature``'s values say which tensors make which model input and output.
     ``hoist_recurrent_projection``: RNN/GRU/LSTM compute the input projection of all
     steps before their loop (faster, a buffer of steps x batch x gates) or each step's
     in the loop (the smaller arena); see rnn.py.
@@ -57,15 +64,16 @@ def import_onnx(model, input_shapes: dict | None = None, name: str | None = None
     opsets = {_domain(o.domain): o.version for o in model.opset_import}
     _warn_future_opset(opsets.get(DEFAULT_DOMAIN, 0), source)
     _reject_unsupported(model.graph, opsets)
-    _reject_non_tensors(model.graph)
+    _check_boundary(model.graph)
     densify_sparse_initializers(model)
     _check(skeleton(model), source)
     pin_const_inputs(model, const_inputs or {})
-    _pin_input_shapes(model, input_shapes or {})
+    absent = _check_absent(model.graph, absent_inputs)
+    elements = _pin_input_shapes(model, input_shapes or {}, absent)
     _spell_out_function_defaults(model.graph, opsets)
     notes = _infer_shapes(model)
     module = _lower(model, opsets, name or model.graph.name or "model",
-                    hoist_recurrent_projection)
+                    hoist_recurrent_projection, elements, absent)
     module.notes.extend(notes)
     return module
 
@@ -162,16 +170,40 @@ def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
                       else [])]
 
 
-def _reject_non_tensors(graph: onnx.GraphProto) -> None:
-    """Sequences, optionals, maps and strings as model inputs or outputs are out of scope."""
+def _check_boundary(graph: onnx.GraphProto) -> None:
+    """Model inputs and outputs are tensors of numbers, or sequences or optionals of those:
+    maps and strings are out of scope. An output of no declared type is checked when it
+    is lowered."""
     initialized = {t.name for t in graph.initializer}
     values = [("input", vi) for vi in graph.input if vi.name not in initialized]
-    values += [("output", vi) for vi in graph.output]
+    values += [("output", vi) for vi in graph.output if vi.type.WhichOneof("value")]
     for kind, vi in values:
-        check_value_type(vi.type, f"{kind} '{vi.name}'")
-        if (vi.type.HasField("tensor_type")
-                and vi.type.tensor_type.elem_type == onnx.TensorProto.STRING):
+        if vi.type.WhichOneof("value") is None:
+            continue              # an input of no type: _pin_input_shapes says so
+        _, _, tt = boundary_type(vi.type, f"{kind} '{vi.name}'")
+        if tt.elem_type == onnx.TensorProto.STRING:
             raise strings_error(f"{kind} '{vi.name}'")
+
+
+def _check_absent(graph: onnx.GraphProto, absent_inputs) -> frozenset[str]:
+    """The names of ``absent_inputs``: each an optional model input."""
+    if absent_inputs is None:
+        return frozenset()
+    if isinstance(absent_inputs, (str, bytes)) or not all(
+            isinstance(n, str) for n in absent_inputs):
+        raise XlacError(f"absent_inputs must be a list of input names, e.g. "
+                        f"absent_inputs=[\"x\"]; got {absent_inputs!r}")
+    inputs = {i.name: i for i in _graph_inputs(graph)}
+    for n in absent_inputs:
+        vi = inputs.get(n)
+        if vi is None:
+            problem = (f"names '{n}', which is not a model input "
+                       f"(inputs: {', '.join(inputs) or 'none'})")
+            raise XlacError(f"absent_inputs {problem}", cli=f"--absent-input {problem}")
+        if vi.type.WhichOneof("value") != "optional_type":
+            problem = f"names input '{n}', which is not an optional: only an optional may be absent"
+            raise XlacError(f"absent_inputs {problem}", cli=f"--absent-input {problem}")
+    return frozenset(absent_inputs)
 
 
 def _graph_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
@@ -229,10 +261,13 @@ def pin_const_inputs(model: onnx.ModelProto, const_inputs: dict) -> None:
             graph.input.remove(inputs[n])
 
 
-def _pin_input_shapes(model: onnx.ModelProto, input_shapes: dict) -> None:
+def _pin_input_shapes(model: onnx.ModelProto, input_shapes: dict,
+                      absent: frozenset[str]) -> dict[str, list[list[int]]]:
     """Write ``input_shapes`` into the model's inputs (in place); every input dim must
     end up static. An initializer also listed as an input that ``input_shapes`` names
-    becomes a real input, as onnxruntime lets a caller override it."""
+    becomes a real input, as onnxruntime lets a caller override it. Returns the element
+    shapes of each sequence input, which its type cannot hold (it has one element
+    shape): the type gets what the elements share, for ONNX's shape inference."""
     graph = model.graph
     overridable = _overridable(graph)
     for n in input_shapes:
@@ -245,21 +280,36 @@ def _pin_input_shapes(model: onnx.ModelProto, input_shapes: dict) -> None:
             raise XlacError(f"input_shapes names {json.dumps(n)}, which is not a model input "
                             f"{known}", cli=f"--input-shape names '{n}', which is not a model "
                             f"input {known}")
+        if n in absent:
+            raise XlacError(f"input_shapes gives a shape to input '{n}', which absent_inputs "
+                            "names", cli=f"--input-shape gives a shape to input '{n}', which "
+                            "--absent-input names")
+    elements = {}
     for n, vi in inputs.items():
-        if not vi.type.HasField("tensor_type"):
-            raise XlacError(f"input '{n}' is not a tensor, which xlac does not support")
-        tt = vi.type.tensor_type
+        if n in absent:
+            continue
+        if vi.type.WhichOneof("value") is None:
+            raise XlacError(f"input '{n}' has no type, which xlac does not support")
+        kind, _, tt = boundary_type(vi.type, f"input '{n}'")
         hlo_dtype(tt.elem_type, f"input '{n}'")
         dims = declared_dims(tt)
-        if n in input_shapes:
+        if kind == "sequence":
+            if n not in input_shapes:
+                python, cli = sequence_pin_spelling(n, dims)
+                what = (f"input '{n}' is a sequence, whose length and element shapes compiled "
+                        "code fixes; pin them with ")
+                raise InputShapeNeeded(what + python, (n,), cli=what + cli)
+            elements[n] = _check_sequence_pin(n, dims, input_shapes[n])
+            _write_shared_dims(tt, elements[n])
+        elif n in input_shapes:
             pinned = _check_pin(n, dims, input_shapes[n])
             tt.shape.Clear()
             for p in pinned:
                 tt.shape.dim.add().dim_value = p
         elif dims is None:
             python, cli = pin_spelling(n, None)
-            raise XlacError(f"input '{n}' has no shape; pin it with {python}",
-                            cli=f"input '{n}' has no shape; pin it with {cli}")
+            raise InputShapeNeeded(f"input '{n}' has no shape; pin it with {python}", (n,),
+                                   cli=f"input '{n}' has no shape; pin it with {cli}")
         else:
             dynamic = [d for d in dims if not isinstance(d, int)]
             if dynamic:
@@ -267,7 +317,46 @@ def _pin_input_shapes(model: onnx.ModelProto, input_shapes: dict) -> None:
                 which = (f"dimension '{dynamic[0]}'" if len(dynamic) == 1 else
                          "dimensions " + ", ".join(f"'{d}'" for d in dynamic))
                 what = f"input '{n}' has dynamic {which} (shape {dims_text(dims)}); pin it with "
-                raise XlacError(what + python, cli=what + cli)
+                raise InputShapeNeeded(what + python, (n,), cli=what + cli)
+    return elements
+
+
+def _write_shared_dims(tt: onnx.TypeProto.Tensor, shapes: list[list[int]]) -> None:
+    """The element shape of a sequence's type: the dims all ``shapes`` share, the others
+    unknown; no shape where their ranks differ (an empty sequence keeps the declared)."""
+    if not shapes:
+        return
+    tt.ClearField("shape")
+    if len({len(s) for s in shapes}) != 1:
+        return
+    tt.shape.SetInParent()
+    for ds in zip(*shapes):
+        d = tt.shape.dim.add()
+        if len(set(ds)) == 1:
+            d.dim_value = ds[0]
+
+
+def sequence_pin_spelling(name: str, dims) -> tuple[str, str]:
+    """How a caller pins sequence input ``name``, one shape per element, shown for two
+    elements of the declared element ``dims`` (dynamic ones as 1)."""
+    shape = [1] if dims is None else [d if isinstance(d, int) else 1 for d in dims]
+    return (f"input_shapes={{{json.dumps(name)}: [{tuple(shape)}, {tuple(shape)}]}} "
+            "(one shape per element)",
+            f"--input-shape '{name}=[{dims_text(shape)},{dims_text(shape)}]' "
+            "(one shape per element)")
+
+
+def _check_sequence_pin(name: str, dims: list | None, pinned) -> list[list[int]]:
+    """``pinned``, a list of element shapes, each fitting the declared element ``dims``."""
+    if isinstance(pinned, (str, bytes)) or not hasattr(pinned, "__len__") or any(
+            isinstance(s, (int, np.integer, str, bytes)) or not hasattr(s, "__len__")
+            for s in pinned):
+        python, _ = sequence_pin_spelling(name, dims)
+        raise XlacError(f"input_shapes[{json.dumps(name)}] must be a list of shapes, one per "
+                        f"element of the sequence, e.g. {python}; got {pinned!r}",
+                        cli=f"--input-shape for sequence input '{name}' must be a list of "
+                        f"shapes in brackets, e.g. --input-shape '{name}=[2x3,2x3]'")
+    return [_check_pin(name, dims, s, k) for k, s in enumerate(pinned)]
 
 
 def pin_spelling(name: str, dims) -> tuple[str, str]:
@@ -280,15 +369,20 @@ def pin_spelling(name: str, dims) -> tuple[str, str]:
             f"--input-shape {name}={dims_text(dims)}")
 
 
-def _check_pin(name: str, dims: list | None, pinned) -> list[int]:
+def _check_pin(name: str, dims: list | None, pinned, element: int | None = None) -> list[int]:
     """``pinned`` if it is a sequence of dims that fits the declared ``dims`` (None:
-    unknown rank)."""
+    unknown rank); ``element``: its index where it is a sequence's element."""
     if isinstance(pinned, (str, bytes)) or not hasattr(pinned, "__len__") or not all(
             isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in pinned):
         raise XlacError(f"input_shapes[{json.dumps(name)}] must be a tuple of ints, e.g. "
                         f"input_shapes={{{json.dumps(name)}: (1, 64)}}; got {pinned!r}")
     pinned = [int(d) for d in pinned]
     python, cli = pin_spelling(name, pinned)
+    of = ""
+    if element is not None:
+        of = f"element {element} of "
+        python = f"element {element}, {tuple(pinned)}, of input_shapes[{json.dumps(name)}]"
+        cli = f"element {element}, {dims_text(pinned)}, of --input-shape {name}"
 
     def error(problem: str) -> XlacError:
         return XlacError(f"{python} {problem}", cli=f"{cli} {problem}")
@@ -297,10 +391,11 @@ def _check_pin(name: str, dims: list | None, pinned) -> list[int]:
     if dims is None:
         return pinned
     if len(pinned) != len(dims):
-        raise error(f"has rank {len(pinned)}, but input '{name}' has rank {len(dims)} "
-                    f"(shape {dims_text(dims)})")
+        raise error(f"has rank {len(pinned)}, but {of}input '{name}' has rank "
+                    f"{len(dims)} (shape {dims_text(dims)})")
     if any(isinstance(d, int) and d != p for d, p in zip(dims, pinned)):
-        raise error(f"conflicts with the static shape {dims_text(dims)} of input '{name}'")
+        raise error(f"conflicts with the static shape {dims_text(dims)} of {of}input "
+                    f"'{name}'")
     return pinned
 
 
@@ -354,7 +449,8 @@ def _infer_shapes(model: onnx.ModelProto) -> list[str]:
 # -- 6: lowering ----------------------------------------------------------------
 
 def _lower(model: onnx.ModelProto, opsets: dict[str, int], name: str,
-           hoist_recurrent_projection: bool) -> Module:
+           hoist_recurrent_projection: bool, elements: dict[str, list[list[int]]],
+           absent: frozenset[str]) -> Module:
     graph = model.graph
     module = Module(name)
     b = Builder("main")
@@ -362,13 +458,30 @@ def _lower(model: onnx.ModelProto, opsets: dict[str, int], name: str,
     ctx.hoist_recurrent_projection = hoist_recurrent_projection
     signature = Signature()
 
-    for number, vi in enumerate(_graph_inputs(graph)):
-        tt = vi.type.tensor_type
-        spec = TensorSpec(vi.name, hlo_dtype(tt.elem_type, f"input '{vi.name}'"),
-                          tuple(d.dim_value for d in tt.shape.dim))
-        ctx.values[vi.name] = b.parameter(number, Shape.array(spec.dtype, spec.dims), vi.name)
-        ctx.input_names.append(vi.name)
+    def parameter(value_name: str, spec: TensorSpec) -> Instruction:
+        ctx.input_names.append(value_name)
         signature.inputs.append(spec)
+        return b.parameter(len(signature.inputs) - 1, Shape.array(spec.dtype, spec.dims),
+                           spec.name)
+
+    for vi in _graph_inputs(graph):
+        n = vi.name
+        kind, optional, tt = boundary_type(vi.type, f"input '{n}'")
+        if n in absent:
+            ctx.values[n] = OptionalValue(None)
+            signature.input_values.append(ValueSpec(n, "absent", 0, optional=True))
+            continue
+        dtype = hlo_dtype(tt.elem_type, f"input '{n}'")
+        if kind == "sequence":
+            value = Sequence(tuple(parameter(n, TensorSpec(f"{n}[{k}]", dtype, tuple(dims)))
+                                   for k, dims in enumerate(elements[n])), dtype)
+            count = len(value.items)
+        else:
+            value = parameter(n, TensorSpec(n, dtype, tuple(d.dim_value
+                                                             for d in tt.shape.dim)))
+            count = 1
+        ctx.values[n] = OptionalValue(value) if optional else value
+        signature.input_values.append(ValueSpec(n, kind, count, optional))
     for t in graph.initializer:
         dtype = hlo_dtype(t.data_type, f"initializer '{t.name}'")
         ctx.values[t.name] = b.constant(numpy_helper.to_array(t).astype(dtype.np, copy=False),
@@ -376,20 +489,40 @@ def _lower(model: onnx.ModelProto, opsets: dict[str, int], name: str,
 
     lower_nodes(ctx, graph)
 
-    outputs = [ctx.values[o.name] for o in graph.output]
-    for o, x in zip(graph.output, outputs):
-        # A declared type says so earlier (_reject_non_tensors); this catches an undeclared one.
-        if not isinstance(x, Instruction):
-            raise OutOfScope(f"out of scope: output '{o.name}' is {kind_of(x)}, which compiled "
-                             "code does not hold (only dense tensors of fixed shape)")
-    if not outputs:
+    if not graph.output:
         raise XlacError("the ONNX model has no outputs")
-    signature.outputs = [TensorSpec(o.name, x.shape.dtype, x.shape.dims)
-                         for o, x in zip(graph.output, outputs)]
+    outputs = []
+    for o in graph.output:
+        value, spec = _output_value(o, ctx.values[o.name])
+        signature.output_values.append(spec)
+        for k, x in enumerate(value):
+            name = o.name if spec.kind == "tensor" else f"{o.name}[{k}]"
+            signature.outputs.append(TensorSpec(name, x.shape.dtype, x.shape.dims))
+            outputs.append(x)
+    if not outputs:
+        raise XlacError("every output of the ONNX model is an empty sequence or an empty "
+                        "optional: the compiled code would compute nothing")
     root = outputs[0] if len(outputs) == 1 else b.tuple(outputs)
     module.add_computation(b.build(root), entry=True)
     module.signature = signature
     return module
+
+
+def _output_value(o: onnx.ValueInfoProto, x) -> tuple[list[Instruction], ValueSpec]:
+    """The tensors model output ``o`` holds (value ``x``) and its ``ValueSpec``."""
+    optional = isinstance(x, OptionalValue)
+    content = x.value if optional else x
+    if o.type.WhichOneof("value") is not None:
+        optional = optional or o.type.WhichOneof("value") == "optional_type"
+    if content is None:
+        return [], ValueSpec(o.name, "absent", 0, optional=True)
+    if isinstance(content, Sequence):
+        return list(content.items), ValueSpec(o.name, "sequence", len(content.items), optional)
+    if not isinstance(content, Instruction):      # an optional of an optional
+        raise OutOfScope(f"out of scope: output '{o.name}' is {kind_of(x)} of "
+                         f"{kind_of(content)}, which compiled code does not hold (tensors of "
+                         "numbers of fixed shape, sequences and optionals of those)")
+    return [content], ValueSpec(o.name, "tensor", 1, optional)
 
 
 def lower_nodes(ctx: ImportContext, graph: onnx.GraphProto) -> None:

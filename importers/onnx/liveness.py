@@ -105,6 +105,9 @@ def _pin_inputs(graph: onnx.GraphProto, input_shapes: dict) -> None:
         if name not in inputs:
             raise XlacError(f"input_shapes names '{name}', which is not a graph input "
                             f"(inputs: {', '.join(inputs) or 'none'})")
+        if not inputs[name].type.HasField("tensor_type"):
+            raise XlacError(f"input '{name}' is no tensor: the ONNX-order bound sizes "
+                            "tensors only")
         shape = inputs[name].type.tensor_type.shape
         shape.Clear()
         for d in dims:

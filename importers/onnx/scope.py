@@ -13,10 +13,11 @@ importer names such nodes apart from the unsupported ones, with the reason
 An op in scope may still refuse some attributes or inputs by design (Dropout in
 training mode, Compress whose condition is not known at compile time): its handler
 decides, ``OUT_OF_SCOPE_IN_PART`` says why for the report. Maps and tensors of strings
-are refused wherever they appear. Sequences and optionals are refused as model inputs
-or outputs; inside the graph, where their length and presence are known at compile
-time, they are tuples of tensors (sequence.py), and what would make them vary at run
-time is out of scope (``SEQUENCE_IN_PART``).
+are refused wherever they appear. Sequences and optionals are tuples of tensors whose
+length and presence are known at compile time (sequence.py): as model inputs the caller
+fixes them (``input_shapes``, ``absent_inputs``), as model outputs the graph does, and
+each tensor is an argument of its own; what would make them vary at run time is out of
+scope (``SEQUENCE_IN_PART``).
 """
 from __future__ import annotations
 
@@ -24,10 +25,10 @@ from ...hlo import XlacError
 
 STRINGS = "works on strings, which compiled code does not hold"
 # Sequences and optionals inside the graph are supported when known at compile time.
-SEQUENCE_IN_PART = ("a sequence or an optional as a model input or output (compiled code "
-                    "holds only dense tensors of fixed shape); inside the graph one is "
-                    "supported where its length or presence and the positions used are known "
-                    "at compile time")
+SEQUENCE_IN_PART = ("a sequence or an optional whose length or presence, or a position "
+                    "into it, is known only at run time (compiled code holds only dense "
+                    "tensors of fixed shape); one known at compile time is supported, as a "
+                    "model input (pinned with input_shapes / absent_inputs) and output too")
 RUN_TIME_STRUCTURE = ("compiled code holds a sequence or an optional only where its length "
                       "and presence are known at compile time")
 LOOP_CHANGES_STRUCTURE = ("a loop-carried sequence or optional whose length or presence "
@@ -102,13 +103,26 @@ def out_of_scope_reason(domain: str, op_type: str) -> str | None:
     return OUT_OF_SCOPE.get(("" if domain in ("", "ai.onnx") else domain, op_type))
 
 
-def check_value_type(type_proto, what: str) -> None:
-    """Raise ``OutOfScope`` unless a value of this ``onnx.TypeProto`` is a dense tensor;
-    ``what`` names the value ("input 'x'"). Its element type is checked where it is read."""
-    kind = type_proto.WhichOneof("value")
-    if kind in NOT_TENSOR:
-        raise OutOfScope(f"out of scope: {what} is {NOT_TENSOR[kind]}, which compiled code "
-                         "does not hold (only dense tensors of fixed shape)")
+def boundary_type(type_proto, what: str) -> tuple[str, bool, object]:
+    """What a model input or output of this ``onnx.TypeProto`` is in compiled code:
+    ``(kind, optional, tensor_type)``, kind "tensor" or "sequence" (one tensor per element,
+    its length fixed at compile time), ``optional`` where the model declares an optional
+    of either, and the ``TypeProto.Tensor`` of the tensor or of the elements. Raises
+    ``OutOfScope`` for anything else (maps, sparse tensors, nested sequences); ``what``
+    names the value ("input 'x'"). The element type is checked where it is read."""
+    optional = type_proto.WhichOneof("value") == "optional_type"
+    t = type_proto.optional_type.elem_type if optional else type_proto
+    kind = "tensor"
+    if t.WhichOneof("value") == "sequence_type":
+        kind, t = "sequence", t.sequence_type.elem_type
+    found = t.WhichOneof("value")
+    if found != "tensor_type":
+        inner = NOT_TENSOR.get(found, "a value of no declared type")
+        holder = " of a sequence" if kind == "sequence" else ""
+        raise OutOfScope(f"out of scope: {what} holds {inner}{holder}, which compiled code "
+                         "does not hold (tensors of numbers of fixed shape, sequences and "
+                         "optionals of those)")
+    return kind, optional, t.tensor_type
 
 
 def strings_error(what: str) -> OutOfScope:
