@@ -114,6 +114,7 @@ class XlacBackendRep(BackendRep):
         self.input_names = [i.name for i in model.graph.input
                             if i.name not in initialized and i.name not in given]
         self.output_names = [o.name for o in model.graph.output]
+        self._sequences = {i.name for i in model.graph.input if _is_sequence(i.type)}
         # Learned from the importer, then pinned by run to the values given: inputs
         # compiled as constants, inputs whose shapes are compiled in.
         self.pinned_inputs: tuple[str, ...] = ()
@@ -157,7 +158,7 @@ class XlacBackendRep(BackendRep):
                 raise XlacError(f"the model takes {len(self.input_names)} input(s) "
                                 f"({', '.join(self.input_names)}), got {len(inputs)}")
             items = list(zip(self.input_names, inputs))
-        return {n: _value(v, n) for n, v in items}
+        return {n: _value(v, n, n in self._sequences) for n, v in items}
 
     def _pinning(self, values: dict[str, object], absent: tuple[str, ...]) -> Model:
         """Compile with the inputs the importer asks for pinned to ``values`` (their values
@@ -183,12 +184,19 @@ class XlacBackendRep(BackendRep):
                 setattr(self, learned, getattr(self, learned) + tuple(new))
 
 
-def _value(value, name: str):
-    """An input as xlac.load's model takes it: an array, a list of arrays (a sequence) or
-    None (an empty optional)."""
+def _is_sequence(t: onnx.TypeProto) -> bool:
+    """A sequence, or an optional of one."""
+    if t.HasField("optional_type"):
+        t = t.optional_type.elem_type
+    return t.HasField("sequence_type")
+
+
+def _value(value, name: str, sequence: bool):
+    """An input as xlac.load's model takes it: an array, a list of arrays (``sequence``)
+    or None (an empty optional)."""
     if value is None:
         return None
-    if isinstance(value, (list, tuple)):
+    if sequence and isinstance(value, (list, tuple)):
         return [_array(v, f"{name}[{k}]") for k, v in enumerate(value)]
     return _array(value, name)
 

@@ -109,6 +109,20 @@ def _unsupported(d: Path) -> list:
     return [d / "nz.onnx", "-o", d / "out.o"]
 
 
+def sequence_model() -> onnx.ModelProto:
+    """y = concat(s) of a sequence input s of [n, 4] tensors."""
+    graph = helper.make_graph(
+        [helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=0)], "g",
+        [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, ["n", 4])],
+        [f32("y", ["m", 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _sequence(d: Path, *flags) -> list:
+    onnx.save(sequence_model(), d / "seq.onnx")
+    return [d / "seq.onnx", "-o", d / "out.o", *flags]
+
+
 BAD_INPUTS = {
     "truncated model": (_truncated, "cannot read ONNX model"),
     "unsupported op": (_unsupported, "NonZero (node 'nz')"),
@@ -128,6 +142,17 @@ BAD_INPUTS = {
     "report in a missing folder": (lambda d: [d / "static.onnx", "-o", d / "out.o",
                                               "--report-json", d / "no" / "r.json"],
                                    "its folder does not exist"),
+    "unpinned sequence input": (_sequence, "input 's' is a sequence, whose length and element "
+                                "shapes compiled code fixes; pin them with --input-shape "
+                                "'s=[1x4,1x4]' (one shape per element)"),
+    "sequence input pinned as a tensor": (lambda d: _sequence(d, "--input-shape", "s=2x4"),
+                                          "must be a list of shapes in brackets, e.g. "
+                                          "--input-shape 's=[2x3,2x3]'"),
+    "sequence element of the wrong rank": (lambda d: _sequence(d, "--input-shape", "s=[2x4,3]"),
+                                           "element 1, 3, of --input-shape s has rank 1"),
+    "--absent-input of a tensor": (lambda d: [d / "static.onnx", "-o", d / "out.o",
+                                              "--absent-input", "x"],
+                                   "--absent-input names input 'x', which is not an optional"),
     "unpinned shape input": (lambda d: [d / "reshape.onnx", "-o", d / "out.o"],
                              "--const-input shape=FILE.npy"),
     "unreadable --const-input": (lambda d: [d / "reshape.onnx", "-o", d / "out.o",

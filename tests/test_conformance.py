@@ -45,7 +45,10 @@ def test_data_set_cases_have_suite_ids_and_their_models_ops():
     ("test_reshape_negative_dim", "pass", ""),                      # shape pinned at run
     ("test_strnormalizer_export_monday_casesensintive_lower", "out of scope",
      "out of scope: StringNormalizer (node 'y'): works on strings"),
-    ("test_identity_sequence", "out of scope", "out of scope: input 'x' is a sequence"),
+    ("test_identity_sequence", "pass", ""),                         # a sequence in and out
+    ("test_optional_has_element_empty_optional_input", "pass", ""),  # None: compiled absent
+    ("simple/test_sequence_model8", "pass", ""),                     # a dynamic dim pinned
+    ("test_if_opt", "pass", ""),               # the condition pinned: one branch's optional
 ])
 def test_run_case_statuses(case_id, status, detail):
     (case,) = [c for c in collect(SUITES, f"^{case_id}$")]

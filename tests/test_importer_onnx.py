@@ -16,7 +16,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from xlac.hlo import Opcode, XlacError, dtypes
 from xlac.hlo.evaluator import evaluate
-from xlac.importers.onnx import OutOfScope, import_onnx, scope, supported_ops
+from xlac.importers.onnx import (ConstantInputNeeded, OutOfScope, import_onnx, scope,
+                                 supported_ops)
 
 sys.path.insert(0, os.path.dirname(__file__))
 from onnx_ops import CASES, make_model, node  # noqa: E402
@@ -212,11 +213,13 @@ def test_ops_in_subgraphs_are_listed():
 
 
 @pytest.mark.parametrize("value, message", [
-    (helper.make_tensor_sequence_value_info("x", TensorProto.FLOAT, [2]),
-     "out of scope: input 'x' is a sequence, which compiled code does not hold"),
-    (helper.make_value_info("x", helper.make_optional_type_proto(
-        helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))),
-     "out of scope: input 'x' is an optional, which compiled code does not hold"),
+    (helper.make_value_info("x", helper.make_map_type_proto(
+        TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))),
+     "out of scope: input 'x' holds a map, which compiled code does not hold"),
+    (helper.make_value_info("x", helper.make_sequence_type_proto(
+        helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2])))),
+     "out of scope: input 'x' holds a sequence of a sequence, which compiled code does not "
+     "hold"),
     (helper.make_tensor_value_info("x", TensorProto.STRING, [2]),
      "out of scope: input 'x' holds strings, which compiled code does not hold"),
 ])
@@ -237,20 +240,82 @@ def test_string_output_is_out_of_scope():
 
 # -- sequences and optionals: what stays out --------------------------------------------
 
-def _seq_model(nodes, outputs, inits=None, opset=18):
+def _seq_model(nodes, outputs, inits=None, opset=18, x_dims=(3, 4)):
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                          [3, 4])],
+                                                                          x_dims)],
                               outputs, [numpy_helper.from_array(np.asarray(v), n)
                                         for n, v in (inits or {}).items()])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def test_sequence_output_is_out_of_scope():
+def test_sequence_output_is_one_output_per_element():
     model = _seq_model([helper.make_node("SplitToSequence", ["x"], ["s"])],
                        [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [1, 4])])
-    with pytest.raises(OutOfScope, match="^out of scope: output 's' is a sequence, which "
-                                         "compiled code does not hold"):
-        import_onnx(model)
+    sig = import_onnx(model).signature
+    assert [(t.name, t.dims) for t in sig.outputs] == [(f"s[{k}]", (1, 4)) for k in range(3)]
+    assert [(v.name, v.kind, v.count) for v in sig.output_values] == [("s", "sequence", 3)]
+    assert [(v.name, v.kind, v.count) for v in sig.input_values] == [("x", "tensor", 1)]
+
+
+def _sequence_input_model(elem_dims=("n", 4)):
+    graph = helper.make_graph(
+        [helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=0)], "g",
+        [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, elem_dims)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_sequence_input_is_one_parameter_per_element():
+    module = import_onnx(_sequence_input_model(), input_shapes={"s": [(2, 4), (3, 4)]})
+    sig = module.signature
+    assert [(t.name, t.dims) for t in sig.inputs] == [("s[0]", (2, 4)), ("s[1]", (3, 4))]
+    assert [(v.name, v.kind, v.count) for v in sig.input_values] == [("s", "sequence", 2)]
+    assert [p.shape.dims for p in module.entry.parameters] == [(2, 4), (3, 4)]
+    assert sig.outputs[0].dims == (5, 4)
+
+
+@pytest.mark.parametrize("shapes, message", [
+    (None, r"^input 's' is a sequence, whose length and element shapes compiled code fixes; "
+           r"pin them with input_shapes=\{\"s\": \[\(1, 4\), \(1, 4\)\]\} \(one shape per "
+           r"element\)$"),
+    ((2, 4), r"^input_shapes\[\"s\"\] must be a list of shapes, one per element"),
+    ([(2, 4), (3, 5)], r"^element 1, \(3, 5\), of input_shapes\[\"s\"\] conflicts with the "
+                       r"static shape nx4 of element 1 of input 's'$"),
+])
+def test_sequence_input_pins(shapes, message):
+    with pytest.raises(XlacError, match=message):
+        import_onnx(_sequence_input_model(), input_shapes=None if shapes is None
+                    else {"s": shapes})
+
+
+def _optional_input_model():
+    graph = helper.make_graph(
+        [helper.make_node("OptionalHasElement", ["o"], ["y"])], "g",
+        [helper.make_value_info("o", helper.make_optional_type_proto(
+            helper.make_tensor_type_proto(TensorProto.FLOAT, [2])))],
+        [helper.make_tensor_value_info("y", TensorProto.BOOL, [])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_absent_optional_input_leaves_the_signature():
+    sig = import_onnx(_optional_input_model(), absent_inputs=["o"]).signature
+    assert sig.inputs == []
+    assert [(v.name, v.kind, v.count, v.optional) for v in sig.input_values] == [
+        ("o", "absent", 0, True)]
+    sig = import_onnx(_optional_input_model()).signature
+    assert [(t.name, t.dims) for t in sig.inputs] == [("o", (2,))]
+    assert [(v.kind, v.optional) for v in sig.input_values] == [("tensor", True)]
+
+
+def test_absent_input_must_be_an_optional_input():
+    with pytest.raises(XlacError, match=r"^absent_inputs names 'p', which is not a model input "
+                                        r"\(inputs: o\)$"):
+        import_onnx(_optional_input_model(), absent_inputs=["p"])
+    with pytest.raises(XlacError, match=r"^absent_inputs names input 'x', which is not an "
+                                        "optional"):
+        import_onnx(_seq_model([helper.make_node("Relu", ["x"], ["y"])],
+                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])]),
+                    absent_inputs=["x"])
 
 
 def test_sequence_position_out_of_range():
@@ -274,8 +339,10 @@ def test_empty_optional_has_no_element():
 
 
 def test_loop_carried_sequence_that_grows_is_out_of_scope():
+    # The body computes its condition from data: the loop cannot be unrolled.
     body = helper.make_graph(
-        [helper.make_node("Identity", ["c"], ["c_out"]),
+        [helper.make_node("ReduceMax", ["x"], ["r"], keepdims=0),
+         helper.make_node("Greater", ["r", "zero"], ["c_out"]),
          helper.make_node("SequenceInsert", ["s_in", "x"], ["s_out"])], "body",
         [helper.make_tensor_value_info("i", TensorProto.INT64, []),
          helper.make_tensor_value_info("c", TensorProto.BOOL, []),
@@ -283,17 +350,22 @@ def test_loop_carried_sequence_that_grows_is_out_of_scope():
         [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
          helper.make_tensor_sequence_value_info("s_out", TensorProto.FLOAT, [3, 4])])
     model = _seq_model([helper.make_node("SequenceEmpty", [], ["s0"]),
-                        helper.make_node("Loop", ["m", "", "s0"], ["s"], name="grow", body=body),
+                        helper.make_node("Loop", ["m", "go", "s0"], ["s"], name="grow",
+                                         body=body),
                         helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=0)],
                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
-                       inits={"m": np.array(3, np.int64)})
+                       inits={"m": np.array(3, np.int64), "go": np.array(True),
+                              "zero": np.float32(0)})
     with pytest.raises(OutOfScope, match=r"^out of scope: Loop node 'grow': loop-carried value "
                        r"0 \('s0'\) enters as a sequence of no f32 tensors and the body returns "
                        r"a sequence of f32\[3,4\]: " + re.escape(scope.LOOP_CHANGES_STRUCTURE)):
         import_onnx(model)
 
 
-def test_run_time_if_returning_sequences_of_two_lengths_is_out_of_scope():
+@pytest.mark.parametrize("x_dims", [(3, 4), (8, 4)])
+def test_run_time_if_returning_sequences_of_two_lengths(x_dims):
+    """Out of scope where the condition comes from data; where it comes from a small input
+    (configuration, context.CONFIG_ELEMENTS) that input is asked for as a constant."""
     def branch(name, nodes, out):
         return helper.make_graph(nodes, name, [], [helper.make_tensor_sequence_value_info(
             out, TensorProto.FLOAT, ["n", 4])])
@@ -307,7 +379,15 @@ def test_run_time_if_returning_sequences_of_two_lengths_is_out_of_scope():
                               "SequenceConstruct", ["x"], ["b"])], "b")),
          helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=0)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
-        inits={"zero": np.float32(0)})
+        inits={"zero": np.float32(0)}, x_dims=x_dims)
+    if x_dims == (3, 4):
+        with pytest.raises(ConstantInputNeeded, match=r"^If node 'pick': input 'c' \(condition\) "
+                           r"must be known at compile time, but it depends on model input 'x'; "
+                           r"pin it with .* \(If node 'pick': output 0 is a sequence of "
+                           r"f32\[1,4\].*, which compiled code holds only with the branch "
+                           r"chosen\)$"):
+            import_onnx(model)
+        return
     with pytest.raises(OutOfScope, match=r"^out of scope: If node 'pick': output 0 is a "
                        r"sequence of f32\[1,4\].*, and the condition is known only at run "
                        r"time: " + scope.RUN_TIME_STRUCTURE):

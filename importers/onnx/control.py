@@ -11,21 +11,30 @@ Loop's must be M known and a condition that stays true.
 Sequences and optionals known at compile time (sequence.py) go through as the tensors
 they hold (``context.flatten``): into a chosen branch as they are, into a branch chosen
 at run time or a loop body as captured or loop-carried tensors. Both branches must
-return, and a loop body must carry on, values of one layout (kind, length, presence,
-shapes): a loop-carried sequence that grows per iteration is out of scope.
+return, and a while's body must carry on, values of one layout (kind, length,
+presence, shapes). A Loop that carries a sequence or an optional and whose trip count
+and condition are known at compile time is unrolled instead (its body inlined once per
+iteration, the iteration number a constant), so that its sequences may grow and
+positions computed from the iteration number are known: SequenceMap's function body is
+such a loop. Where the while cannot hold such a loop, its trip count and condition are
+asked for as constant inputs.
 """
 from __future__ import annotations
 
+import numpy as np
 import onnx
 
 from ...hlo import Builder, Instruction, Opcode, Shape, XlacError, dtypes
-from .context import (ImportContext, OptionalValue, Sequence, flatten, kind_of, node_label,
-                      rebuild, structure)
+from .context import (ConstantInputNeeded, DataDependentShape, ImportContext, OptionalValue,
+                      Sequence, flatten, kind_of, node_label, rebuild, structure)
 from .registry import register
 from .scope import LOOP_CHANGES_STRUCTURE, RUN_TIME_STRUCTURE
 from .subgraph import Captures, WhileLoop, free_names, lower_subgraph
 
 S64 = dtypes.S64
+# Most iterations a Loop carrying a sequence or an optional is unrolled into (each one
+# the body's code once more).
+UNROLL_LIMIT = 1024
 
 
 def _scalar(b: Builder, x: Instruction, dtype: dtypes.DType, what: str) -> Instruction:
@@ -86,9 +95,12 @@ def if_(ctx: ImportContext, node):
         if isinstance(t, Instruction) and isinstance(e, Instruction):
             raise ctx.error(node, f"output {k} is {t.shape} in then_branch but {e.shape} in "
                                   f"else_branch; xlac needs one static shape")
-        raise ctx.out_of_scope(node, f"output {k} is {_describe(t)} in then_branch but "
-                                     f"{_describe(e)} in else_branch, and the condition is "
-                                     f"known only at run time: {RUN_TIME_STRUCTURE}")
+        why = (f"output {k} is {_describe(t)} in then_branch but {_describe(e)} in "
+               "else_branch")
+        _ask_for_inputs(ctx, node, ((0, "condition"),),
+                        f"{why}, which compiled code holds only with the branch chosen")
+        raise ctx.out_of_scope(node, f"{why}, and the condition is known only at run time: "
+                                     f"{RUN_TIME_STRUCTURE}")
     # Sequences and optionals leave the conditional as the tensors they hold.
     flat = [[x for y in outs for x in flatten(y)] for outs in results]
     if not flat[0]:
@@ -103,6 +115,24 @@ def if_(ctx: ImportContext, node):
         [ctx.b.get_tuple_element(c, k) for k in range(len(flat[0]))]
     tensors = iter(tensors)
     return [rebuild(t, tensors) for t in then_outs]
+
+
+def _ask_for_inputs(ctx: ImportContext, node, inputs, why: str) -> None:
+    """Raise ``ConstantInputNeeded`` (noting ``why``) for the first of ``inputs`` ((index,
+    what) pairs) not known at compile time that comes from small model inputs, which a
+    caller may pin; return where none does."""
+    for i, what in inputs:
+        if i >= len(node.input) or not node.input[i]:
+            continue
+        try:
+            ctx.const_input(node, i, what)
+        except DataDependentShape:
+            return                  # computed from data: no pinning helps
+        except ConstantInputNeeded as e:
+            note = f" ({node.op_type} node '{node_label(node)}': {why})"
+            raise ConstantInputNeeded(f"{e}{note}", e.inputs, cli=f"{e.cli}{note}") from None
+        except XlacError:
+            return
 
 
 def _describe(value) -> str:
@@ -122,9 +152,7 @@ def _describe(value) -> str:
 
 @register("Loop", since=1)
 def loop(ctx: ImportContext, node):
-    label = node_label(node)
     body = ctx.attr(node, "body")
-    scope = f"the body of Loop node '{label}'"
     trip, cond = ctx.input(node, 0), ctx.input(node, 1)
     carried = [ctx.any_input(node, i) for i in range(2, len(node.input))]
     if any(x is None for x in carried):
@@ -133,6 +161,78 @@ def loop(ctx: ImportContext, node):
     if len(body.input) != 2 + n or len(body.output) < 1 + n:
         raise ctx.error(node, f"the body takes {len(body.input)} inputs and returns "
                               f"{len(body.output)} values for {n} loop-carried values")
+    if all(isinstance(v, Instruction) for v in carried):
+        return _while_loop(ctx, node, body, carried)
+    m_value = ctx.value_of(trip) if trip is not None else None
+    keep = ctx.value_of(cond) if cond is not None else np.array(True)
+    if m_value is not None and keep is not None:
+        try:
+            return _unrolled_loop(ctx, node, body, carried, int(m_value.reshape(-1)[0]),
+                                  bool(keep.reshape(-1)[0]))
+        except _RunTimeCondition:
+            pass        # a while, then; what the unrolling built is dead code
+    try:
+        return _while_loop(ctx, node, body, carried)
+    except ConstantInputNeeded:
+        raise
+    except XlacError:
+        # Unrolled, the loop may change its sequences' layout and know its iteration
+        # number: ask for what unrolling needs where it comes from model inputs.
+        _ask_for_inputs(ctx, node, ((0, "trip count M"), (1, "condition")),
+                        "it carries a sequence or an optional that a while cannot hold; "
+                        "with its trip count and condition known it is unrolled")
+        raise
+
+
+class _RunTimeCondition(Exception):
+    """An unrolled loop's body computes its condition at run time."""
+
+
+def _unrolled_loop(ctx: ImportContext, node, body, carried: list, trip_count: int,
+                   keep: bool) -> list:
+    """The body inlined once per iteration, the iteration number a constant, while the
+    condition (the body's, known at compile time too, else ``_RunTimeCondition``)
+    holds."""
+    label = node_label(node)
+    if trip_count > UNROLL_LIMIT:
+        raise ctx.error(node, f"carries a sequence or an optional over {trip_count} "
+                              f"iterations; it is unrolled, up to {UNROLL_LIMIT}")
+    n = len(carried)
+    outer = {name: ctx.values[name] for name in free_names(body) if name in ctx.values}
+    values, rows = list(carried), [[] for _ in body.output[1 + n:]]
+    for i in range(trip_count):
+        if not keep:
+            break
+        bindings = dict(outer)
+        bindings[body.input[0].name] = _like_declared(ctx.b, ctx.scalar(i, S64), body.input[0])
+        bindings[body.input[1].name] = _like_declared(ctx.b, ctx.scalar(keep, dtypes.PRED),
+                                                      body.input[1])
+        bindings.update((vi.name, v) for vi, v in zip(body.input[2:], values))
+        outs = lower_subgraph(ctx, body, ctx.b, bindings, f"the body of Loop node '{label}' "
+                              f"(iteration {i})", inline=True)
+        if node.input[1:2] and node.input[1]:
+            # Without a condition input, the body's condition output is ignored (ONNX).
+            known = ctx.value_of(outs[0])
+            if known is None:
+                raise _RunTimeCondition()
+            keep = bool(known.reshape(-1)[0])
+        values = outs[1:1 + n]
+        for r, y in zip(rows, outs[1 + n:]):
+            if not isinstance(y, Instruction):
+                raise ctx.error(node, f"a scan output of the body is {kind_of(y)}, where a "
+                                      "tensor is expected")
+            r.append(ctx.b.reshape(y, (1,) + y.shape.dims))
+    if any(not r for r in rows):
+        raise ctx.error(node, "an unrolled loop that runs no iteration has scan outputs of "
+                              "no known shape")
+    return values + [r[0] if len(r) == 1 else ctx.b.concatenate(r, 0) for r in rows]
+
+
+def _while_loop(ctx: ImportContext, node, body, carried: list) -> list:
+    label = node_label(node)
+    scope = f"the body of Loop node '{label}'"
+    trip, cond = ctx.input(node, 0), ctx.input(node, 1)
+    n = len(carried)
     scans = len(body.output) - 1 - n
     b = ctx.b
     trip_count = None                  # the number of iterations, when known
