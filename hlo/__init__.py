@@ -12,7 +12,8 @@ from .shape_inference import ShapeError, infer_shape
 
 __all__ = [
     "dtypes", "DType", "Shape", "Opcode", "Instruction", "Computation", "Module", "OpMetadata",
-    "Signature", "TensorSpec", "ValueSpec", "Builder", "scalar_computation", "infer_shape", "ShapeError",
-    "XlacError", "XlacWarning", "Window", "ConvDimensionNumbers", "DotDimensionNumbers",
+    "Signature", "TensorSpec", "ValueSpec", "Builder", "scalar_computation", "infer_shape",
+    "ShapeError", "XlacError", "XlacWarning", "Window", "ConvDimensionNumbers",
+    "DotDimensionNumbers",
     "GatherDimensionNumbers", "PaddingConfig", "ScatterDimensionNumbers", "SliceSpec",
 ]

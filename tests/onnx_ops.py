@@ -1085,6 +1085,22 @@ case("Loop_carries_a_sequence_of_fixed_length",
      {"a": f32(3), "b": f32(3), "m": np.array(3, np.int64)},
      inits={"zero64": np.array(0, np.int64), "one64": np.array(1, np.int64),
             "half": np.float32(0.5)}, opset=13)
+# A loop that grows a sequence, unrolled (its trip count known): element i is x + i, and a
+# scan output beside it.
+case("Loop_unrolled_grows_a_sequence",
+     [_n("SequenceEmpty", [], ["s0"]),
+      helper.make_node("Loop", ["m", "", "s0"], ["s", "rows"], body=_seq_graph(
+          "body", [_n("Cast", ["i"], ["fi"], to=_F),
+                   _n("Add", ["x", "fi"], ["xi"]),
+                   _n("SequenceInsert", ["s_in", "xi"], ["s_out"]),
+                   _n("Mul", ["x", "fi"], ["row"]),
+                   _n("Identity", ["cond_in"], ["cond_out"])],
+          [("i", _I64, []), ("cond_in", onnx.TensorProto.BOOL, []), ("s_in", _F, [3], True)],
+          [("cond_out", onnx.TensorProto.BOOL, []), ("s_out", _F, [3], True),
+           ("row", _F, [3])])),
+      _n("ConcatFromSequence", ["s"], ["y"], axis=0, new_axis=1)],
+     {"x": f32(3)}, outputs=[("y", np.float32, [4, 3]), ("rows", np.float32, [4, 3])],
+     inits={"m": np.array(4, np.int64)}, opset=13)
 # -- indexing: gathers and scatters ----------------------------------------------------------
 case("GatherElements_axis1_negative", node("GatherElements", ["x", "i"], axis=1),
      {"x": f32(3, 4), "i": i64(3, 2, low=-4, high=4)})

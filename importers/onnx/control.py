@@ -33,7 +33,7 @@ from .subgraph import Captures, WhileLoop, free_names, lower_subgraph
 
 S64 = dtypes.S64
 # Most iterations a Loop carrying a sequence or an optional is unrolled into (each one
-# the body's code once more).
+# the body's code once more); a longer one is a while, which keeps its layout or fails.
 UNROLL_LIMIT = 1024
 
 
@@ -169,7 +169,7 @@ def loop(ctx: ImportContext, node):
         try:
             return _unrolled_loop(ctx, node, body, carried, int(m_value.reshape(-1)[0]),
                                   bool(keep.reshape(-1)[0]))
-        except _RunTimeCondition:
+        except _NotUnrolled:
             pass        # a while, then; what the unrolling built is dead code
     try:
         return _while_loop(ctx, node, body, carried)
@@ -184,19 +184,18 @@ def loop(ctx: ImportContext, node):
         raise
 
 
-class _RunTimeCondition(Exception):
-    """An unrolled loop's body computes its condition at run time."""
+class _NotUnrolled(Exception):
+    """A loop to compile as a while after all: it runs more than UNROLL_LIMIT iterations,
+    or its body computes its condition at run time."""
 
 
 def _unrolled_loop(ctx: ImportContext, node, body, carried: list, trip_count: int,
                    keep: bool) -> list:
     """The body inlined once per iteration, the iteration number a constant, while the
-    condition (the body's, known at compile time too, else ``_RunTimeCondition``)
-    holds."""
+    condition (the body's, known at compile time too, else ``_NotUnrolled``) holds."""
     label = node_label(node)
     if trip_count > UNROLL_LIMIT:
-        raise ctx.error(node, f"carries a sequence or an optional over {trip_count} "
-                              f"iterations; it is unrolled, up to {UNROLL_LIMIT}")
+        raise _NotUnrolled()
     n = len(carried)
     outer = {name: ctx.values[name] for name in free_names(body) if name in ctx.values}
     values, rows = list(carried), [[] for _ in body.output[1 + n:]]
@@ -214,7 +213,7 @@ def _unrolled_loop(ctx: ImportContext, node, body, carried: list, trip_count: in
             # Without a condition input, the body's condition output is ignored (ONNX).
             known = ctx.value_of(outs[0])
             if known is None:
-                raise _RunTimeCondition()
+                raise _NotUnrolled()
             keep = bool(known.reshape(-1)[0])
         values = outs[1:1 + n]
         for r, y in zip(rows, outs[1 + n:]):

@@ -176,7 +176,7 @@ def _check_boundary(graph: onnx.GraphProto) -> None:
     is lowered."""
     initialized = {t.name for t in graph.initializer}
     values = [("input", vi) for vi in graph.input if vi.name not in initialized]
-    values += [("output", vi) for vi in graph.output if vi.type.WhichOneof("value")]
+    values += [("output", vi) for vi in graph.output]
     for kind, vi in values:
         if vi.type.WhichOneof("value") is None:
             continue              # an input of no type: _pin_input_shapes says so
@@ -201,7 +201,8 @@ def _check_absent(graph: onnx.GraphProto, absent_inputs) -> frozenset[str]:
                        f"(inputs: {', '.join(inputs) or 'none'})")
             raise XlacError(f"absent_inputs {problem}", cli=f"--absent-input {problem}")
         if vi.type.WhichOneof("value") != "optional_type":
-            problem = f"names input '{n}', which is not an optional: only an optional may be absent"
+            problem = (f"names input '{n}', which is not an optional: only an optional may "
+                       "be absent")
             raise XlacError(f"absent_inputs {problem}", cli=f"--absent-input {problem}")
     return frozenset(absent_inputs)
 
