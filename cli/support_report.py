@@ -131,12 +131,15 @@ def render(results: list[CaseResult], suites=SUITES, pattern: str | None = None,
            + (f", cases matching `{pattern}`" if pattern else "") + ")" if partial else "")
         + ". Each case runs through `xlac.backend` as the onnx backend runner runs it: the "
         "model is compiled, inputs an op needs at compile time are pinned to the data set's "
-        "values (`--const-input`), and every output is compared with the stored one at the "
-        "case's tolerance (rtol 1e-3 for most; integers and booleans exactly).",
+        "values (`--const-input`), dynamic dimensions and sequence inputs to their shapes "
+        "(`--input-shape`), optional inputs given empty compiled absent (`--absent-input`), "
+        "and every output is compared with the stored one at the case's tolerance (rtol "
+        "1e-3 for most; integers and booleans exactly).",
         "",
         "Statuses: **pass**; **mismatch** (compiled and ran, an output differs); **error** "
         "(xlac refused the model with a one-line `xlac: error:` message); **out of scope** "
-        "(refused by design: strings, sequences, optionals and maps, training ops, random "
+        "(refused by design: strings and maps, sequences and optionals whose length or "
+        "presence varies at run time, training ops, random "
         "ops, outputs whose shape depends on the data; `importers/onnx/scope.py`); "
         "**crash** and **timeout** (bugs in xlac).",
         "",

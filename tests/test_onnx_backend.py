@@ -163,10 +163,38 @@ def test_bad_calls_are_one_line_errors(call, message):
 
 def test_out_of_scope_model_is_refused_at_prepare():
     graph = helper.make_graph(
-        [helper.make_node("SequenceConstruct", ["x"], ["s"])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-        [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [2])])
+        [helper.make_node("Identity", ["x"], ["y"])], "g",
+        [helper.make_value_info("x", helper.make_map_type_proto(
+            TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, [2])))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    with pytest.raises(OutOfScope, match=r"^out of scope: output 's' is a sequence, which "
+    with pytest.raises(OutOfScope, match=r"^out of scope: input 'x' holds a map, which "
                                          r"compiled code does not hold"):
         xlac.backend.prepare(model)
+
+
+def sequence_model():
+    """y = concat(s) of a sequence input s of [n, 2] tensors, t = s; h = has_element(o)."""
+    graph = helper.make_graph(
+        [helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=0),
+         helper.make_node("Identity", ["s"], ["t"]),
+         helper.make_node("OptionalHasElement", ["o"], ["h"])], "g",
+        [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, ["n", 2]),
+         helper.make_value_info("o", helper.make_optional_type_proto(
+             helper.make_tensor_type_proto(TensorProto.FLOAT, [2])))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", 2]),
+         helper.make_tensor_sequence_value_info("t", TensorProto.FLOAT, ["n", 2]),
+         helper.make_tensor_value_info("h", TensorProto.BOOL, [])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_run_pins_sequence_shapes_and_optional_presence():
+    rep = xlac.backend.prepare(sequence_model())
+    s = [np.ones((1, 2), np.float32), np.zeros((3, 2), np.float32)]
+    y, t, h = rep.run([s, None])
+    np.testing.assert_array_equal(y, np.concatenate(s))
+    assert isinstance(t, list) and [a.shape for a in t] == [(1, 2), (3, 2)]
+    assert not h
+    y, t, h = rep.run({"s": s[:1], "o": np.ones(2, np.float32)})
+    assert y.shape == (1, 2) and len(t) == 1 and h
+    assert rep.shaped_inputs == ("s",)
