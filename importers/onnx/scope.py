@@ -88,9 +88,11 @@ OUT_OF_SCOPE_IN_PART: dict[tuple[str, str], str] = {
         "ConcatFromSequence", "SequenceAt", "SequenceConstruct", "SequenceEmpty",
         "SequenceErase", "SequenceInsert", "SequenceLength", "SequenceMap",
         "SplitToSequence", "Optional", "OptionalGetElement", "OptionalHasElement")},
-    ("", "Loop"): LOOP_CHANGES_STRUCTURE,
+    ("", "Loop"): (LOOP_CHANGES_STRUCTURE + "; a loop whose trip count and condition are "
+                   "known at compile time (or pinned with --const-input) is unrolled instead"),
     ("", "If"): ("branches that return sequences of different lengths (or optionals, one "
-                 "empty) under a condition known only at run time: " + RUN_TIME_STRUCTURE),
+                 "empty) under a condition known only at run time (one that model inputs "
+                 "give can be pinned with --const-input): " + RUN_TIME_STRUCTURE),
 }
 
 
