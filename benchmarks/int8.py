@@ -1,11 +1,15 @@
 """Quantized models: xlac's int8 build beside its float build and onnxruntime's int8.
 
     python benchmarks/int8.py [--only NAME] [--inputs 20] [--runs 30] [--format qdq|qoperator]
+                              [--activation-type int8|uint8]
 
 The MLPerf Tiny four, ResNet-18 and MobileNetV2 of benchmarks/memory_models.py are
 quantized with onnxruntime.quantization.quantize_static (QDQ by default, per-channel
-int8 weights, int8 activations, static calibration on seeded random inputs). For each
-model the table gives:
+int8 weights, int8 activations by default as onnxruntime's own default, static
+calibration on seeded random inputs). With uint8 activations onnxruntime's x86 QDQ path
+runs every convolution on integers (its s8 -> u8 rewrite has nothing to skip), so the
+exact column then compares integer arithmetic with integer arithmetic; likewise the
+QOperator format. For each model the table gives:
 
   - arena and weight bytes of xlac's float build and of its int8 build (and int8/float);
   - exact: the fraction of output elements where xlac's int8 build equals onnxruntime's
@@ -41,11 +45,14 @@ def input_shape(model: onnx.ModelProto) -> list[int]:
     return [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
 
 
-def quantize(model: onnx.ModelProto, folder: str, name: str, fmt: str) -> str:
-    """The model quantized by onnxruntime as a user would: per channel, int8, seeded
-    random calibration data; returns the path of the quantized model."""
+def quantize(model: onnx.ModelProto, folder: str, name: str, fmt: str,
+             activations: str = "int8") -> str:
+    """The model quantized by onnxruntime as a user would: per channel, int8 weights,
+    ``activations`` (int8 or uint8) activations, seeded random calibration data; returns
+    the path of the quantized model."""
     from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
                                           quantize_static)
+    types = {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}
     src, dst = os.path.join(folder, f"{name}.onnx"), os.path.join(folder, f"{name}_int8.onnx")
     onnx.save(model, src)
     rng = np.random.default_rng(0)
@@ -60,7 +67,8 @@ def quantize(model: onnx.ModelProto, folder: str, name: str, fmt: str) -> str:
     logging.disable(logging.WARNING)        # quantize_static's pre-processing advice
     quantize_static(src, dst, Reader(), per_channel=True,
                     quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+                    activation_type=types[activations],
+                    weight_type=QuantType.QInt8)
     logging.disable(logging.NOTSET)
     return dst
 
@@ -104,7 +112,7 @@ def timed(calls: dict, runs: int) -> dict[str, float]:
 
 def measure(name: str, folder: str, args) -> dict:
     model = MODELS[name]()
-    qpath = quantize(model, folder, name, args.format)
+    qpath = quantize(model, folder, name, args.format, args.activation_type)
     fpath = os.path.join(folder, f"{name}.onnx")
     q_model, q_report = compiled(qpath, folder, f"{name}_int8")
     f_model, f_report = compiled(fpath, folder, f"{name}_f32")
@@ -142,10 +150,13 @@ def main() -> None:
     ap.add_argument("--inputs", type=int, default=20, help="random inputs compared")
     ap.add_argument("--runs", type=int, default=30, help="timed runs of each build")
     ap.add_argument("--format", choices=("qdq", "qoperator"), default="qdq")
+    ap.add_argument("--activation-type", choices=("int8", "uint8"), default="int8",
+                    help="the activations' type (weights are int8)")
     args = ap.parse_args()
     names = [n for n in MODELS if not args.only or args.only in n]
     print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs); "
-          f"onnxruntime {ort.__version__}, format {args.format}")
+          f"onnxruntime {ort.__version__}, format {args.format}, activations "
+          f"{args.activation_type}")
     head = (f"{'model':<22} {'arena f32':>10} {'arena i8':>9} {'%':>4} {'weights f32':>12} "
             f"{'weights i8':>11} {'%':>4} {'exact':>7} {'steps':>5} {'xlac i8':>9} "
             f"{'xlac f32':>9} {'ort i8':>9} {'i8/ort':>6} {'f32/i8':>6}")
