@@ -66,17 +66,53 @@ def buffer_reader(b: ir.IRBuilder, ptr: ir.Value, shape: Shape, align: int) -> G
 
 
 def emit_loop_nest(b: ir.IRBuilder, shape: Shape, body: Callable[[list], None],
-                   bounds: dict | None = None) -> None:
+                   bounds: dict | None = None, cuts: Sequence[int] = ()) -> None:
     """``body(index)`` inside loops over ``shape``, most major dimension outermost;
     ``bounds`` maps a dimension to the (start, end) i64 values its loop runs over
-    instead of its whole extent."""
+    instead of its whole extent; ``cuts`` (without bounds on the minor dimension) split
+    the innermost loop into one loop per range between them, each with its own body."""
     index: list = [None] * shape.rank
     bounds = bounds or {}
+    order = list(reversed(shape.layout))
     with ExitStack() as loops:
-        for d in reversed(shape.layout):
+        for d in order[:-1]:
             start, end = bounds.get(d, (0, shape.dims[d]))
             index[d] = loops.enter_context(for_range(b, end, f"i{d}", start=start))
-        body(index)
+        if not order:
+            body(index)
+            return
+        d = order[-1]
+        start, end = bounds.get(d, (0, shape.dims[d]))
+        points = [start, *cuts, end] if d not in bounds else [start, end]
+        for lo, hi in zip(points, points[1:]):
+            with for_range(b, hi, f"i{d}", start=lo) as i:
+                index[d] = i
+                body(list(index))
+
+
+def concatenation_cuts(instr: Instruction) -> list[int]:
+    """Where a concatenation that ``instr`` computes (itself, or inside a loop fusion) along
+    the minor dimension of ``instr``'s result switches operands, when it has the result's
+    dimensions: split there, each innermost loop reads one operand, so the branch that
+    picks it folds away and the loop vectorizes (a quantized U-Net's requantizing
+    concatenation, channels minor, of an upsampled map and a skip connection)."""
+    shape = instr.shape
+    if shape.is_tuple or shape.rank == 0:
+        return []
+    if instr.opcode is Opcode.FUSION and instr.attrs.get("kind") == "kLoop":
+        candidates = instr.called[0].instructions
+    else:
+        candidates = [instr]
+    minor = shape.layout[0]
+    cuts: set[int] = set()
+    for c in candidates:
+        if (c.opcode is Opcode.CONCATENATE and c.shape.dims == shape.dims
+                and c.attrs["dimension"] == minor):
+            offset = 0
+            for o in c.operands[:-1]:
+                offset += o.shape.dims[minor]
+                cuts.add(offset)
+    return sorted(cut for cut in cuts if 0 < cut < shape.dims[minor])
 
 
 def passed_operands(instr: Instruction) -> list[int]:
@@ -159,7 +195,7 @@ def emit_elemental_function(llvm_module: ir.Module, instr: Instruction, name: st
             b.store(v, gep_elem(b, ptr, llvm_type(leaf.dtype), at), align=align)
 
     bounds = {split_dim: tuple(fn.args[-2:])} if split_dim is not None else None
-    emit_loop_nest(b, leaves[0], store, bounds)
+    emit_loop_nest(b, leaves[0], store, bounds, concatenation_cuts(instr))
     b.ret_void()
     return fn
 

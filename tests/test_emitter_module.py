@@ -8,12 +8,18 @@ import threading
 import cffi
 import numpy as np
 import pytest
+from llvmlite import ir
 
 from emit_util import RUNTIME_DIR, compile_module
 from xlac.emitter import EmitOptions, emit
+from xlac.emitter.constants import ConstantPool
+from xlac.emitter.elemental import ElementalEmitter
+from xlac.emitter.loops import PointerArg, concatenation_cuts, emit_elemental_function
 from xlac.emitter.names import c_identifier, c_identifier_for_model, unique_c_identifiers
 from xlac.emitter.target import make_target, vector_bytes_for
 from xlac.hlo import Builder, Module, Opcode, Shape, Signature, TensorSpec, XlacError, dtypes
+from xlac.hlo.evaluator import evaluate
+from xlac.hlo.text import parse_module
 from xlac.optimizer import assign_buffers
 
 F32 = dtypes.F32
@@ -88,6 +94,63 @@ def test_large_constants_embed_through_incbin_in_host_objects(tmp_path):
 def test_inner_loop_is_vectorized():
     ir_text = _emit(small_model(), kinds=("llvm",)).llvm_ir
     assert re.search(r"<\d+ x float>", ir_text)
+
+
+REQUANTIZED_CONCAT = """HloModule requantized_concat
+
+%fused_computation (a: s8[1,16,3,5], b: s8[1,32,3,5]) -> s8[1,48,3,5]{1,3,2,0} {
+  %a = s8[1,16,3,5] parameter(0)
+  %fa = f32[1,16,3,5]{1,3,2,0} convert(%a)
+  %sa = f32[] constant(0.75)
+  %ba = f32[1,16,3,5]{1,3,2,0} broadcast(%sa), dimensions={}
+  %ma = f32[1,16,3,5]{1,3,2,0} multiply(%fa, %ba)
+  %b = s8[1,32,3,5] parameter(1)
+  %fb = f32[1,32,3,5]{1,3,2,0} convert(%b)
+  %sb = f32[] constant(1.25)
+  %bb = f32[1,32,3,5]{1,3,2,0} broadcast(%sb), dimensions={}
+  %mb = f32[1,32,3,5]{1,3,2,0} multiply(%fb, %bb)
+  %c = f32[1,48,3,5]{1,3,2,0} concatenate(%ma, %mb), dimensions={DIM}
+  %r = f32[1,48,3,5]{1,3,2,0} round-nearest-even(%c)
+  %lo = f32[] constant(-128)
+  %hi = f32[] constant(127)
+  %k = f32[1,48,3,5]{1,3,2,0} clamp(%lo, %r, %hi)
+  ROOT %q = s8[1,48,3,5]{1,3,2,0} convert(%k)
+}
+
+ENTRY %main (x: s8[1,16,3,5], y: s8[1,32,3,5]) -> s8[1,48,3,5] {
+  %x = s8[1,16,3,5] parameter(0)
+  %y = s8[1,32,3,5] parameter(1)
+  %fusion = s8[1,48,3,5]{1,3,2,0} fusion(%x, %y), kind=kLoop, calls=%fused_computation
+  ROOT %out = s8[1,48,3,5] copy(%fusion)
+}
+"""
+
+
+def test_concatenation_along_the_minor_dim_splits_the_innermost_loop(tmp_path):
+    """Channels minor, a requantizing concatenation over the channels runs one inner loop
+    per operand: no branch per element, so each loop vectorizes; values as evaluated."""
+    module = parse_module(REQUANTIZED_CONCAT.replace("DIM", "1"))
+    fusion = module.entry.root.operands[0]
+    assert concatenation_cuts(fusion) == [16]
+    llvm_module = ir.Module("m")
+    fn = emit_elemental_function(
+        llvm_module, fusion, "f", lambda b: ElementalEmitter(b, ConstantPool(llvm_module, "m")),
+        PointerArg(64, True), [PointerArg(64, True)] * 2, 64)
+    inner = [blk.name for blk in fn.blocks if blk.name.startswith("i1.head")]
+    assert len(inner) == 2         # channels 0-15, then 16-47
+    rng = np.random.default_rng(0)
+    x = rng.integers(-128, 128, (1, 16, 3, 5)).astype(np.int8)
+    y = rng.integers(-128, 128, (1, 32, 3, 5)).astype(np.int8)
+    compiled = compile_module(parse_module(REQUANTIZED_CONCAT.replace("DIM", "1")), tmp_path)
+    (want,) = evaluate(module, [x, y])
+    np.testing.assert_array_equal(compiled(x, y)[0], want)
+
+
+def test_does_not_split_loops_at_a_concatenation_along_another_dim():
+    text = REQUANTIZED_CONCAT.replace("DIM", "2").replace("48,3,5", "16,9,5") \
+        .replace("%b = s8[1,32,3,5]", "%b = s8[1,16,6,5]").replace("s8[1,32,3,5]", "s8[1,16,6,5]") \
+        .replace("f32[1,32,3,5]", "f32[1,16,6,5]")
+    assert concatenation_cuts(parse_module(text).entry.root.operands[0]) == []
 
 
 # --- targets and symbols ---------------------------------------------------
