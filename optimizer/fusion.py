@@ -16,8 +16,8 @@ Rules (XLA's instruction fusion, for one-output loop fusions):
     gather is one read of its operand at an index read from its indices, whatever
     the indices hold; Resize's taps and embedding lookups fuse into their weighted
     sums; a dynamic-slice reads one window), iota, and scalar constants. Never dot,
-    convolution, reduce, reduce-window, scatter, parameters, tuples, or a model output
-    (its value must land in the caller's buffer).
+    convolution, reduce-window, scatter, parameters, tuples, or a model output (its value
+    must land in the caller's buffer); a reduce only as below.
   - a producer with one user is moved into it; a producer with several users is
     fused only when it is cheap to duplicate (broadcast, iota, reshape, bitcast,
     scalar constant), so no arithmetic, transcendental or not, is ever computed twice.
@@ -26,6 +26,9 @@ Rules (XLA's instruction fusion, for one-output loop fusions):
     a consumer that reads each of its elements several times (overlapping reduce-window
     windows, an expanding broadcast, gather), nor into a fusion whose parameter reaches
     such a reader: it would be recomputed per read (LRN's pow under a 3x3 max pool).
+  - a reduce fuses into its only user only where that saves memory: the user reads each
+    of its elements once and stores fewer bytes (``_narrowing_reduce``: a quantized
+    model's Resize, a weighted sum in f32, requantized to 8 bits by the loop after it).
 Consumers are visited from the root up, and each absorbs producers until none
 qualifies, so a chain collapses into the fusion of its last instruction.
 The entry and every computation a while or conditional calls are fused alike (a
@@ -277,6 +280,8 @@ class _Fuser:
             return False
         if is_output_fusion(consumer) and not _fits_epilogue(p, consumer):
             return False
+        if p.opcode is Opcode.REDUCE:
+            return _narrowing_reduce(p, consumer, self.users[p])
         if not (p.opcode in ELEMENTWISE or p.opcode in FUSIBLE_MOVEMENT
                 or _is_scalar_constant(p)):
             return False
@@ -354,6 +359,17 @@ class _Fuser:
             for o in set(producer.operands):
                 self.users[o].discard(producer)
             del self.users[producer]
+
+
+def _narrowing_reduce(p: Instruction, consumer: Instruction, users) -> bool:
+    """Whether the reduce ``p`` fuses into ``consumer``: its only user, which reads each
+    of its elements once and stores fewer bytes than ``p`` would. A reduce otherwise stays
+    the root of its own loop (as XLA's CPU fusion keeps it); here its wide result would
+    only cost memory: a quantized model's Resize (a weighted sum of taps in f32) whose
+    result is requantized to 8 bits by the loop reading it."""
+    return (len(users) == 1 and not p.shape.is_tuple
+            and consumer.shape.byte_size < p.shape.byte_size
+            and not _reuses_operand(consumer, p))
 
 
 def _fits_epilogue(p: Instruction, fusion: Instruction) -> bool:

@@ -339,6 +339,76 @@ ENTRY %main (x: f32[4,8]) -> f32[4] {
 """)
 
 
+def test_reduce_fuses_into_a_narrowing_user():
+    # A Resize's weighted sum requantized to 8 bits: the f32 sums never take memory.
+    changed, m = fuse(SUM + """
+ENTRY %main (x: f32[4,8]) -> s8[4] {
+  %x = f32[4,8] parameter(0)
+  %zero = f32[] constant(0)
+  %r = f32[4] reduce(%x, %zero), dimensions={1}, to_apply=%sum
+  %lo = f32[] constant(-128)
+  %hi = f32[] constant(127)
+  %c = f32[4] clamp(%lo, %r, %hi)
+  ROOT %q = s8[4] convert(%c)
+}
+""")
+    assert changed
+    assert_hlo(m, SUM + """
+%fused_computation (param_x: f32[4,8]) -> s8[4] {
+  %lo = f32[] constant(-128)
+  %param_x = f32[4,8] parameter(0)
+  %zero = f32[] constant(0)
+  %r = f32[4] reduce(%param_x, %zero), dimensions={1}, to_apply=%sum
+  %hi = f32[] constant(127)
+  %c = f32[4] clamp(%lo, %r, %hi)
+  ROOT %q = s8[4] convert(%c)
+}
+
+ENTRY %main (x: f32[4,8]) -> s8[4] {
+  %x = f32[4,8] parameter(0)
+  ROOT %fusion = s8[4] fusion(%x), kind=kLoop, calls=%fused_computation
+}
+""")
+
+
+def test_does_not_fuse_a_narrowing_reduce_read_per_column():
+    # The broadcast reads each sum eight times: fused, each would be summed eight times.
+    changed, m = fuse(SUM + """
+ENTRY %main (x: f32[4,8]) -> s8[4,8] {
+  %x = f32[4,8] parameter(0)
+  %zero = f32[] constant(0)
+  %r = f32[4] reduce(%x, %zero), dimensions={1}, to_apply=%sum
+  %b = f32[4,8] broadcast(%r), dimensions={0}
+  ROOT %q = s8[4,8] convert(%b)
+}
+""")
+    assert changed
+    assert _reduce_roots(m) == 1
+    assert all(i.opcode is not Opcode.REDUCE for i in m.entry.root.called[0].instructions)
+
+
+def test_does_not_fuse_a_reduce_with_two_users():
+    changed, m = fuse(SUM + """
+ENTRY %main (x: f32[4,8]) -> (s8[4], s8[4]) {
+  %x = f32[4,8] parameter(0)
+  %zero = f32[] constant(0)
+  %r = f32[4] reduce(%x, %zero), dimensions={1}, to_apply=%sum
+  %q = s8[4] convert(%r)
+  %n = f32[4] negate(%r)
+  %p = s8[4] convert(%n)
+  ROOT %t = (s8[4], s8[4]) tuple(%q, %p)
+}
+""")
+    assert changed
+    assert _reduce_roots(m) == 1
+
+
+def _reduce_roots(m) -> int:
+    """How many fusions of the entry are a reduce's own loop."""
+    return sum(f.opcode is Opcode.FUSION and f.called[0].root.opcode is Opcode.REDUCE
+               for f in m.entry.instructions)
+
+
 def test_existing_fusion_grows():
     changed, m = fuse("""%fused_computation (param_x: f32[4,8]) -> f32[4,8] {
   %param_x = f32[4,8] parameter(0)
