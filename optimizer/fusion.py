@@ -43,7 +43,9 @@ point) goes in too, so that the kernel pads as it reads. The epilogue is the cha
 single-user element-wise ops of the accumulators' dims from the contraction, cut back
 to its narrowest value; what each of them reads besides the chain must be a scalar, a
 broadcast of values along the output channels only (``epilogue_operand``), or a value
-of the result's dims read at the same element. Loop fusion later moves element-wise
+of the result's dims read at the same element. A chain that reaches a model output (a
+quantized model's last layer dequantized) is not cut: the kernel writes the caller's
+output buffer, and no narrow copy takes arena memory. Loop fusion later moves element-wise
 producers of such operands in, never anything that changes how the epilogue indexes.
 
 A float convolution of the kernels' fast paths (``float_convolution``: f32, N C
@@ -194,6 +196,8 @@ class _OutputFuser:
             cur = u
         if not chain:
             return []
+        if chain[-1] in self.pinned:
+            return chain        # ends in the caller's output buffer: nothing in the arena
         sizes = [i.shape.dtype.itemsize for i in chain]
         narrowest = min(sizes)
         if narrowest >= core.shape.dtype.itemsize:

@@ -90,6 +90,34 @@ def test_epilogue_is_cut_back_to_its_narrowest_value():
     assert fusion.shape.dtype == dtypes.S8
 
 
+DEQUANTIZED = f"""
+      %yf = {F32} convert({shape('s8', Y)} %y)
+      %zy = f32[]{{}} constant(-3)
+      %zb = {F32} broadcast(f32[]{{}} %zy), dimensions={{}}
+      %ys = {F32} subtract({F32} %yf, {F32} %zb)
+      %sy = f32[]{{}} constant(0.25)
+      %sb = {F32} broadcast(f32[]{{}} %sy), dimensions={{}}"""
+
+
+def test_epilogue_that_reaches_the_model_output_is_not_cut():
+    # the last layer dequantized: the kernel writes the f32 output, no s8 copy in the arena
+    m, changed = fused(requantized(tail=DEQUANTIZED, root=f"%out = {F32} multiply({F32} %ys, "
+                                                         f"{F32} %sb)"))
+    assert changed
+    (fusion,) = output_fusions(m)
+    assert m.entry.root is fusion and fusion.shape.dtype == dtypes.F32
+    assert fusion.called[0].root.opcode is Opcode.MULTIPLY and "subtract" in fused_ops(fusion)
+
+
+def test_does_not_take_a_dequantization_that_is_no_model_output():
+    # the f32 value goes on to a transpose, which the epilogue cannot index: cut back to s8
+    m, changed = fused(requantized(tail=DEQUANTIZED + f"""
+      %out = {F32} multiply({F32} %ys, {F32} %sb)""",
+        root=f"%t = {F32} transpose({F32} %out), dimensions={{0,1,3,2}}"))
+    (fusion,) = output_fusions(m)
+    assert fusion.shape.dtype == dtypes.S8
+
+
 def test_does_not_fuse_a_float_convolution():
     text = f"""HloModule m
 
