@@ -59,12 +59,13 @@ class ElementalEmitter:
         return lambda index: rule(self, instr, operands, index)
 
     def computation_generator(self, comp: Computation, parameters: Sequence[Generator],
-                              overrides: dict | None = None) -> Generator:
-        """The generator of ``comp``'s root; parameter k is produced by ``parameters[k]``,
-        and an instruction of ``overrides`` by its generator there (a kernel's
-        accumulators in place of its dot). Each fused value is generated once per index
-        and block (shared subexpressions); what only an override reads is never
-        generated."""
+                              overrides: dict | None = None,
+                              value: Instruction | None = None) -> Generator:
+        """The generator of ``comp``'s root (or of its instruction ``value``); parameter k
+        is produced by ``parameters[k]``, and an instruction of ``overrides`` by its
+        generator there (a kernel's accumulators in place of its dot). Each fused value is
+        generated once per index and block (shared subexpressions); what only an override
+        reads is never generated."""
         gens: dict[Instruction, Generator] = {}
         overrides = overrides or {}
         for instr in comp.instructions:
@@ -76,7 +77,7 @@ class ElementalEmitter:
             else:
                 ops = [gens[o] for o in instr.operands]
             gens[instr] = self._memoized(self.generator(instr, ops))
-        return gens[comp.root]
+        return gens[comp.root if value is None else value]
 
     def apply(self, comp: Computation, args: Sequence[ir.Value]):
         """Value of a scalar computation (a reducer) on ``args``."""

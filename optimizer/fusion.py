@@ -39,7 +39,11 @@ Output fusion (``OutputFusion``, before loop fusion; XLA's kOutput): an integer 
 convolution (quantized arithmetic, s32 accumulators) takes the element-wise ops after it
 into one ``kind='kOutput'`` fusion, so that its kernel stores the requantized narrow
 result and the s32 values never reach memory; a pad of its input by a constant (the zero
-point) goes in too, so that the kernel pads as it reads. The epilogue is the chain of
+point) goes in too, so that the kernel pads as it reads. So does a dot's prologue: the
+element-wise ops that quantize a model input into its lhs (scalar scale and zero point),
+which the kernel computes as it reads, instead of an 8-bit copy of the input in the arena
+(a quantized MLP's first layer; a convolution would compute each input element once per
+tap, so it reads the copy). The epilogue is the chain of
 single-user element-wise ops of the accumulators' dims from the contraction, cut back
 to its narrowest value; what each of them reads besides the chain must be a scalar, a
 broadcast of values along the output channels only (``epilogue_operand``), or a value
@@ -205,6 +209,25 @@ class _OutputFuser:
         end = max(k for k, n in enumerate(sizes) if n == narrowest)
         return chain[:end + 1]
 
+    def _prologue(self, core: Instruction, users) -> list[Instruction]:
+        """The ``_PROLOGUE`` ops that make an integer dot's activations (its lhs) out of a
+        model input, in order (a quantized MLP's first QuantizeLinear), each read only by
+        the next and everything else they read a constant or a broadcast of a scalar one;
+        else []."""
+        if core.opcode is not Opcode.DOT or not _integer_contraction(core):
+            return []
+        chain, reader, x = [], core, core.operands[0]
+        while x.opcode in _PROLOGUE and users[x] == [reader] and x not in self.pinned:
+            rest = [o for o in x.operands
+                    if not _scalar_like(o) and o.opcode is not Opcode.CONSTANT]
+            if len(rest) != 1 or rest[0].shape.dims != x.shape.dims:
+                return []
+            chain.append(x)
+            reader, x = x, rest[0]
+        if x.opcode is not Opcode.PARAMETER or x not in self.comp.parameters:
+            return []
+        return chain[::-1]
+
     def _fuse(self, core: Instruction, users) -> bool:
         chain = self._chain(core, users)
         pad = core.operands[0]
@@ -212,10 +235,11 @@ class _OutputFuser:
                       and pad.operands[1].opcode is Opcode.CONSTANT
                       and users[pad] == [core] and pad not in self.pinned
                       and core.opcode is Opcode.CONVOLUTION)
-        if not chain and not absorb_pad:
+        prologue = self._prologue(core, users)
+        if not chain and not absorb_pad and not prologue:
             return False
         root = chain[-1] if chain else core
-        members = ([pad] if absorb_pad else []) + [core] + chain
+        members = prologue + ([pad] if absorb_pad else []) + [core] + chain
         inside = set(members)
         fused = Computation("fused_computation")
         params: dict[Instruction, Instruction] = {}
@@ -235,8 +259,8 @@ class _OutputFuser:
                 return clones[o]
             if _is_scalar_constant(o):
                 clones[o] = fused.add(_clone(o, []))
-            elif o.opcode is Opcode.BROADCAST and o not in inside and o.shape.dims \
-                    == core.shape.dims:
+            elif o.opcode is Opcode.BROADCAST and o not in inside and (
+                    o.shape.dims == core.shape.dims or _scalar_like(o)):
                 clones[o] = fused.add(_clone(o, [value(o.operands[0])]))
             else:
                 return param(o)
@@ -258,8 +282,22 @@ class _OutputFuser:
         return True
 
 
+# What quantizing a value takes (importers/onnx/quantization.py's q: divide by the scale,
+# round, add the zero point, clamp, convert): cheap enough for a dot's kernel to compute
+# as it reads, once per panel of output channels.
+_PROLOGUE = frozenset({Opcode.DIVIDE, Opcode.MULTIPLY, Opcode.ADD, Opcode.SUBTRACT,
+                       Opcode.ROUND_NEAREST_EVEN, Opcode.CLAMP, Opcode.MAXIMUM,
+                       Opcode.MINIMUM, Opcode.CONVERT})
+
+
 def _is_scalar_constant(instr: Instruction) -> bool:
     return instr.opcode is Opcode.CONSTANT and instr.shape.rank == 0
+
+
+def _scalar_like(instr: Instruction) -> bool:
+    """A scalar constant or a broadcast of one."""
+    return _is_scalar_constant(instr) or (instr.opcode is Opcode.BROADCAST
+                                          and _is_scalar_constant(instr.operands[0]))
 
 
 class _Fuser:

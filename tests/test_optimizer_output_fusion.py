@@ -7,6 +7,7 @@ from xlac.hlo.text import parse_module
 from xlac.hlo.verifier import verify
 from xlac.optimizer import DeadCodeElimination, InstructionFusion
 from xlac.optimizer.fusion import OutputFusion
+from hlo_util import parse
 from test_optimizer_quantization import integers, lit, module, shape
 
 X, Y = (1, 2, 5, 5), (1, 3, 5, 5)
@@ -116,6 +117,73 @@ def test_does_not_take_a_dequantization_that_is_no_model_output():
         root=f"%t = {F32} transpose({F32} %out), dimensions={{0,1,3,2}}"))
     (fusion,) = output_fusions(m)
     assert fusion.shape.dtype == dtypes.S8
+
+
+def quantized_input(op: str = "", contraction: str = "dot") -> str:
+    """An integer dot (or 1x1 convolution) of a model input quantized to s8, with ``op``
+    (an element-wise opcode) applied to the input first."""
+    w = integers((37, 5) if contraction == "dot" else (5, 37, 1, 1))
+    x = "%x" if not op else "%e"
+    first = f"\n  %e = f32[1,37,1,1] {op}(%x)" if op else ""
+    if contraction == "dot":
+        shapes, wshape = ("f32[2,37]", "s8[2,37]", "s32[2,5]"), "s8[37,5]"
+        core = "dot(%q, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}"
+    else:
+        shapes, wshape = ("f32[1,37,1,1]", "s8[1,37,1,1]", "s32[1,5,1,1]"), "s8[5,37,1,1]"
+        core = "convolution(%q, %w), window={size=1x1}, dim_labels=bf01_oi01->bf01"
+    f, q, acc = shapes
+    first = first.replace("f32[1,37,1,1]", f)
+    return f"""HloModule m
+
+ENTRY %main (x: {f}) -> {acc} {{
+  %x = {f} parameter(0){first}
+  %s = f32[] constant(0.03)
+  %sb = {f} broadcast(%s), dimensions={{}}
+  %d = {f} divide({x}, %sb)
+  %r = {f} round-nearest-even(%d)
+  %lo = f32[] constant(-128)
+  %hi = f32[] constant(127)
+  %c = {f} clamp(%lo, %r, %hi)
+  %q = {q} convert(%c)
+  %w = {wshape} constant({lit(w, dtypes.S8)})
+  ROOT %acc = {acc} {core}
+}}
+"""
+
+
+def prologue_fused(text: str):
+    m = parse(text)
+    x = np.random.default_rng(2).standard_normal(m.entry.parameters[0].shape.dims) * 3
+    args = [x.astype(np.float32)]
+    before = evaluate(m, args)
+    changed = OutputFusion().run(m)
+    DeadCodeElimination().run(m)
+    verify(m)
+    for a, b in zip(before, evaluate(m, args)):
+        np.testing.assert_array_equal(a, b)
+    return m, changed
+
+
+def test_dot_quantizes_its_model_input_as_it_reads():
+    # the kernel computes q(x) as it reads x: no s8 copy of the input in the arena
+    m, changed = prologue_fused(quantized_input())
+    assert changed
+    (fusion,) = output_fusions(m)
+    assert fusion.operands[0] is m.entry.parameters[0]
+    assert fused_ops(fusion) == ["broadcast", "divide", "round-nearest-even", "clamp",
+                                 "convert", "dot"]
+
+
+def test_does_not_quantize_the_input_of_a_convolution_as_it_reads():
+    # a convolution reads each input element once per tap: it reads the s8 copy
+    m, changed = prologue_fused(quantized_input(contraction="convolution"))
+    assert not changed
+
+
+def test_does_not_take_more_than_the_quantization_into_a_dot():
+    # a tanh is no part of quantizing: the s8 value is made by a loop, the kernel reads it
+    m, changed = prologue_fused(quantized_input("tanh"))
+    assert not changed
 
 
 def test_does_not_fuse_a_float_convolution():

@@ -3,7 +3,8 @@ onnxruntime, and the instructions each target's build uses.
 
 One model holds a table of independent QLinearConv / QLinearMatMul / QLinearAdd
 layers (tails of channels and of K, strides, asymmetric padding with a zero point,
-dilation, groups, depthwise, u8 and s8 activations, a residual epilogue); it is compiled
+dilation, groups, depthwise, u8 and s8 activations, a residual epilogue, a float input
+quantized as the kernel reads it and its result dequantized as the kernel stores it); it is compiled
 for this machine's CPU and for x86 CPUs with other dot products (``--cpu``: AVX2's sign
 trick, SSE2's generic path), run, and each output must equal onnxruntime's exactly (its
 QOperator kernels are integer arithmetic with the same requantization). The same layers
@@ -86,6 +87,16 @@ def layers_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
         const("fc_wz", np.int8(0)), const("fc_ys", np.float32(0.15)),
         const("fc_yz", np.uint8(100))], ["fc_y"]))
     outputs.append(helper.make_tensor_value_info("fc_y", TensorProto.UINT8, [3, 21]))
+    # a float input quantized as the kernel reads it, the result dequantized as it stores
+    feeds["fcq_x"] = RNG.standard_normal((2, 37)).astype(np.float32)
+    inputs.append(helper.make_tensor_value_info("fcq_x", TensorProto.FLOAT, [2, 37]))
+    nodes += [helper.make_node("QuantizeLinear", ["fcq_x", "fc_xs", const("fcq_xz", np.int8(-5))],
+                               ["fcq_q"]),
+              helper.make_node("QLinearMatMul", [
+                  "fcq_q", "fc_xs", "fcq_xz", "fc_w", "fc_ws", "fc_wz", "fc_ys",
+                  const("fcq_yz", np.int8(4))], ["fcq_y"]),
+              helper.make_node("DequantizeLinear", ["fcq_y", "fc_ys", "fcq_yz"], ["fcq_f"])]
+    outputs.append(helper.make_tensor_value_info("fcq_f", TensorProto.FLOAT, [2, 21]))
     graph = helper.make_graph(nodes, "layers", inputs, outputs, inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13),
                                                     helper.make_opsetid("com.microsoft", 1)])

@@ -41,6 +41,7 @@ import numpy as np
 from llvmlite import ir
 
 from ...hlo import ConvDimensionNumbers, Instruction, Opcode, dtypes
+from ...hlo.opcodes import ELEMENTWISE
 from ...optimizer.fusion import is_output_fusion, output_fusion_core
 from ...optimizer.layout_assignment import channels_minor
 from ..elemental import ElementalEmitter
@@ -83,7 +84,7 @@ class QuantizedKernel:
     instr: Instruction
     dot: IntDot
     vector_bytes: int
-    x_k: int                            # fusion operand: the activations
+    x_k: int                            # fusion operand: the activations (or their source)
     depthwise: bool
     # geometry (a dot is one image of 1 x M pixels, one tap, K channels)
     n: int
@@ -106,6 +107,9 @@ class QuantizedKernel:
     accumulated: Instruction | None = None  # the value the accumulators stand for
     no_nans: bool = False               # the epilogue cannot meet a NaN
     float_abi: str | None = None        # the target's (TargetInfo.float_abi)
+    # a dot's lhs computed as it is read from operand x_k (the fusion's prologue: a model
+    # input quantized), else None: operand x_k holds the 8-bit activations
+    activations: Instruction | None = None
 
     @property
     def cin_g(self) -> int:
@@ -117,7 +121,8 @@ class QuantizedKernel:
 
     @property
     def x_signed(self) -> bool:
-        return self.instr.operands[self.x_k].shape.dtype == dtypes.S8
+        core = output_fusion_core(self.instr.called[0])
+        return core.operands[0].shape.dtype == dtypes.S8
 
     # -- emission --
     def emit(self, llvm_module: ir.Module, name: str, constants) -> ir.Function:
@@ -292,15 +297,32 @@ def _plan_conv(instr, fused, core, target) -> QuantizedKernel | None:
         weights.reshape(cout, cin_g, kh * kw), "nchw")
 
 
+def _prologue_source(instr, a: Instruction) -> Instruction | None:
+    """The fused parameter a dot's lhs ``a`` is computed from element by element: ``a``
+    itself, or the one operand of a's dims (the others scalars, broadcasts, constants)
+    down its prologue."""
+    while a.opcode is not Opcode.PARAMETER:
+        if a.opcode not in ELEMENTWISE:
+            return None
+        rest = [o for o in a.operands if o.shape.rank and o.opcode is not Opcode.BROADCAST
+                and not (o.opcode is Opcode.PARAMETER
+                         and instr.operands[o.number].opcode is Opcode.CONSTANT)]
+        if len(rest) != 1 or rest[0].shape.dims != a.shape.dims:
+            return None
+        a = rest[0]
+    return a
+
+
 def _plan_dot(instr, fused, core, target) -> QuantizedKernel | None:
     dn = core.attrs["dimension_numbers"]
     a, w_param = core.operands
-    if (a.opcode is not Opcode.PARAMETER or core.shape.rank != 2 or dn.lhs_batch
+    source = _prologue_source(instr, a)
+    if (source is None or core.shape.rank != 2 or dn.lhs_batch
             or dn.lhs_contracting != (1,) or len(dn.rhs_contracting) != 1):
         return None
-    x = instr.operands[a.number]
+    x = instr.operands[source.number]
     weights = _weights_of(instr, w_param)
-    if (weights is None or x.shape.dtype not in (dtypes.S8, dtypes.U8)
+    if (weights is None or a.shape.dtype not in (dtypes.S8, dtypes.U8)
             or not x.shape.has_default_layout):
         return None
     if dn.rhs_contracting == (0,):
@@ -308,12 +330,25 @@ def _plan_dot(instr, fused, core, target) -> QuantizedKernel | None:
     m, k = x.shape.dims
     nout = weights.shape[0]
     return QuantizedKernel(
-        instr, _dot_for(target, weights), target.vector_bytes, a.number, False, 1, k, 1, m,
-        1, m, 1, nout, ((0, 0),), (1, 1), (0, 0), 0, (0, 1, 0, k),
-        weights.reshape(nout, k, 1), "mn")
+        instr, _dot_for(target, weights), target.vector_bytes, source.number, False, 1, k, 1,
+        m, 1, m, 1, nout, ((0, 0),), (1, 1), (0, 0), 0, (0, 1, 0, k),
+        weights.reshape(nout, k, 1), "mn", activations=None if a is source else a)
 
 
 # --- shared pieces ------------------------------------------------------------------
+
+def _operand_readers(k: QuantizedKernel, b: ir.IRBuilder, em: ElementalEmitter, ptrs) -> list:
+    """A generator per operand of the fusion, in parameter order."""
+    instr = k.instr
+    params = []
+    for p in instr.called[0].parameters:
+        o = instr.operands[p.number]
+        if o.opcode is Opcode.CONSTANT:
+            params.append(em.generator(o, []))
+        else:
+            params.append(buffer_reader(b, ptrs[p.number], o.shape, o.shape.dtype.itemsize))
+    return params
+
 
 def _epilogue(k: QuantizedKernel, b: ir.IRBuilder, em: ElementalEmitter, ptrs, out,
               index: list, tile_value) -> None:
@@ -321,14 +356,9 @@ def _epilogue(k: QuantizedKernel, b: ir.IRBuilder, em: ElementalEmitter, ptrs, o
     the accumulator there."""
     instr = k.instr
     fused = instr.called[0]
-    params = []     # readers of every operand; the contraction's are simply never called
-    for p in fused.parameters:
-        o = instr.operands[p.number]
-        if o.opcode is Opcode.CONSTANT:
-            params.append(em.generator(o, []))
-        else:
-            params.append(buffer_reader(b, ptrs[p.number], o.shape, o.shape.dtype.itemsize))
-    gen = em.computation_generator(fused, params, {k.accumulated: lambda idx: tile_value()})
+    # readers of every operand; the contraction's are simply never called
+    gen = em.computation_generator(fused, _operand_readers(k, b, em, ptrs),
+                                   {k.accumulated: lambda idx: tile_value()})
     shape = instr.shape
     ty = llvm_type(shape.dtype)
     b.store(gen(index), gep_elem(b, out, ty, linearize(b, index, shape.dims, shape.layout)))
@@ -420,6 +450,8 @@ class _GemmEmitter:
         self.wbase = constants.global_for_bytes(packed)
         self.sbase = constants.global_for_bytes(starts) \
             if np.frombuffer(starts, np.int32).any() else None
+        self.activations = None if k.activations is None else em.computation_generator(
+            k.instr.called[0], _operand_readers(k, b, em, ptrs), value=k.activations)
 
     def emit(self):
         k, b, lanes = self.k, self.b, self.dot.lanes
@@ -471,10 +503,10 @@ class _GemmEmitter:
             taps = [_tap_base(k, b, x, img, oys[i], oxs[i], dy, dx, channel) for i in range(mr)]
             wtap = b.gep(wpanel, [i64(t * self.words * nv * lanes * _WORD)], source_etype=I8)
 
-            def step(c4, load_word, taps=taps, wtap=wtap):
+            def step(c4, tail, taps=taps, wtap=wtap):
                 xs = []
-                for base, inside in taps:
-                    word = load_word(base, c4)
+                for i, (base, inside) in enumerate(taps):
+                    word = self._word(base, c4, tail, oxs[i])
                     if inside is not None:
                         word = b.select(inside, word, pad_word)
                     xs.append(b.xor(word, mask) if self.flip else word)
@@ -488,10 +520,27 @@ class _GemmEmitter:
 
             if full:
                 with for_range(b, full, "c4") as c4:
-                    step(c4, self._load_word)
+                    step(c4, False)
             if k.cin_g % _WORD:
-                step(i64(full), self._load_tail)
+                step(i64(full), True)
         self._store_tile(img, n0, nv, cols, m0, soff, acc)
+
+    def _word(self, base, c4, tail: bool, pixel):
+        """The four channels from 4 * c4 of the tap at ``base`` (of a dot's row ``pixel``)
+        as one word; past the last channel (``tail``) the bytes are zeros."""
+        if self.activations is not None:
+            return self._computed_word(pixel, c4, self.k.cin_g % _WORD if tail else _WORD)
+        return self._load_tail(base, c4) if tail else self._load_word(base, c4)
+
+    def _computed_word(self, pixel, c4, count: int):
+        """A dot's activations computed by its prologue (a model input quantized as it
+        is read): ``count`` channels from 4 * c4 of row ``pixel``, bytes of one word."""
+        b = self.b
+        word = ir.Constant(I32, 0)
+        for t in range(count):
+            v = self.activations([pixel, b.add(b.mul(c4, i64(_WORD)), i64(t))])
+            word = b.or_(word, b.shl(b.zext(v, I32), ir.Constant(I32, 8 * t)))
+        return word
 
     def _load_word(self, base, c4):
         b = self.b
