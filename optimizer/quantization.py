@@ -42,6 +42,13 @@ exact or onnxruntime's own arithmetic:
    T's range: 1 / sy floors (254 for the usual 1/255, so the largest probability is
    zy + 254).
 
+5. ``q(mean_R(dq(x)))``, mean a sum over whole dims R (a reduce, or a reduce-window whose
+   window spans them) divided by their count n, x 8-bit, per tensor, q to an 8-bit type
+   at its full range => onnxruntime's QLinearGlobalAveragePool (MLAS), into which it
+   turns a QDQ GlobalAveragePool, and an AveragePool whose window is the whole image:
+   ``T(clamp(round(f32(sum_R s32(x) - zx * n) * m) + zy))``, m = f32(sx / f32(sy * n)):
+   the sum is exact, one f32 multiply rounds.
+
 Rule 1 makes rule 2's input; all run in one walk, before constant folding could fold
 dq(w) into f32 weights. DCE removes the float instructions left unused.
 """
@@ -247,7 +254,8 @@ class _Rewriter:
     def run(self) -> bool:
         for instr in list(self.comp.instructions):
             instr.operands = [self.replaced.get(o, o) for o in instr.operands]
-            for rule in (self._contraction, self._narrow, self._passthrough, self._softmax):
+            for rule in (self._contraction, self._narrow, self._passthrough, self._softmax,
+                         self._mean):
                 new = rule(instr)
                 if new is not None:
                     self.replaced[instr] = new
@@ -533,6 +541,60 @@ class _Rewriter:
             lambda value, dtype: self.constant(value, dtype, md), self._reducer,
             dq.q, dims, sx, sy, zy)
 
+    # -- rule 5 --
+    def _mean(self, v: Instruction) -> Instruction | None:
+        q = quantized(v)
+        if q is None or q.scale.axis is not None or (q.zero_point and q.zero_point.axis
+                                                     is not None):
+            return None
+        t = q.out
+        if t not in (dtypes.S8, dtypes.U8) or (q.lo, q.hi) != (float(t.info.min),
+                                                              float(t.info.max)):
+            return None
+        y, chain = q.y, [q.divide]
+        if y.opcode is Opcode.RESHAPE:                  # GlobalAveragePool's N C 1 1
+            chain.append(y)
+            y = y.operands[0]
+        if y.opcode is not Opcode.DIVIDE:
+            return None
+        total, count = y.operands
+        n = _param(count)
+        summed = _global_sum(total)
+        if n is None or n.axis is not None or summed is None or float(n.values) != summed:
+            return None
+        dq = dequantized(total.operands[0])
+        if (dq is None or dq.q.shape.dtype not in (dtypes.S8, dtypes.U8)
+                or dq.scale.axis is not None or _scalar(dq.zero_point) is None
+                or not self.single_use(total, y, *reversed(chain))):
+            return None
+        sx, zx = np.float32(dq.scale.scalar()), int(_scalar(dq.zero_point))
+        sy, zy = np.float32(q.scale.scalar()), np.float32(_scalar(q.zero_point))
+        if not (sx > 0 and sy > 0):
+            return None
+        md = v.metadata
+        x32 = self.add(Opcode.CONVERT, dq.q, shape=dq.q.shape.with_dtype(dtypes.S32),
+                       metadata=md)
+        acc = self.add(total.opcode, x32, self.constant(0, dtypes.S32, md),
+                       called=[self._reducer(Opcode.ADD, dtypes.S32)], metadata=md,
+                       **total.attrs)
+        dims = acc.shape.dims
+        if zx:
+            acc = self.add(Opcode.SUBTRACT, acc, self.spread(zx * summed, dtypes.S32, dims,
+                                                             None, md), metadata=md)
+        # onnxruntime's scale: x_scale / (y_scale * count), in f32
+        m = np.float32(sx / np.float32(sy * np.float32(summed)))
+        f = self.add(Opcode.MULTIPLY, self.add(Opcode.CONVERT, acc, shape=acc.shape.with_dtype(
+            dtypes.F32), metadata=md), self.spread(m, dtypes.F32, dims, None, md), metadata=md)
+        r = self.add(Opcode.ROUND_NEAREST_EVEN, f, metadata=md)
+        if zy:
+            r = self.add(Opcode.ADD, r, self.spread(zy, dtypes.F32, dims, None, md), metadata=md)
+        r = self.add(Opcode.CLAMP, self.constant(q.lo, dtypes.F32, md), r,
+                     self.constant(q.hi, dtypes.F32, md), metadata=md)
+        out = self.add(Opcode.CONVERT, r, shape=r.shape.with_dtype(t), metadata=md)
+        if out.shape.dims != v.shape.dims:
+            out = self.add(Opcode.RESHAPE, out, shape=v.shape, metadata=md)
+        return out
+
     def _max(self, dtype: dtypes.DType) -> Computation:
         return self._reducer(Opcode.MAXIMUM, dtype)
 
@@ -606,6 +668,28 @@ def _softmax_form(y: Instruction) -> tuple[Dequantized, tuple[int, ...]] | None:
         return None
     dq = dequantized(x)
     return None if dq is None else (dq, dims)
+
+
+def _global_sum(r: Instruction) -> int | None:
+    """How many elements each value of ``r`` sums if ``r`` is a sum (init 0) of whole
+    dims: a reduce, or a reduce-window whose window spans each dim it reduces (size 1 on
+    the others, no padding or dilation): a global average pool's sum. Else None."""
+    if len(r.operands) != 2 or r.opcode not in (Opcode.REDUCE, Opcode.REDUCE_WINDOW):
+        return None
+    comp = r.called[0]
+    init = known_value(r.operands[1])
+    if comp.root.opcode is not Opcode.ADD or len(comp.instructions) != 3 or init is None \
+            or init.size != 1 or init.reshape(()) != 0:
+        return None
+    dims = r.operands[0].shape.dims
+    if r.opcode is Opcode.REDUCE:
+        return int(np.prod([dims[d] for d in r.attrs["dimensions"]], dtype=np.int64))
+    w = r.attrs["window"]
+    if (any(w.pad_low) or any(w.pad_high) or any(d != 1 for d in w.lhs_dilation)
+            or any(d != 1 for d in w.rhs_dilation)
+            or any(size not in (1, n) for size, n in zip(w.size, dims))):
+        return None
+    return int(np.prod(w.size, dtype=np.int64))
 
 
 def _reduces(r: Instruction, x: Instruction, opcode: Opcode) -> bool:

@@ -363,3 +363,41 @@ def test_softmax_saturates_to_the_type_range():
 def test_does_not_rewrite_a_softmax_quantized_to_another_type():
     _, _, changed = rewrite(qdq_softmax(0.5, out="u8", zero_point=0))
     assert not changed
+
+
+# --- rule 5: a global mean is onnxruntime's QLinearGlobalAveragePool ---------------------
+
+def qdq_mean(window: str = "size=1x1x4x4 stride=1x1x4x4", zx=-3, zy=5, sx=0.05, sy=0.04):
+    """q(reduce-window sum(dq(x)) / 16) over a 4x4 image, as AveragePool lowers it."""
+    x, y = (1, 3, 4, 4), (1, 3, 1, 1)
+    return module(f"x: {shape('s8', x)}", shape("s8", y), f"""
+      %x = {shape('s8', x)} parameter(0)""" + dq("dqx", "x", x, zx, sx) + f"""
+      %zero = f32[]{{}} constant(0)
+      %sum = {shape('f32', y)} reduce-window({shape('f32', x)} %dqx, f32[]{{}} %zero), window={{{window}}}, to_apply=%add_f32
+      %n = f32[]{{}} constant(16)
+      %nb = {shape('f32', y)} broadcast(f32[]{{}} %n), dimensions={{}}
+      %mean = {shape('f32', y)} divide({shape('f32', y)} %sum, {shape('f32', y)} %nb)"""
+                  + q("out", "mean", y, zy, sy), extra=ADD_F32)
+
+
+def test_global_mean_sums_the_integers_and_scales_once():
+    before, after, changed = rewrite(qdq_mean())
+    assert changed
+    body = print_module(after).split("ENTRY")[1]
+    assert "s32[1,3,1,1]{3,2,1,0} reduce-window(s32[1,3,4,4]" in body
+    assert "divide" not in body
+    x = integers((1, 3, 4, 4))
+    x[0, 0] = 7                         # (7 + 3) * 0.05 / 0.04 = 12.5: rounds to even
+    (got,) = evaluate(after, [x])
+    m = np.float32(np.float32(0.05) / np.float32(np.float32(0.04) * np.float32(16)))
+    want = np.rint((x.astype(np.int32).sum((2, 3)) + 3 * 16).astype(np.float32) * m) + 5
+    np.testing.assert_array_equal(got.reshape(-1), np.clip(want, -128, 127).reshape(-1))
+    assert got[0, 0, 0, 0] == 12 + 5
+
+
+def test_does_not_rewrite_a_mean_over_part_of_the_image():
+    # an average pool of 2x2 windows is no global mean: onnxruntime sums those in float
+    text = qdq_mean("size=1x1x2x2 stride=1x1x2x2").replace("1,3,1,1]", "1,3,2,2]") \
+        .replace("constant(16)", "constant(4)")
+    _, _, changed = rewrite(text)
+    assert not changed
