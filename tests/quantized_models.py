@@ -29,14 +29,16 @@ def is_quantized(name: str) -> bool:
 
 
 @lru_cache(maxsize=None)
-def _quantized_bytes(name: str) -> bytes:
+def _quantized_bytes(name: str, activations: str) -> bytes:
     with tempfile.TemporaryDirectory() as folder:
-        return onnx.load(quantize(MODELS[name](), folder, name, "qdq")).SerializeToString()
+        return onnx.load(quantize(MODELS[name](), folder, name, "qdq",
+                                  activations)).SerializeToString()
 
 
-def quantized(name: str) -> onnx.ModelProto:
-    """``name`` + "_int8": the quantized model (a fresh copy, built once per session)."""
-    return onnx.load_from_string(_quantized_bytes(name.removesuffix(SUFFIX)))
+def quantized(name: str, activations: str = "int8") -> onnx.ModelProto:
+    """``name`` + "_int8": the quantized model (a fresh copy, built once per session), its
+    activations int8 (onnxruntime's default) or uint8."""
+    return onnx.load_from_string(_quantized_bytes(name.removesuffix(SUFFIX), activations))
 
 
 def host_outputs(model: onnx.ModelProto, inputs: list[np.ndarray], folder: Path):
