@@ -43,14 +43,14 @@ point) goes in too, so that the kernel pads as it reads. So does a dot's prologu
 element-wise ops that quantize a model input into its lhs (scalar scale and zero point),
 which the kernel computes as it reads, instead of an 8-bit copy of the input in the arena
 (a quantized MLP's first layer; a convolution would compute each input element once per
-tap, so it reads the copy). The epilogue is the chain of
-single-user element-wise ops of the accumulators' dims from the contraction, cut back
-to its narrowest value; what each of them reads besides the chain must be a scalar, a
-broadcast of values along the output channels only (``epilogue_operand``), or a value
-of the result's dims read at the same element. A chain that reaches a model output (a
-quantized model's last layer dequantized) is not cut: the kernel writes the caller's
-output buffer, and no narrow copy takes arena memory. Loop fusion later moves element-wise
-producers of such operands in, never anything that changes how the epilogue indexes.
+tap, so it reads the copy). The epilogue is the chain of single-user element-wise ops of
+the accumulators' dims from the contraction, cut back to its narrowest value; what each
+of them reads besides the chain must be a scalar, a broadcast of values along the output
+channels only (``epilogue_operand``), or a value of the result's dims read at the same
+element. A chain that reaches a model output (a quantized model's last layer
+dequantized) is not cut: the kernel writes the caller's output buffer, and no narrow
+copy takes arena memory. Loop fusion later moves element-wise producers of such
+operands in, never anything that changes how the epilogue indexes.
 
 A float convolution of the kernels' fast paths (``float_convolution``: f32, N C
 spatial... layout, no base dilation or batch groups) takes its epilogue in too: the chain
