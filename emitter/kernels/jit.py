@@ -17,7 +17,7 @@ from llvmlite import ir
 
 from ...hlo import Instruction
 from ..irutil import I64, PTR, VOID, i64
-from . import emit_kernel, kernel_arguments, kernel_key, scratch_bytes
+from . import emit_kernel, kernel_arguments, kernel_key, plan_kernel, scratch_bytes
 
 _ready = False
 
@@ -116,6 +116,9 @@ class CompiledKernel:
         block = np.empty(need + 2 * _GUARD, np.uint8)
         start = -block.ctypes.data % 64
         block[start + need:] = 0xA5
+        pack = getattr(plan_kernel(instr, self.target, self.lean).spec, "pack_weights", None)
+        if pack is not None:        # as the emitter packs the constant weights
+            args[1] = pack(args[1], plan_kernel(instr, self.target, self.lean).sizes)
         pointers = np.array([a.ctypes.data for a in args], np.uintp)
         self._fn(out.ctypes.data, pointers.ctypes.data, block.ctypes.data + start,
                  sizes.ctypes.data)
