@@ -229,8 +229,17 @@ CONV_CASES = [
                                       pad=((3, 3), (3, 3))), "gemm"),
     ("stem_channels_not_lanes", dict(xd=(1, 3, 12, 12), wd=(20, 3, 3, 3),
                                      pad=((1, 1), (1, 1)), constant=True), "gemm"),
-    ("many_channels_constant", dict(xd=(1, 70, 6, 5), wd=(32, 70, 3, 3),
-                                    pad=((1, 1), (1, 1)), constant=True), "gemm"),
+    # Windows on small maps: ChannelConv in K blocks (partial sums in scratch).
+    ("small_map_k_blocks", dict(xd=(1, 70, 6, 5), wd=(32, 70, 3, 3),
+                                pad=((1, 1), (1, 1)), constant=True), "channels"),
+    ("small_map_k_blocks_groups_stride2", dict(xd=(2, 130, 9, 11), wd=(96, 65, 3, 3),
+                                               stride=(2, 2), pad=((1, 1), (0, 1)),
+                                               groups=2, constant=True), "channels"),
+    ("small_map_wide_rows_k_blocks", dict(xd=(1, 60, 7, 33), wd=(16, 60, 3, 3),
+                                          pad=((1, 1), (1, 1)), constant=True), "channels"),
+    ("small_map_pointwise", dict(xd=(1, 40, 7, 7), wd=(32, 40, 1, 1), constant=True), "gemm"),
+    ("large_map_constant", dict(xd=(1, 8, 17, 17), wd=(16, 8, 3, 3), pad=((1, 1), (1, 1)),
+                                constant=True), "gemm"),
     ("s32_groups", dict(xd=(1, 4, 5, 5), wd=(4, 2, 2, 2), groups=2, dtype=S32), "naive"),
 ]
 
@@ -292,8 +301,8 @@ def test_channel_conv_packs_weights_in_panels_of_output_channels():
         np.testing.assert_array_equal(panel, w[g * 48 + c0:g * 48 + c0 + width].reshape(width, k).T)
 
 
-GEMM_CONV_CASES = [c for c in CONV_CASES if c[2] == "gemm"
-                   or c[2] == "channels" and make_conv(**c[1]).attrs["window"].pad_low != (0, 0)]
+GEMM_CONV_CASES = [c for c in CONV_CASES if c[2] == "gemm" or c[2] == "channels"
+                   and c[0] != "stem_unpadded_tail_panel"]
 
 
 @pytest.mark.parametrize("vector_bytes", [16, 32, 64])
@@ -414,6 +423,7 @@ EPILOGUE_CONVS = {
     "direct_lean": ((4, 7, 1, 3, 1, True), "DirectConv"),
     # constant weights (the test makes %w one)
     "stem": ((3, 48, 1, 3, 2, False), "ChannelConv"),
+    "small_map_k_blocks": ((70, 32, 1, 3, 1, False), "ChannelConv"),
 }
 EPILOGUE_CASES = ([(conv, name) for conv in ("depthwise_s1", "dense_3x3", "stem")
                    for name in EPILOGUES]

@@ -52,15 +52,15 @@ def cnn(batch: int = 1):
 
 def stem():
     """A stem convolution (3 input channels, constant weights: ChannelConv) with its bias
-    and ReLU fused, split by panels of output channels (96 = 3 x 32), then a dense
-    convolution whose padded input the stem's output is."""
+    and ReLU fused, split by panels of output channels (96 = 3 x 32), then a strided
+    one onto a small map (ChannelConv in K blocks, two panels)."""
     n = helper.make_node
     return _model([
         n("Conv", ["x", "w1", "b1"], ["c1"], pads=[3, 3, 3, 3], strides=[2, 2]),
         n("Relu", ["c1"], ["r1"]),
-        n("Conv", ["r1", "w2"], ["y"], pads=[1, 1, 1, 1]),
-    ], [("x", [1, 3, 45, 50])], [("y", [1, 8, 23, 25])], [
-        _weights("w1", (96, 3, 7, 7)), _weights("b1", (96,)), _weights("w2", (8, 96, 3, 3))])
+        n("Conv", ["r1", "w2"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2]),
+    ], [("x", [1, 3, 45, 50])], [("y", [1, 64, 12, 13])], [
+        _weights("w1", (96, 3, 7, 7)), _weights("b1", (96,)), _weights("w2", (64, 96, 3, 3))])
 
 
 def encoder():

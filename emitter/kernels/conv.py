@@ -36,6 +36,7 @@ types) goes through ``emit_naive_conv``, a loop nest compiled for the exact shap
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import cached_property
 from itertools import product
@@ -826,26 +827,36 @@ def _transpose(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
 @dataclass(frozen=True)
 class ChannelConv(_EpilogueOperands):
     """Direct 2-D convolution vectorized over output channels, for stems (few input
-    channels: the implicit GEMM's im2col gathers cost as much as its FMAs) and small
-    maps (7x7 or 14x14 pixels fill vectors of pixels badly: 49 = 3 x 16 + 1).
+    channels: the implicit GEMM's im2col gathers cost as much as its FMAs) and windows
+    on small maps (7x7 or 14x14 pixels fill vectors of pixels badly: 49 = 3 x 16 + 1).
 
-    A tile is ``rows`` x ``cols`` output pixels (one accumulator each) by one vector of
-    ``lanes`` output channels: per window position and input channel, one vector load of
-    the weights and one broadcast of the input under each pixel. The weights are
-    constants, packed at compile time (``pack_weights``) in the kernel's order: per
-    group, panels of ``lanes`` output channels, each K x lanes contiguous (K = Cin_g x
-    window, in OIHW's K order), so a panel starts where OIHW's channel would. Padding
-    costs nothing in the inner loop: a padded copy of the group's input is made in the
-    scratch first (no scratch without padding). The tiles at the right and bottom edges
-    are shifted back inside the image (they recompute a few pixels, bit for bit the
-    same) or, for rows, take a shorter compile-time variant. The results are transposed
-    in registers (channels x pixels) and stored ``cols`` pixels at a time.
+    A tile is ``rows`` x ``cols`` output pixels (one accumulator per pixel and vector)
+    by ``vectors`` vectors of ``lanes`` output channels: per input channel and window
+    position, ``vectors`` loads of the weights and one broadcast of the input under each
+    pixel, which feeds ``vectors`` FMAs. The weights are constants, packed at compile
+    time (``pack_weights``) in the kernel's order: per group, panels of ``vectors`` x
+    ``lanes`` output channels (the last one narrower), each K x its width contiguous (K
+    = Cin_g x window, OIHW's K order), so a panel starts where its first channel does
+    in OIHW. Padding costs nothing in the inner loop: a padded copy of the group's input
+    is made in the scratch first (none without padding). The window positions are a
+    run-time loop over a table of their offsets (unrolled, LLVM keeps the broadcasts
+    that neighbouring pixels of a stride-1 window share in registers, and spills).
+    With more input channels than ``k_channels`` (``blocked``), K goes in blocks, each
+    block of a panel's weights read by all its tiles while it is in cache, and a tile's
+    partial sums wait in a slot of the scratch between blocks. The tiles at the right
+    edge are shifted back inside the image (they recompute a few pixels, bit for bit
+    the same, each tile from its own slot); the last rows take a shorter compile-time
+    variant. The results are transposed in registers
+    (channels x pixels to pixels x channels) and stored ``cols`` pixels at a time, the
+    epilogue applied with the lanes as channels (``Epilogue.lane_values``).
     """
     window: ConvWindow
     lanes: int
     vectors: int        # of output channels per tile: a panel is vectors x lanes wide
     rows: int
     cols: int
+    k_channels: int     # input channels per K block
+    blocked: bool       # more input channels than one K block: partial sums in scratch
     epilogue: Epilogue = NO_EPILOGUE
 
     @property
@@ -862,9 +873,16 @@ class ChannelConv(_EpilogueOperands):
 
     @property
     def scratch_bytes(self) -> int:
-        # The padded copy's size depends on the call: the plan states it (plan_conv);
-        # this only says that the function takes a scratch pointer.
-        return 64 if self.padded else 0
+        # The padded copy's and the partial sums' sizes depend on the call: the plan
+        # states them (scratch_floats); this only says the function takes a scratch.
+        return 64 if self.padded or self.blocked else 0
+
+    def scratch_floats(self, sizes: dict[str, int]) -> int:
+        """The padded copy, then one slot of partial sums per tile of a panel."""
+        if not self.blocked:
+            return self.padded_floats(sizes)
+        tiles = -(-sizes["out0"] // self.rows) * -(-sizes["out1"] // self.cols)
+        return self.padded_floats(sizes) + tiles * self.rows * self.cols * self.panel
 
     def padded_floats(self, sizes: dict[str, int]) -> int:
         """Floats of the padded copy of one image and group: the input rows and columns
@@ -903,6 +921,11 @@ class ChannelConv(_EpilogueOperands):
         # The column tiles: the last one shifted back to end at the last column.
         col_tiles = b.udiv(b.add(ow, i64(self.cols - 1)), i64(self.cols))
         last_col = b.sub(ow, i64(self.cols))
+        slot_floats = self.rows * self.cols * self.panel
+        partial = None
+        if self.blocked:
+            partial = f.scratch if not self.padded else \
+                offset_ptr(b, f.scratch, F32, b.mul(geo.cin_g, plane))
         with for_range(b, geo.batch, "img") as img:
             with for_range(b, geo.groups, "grp") as grp:
                 chan0 = b.add(b.mul(img, geo.cin), b.mul(grp, geo.cin_g))
@@ -923,16 +946,37 @@ class ChannelConv(_EpilogueOperands):
                         values = [self.epilogue.lane_values(
                             b, f.extra, b.add(channel0, i64(v * lanes)), lanes)
                             for v in range(vectors)]
-                        with for_range(b, oh, "oy", step=self.rows) as oy:
-                            def tiles(rows):
-                                with for_range(b, col_tiles, "ct") as ct:
-                                    ox = imin(b, b.mul(ct, i64(self.cols)), last_col)
-                                    self._tile(b, geo, x, plane, pw, taps, panel, dst,
-                                               values, oy, ox, rows, vectors)
-                            _down_to(b, b.sub(oh, oy), self.rows, 1, tiles)
+                        # K blocks: each block of the panel's weights is read for all
+                        # tiles while it is in cache (small maps: few pixels, long K).
+                        with self._k_blocks(b, geo) as k:
+                            with for_range(b, oh, "oy", step=self.rows) as oy:
+                                def tiles(rows):
+                                    with for_range(b, col_tiles, "ct") as ct:
+                                        ox = imin(b, b.mul(ct, i64(self.cols)), last_col)
+                                        slot = None
+                                        if self.blocked:
+                                            tile = b.add(b.mul(b.udiv(oy, i64(self.rows)),
+                                                               col_tiles), ct)
+                                            slot = offset_ptr(b, partial, F32,
+                                                              b.mul(tile, i64(slot_floats)))
+                                        self._tile(b, geo, x, plane, pw, taps, panel, dst,
+                                                   values, oy, ox, rows, vectors, k, slot)
+                                _down_to(b, b.sub(oh, oy), self.rows, 1, tiles)
                     # The last panel of a group may be narrower (fewer vectors).
                     _down_to(b, b.udiv(b.sub(geo.cout_g, oc0), i64(lanes)), self.vectors,
                              1, panel_of)
+
+    @contextmanager
+    def _k_blocks(self, b, geo: Geometry):
+        """Yields each K block (one: all input channels, unless ``blocked``)."""
+        if not self.blocked:
+            yes = ir.Constant(I1, 1)
+            yield _Block(i64(0), geo.cin_g, yes, yes)
+            return
+        kc = self.k_channels
+        with for_range(b, geo.cin_g, "kb", step=kc) as c0:
+            yield _Block(c0, imin(b, b.sub(geo.cin_g, c0), kc), b.icmp_signed("==", c0, i64(0)),
+                         b.icmp_signed(">=", b.add(c0, i64(kc)), geo.cin_g))
 
     def _pad(self, b, geo: Geometry, x, dst, ph, pw) -> None:
         """The group's input with its padding, ``ph`` x ``pw`` per channel, at ``dst``."""
@@ -958,9 +1002,10 @@ class ChannelConv(_EpilogueOperands):
                              first_lanes(b, lanes, 0, b.sub(pw, j)))
 
     def _tile(self, b, geo: Geometry, x, plane, pw, taps, panel, dst, values, oy, ox,
-              rows: int, vectors: int) -> None:
+              rows: int, vectors: int, k: "_Block", slot) -> None:
         """Output pixels (oy .. oy + rows) x (ox .. ox + cols) of the panel's channels
-        (``vectors`` x lanes of them)."""
+        (``vectors`` x lanes of them), summed over the input channels of block ``k``;
+        ``slot``: where the tile's partial sums wait between K blocks (blocked only)."""
         w, lanes, cols = self.window, self.lanes, self.cols
         (sh, sw), (dh, dw) = w.stride, w.dil
         vty = vec_type(F32, lanes)
@@ -970,11 +1015,19 @@ class ChannelConv(_EpilogueOperands):
                   for r in range(rows)]
         acc = [[[alloca_once(b, vty, f"cacc{r}.{c}.{v}") for v in range(vectors)]
                 for c in range(cols)] for r in range(rows)]
-        for row in acc:
-            for pixel in row:
-                for a in pixel:
-                    b.store(zeros(vty), a)
-        with for_range(b, geo.cin_g, "ic") as c:
+        flat = [a for row in acc for pixel in row for a in pixel]
+        if slot is None:
+            for a in flat:
+                b.store(zeros(vty), a)
+        else:
+            with b.if_else(k.first) as (first, later):
+                with first:
+                    for a in flat:
+                        b.store(zeros(vty), a)
+                with later:
+                    for i, a in enumerate(flat):
+                        b.store(load_vec(b, offset_ptr(b, slot, F32, i64(i * lanes)), vty), a)
+        with for_range(b, b.add(k.start, k.count), "ic", start=k.start) as c:
             chan = b.mul(c, plane)
             wk = offset_ptr(b, panel, F32, b.mul(c, i64(w.window * width)))
             # The window positions are a run-time loop over a table of their offsets:
@@ -992,6 +1045,20 @@ class ChannelConv(_EpilogueOperands):
                         s = splat(b, b.load(ptr, typ=F32), lanes)
                         for wvv, a in zip(wv, pixel):
                             b.store(fma(b, s, wvv, b.load(a, typ=vty)), a)
+        if slot is None:
+            self._store(b, geo, acc, values, dst, oy, ox, vectors)
+            return
+        with b.if_else(k.last) as (last, partial):
+            with last:
+                self._store(b, geo, acc, values, dst, oy, ox, vectors)
+            with partial:
+                for i, a in enumerate(flat):
+                    store_vec(b, b.load(a, typ=vty), offset_ptr(b, slot, F32, i64(i * lanes)))
+
+    def _store(self, b, geo: Geometry, acc, values, dst, oy, ox, vectors: int) -> None:
+        """The tile's results, with the epilogue, transposed to rows of pixels."""
+        lanes, cols = self.lanes, self.cols
+        vty = vec_type(F32, lanes)
         p = geo.out_pixels
         mask = lane_mask(lanes, cols)
         for r, row in enumerate(acc):
@@ -1006,6 +1073,16 @@ class ChannelConv(_EpilogueOperands):
                         store_vec(b, out, ptr)
                     else:
                         masked_store(b, out, ptr, mask)
+
+
+@dataclass(frozen=True)
+class _Block:
+    """A K block of ChannelConv: input channels start .. start + count; ``first`` and
+    ``last`` (i1) whether it is the group's first and last."""
+    start: ir.Value
+    count: ir.Value
+    first: ir.Value
+    last: ir.Value
 
 
 def _down_to(b: ir.IRBuilder, have: ir.Value, most: int, least: int, body) -> None:
@@ -1055,7 +1132,9 @@ def _path(instr: Instruction, t: Tiling, constant_weights: bool) -> str:
         return ("depthwise_rows" if w.rank == 2 and 2 <= w.stride[1] <= DEPTHWISE_MAX_STRIDE
                 and prod(w.size) <= DIRECT_MAX_POSITIONS else "depthwise")
     if (constant_weights and w.rank == 2 and sizes["cout_g"] % t.lanes == 0
-            and prod(w.size) <= DIRECT_MAX_POSITIONS and sizes["cin_g"] <= CHANNELS_MAX_CIN):
+            and prod(w.size) <= DIRECT_MAX_POSITIONS
+            and (sizes["cin_g"] <= CHANNELS_MAX_CIN
+                 or prod(instr.shape.dims[2:]) <= CHANNELS_MAX_PIXELS and prod(w.size) > 1)):
         return "channels"
     return "gemm"
 
@@ -1069,15 +1148,22 @@ DIRECT_MAX_POSITIONS = 64
 DEPTHWISE_MAX_STRIDE = 4
 # ChannelConv (constant weights, output channels a multiple of the lanes) for stems,
 # whose few input channels make the implicit GEMM's K short and its im2col gathers as
-# costly as its FMAs: ResNet-18's 7x7/2 stem (Cin 3) runs in 0.71 of the GEMM's time
-# (benchmarks/kernels.py).
+# costly as its FMAs, and for windows on small maps, where vectors of pixels go partly
+# empty (7 x 7 = 3 x 16 + 1). Measured against the implicit GEMM (benchmarks/
+# kernels.py, one Zen 5 core): ResNet-18's 7x7/2 stem 0.71 of its time, 3x3 layers on
+# 14x14 and 7x7 maps 0.74 to 0.92; 1x1 layers on small maps 1.0 to 1.15 (a GEMM over
+# the input as it lies needs no gathers), so they keep the GEMM.
 CHANNELS_MAX_CIN = 4
+CHANNELS_MAX_PIXELS = 256
 # Its tile: pixels by CHANNELS_VECTORS vectors of output channels (each broadcast of an
 # input value feeds that many FMAs: at one, the broadcasts, not the FMAs, set the pace),
 # at most CHANNELS_COLS pixels along a row, as many accumulators as the registers left
-# by the weights' vectors and a broadcast allow.
+# by the weights' vectors and a broadcast allow. K blocks of about CHANNELS_K_ROWS rows
+# (whole input channels): a panel's block of weights (64 KiB at AVX-512) is read from
+# cache by every tile (7x7 maps: 0.9 of the time with blocks of 256 rows or 1024).
 CHANNELS_VECTORS = 2
 CHANNELS_COLS = 14
+CHANNELS_K_ROWS = 512
 
 
 def plan_conv(instr: Instruction, target, lean: bool = False,
@@ -1098,10 +1184,12 @@ def plan_conv(instr: Instruction, target, lean: bool = False,
         accumulators = registers - vectors - 2
         cols = min(sizes["out1"], CHANNELS_COLS, t.lanes, accumulators // vectors)
         rows = max(1, accumulators // (vectors * cols))
-        spec = ChannelConv(window, t.lanes, vectors, rows, cols)
-        if lean and spec.padded:
+        k_channels = max(1, CHANNELS_K_ROWS // window.window)
+        spec = ChannelConv(window, t.lanes, vectors, rows, cols, k_channels,
+                           sizes["cin_g"] > k_channels)
+        if lean and spec.scratch_bytes:
             return KernelPlan(DirectConv(window, t), sizes)
-        return KernelPlan(spec, sizes, spec.padded_floats(sizes) * 4)
+        return KernelPlan(spec, sizes, spec.scratch_floats(sizes) * 4)
     if path == "gemm" and lean and len(window.positions) <= DIRECT_MAX_POSITIONS:
         return KernelPlan(DirectConv(window, t), _sizes_of(instr))
     if path == "gemm":
