@@ -19,8 +19,13 @@ feature groups and number of spatial dims:
 - direct (``lean``, any channels): the same direct scheme with an MR x NV tile of
   output channels by pixels; no scratch, for the layers where the GEMM's packed sliver
   would raise the arena's peak (the memory planner asks for it).
+- channels in lanes (``ChannelConv``): 2-D stems (Cin <= 4) and windows on small maps
+  (<= 256 output pixels) with constant weights, which it takes packed at compile time
+  (``pack_weights``): a direct convolution vectorized over output channels, each input
+  value broadcast to two vectors of them, the padded input copied to scratch, K in
+  blocks on long K; lean: DirectConv.
 
-Both are compiled from the window alone (``ConvWindow``: size, stride, padding,
+All are compiled from the window alone (``ConvWindow``: size, stride, padding,
 dilation, slack); batch, groups, channels and image sizes are run-time arguments, so e.g.
 every 1x1 convolution of a model shares one function, and every 3x3 pad-1 one another.
 The coordinates of a vector of output pixels come from one scalar division of its first
