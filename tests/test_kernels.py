@@ -283,6 +283,14 @@ def test_channel_conv_other_vector_widths(case, vector_bytes):
            F32)
 
 
+def test_channel_conv_needs_simd():
+    """A scalar target (Cortex-M: one lane) keeps the GEMM: no transposes, no padded copy
+    in its small RAM."""
+    instr = make_conv((1, 3, 20, 22), (16, 3, 3, 3), pad=((1, 1), (1, 1)), constant=True)
+    assert type(plan_kernel(instr, HostTarget(64)).spec).__name__ == "ChannelConv"
+    assert type(plan_kernel(instr, HostTarget(4)).spec).__name__ == "ConvGemm"
+
+
 def test_channel_conv_packs_weights_in_panels_of_output_channels():
     """Per group, panels of vectors x lanes output channels (the last one narrower), each
     K x its width: a panel starts where its first channel starts in OIHW."""
@@ -298,7 +306,8 @@ def test_channel_conv_packs_weights_in_panels_of_output_channels():
     for g, c0, width in ((0, 0, 32), (0, 32, 16), (1, 0, 32), (1, 32, 16)):
         at = (g * 48 + c0) * k
         panel = packed[at:at + k * width].reshape(k, width)
-        np.testing.assert_array_equal(panel, w[g * 48 + c0:g * 48 + c0 + width].reshape(width, k).T)
+        first = g * 48 + c0
+        np.testing.assert_array_equal(panel, w[first:first + width].reshape(width, k).T)
 
 
 GEMM_CONV_CASES = [c for c in CONV_CASES if c[2] == "gemm" or c[2] == "channels"
@@ -741,6 +750,7 @@ def test_lhs_dilated_conv_runs_dense_fast_kernels(case, tmp_path):
     optimize(module)
     convs = [i for c in module.computations for i in c.instructions
              if i.opcode is Opcode.CONVOLUTION]
-    assert convs and all(conv_mod._path(c, tiling_for(host_target()), False) != "naive" for c in convs)
+    tiling = tiling_for(host_target())
+    assert convs and all(conv_mod._path(c, tiling, False) != "naive" for c in convs)
     got, = compile_module(module, tmp_path, name=f"lhs_{case[0]}")(*args)
     _check(got, conv_reference(instr, *args), F32)

@@ -47,6 +47,7 @@ from functools import cached_property
 from itertools import product
 from math import prod
 
+import numpy as np
 from llvmlite import ir
 
 from ...hlo import ConvDimensionNumbers, Instruction, Opcode, Shape, Window, dtypes
@@ -851,9 +852,9 @@ class ChannelConv(_EpilogueOperands):
     partial sums wait in a slot of the scratch between blocks. The tiles at the right
     edge are shifted back inside the image (they recompute a few pixels, bit for bit
     the same, each tile from its own slot); the last rows take a shorter compile-time
-    variant. The results are transposed in registers
-    (channels x pixels to pixels x channels) and stored ``cols`` pixels at a time, the
-    epilogue applied with the lanes as channels (``Epilogue.lane_values``).
+    variant. The results are transposed in registers (channels x pixels to pixels x
+    channels) and stored ``cols`` pixels at a time, the epilogue applied with the lanes
+    as channels (``Epilogue.lane_values``). Taken only with SIMD (4 lanes or more).
     """
     window: ConvWindow
     lanes: int
@@ -899,9 +900,8 @@ class ChannelConv(_EpilogueOperands):
                 for i in range(2)]
         return sizes["cin_g"] * span[0] * span[1]
 
-    def pack_weights(self, weights, sizes: dict[str, int]):
-        """OIHW weights (numpy) in the kernel's order (class docstring); same size."""
-        import numpy as np
+    def pack_weights(self, weights: np.ndarray, sizes: dict[str, int]) -> np.ndarray:
+        """OIHW weights in the kernel's order (class docstring); same size."""
         groups, cout_g = sizes["groups"], sizes["cout_g"]
         w = np.asarray(weights, np.float32).reshape(groups, cout_g, -1)
         panels = [w[:, c:c + self.panel].transpose(0, 2, 1)
@@ -922,7 +922,8 @@ class ChannelConv(_EpilogueOperands):
         plane = b.mul(ph, pw)
         taps = alloca_once(b, I64, "taps", size=i64(w.window))
         for r, (ky, kx) in enumerate(w.positions):
-            b.store(b.add(b.mul(i64(ky * dh), pw), i64(kx * dw)), offset_ptr(b, taps, I64, i64(r)))
+            b.store(b.add(b.mul(i64(ky * dh), pw), i64(kx * dw)),
+                    offset_ptr(b, taps, I64, i64(r)))
         # The column tiles: the last one shifted back to end at the last column.
         col_tiles = b.udiv(b.add(ow, i64(self.cols - 1)), i64(self.cols))
         last_col = b.sub(ow, i64(self.cols))
@@ -980,7 +981,8 @@ class ChannelConv(_EpilogueOperands):
             return
         kc = self.k_channels
         with for_range(b, geo.cin_g, "kb", step=kc) as c0:
-            yield _Block(c0, imin(b, b.sub(geo.cin_g, c0), kc), b.icmp_signed("==", c0, i64(0)),
+            yield _Block(c0, imin(b, b.sub(geo.cin_g, c0), kc),
+                         b.icmp_signed("==", c0, i64(0)),
                          b.icmp_signed(">=", b.add(c0, i64(kc)), geo.cin_g))
 
     def _pad(self, b, geo: Geometry, x, dst, ph, pw) -> None:
@@ -1136,7 +1138,7 @@ def _path(instr: Instruction, t: Tiling, constant_weights: bool) -> str:
     if sizes["cin_g"] == 1 and sizes["cout_g"] < t.mr:
         return ("depthwise_rows" if w.rank == 2 and 2 <= w.stride[1] <= DEPTHWISE_MAX_STRIDE
                 and prod(w.size) <= DIRECT_MAX_POSITIONS else "depthwise")
-    if (constant_weights and w.rank == 2 and sizes["cout_g"] % t.lanes == 0
+    if (constant_weights and w.rank == 2 and t.lanes >= 4 and sizes["cout_g"] % t.lanes == 0
             and prod(w.size) <= DIRECT_MAX_POSITIONS
             and (sizes["cin_g"] <= CHANNELS_MAX_CIN
                  or prod(instr.shape.dims[2:]) <= CHANNELS_MAX_PIXELS and prod(w.size) > 1)):
