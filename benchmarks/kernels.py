@@ -9,7 +9,7 @@ JIT-compile the kernel. The kernel is the generic code that layers of a model sh
 its sizes are read at run time, not folded in. A convolution's weights are a constant,
 as in a model (kernels may take them packed at compile time).
 
-The peak is measured, not looked up: the fastest of 7 runs of a JIT-compiled loop of 24
+The peak is measured, not looked up: the fastest of 51 short runs of a JIT loop of 24
 independent vector FMA chains at the kernels' vector width (``peak_gflops``), i.e. FMA
 units x lanes x 2 x the clock this core runs at (a Zen 5 core with AVX-512: 2 x 16 x 2
 = 64 FLOP per cycle, 288 GFLOP/s at 4.5 GHz). On a loaded machine the fractions of it
@@ -75,7 +75,7 @@ CASES = [
 ]
 
 
-def peak_gflops(chains: int = 24, iterations: int = 20_000_000) -> float:
+def peak_gflops(chains: int = 24, iterations: int = 1_000_000) -> float:
     """FP32 GFLOP/s of a loop of ``chains`` independent FMA chains of the kernels' vector
     width: the most one core can do (enough chains to cover the FMA latency)."""
     lanes = host_target().vector_bytes // 4
@@ -114,7 +114,7 @@ def peak_gflops(chains: int = 24, iterations: int = 20_000_000) -> float:
         engine.get_function_address("peak"))
     out = np.empty(lanes, np.float32)
     # The fastest of several runs: the core's peak, not the load of a shared machine.
-    best = min(_seconds(lambda: run(out.ctypes.data, iterations)) for _ in range(7))
+    best = min(_seconds(lambda: run(out.ctypes.data, iterations)) for _ in range(51))
     return iterations * chains * lanes * 2 / best / 1e9
 
 
