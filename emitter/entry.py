@@ -380,9 +380,17 @@ class _ComputeEmitter:
             fn = kernels.emit_kernel(self.llvm_module, instr, self._function_name(instr),
                                      self.target, lean)
             self._kernels[key] = fn
-        args = [self.pointer(self.places.base(instr))]
-        args += [self.pointer(self.places[o]) for o in instr.operands]
         plan = kernels.plan_kernel(instr, self.target, lean)
+        pack = getattr(plan.spec, "pack_weights", None)
+        args = [self.pointer(self.places.base(instr))]
+        for k, o in enumerate(instr.operands):
+            if k == 1 and pack is not None:
+                # The kernel reads its constant weights packed in its own order, in place
+                # of the constant (not emitted then, unless something else reads it).
+                packed = pack(o.literal, plan.sizes)
+                args.append(self.constants.global_for_bytes(packed.tobytes()))
+            else:
+                args.append(self.pointer(self.places[o]))
         if plan.scratch_bytes > 0:
             loc = self.assignment.scratch[instr]
             args.append(self.pointer(Place(loc.space, loc.index, loc.offset)))

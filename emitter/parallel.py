@@ -33,7 +33,7 @@ from llvmlite import ir
 
 from ..hlo import Instruction
 from .irutil import I64, PTR, VOID, gep_bytes, i64
-from .kernels.conv import ConvGemm, Depthwise, DepthwiseRows, DirectConv
+from .kernels.conv import ChannelConv, ConvGemm, Depthwise, DepthwiseRows, DirectConv
 from .kernels.dot import FastDot
 from .kernels.function import KernelPlan
 from .kernels.gemm import Tiling
@@ -88,7 +88,7 @@ def kernel_split(plan: KernelPlan, t: Tiling) -> Split | None:
             return by_n or by_m
         # Column blocks pack only their own slivers of B; row blocks all pack all of it.
         return by_n if by_n.cap >= by_m.cap else by_m
-    if isinstance(spec, (ConvGemm, DirectConv, Depthwise, DepthwiseRows)):
+    if isinstance(spec, (ConvGemm, ChannelConv, DirectConv, Depthwise, DepthwiseRows)):
         rank = spec.window.rank
         in_px = prod(s[f"in{i}"] for i in range(rank))
         out_px = prod(s[f"out{i}"] for i in range(rank))
@@ -101,8 +101,10 @@ def kernel_split(plan: KernelPlan, t: Tiling) -> Split | None:
             return _split("groups", s["groups"], 1,
                           (s["cout_g"] * out_px, s["cin_g"] * in_px,
                            s["cout_g"] * s["cin_g"] * window), work, s["cout_g"])
-        # One image, one group: the output channels are A's rows (the weights').
-        return _split("cout_g", s["cout_g"], t.mr, (out_px, 0, s["cin_g"] * window), work,
+        # One image, one group: the output channels are A's rows (the weights'); in
+        # ChannelConv's packed weights, panels of lanes channels (at the same offsets).
+        unit = spec.panel if isinstance(spec, ChannelConv) else t.mr
+        return _split("cout_g", s["cout_g"], unit, (out_px, 0, s["cin_g"] * window), work,
                       1)
     return None
 

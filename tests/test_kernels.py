@@ -13,6 +13,7 @@ import pytest
 
 from xlac.hlo import (Builder, ConvDimensionNumbers, DotDimensionNumbers, Opcode, Shape, Window,
                       XlacError, dtypes)
+from xlac.hlo.ir import Instruction
 from xlac.emitter.kernels import conv as conv_mod
 from xlac.emitter.kernels import dot as dot_mod
 from xlac.emitter.kernels import (emit_kernel, kernel_arguments, kernel_key, plan_kernel,
@@ -121,12 +122,13 @@ def test_canonicalize_turns_unmergeable_free_dims_into_batch_loops():
 # --- convolution ------------------------------------------------------------------------
 
 def make_conv(xd, wd, stride=None, pad=None, dil=None, groups=1, lhs_dil=None, dn=None,
-              batch_groups=1, dtype=F32):
+              batch_groups=1, dtype=F32, constant=False):
+    """``constant``: the weights are a constant (random), as a model's are."""
     nsp = len(xd) - 2
     pad = pad or ((0, 0),) * nsp
     b = Builder("conv")
     x = b.parameter(0, Shape.array(dtype, xd))
-    w = b.parameter(1, Shape.array(dtype, wd))
+    w = b.constant(_random(wd, dtype)) if constant else b.parameter(1, Shape.array(dtype, wd))
     dn = dn or ConvDimensionNumbers.nchw(nsp)
     size = [wd[d] for d in dn.kernel_spatial]
     win = Window.make(size, stride, [p[0] for p in pad], [p[1] for p in pad], lhs_dil, dil)
@@ -210,6 +212,34 @@ CONV_CASES = [
     ("batch_groups", dict(xd=(4, 3, 6, 6), wd=(4, 3, 3, 3), batch_groups=2), "naive"),
     ("f64", dict(xd=(1, 3, 7, 7), wd=(4, 3, 3, 3), stride=(2, 2), pad=((1, 1), (1, 1)),
                  dtype=F64), "naive"),
+    # Stems with constant weights: vectors of output channels (ChannelConv).
+    ("stem_7x7_stride2", dict(xd=(1, 3, 37, 41), wd=(32, 3, 7, 7), stride=(2, 2),
+                              pad=((3, 3), (3, 3)), constant=True), "channels"),
+    ("stem_cin1_asym_pad", dict(xd=(2, 1, 13, 29), wd=(16, 1, 3, 5), stride=(1, 2),
+                                pad=((1, 0), (2, 1)), constant=True), "channels"),
+    ("stem_dilated_groups", dict(xd=(1, 4, 15, 17), wd=(32, 2, 3, 3), dil=(2, 2),
+                                 pad=((2, 2), (1, 3)), groups=2, constant=True), "channels"),
+    ("stem_unpadded_tail_panel", dict(xd=(1, 3, 9, 31), wd=(48, 3, 2, 3), stride=(2, 2),
+                                      constant=True), "channels"),
+    ("stem_negative_padding", dict(xd=(1, 3, 10, 12), wd=(16, 3, 3, 3),
+                                   pad=((-1, 1), (1, -2)), constant=True), "channels"),
+    ("stem_narrow_rows", dict(xd=(1, 2, 30, 4), wd=(16, 2, 3, 3), pad=((1, 1), (1, 1)),
+                              constant=True), "channels"),
+    ("stem_weights_at_run_time", dict(xd=(1, 3, 37, 41), wd=(32, 3, 7, 7), stride=(2, 2),
+                                      pad=((3, 3), (3, 3))), "gemm"),
+    ("stem_channels_not_lanes", dict(xd=(1, 3, 12, 12), wd=(20, 3, 3, 3),
+                                     pad=((1, 1), (1, 1)), constant=True), "gemm"),
+    # Windows on small maps: ChannelConv in K blocks (partial sums in scratch).
+    ("small_map_k_blocks", dict(xd=(1, 70, 6, 5), wd=(32, 70, 3, 3),
+                                pad=((1, 1), (1, 1)), constant=True), "channels"),
+    ("small_map_k_blocks_groups_stride2", dict(xd=(2, 130, 9, 11), wd=(96, 65, 3, 3),
+                                               stride=(2, 2), pad=((1, 1), (0, 1)),
+                                               groups=2, constant=True), "channels"),
+    ("small_map_wide_rows_k_blocks", dict(xd=(1, 60, 7, 33), wd=(16, 60, 3, 3),
+                                          pad=((1, 1), (1, 1)), constant=True), "channels"),
+    ("small_map_pointwise", dict(xd=(1, 40, 7, 7), wd=(32, 40, 1, 1), constant=True), "gemm"),
+    ("large_map_constant", dict(xd=(1, 8, 17, 17), wd=(16, 8, 3, 3), pad=((1, 1), (1, 1)),
+                                constant=True), "gemm"),
     ("s32_groups", dict(xd=(1, 4, 5, 5), wd=(4, 2, 2, 2), groups=2, dtype=S32), "naive"),
 ]
 
@@ -219,20 +249,69 @@ def test_conv(case):
     _, kw, _path = case
     instr = make_conv(**kw)
     dtype = instr.shape.dtype
-    x, w = (_random(o.shape.dims, dtype) for o in instr.operands)
+    x, w = _operands(instr)
     got = CompiledKernel(instr)(x, w)
     want = conv_reference(instr, x, w)
     assert got.shape == want.shape
     _check(got, want, dtype)
 
 
+def _operands(instr):
+    """Random operands, a constant's own value."""
+    return [o.literal if o.opcode is Opcode.CONSTANT else _random(o.shape.dims, o.shape.dtype)
+            for o in instr.operands]
+
+
 @pytest.mark.parametrize("case", CONV_CASES, ids=[c[0] for c in CONV_CASES])
 def test_conv_path(case):
     _, kw, path = case
-    assert conv_mod._path(make_conv(**kw), tiling_for(host_target())) == path
+    instr = make_conv(**kw)
+    constant = instr.operands[1].opcode is Opcode.CONSTANT
+    assert conv_mod._path(instr, tiling_for(host_target()), constant) == path
 
 
-GEMM_CONV_CASES = [c for c in CONV_CASES if c[2] == "gemm"]
+@pytest.mark.parametrize("vector_bytes", [16, 32])
+@pytest.mark.parametrize("case", [c for c in CONV_CASES if c[2] == "channels"],
+                         ids=[c[0] for c in CONV_CASES if c[2] == "channels"])
+def test_channel_conv_other_vector_widths(case, vector_bytes):
+    """SSE and AVX2 tiles: 4 and 8 lanes, fewer registers, other transposes."""
+    _, kw, _path = case
+    instr = make_conv(**kw)
+    x, w = _operands(instr)
+    assert type(plan_kernel(instr, HostTarget(vector_bytes)).spec).__name__ == "ChannelConv"
+    _check(CompiledKernel(instr, HostTarget(vector_bytes))(x, w), conv_reference(instr, x, w),
+           F32)
+
+
+def test_channel_conv_needs_simd():
+    """A scalar target (Cortex-M: one lane) keeps the GEMM: no transposes, no padded copy
+    in its small RAM."""
+    instr = make_conv((1, 3, 20, 22), (16, 3, 3, 3), pad=((1, 1), (1, 1)), constant=True)
+    assert type(plan_kernel(instr, HostTarget(64)).spec).__name__ == "ChannelConv"
+    assert type(plan_kernel(instr, HostTarget(4)).spec).__name__ == "ConvGemm"
+
+
+def test_channel_conv_packs_weights_in_panels_of_output_channels():
+    """Per group, panels of vectors x lanes output channels (the last one narrower), each
+    K x its width: a panel starts where its first channel starts in OIHW."""
+    instr = make_conv((1, 4, 9, 9), (96, 2, 3, 3), pad=((1, 1), (1, 1)), groups=2,
+                      constant=True)
+    plan = plan_kernel(instr, HostTarget(64))
+    spec = plan.spec
+    assert (spec.lanes, spec.vectors) == (16, 2)
+    w = instr.operands[1].literal
+    packed = spec.pack_weights(w, plan.sizes).reshape(-1)
+    assert packed.size == w.size
+    k = 2 * 9
+    for g, c0, width in ((0, 0, 32), (0, 32, 16), (1, 0, 32), (1, 32, 16)):
+        at = (g * 48 + c0) * k
+        panel = packed[at:at + k * width].reshape(k, width)
+        first = g * 48 + c0
+        np.testing.assert_array_equal(panel, w[first:first + width].reshape(width, k).T)
+
+
+GEMM_CONV_CASES = [c for c in CONV_CASES if c[2] == "gemm" or c[2] == "channels"
+                   and c[0] != "stem_unpadded_tail_panel"]
 
 
 @pytest.mark.parametrize("vector_bytes", [16, 32, 64])
@@ -244,7 +323,7 @@ def test_lean_conv_needs_no_scratch(case, vector_bytes):
     target = HostTarget(vector_bytes)
     assert scratch_bytes(instr, target) > 0 and scratch_bytes(instr, target, lean=True) == 0
     assert kernel_key(instr, target, lean=True) != kernel_key(instr, target)
-    x, w = (_random(o.shape.dims, F32) for o in instr.operands)
+    x, w = _operands(instr)
     _check(CompiledKernel(instr, target, lean=True)(x, w), conv_reference(instr, x, w), F32)
 
 
@@ -351,10 +430,14 @@ EPILOGUE_CONVS = {
     "pointwise": ((6, 13, 1, 1, 1, False), "ConvGemm"),
     "grouped": ((6, 8, 2, 3, 1, False), "ConvGemm"),
     "direct_lean": ((4, 7, 1, 3, 1, True), "DirectConv"),
+    # constant weights (the test makes %w one)
+    "stem": ((3, 48, 1, 3, 2, False), "ChannelConv"),
+    "small_map_k_blocks": ((70, 32, 1, 3, 1, False), "ChannelConv"),
 }
-EPILOGUE_CASES = ([(conv, name) for conv in ("depthwise_s1", "dense_3x3") for name in EPILOGUES]
+EPILOGUE_CASES = ([(conv, name) for conv in ("depthwise_s1", "dense_3x3", "stem")
+                   for name in EPILOGUES]
                   + [(conv, name) for conv in EPILOGUE_CONVS
-                     if conv not in ("depthwise_s1", "dense_3x3")
+                     if conv not in ("depthwise_s1", "dense_3x3", "stem")
                      for name in ("bias_relu6", "scale_shift")])
 
 
@@ -397,14 +480,18 @@ def test_convolution_applies_its_fused_epilogue(conv, name):
     root = m.entry.root
     assert root.opcode is Opcode.FUSION and root.attrs["kind"] == "kOutput"
     (_, _, _, _, _, lean), kernel = EPILOGUE_CONVS[conv]
-    spec = plan_kernel(root, host_target(), lean).spec
-    assert type(spec).__name__ == kernel
-    assert len(spec.epilogue.steps) == EPILOGUES[name].count("\n") + 1
     args = [_random(p.shape.dims, F32) for p in original.entry.parameters]
     args[2] *= 3
     args[0][0, 2, 3, 4] = np.nan          # NaN goes through maximum, minimum and clamp
+    passed = [args[o.attrs["number"]] for o in root.operands]
+    if kernel == "ChannelConv":           # the weights a constant, as in a model
+        w = root.operands[1]
+        root.operands[1] = Instruction(Opcode.CONSTANT, w.shape, literal=args[1], name="wc")
+    spec = plan_kernel(root, host_target(), lean).spec
+    assert type(spec).__name__ == kernel
+    assert len(spec.epilogue.steps) == EPILOGUES[name].count("\n") + 1
     want, = evaluate(original, args)
-    got = CompiledKernel(root, lean=lean)(*(args[o.attrs["number"]] for o in root.operands))
+    got = CompiledKernel(root, lean=lean)(*passed)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     ok = ~np.isnan(want)
     _check(got[ok], want[ok], F32)
@@ -481,6 +568,9 @@ SHARING_CASES = [
      make_dot((3, 17, 5), (3, 5, 6), (0,), (2,), (0,), (1,)), True),
     ("gemv_sizes", make_dot((1, 301), (45, 301), (), (1,), (), (1,)),
      make_dot((1, 64), (7, 64), (), (1,), (), (1,)), True),
+    ("channel_conv_sizes", make_conv((1, 70, 6, 7), (32, 70, 3, 3), pad=((1, 1), (1, 1)),
+                                     constant=True),
+     make_conv((1, 90, 5, 7), (48, 90, 3, 3), pad=((1, 1), (1, 1)), constant=True), True),
     ("padding_differs", make_conv((1, 8, 12, 10), (16, 8, 3, 3), pad=((1, 1), (1, 1))),
      make_conv((1, 8, 12, 10), (16, 8, 3, 3)), False),
     ("stride_differs", make_conv((1, 8, 12, 10), (16, 8, 3, 3)),
@@ -504,10 +594,13 @@ def test_kernel_key_shares_code_between_sizes(case):
         # One function, each call with the scratch its own sizes need (a short K packs
         # fewer rows), within what the shared code allows for, and with or without
         # scratch alike (the function's signature).
+        # ChannelConv's scratch (a padded copy, partial sums) grows with the sizes: its
+        # spec's is a stand-in that only says the function takes one.
         spec = plan_kernel(first, target).spec
         for instr in (first, second):
-            assert 0 < scratch_bytes(instr, target) <= spec.scratch_bytes or \
-                scratch_bytes(instr, target) == spec.scratch_bytes == 0
+            assert (scratch_bytes(instr, target) > 0) == (spec.scratch_bytes > 0)
+            if not isinstance(spec, conv_mod.ChannelConv):
+                assert scratch_bytes(instr, target) <= spec.scratch_bytes
 
 
 @pytest.mark.parametrize("case", [c for c in SHARING_CASES if c[3]],
@@ -528,6 +621,36 @@ def test_kernel_rejects_an_instruction_with_another_key():
     other = SHARING_CASES[-3][2]
     with pytest.raises(ValueError, match="does not share"):
         kernel(*(_random(o.shape.dims, F32) for o in other.operands), instr=other)
+
+
+def test_packed_weights_replace_the_constant(tmp_path):
+    """A model's ChannelConvs read their weights packed, and the object holds them once:
+    ResNet-8's weights section is no larger than its initializers."""
+    import sys
+    from pathlib import Path
+
+    from onnx import numpy_helper
+
+    import xlac
+    from xlac.emitter.elf import ElfObject
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from memory_models import MODELS
+
+    model = MODELS["resnet8"]()
+    path = tmp_path / "resnet8.o"
+    xlac.compile(model, path)
+    assert "ChannelConv" in {type(plan_kernel(i, host_target()).spec).__name__
+                             for i in _kernels_of(model)}
+    weights = ElfObject(path.read_bytes()).footprint(".rodata.resnet8.weights")["weights"]
+    assert weights <= sum(numpy_helper.to_array(t).nbytes for t in model.graph.initializer)
+
+
+def _kernels_of(model):
+    from xlac.emitter.kernels import is_kernel
+    from xlac.importers.onnx import import_onnx
+    from xlac.optimizer import optimize
+    module = optimize(import_onnx(model))
+    return [i for i in module.entry.instructions if is_kernel(i, host_target())]
 
 
 def test_model_emits_one_function_for_convolutions_of_different_sizes(tmp_path):
@@ -627,6 +750,7 @@ def test_lhs_dilated_conv_runs_dense_fast_kernels(case, tmp_path):
     optimize(module)
     convs = [i for c in module.computations for i in c.instructions
              if i.opcode is Opcode.CONVOLUTION]
-    assert convs and all(conv_mod._path(c, tiling_for(host_target())) != "naive" for c in convs)
+    tiling = tiling_for(host_target())
+    assert convs and all(conv_mod._path(c, tiling, False) != "naive" for c in convs)
     got, = compile_module(module, tmp_path, name=f"lhs_{case[0]}")(*args)
     _check(got, conv_reference(instr, *args), F32)

@@ -50,6 +50,19 @@ def cnn(batch: int = 1):
         _weights("w3", (24, 40, 3, 3)), _weights("wf", (20, 20))])
 
 
+def stem():
+    """A stem convolution (3 input channels, constant weights: ChannelConv) with its bias
+    and ReLU fused, split by panels of output channels (96 = 3 x 32), then a strided
+    one onto a small map (ChannelConv in K blocks, two panels)."""
+    n = helper.make_node
+    return _model([
+        n("Conv", ["x", "w1", "b1"], ["c1"], pads=[3, 3, 3, 3], strides=[2, 2]),
+        n("Relu", ["c1"], ["r1"]),
+        n("Conv", ["r1", "w2"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2]),
+    ], [("x", [1, 3, 45, 50])], [("y", [1, 64, 12, 13])], [
+        _weights("w1", (96, 3, 7, 7)), _weights("b1", (96,)), _weights("w2", (64, 96, 3, 3))])
+
+
 def encoder():
     """Batched dots (attention), a matrix-vector product, softmax and layer norm rows."""
     n = helper.make_node
@@ -85,7 +98,8 @@ def loop():
     return m
 
 
-MODELS = {"cnn": cnn, "cnn_batch": lambda: cnn(2), "encoder": encoder, "loop": loop}
+MODELS = {"cnn": cnn, "cnn_batch": lambda: cnn(2), "encoder": encoder, "loop": loop,
+          "stem": stem}
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))

@@ -19,8 +19,13 @@ feature groups and number of spatial dims:
 - direct (``lean``, any channels): the same direct scheme with an MR x NV tile of
   output channels by pixels; no scratch, for the layers where the GEMM's packed sliver
   would raise the arena's peak (the memory planner asks for it).
+- channels in lanes (``ChannelConv``): 2-D stems (Cin <= 4) and windows on small maps
+  (<= 256 output pixels) with constant weights, which it takes packed at compile time
+  (``pack_weights``): a direct convolution vectorized over output channels, each input
+  value broadcast to two vectors of them, the padded input copied to scratch, K in
+  blocks on long K; lean: DirectConv.
 
-Both are compiled from the window alone (``ConvWindow``: size, stride, padding,
+All are compiled from the window alone (``ConvWindow``: size, stride, padding,
 dilation, slack); batch, groups, channels and image sizes are run-time arguments, so e.g.
 every 1x1 convolution of a model shares one function, and every 3x3 pad-1 one another.
 The coordinates of a vector of output pixels come from one scalar division of its first
@@ -36,16 +41,18 @@ types) goes through ``emit_naive_conv``, a loop nest compiled for the exact shap
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import cached_property
 from itertools import product
 from math import prod
 
+import numpy as np
 from llvmlite import ir
 
 from ...hlo import ConvDimensionNumbers, Instruction, Opcode, Shape, Window, dtypes
 from ...optimizer.fusion import output_fusion_core
-from ..irutil import I1, I32, alloca_once, for_range, i64, llvm_type
+from ..irutil import I1, I32, I64, alloca_once, for_range, i64, llvm_type
 from . import scalar
 from .dot import row_major_strides
 from .function import Frame, KernelPlan
@@ -324,6 +331,23 @@ class Epilogue:
                         offset_ptr(b, extra[arg[1]], F32, channel)
                     out[arg] = splat(b, b.load(ptr, typ=F32), lanes)
                 elif arg[0] == "const" and arg not in out:
+                    out[arg] = const_vec(F32, [arg[1]] * lanes)
+        return out
+
+    def lane_values(self, b: ir.IRBuilder, extra, channel0: ir.Value, lanes: int) -> dict:
+        """As ``values``, for vectors whose lanes are output channels ``channel0`` ..
+        ``channel0 + lanes`` (ChannelConv)."""
+        out = {}
+        for _, args in self.steps:
+            for arg in args:
+                if arg in out or arg[0] == "acc":
+                    continue
+                if arg[0] == "channel":
+                    out[arg] = load_vec(b, offset_ptr(b, extra[arg[1]], F32, channel0),
+                                        vec_type(F32, lanes))
+                elif arg[0] == "scalar":
+                    out[arg] = splat(b, b.load(extra[arg[1]], typ=F32), lanes)
+                else:
                     out[arg] = const_vec(F32, [arg[1]] * lanes)
         return out
 
@@ -788,6 +812,299 @@ class DirectConv(_EpilogueOperands):
                     pixels(full, b.sub(p, full))
 
 
+def _transpose(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
+    """The transpose of a square of vectors (rows[i][j] -> out[j][i]), ``len(rows)`` a
+    power of two equal to the lanes: one two-input shuffle per vector and stage, each
+    stage swapping one bit of the row index with that bit of the lane index."""
+    n = len(rows)
+    rows = list(rows)
+    d = 1
+    while d < n:
+        lo = const_vec(I32, [n + c - d if c & d else c for c in range(n)])
+        hi = const_vec(I32, [n + c if c & d else c + d for c in range(n)])
+        for i in range(n):
+            if not i & d:
+                x, y = rows[i], rows[i + d]
+                rows[i], rows[i + d] = b.shuffle_vector(x, y, lo), b.shuffle_vector(x, y, hi)
+        d <<= 1
+    return rows
+
+
+@dataclass(frozen=True)
+class ChannelConv(_EpilogueOperands):
+    """Direct 2-D convolution vectorized over output channels, for stems (few input
+    channels: the implicit GEMM's im2col gathers cost as much as its FMAs) and windows
+    on small maps (7x7 or 14x14 pixels fill vectors of pixels badly: 49 = 3 x 16 + 1).
+
+    A tile is ``rows`` x ``cols`` output pixels (one accumulator per pixel and vector)
+    by ``vectors`` vectors of ``lanes`` output channels: per input channel and window
+    position, ``vectors`` loads of the weights and one broadcast of the input under each
+    pixel, which feeds ``vectors`` FMAs. The weights are constants, packed at compile
+    time (``pack_weights``) in the kernel's order: per group, panels of ``vectors`` x
+    ``lanes`` output channels (the last one narrower), each K x its width contiguous (K
+    = Cin_g x window, OIHW's K order), so a panel starts where its first channel does
+    in OIHW. Padding costs nothing in the inner loop: a padded copy of the group's input
+    is made in the scratch first (none without padding). The window positions are a
+    run-time loop over a table of their offsets (unrolled, LLVM keeps the broadcasts
+    that neighbouring pixels of a stride-1 window share in registers, and spills).
+    With more input channels than ``k_channels`` (``blocked``), K goes in blocks, each
+    block of a panel's weights read by all its tiles while it is in cache, and a tile's
+    partial sums wait in a slot of the scratch between blocks. The tiles at the right
+    edge are shifted back inside the image (they recompute a few pixels, bit for bit
+    the same, each tile from its own slot); the last rows take a shorter compile-time
+    variant. The results are transposed in registers (channels x pixels to pixels x
+    channels) and stored ``cols`` pixels at a time, the epilogue applied with the lanes
+    as channels (``Epilogue.lane_values``). Taken only with SIMD (4 lanes or more).
+    """
+    window: ConvWindow
+    lanes: int
+    vectors: int        # of output channels per tile: a panel is vectors x lanes wide
+    rows: int
+    cols: int
+    k_channels: int     # input channels per K block
+    blocked: bool       # more input channels than one K block: partial sums in scratch
+    epilogue: Epilogue = NO_EPILOGUE
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        return _size_params(2)
+
+    @property
+    def panel(self) -> int:
+        return self.vectors * self.lanes
+
+    @property
+    def padded(self) -> bool:
+        return any(self.window.pad_low) or any(self.window.pad_high)
+
+    @property
+    def scratch_bytes(self) -> int:
+        # The padded copy's and the partial sums' sizes depend on the call: the plan
+        # states them (scratch_floats); this only says the function takes a scratch.
+        return 64 if self.padded or self.blocked else 0
+
+    def scratch_floats(self, sizes: dict[str, int]) -> int:
+        """The padded copy, then one slot of partial sums per tile of a panel."""
+        if not self.blocked:
+            return self.padded_floats(sizes)
+        tiles = -(-sizes["out0"] // self.rows) * -(-sizes["out1"] // self.cols)
+        return self.padded_floats(sizes) + tiles * self.rows * self.cols * self.panel
+
+    def padded_floats(self, sizes: dict[str, int]) -> int:
+        """Floats of the padded copy of one image and group: the input rows and columns
+        the outputs read, (out - 1) * stride + (size - 1) * dil + 1 per dim."""
+        if not self.padded:
+            return 0
+        w = self.window
+        span = [(sizes[f"out{i}"] - 1) * w.stride[i] + (w.size[i] - 1) * w.dil[i] + 1
+                for i in range(2)]
+        return sizes["cin_g"] * span[0] * span[1]
+
+    def pack_weights(self, weights: np.ndarray, sizes: dict[str, int]) -> np.ndarray:
+        """OIHW weights in the kernel's order (class docstring); same size."""
+        groups, cout_g = sizes["groups"], sizes["cout_g"]
+        w = np.asarray(weights, np.float32).reshape(groups, cout_g, -1)
+        panels = [w[:, c:c + self.panel].transpose(0, 2, 1)
+                  for c in range(0, cout_g, self.panel)]
+        return np.concatenate([p.reshape(groups, -1) for p in panels], axis=1)
+
+    def emit(self, f: Frame) -> None:
+        b, w, lanes = f.b, self.window, self.lanes
+        geo = Geometry(b, f.size, 2)
+        (oh, ow), (ih, iw) = geo.out_sp, geo.in_sp
+        (sh, sw), (dh, dw) = w.stride, w.dil
+        kg = b.mul(geo.cin_g, i64(w.window))
+        if self.padded:
+            ph = b.add(b.mul(b.sub(oh, i64(1)), i64(sh)), i64((w.size[0] - 1) * dh + 1))
+            pw = b.add(b.mul(b.sub(ow, i64(1)), i64(sw)), i64((w.size[1] - 1) * dw + 1))
+        else:
+            ph, pw = ih, iw
+        plane = b.mul(ph, pw)
+        taps = alloca_once(b, I64, "taps", size=i64(w.window))
+        for r, (ky, kx) in enumerate(w.positions):
+            b.store(b.add(b.mul(i64(ky * dh), pw), i64(kx * dw)),
+                    offset_ptr(b, taps, I64, i64(r)))
+        # The column tiles: the last one shifted back to end at the last column.
+        col_tiles = b.udiv(b.add(ow, i64(self.cols - 1)), i64(self.cols))
+        last_col = b.sub(ow, i64(self.cols))
+        slot_floats = self.rows * self.cols * self.panel
+        partial = None
+        if self.blocked:
+            partial = f.scratch if not self.padded else \
+                offset_ptr(b, f.scratch, F32, b.mul(geo.cin_g, plane))
+        with for_range(b, geo.batch, "img") as img:
+            with for_range(b, geo.groups, "grp") as grp:
+                chan0 = b.add(b.mul(img, geo.cin), b.mul(grp, geo.cin_g))
+                x = offset_ptr(b, f.lhs, F32, b.mul(chan0, geo.in_pixels))
+                if self.padded:
+                    self._pad(b, geo, x, f.scratch, ph, pw)
+                    x = f.scratch
+                ochan0 = b.add(b.mul(img, geo.cout), b.mul(grp, geo.cout_g))
+                chan_of_group = b.mul(grp, geo.cout_g)
+                with for_range(b, geo.cout_g, "oc", step=self.panel) as oc0:
+                    panel = offset_ptr(b, f.rhs, F32,
+                                       b.mul(b.add(chan_of_group, oc0), kg))
+                    dst = offset_ptr(b, f.out, F32,
+                                     b.mul(b.add(ochan0, oc0), geo.out_pixels))
+                    channel0 = b.add(chan_of_group, oc0)
+
+                    def panel_of(vectors, panel=panel, dst=dst, channel0=channel0):
+                        values = [self.epilogue.lane_values(
+                            b, f.extra, b.add(channel0, i64(v * lanes)), lanes)
+                            for v in range(vectors)]
+                        # K blocks: each block of the panel's weights is read for all
+                        # tiles while it is in cache (small maps: few pixels, long K).
+                        with self._k_blocks(b, geo) as k:
+                            with for_range(b, oh, "oy", step=self.rows) as oy:
+                                def tiles(rows):
+                                    with for_range(b, col_tiles, "ct") as ct:
+                                        ox = imin(b, b.mul(ct, i64(self.cols)), last_col)
+                                        slot = None
+                                        if self.blocked:
+                                            tile = b.add(b.mul(b.udiv(oy, i64(self.rows)),
+                                                               col_tiles), ct)
+                                            slot = offset_ptr(b, partial, F32,
+                                                              b.mul(tile, i64(slot_floats)))
+                                        self._tile(b, geo, x, plane, pw, taps, panel, dst,
+                                                   values, oy, ox, rows, vectors, k, slot)
+                                _down_to(b, b.sub(oh, oy), self.rows, 1, tiles)
+                    # The last panel of a group may be narrower (fewer vectors).
+                    _down_to(b, b.udiv(b.sub(geo.cout_g, oc0), i64(lanes)), self.vectors,
+                             1, panel_of)
+
+    @contextmanager
+    def _k_blocks(self, b, geo: Geometry):
+        """Yields each K block (one: all input channels, unless ``blocked``)."""
+        if not self.blocked:
+            yes = ir.Constant(I1, 1)
+            yield _Block(i64(0), geo.cin_g, yes, yes)
+            return
+        kc = self.k_channels
+        with for_range(b, geo.cin_g, "kb", step=kc) as c0:
+            yield _Block(c0, imin(b, b.sub(geo.cin_g, c0), kc),
+                         b.icmp_signed("==", c0, i64(0)),
+                         b.icmp_signed(">=", b.add(c0, i64(kc)), geo.cin_g))
+
+    def _pad(self, b, geo: Geometry, x, dst, ph, pw) -> None:
+        """The group's input with its padding, ``ph`` x ``pw`` per channel, at ``dst``."""
+        w, lanes = self.window, self.lanes
+        (ih, iw) = geo.in_sp
+        vty = vec_type(F32, lanes)
+        rows = b.mul(geo.cin_g, ph)
+        with for_range(b, rows, "pr") as r:
+            c = b.udiv(r, ph)
+            iy = b.sub(b.urem(r, ph), i64(w.pad_low[0]))
+            inside = b.icmp_unsigned("<", iy, ih)
+            src_row = offset_ptr(b, x, F32, b.add(b.mul(c, geo.in_pixels),
+                                                  b.mul(b.select(inside, iy, i64(0)), iw)))
+            dst_row = offset_ptr(b, dst, F32, b.mul(r, pw))
+            with for_range(b, pw, "pc", step=lanes) as j:
+                cols = b.add(splat_i32(b, b.sub(j, i64(w.pad_low[1])), lanes),
+                             const_vec(I32, range(lanes)))
+                load = b.and_(b.icmp_unsigned("<", cols, splat_i32(b, iw, lanes)),
+                              splat(b, inside, lanes))
+                ptr = offset_ptr(b, src_row, F32, b.sub(j, i64(w.pad_low[1])))
+                value = masked_load(b, ptr, vty, load)
+                masked_store(b, value, offset_ptr(b, dst_row, F32, j),
+                             first_lanes(b, lanes, 0, b.sub(pw, j)))
+
+    def _tile(self, b, geo: Geometry, x, plane, pw, taps, panel, dst, values, oy, ox,
+              rows: int, vectors: int, k: "_Block", slot) -> None:
+        """Output pixels (oy .. oy + rows) x (ox .. ox + cols) of the panel's channels
+        (``vectors`` x lanes of them), summed over the input channels of block ``k``;
+        ``slot``: where the tile's partial sums wait between K blocks (blocked only)."""
+        w, lanes, cols = self.window, self.lanes, self.cols
+        (sh, sw), (dh, dw) = w.stride, w.dil
+        vty = vec_type(F32, lanes)
+        width = vectors * lanes
+        starts = [offset_ptr(b, x, F32, b.add(b.mul(b.add(oy, i64(r)), b.mul(pw, i64(sh))),
+                                              b.mul(ox, i64(sw))))
+                  for r in range(rows)]
+        acc = [[[alloca_once(b, vty, f"cacc{r}.{c}.{v}") for v in range(vectors)]
+                for c in range(cols)] for r in range(rows)]
+        flat = [a for row in acc for pixel in row for a in pixel]
+        if slot is None:
+            for a in flat:
+                b.store(zeros(vty), a)
+        else:
+            with b.if_else(k.first) as (first, later):
+                with first:
+                    for a in flat:
+                        b.store(zeros(vty), a)
+                with later:
+                    for i, a in enumerate(flat):
+                        b.store(load_vec(b, offset_ptr(b, slot, F32, i64(i * lanes)), vty), a)
+        with for_range(b, b.add(k.start, k.count), "ic", start=k.start) as c:
+            chan = b.mul(c, plane)
+            wk = offset_ptr(b, panel, F32, b.mul(c, i64(w.window * width)))
+            # The window positions are a run-time loop over a table of their offsets:
+            # unrolled, LLVM would keep the broadcasts that neighbouring pixels share
+            # under a stride-1 window in registers across positions, and spill.
+            with for_range(b, i64(w.window), "tap") as r:
+                row_w = b.mul(r, i64(width))
+                wv = [load_vec(b, offset_ptr(b, wk, F32, b.add(row_w, i64(v * lanes))), vty)
+                      for v in range(vectors)]
+                tap = b.load(offset_ptr(b, taps, I64, r), typ=I64)
+                at = b.add(chan, tap)
+                for start, row in zip(starts, acc):
+                    for cc, pixel in enumerate(row):
+                        ptr = offset_ptr(b, start, F32, b.add(at, i64(cc * sw)))
+                        s = splat(b, b.load(ptr, typ=F32), lanes)
+                        for wvv, a in zip(wv, pixel):
+                            b.store(fma(b, s, wvv, b.load(a, typ=vty)), a)
+        if slot is None:
+            self._store(b, geo, acc, values, dst, oy, ox, vectors)
+            return
+        with b.if_else(k.last) as (last, partial):
+            with last:
+                self._store(b, geo, acc, values, dst, oy, ox, vectors)
+            with partial:
+                for i, a in enumerate(flat):
+                    store_vec(b, b.load(a, typ=vty), offset_ptr(b, slot, F32, i64(i * lanes)))
+
+    def _store(self, b, geo: Geometry, acc, values, dst, oy, ox, vectors: int) -> None:
+        """The tile's results, with the epilogue, transposed to rows of pixels."""
+        lanes, cols = self.lanes, self.cols
+        vty = vec_type(F32, lanes)
+        p = geo.out_pixels
+        mask = lane_mask(lanes, cols)
+        for r, row in enumerate(acc):
+            out0 = b.add(b.mul(b.add(oy, i64(r)), geo.out_sp[1]), ox)
+            for v in range(vectors):
+                vals = [self.epilogue.apply(b, b.load(pixel[v], typ=vty), values[v])
+                        for pixel in row]
+                vals += [zeros(vty)] * (lanes - cols)
+                for j, out in enumerate(_transpose(b, vals)):
+                    ptr = offset_ptr(b, dst, F32, b.add(b.mul(i64(v * lanes + j), p), out0))
+                    if cols == lanes:
+                        store_vec(b, out, ptr)
+                    else:
+                        masked_store(b, out, ptr, mask)
+
+
+@dataclass(frozen=True)
+class _Block:
+    """A K block of ChannelConv: input channels start .. start + count; ``first`` and
+    ``last`` (i1) whether it is the group's first and last."""
+    start: ir.Value
+    count: ir.Value
+    first: ir.Value
+    last: ir.Value
+
+
+def _down_to(b: ir.IRBuilder, have: ir.Value, most: int, least: int, body) -> None:
+    """``body(n)`` for n = min(have, most) (compile-time variants ``most`` down to
+    ``least``; ``have`` >= ``least`` at run time)."""
+    if most == least:
+        body(most)
+        return
+    with b.if_else(b.icmp_signed(">=", have, i64(most))) as (full, short):
+        with full:
+            body(most)
+        with short:
+            _down_to(b, have, most - 1, least, body)
+
+
 @dataclass(frozen=True)
 class NaiveConv:
     """Any dimension numbers, groups and element type, compiled for these exact shapes."""
@@ -809,7 +1126,7 @@ class NaiveConv:
 
 # --- path selection -------------------------------------------------------------------
 
-def _path(instr: Instruction, t: Tiling) -> str:
+def _path(instr: Instruction, t: Tiling, constant_weights: bool) -> str:
     dn = instr.attrs["dimension_numbers"]
     w = instr.attrs["window"]
     fast = (instr.shape.dtype == dtypes.F32 and instr.attrs.get("batch_group_count", 1) == 1
@@ -821,6 +1138,11 @@ def _path(instr: Instruction, t: Tiling) -> str:
     if sizes["cin_g"] == 1 and sizes["cout_g"] < t.mr:
         return ("depthwise_rows" if w.rank == 2 and 2 <= w.stride[1] <= DEPTHWISE_MAX_STRIDE
                 and prod(w.size) <= DIRECT_MAX_POSITIONS else "depthwise")
+    if (constant_weights and w.rank == 2 and t.lanes >= 4 and sizes["cout_g"] % t.lanes == 0
+            and prod(w.size) <= DIRECT_MAX_POSITIONS
+            and (sizes["cin_g"] <= CHANNELS_MAX_CIN
+                 or prod(instr.shape.dims[2:]) <= CHANNELS_MAX_PIXELS and prod(w.size) > 1)):
+        return "channels"
     return "gemm"
 
 
@@ -831,14 +1153,50 @@ DIRECT_MAX_POSITIONS = 64
 # DepthwiseRows reads stride * lanes columns per window position and keeps every
 # stride-th; wider strides keep Depthwise's gathers.
 DEPTHWISE_MAX_STRIDE = 4
+# ChannelConv (constant weights, output channels a multiple of the lanes) for stems,
+# whose few input channels make the implicit GEMM's K short and its im2col gathers as
+# costly as its FMAs, and for windows on small maps, where vectors of pixels go partly
+# empty (7 x 7 = 3 x 16 + 1). Measured against the implicit GEMM (benchmarks/
+# kernels.py, one Zen 5 core): ResNet-18's 7x7/2 stem 0.71 of its time, 3x3 layers on
+# 14x14 and 7x7 maps 0.74 to 0.92; 1x1 layers on small maps 1.0 to 1.15 (a GEMM over
+# the input as it lies needs no gathers), so they keep the GEMM.
+CHANNELS_MAX_CIN = 4
+CHANNELS_MAX_PIXELS = 256
+# Its tile: pixels by CHANNELS_VECTORS vectors of output channels (each broadcast of an
+# input value feeds that many FMAs: at one, the broadcasts, not the FMAs, set the pace),
+# at most CHANNELS_COLS pixels along a row, as many accumulators as the registers left
+# by the weights' vectors and a broadcast allow. K blocks of about CHANNELS_K_ROWS rows
+# (whole input channels): a panel's block of weights (64 KiB at AVX-512) is read from
+# cache by every tile (7x7 maps: 0.9 of the time with blocks of 256 rows or 1024).
+CHANNELS_VECTORS = 2
+CHANNELS_COLS = 14
+CHANNELS_K_ROWS = 512
 
 
-def plan_conv(instr: Instruction, target, lean: bool = False) -> KernelPlan:
+def plan_conv(instr: Instruction, target, lean: bool = False,
+              constant_weights: bool | None = None) -> KernelPlan:
     """``lean``: a variant with no scratch where the fast path needs some (DirectConv),
-    for windows of at most DIRECT_MAX_POSITIONS positions."""
+    for windows of at most DIRECT_MAX_POSITIONS positions. ``constant_weights``: the
+    weights are known at compile time (default: the kernel operand is a constant), so a
+    kernel may take them packed in its own order (``spec.pack_weights``)."""
     t = tiling_for(target)
-    path = _path(instr, t)
+    if constant_weights is None:
+        constant_weights = instr.operands[1].opcode is Opcode.CONSTANT
+    path = _path(instr, t, constant_weights)
     window = ConvWindow.of(instr.attrs["window"], instr.operands[0].shape.dims[2:])
+    if path == "channels":
+        sizes = _sizes_of(instr)
+        vectors = CHANNELS_VECTORS
+        registers = 32 if t.lanes >= 16 else 16      # as tiling_for counts them
+        accumulators = registers - vectors - 2
+        cols = min(sizes["out1"], CHANNELS_COLS, t.lanes, accumulators // vectors)
+        rows = max(1, accumulators // (vectors * cols))
+        k_channels = max(1, CHANNELS_K_ROWS // window.window)
+        spec = ChannelConv(window, t.lanes, vectors, rows, cols, k_channels,
+                           sizes["cin_g"] > k_channels)
+        if lean and spec.scratch_bytes:
+            return KernelPlan(DirectConv(window, t), sizes)
+        return KernelPlan(spec, sizes, spec.scratch_floats(sizes) * 4)
     if path == "gemm" and lean and len(window.positions) <= DIRECT_MAX_POSITIONS:
         return KernelPlan(DirectConv(window, t), _sizes_of(instr))
     if path == "gemm":
@@ -864,7 +1222,7 @@ def plan_conv_fusion(instr: Instruction, target, lean: bool = False) -> KernelPl
     if core.opcode is not Opcode.CONVOLUTION or core.shape.dtype != dtypes.F32:
         return None
     epilogue = plan_epilogue(instr)
-    plan = plan_conv(core, target, lean)
+    plan = plan_conv(core, target, lean, instr.operands[1].opcode is Opcode.CONSTANT)
     if epilogue is None or isinstance(plan.spec, NaiveConv):
         return None
     return KernelPlan(replace(plan.spec, epilogue=epilogue), plan.sizes, plan.scratch)
