@@ -49,6 +49,9 @@ class ElementalEmitter:
         self.float_abi = float_abi
         self.no_nans = no_nans
         self.libcalls: set[str] = set()
+        # id(reduce-window) -> {dim: (lo, hi)}: static range of the output index the code
+        # being emitted covers (set by the loop emitter around each split loop).
+        self.index_ranges: dict[int, dict[int, tuple[int, int]]] = {}
 
     def generator(self, instr: Instruction, operands: Sequence[Generator]) -> Generator:
         try:
@@ -703,7 +706,73 @@ def _init_is_neutral(instr) -> bool:
     return init.opcode is Opcode.CONSTANT and bool(init.literal == _IDENTITY[root.opcode])
 
 
+# Windows of at most this many positions are unrolled (pooling windows: 3x3 ... 7x7):
+# with the positions constant, each bounds check is a select LLVM can hoist or drop, and
+# the loop over the minor dimension vectorizes; larger windows keep a loop.
+UNROLLED_WINDOW = 64
+
+
+def window_interior(instr, d: int) -> tuple[int, int]:
+    """The range [lo, hi) of reduce-window ``instr``'s output indices in dimension ``d``
+    whose whole window lies inside the operand (no padding, no base dilation); empty
+    (lo >= hi) if none."""
+    w = instr.attrs["window"]
+    if w.lhs_dilation[d] != 1:
+        return 0, 0
+    s, extent = w.stride[d], instr.operands[0].shape.dims[d]
+    lo = -(-w.pad_low[d] // s)
+    hi = (extent - 1 + w.pad_low[d] - (w.size[d] - 1) * w.rhs_dilation[d]) // s + 1
+    return max(lo, 0), min(hi, instr.shape.leaves()[0].dims[d])
+
+
 def _reduce_window(em, instr, ops, index):
+    """Fold the window's positions with to_apply; positions in the padding or between
+    dilated base elements hold the init value. Small windows are unrolled: an index
+    that may fall outside is checked, read at 0 instead and its value replaced by init
+    (a select, no branch), and not checked where the output index range makes it
+    inside (``em.index_ranges``: the loop emitter's interior/border split)."""
+    w = instr.attrs["window"]
+    if int(np.prod(w.size)) > UNROLLED_WINDOW:
+        return _reduce_window_loop(em, instr, ops, index)
+    b = em.b
+    n = len(instr.operands) // 2
+    shape = instr.operands[0].shape
+    out_dims = instr.shape.leaves()[0].dims
+    ranges = em.index_ranges.get(id(instr), {})
+    inits = [ops[n + k]([]) for k in range(n)]
+    accs = inits
+    comp = instr.called[0]
+    for ks in np.ndindex(*w.size):
+        inside = None
+        src = []
+        for d, k in enumerate(ks):
+            s, rd, pl = w.stride[d], w.rhs_dilation[d], w.pad_low[d]
+            p = b.mul(index[d], i64(s)) if s != 1 else index[d]
+            if k * rd - pl:
+                p = b.add(p, i64(k * rd - pl))
+            conds = []
+            if w.lhs_dilation[d] != 1:
+                dil = i64(w.lhs_dilation[d])
+                conds.append(b.icmp_signed("==", b.srem(p, dil), i64(0)))
+                p = b.sdiv(p, dil)
+            lo, hi = ranges.get(d, (0, out_dims[d]))
+            if w.lhs_dilation[d] != 1 or not (
+                    lo * s + k * rd - pl >= 0 and (hi - 1) * s + k * rd - pl < shape.dims[d]):
+                conds.append(b.icmp_unsigned("<", p, i64(shape.dims[d])))
+            for c in conds:
+                inside = c if inside is None else b.and_(inside, c)
+            if conds:
+                p = b.select(conds[-1], p, i64(0))
+            src.append(p)
+        values = [ops[k](src) for k in range(n)]
+        if inside is not None:
+            values = [b.select(inside, v, i) for v, i in zip(values, inits)]
+        result = em.apply(comp, list(accs) + values)
+        accs = result if isinstance(result, tuple) else (result,)
+    return tuple(accs) if n > 1 else accs[0]
+
+
+def _reduce_window_loop(em, instr, ops, index):
     """Loop over the window; positions in the padding or between dilated base elements
     hold the init value (skipped where that cannot change the result)."""
     b = em.b

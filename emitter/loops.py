@@ -21,7 +21,7 @@ from llvmlite import ir
 
 from ..hlo import Instruction, Opcode, Shape, XlacError
 from ..optimizer.aliasing import tuple_element_offset
-from .elemental import ElementalEmitter, Generator, clamped_starts
+from .elemental import ElementalEmitter, Generator, clamped_starts, window_interior
 from .indexing import linearize
 from .irutil import I64, PTR, VOID, for_range, gep_bytes, gep_elem, llvm_type
 
@@ -66,11 +66,13 @@ def buffer_reader(b: ir.IRBuilder, ptr: ir.Value, shape: Shape, align: int) -> G
 
 
 def emit_loop_nest(b: ir.IRBuilder, shape: Shape, body: Callable[[list], None],
-                   bounds: dict | None = None, cuts: Sequence[int] = ()) -> None:
+                   bounds: dict | None = None, cuts: Sequence[int] = (),
+                   on_range: Callable[[int, int], None] | None = None) -> None:
     """``body(index)`` inside loops over ``shape``, most major dimension outermost;
     ``bounds`` maps a dimension to the (start, end) i64 values its loop runs over
     instead of its whole extent; ``cuts`` (without bounds on the minor dimension) split
-    the innermost loop into one loop per range between them, each with its own body."""
+    the innermost loop into one loop per range between them, each with its own body,
+    ``on_range(lo, hi)`` called before each is emitted."""
     index: list = [None] * shape.rank
     bounds = bounds or {}
     order = list(reversed(shape.layout))
@@ -85,6 +87,8 @@ def emit_loop_nest(b: ir.IRBuilder, shape: Shape, body: Callable[[list], None],
         start, end = bounds.get(d, (0, shape.dims[d]))
         points = [start, *cuts, end] if d not in bounds else [start, end]
         for lo, hi in zip(points, points[1:]):
+            if on_range is not None and d not in bounds:
+                on_range(lo, hi)
             with for_range(b, hi, f"i{d}", start=lo) as i:
                 index[d] = i
                 body(list(index))
@@ -113,6 +117,27 @@ def concatenation_cuts(instr: Instruction) -> list[int]:
                 offset += o.shape.dims[minor]
                 cuts.add(offset)
     return sorted(cut for cut in cuts if 0 < cut < shape.dims[minor])
+
+
+def window_root(instr: Instruction) -> Instruction | None:
+    """The reduce-window whose output index is the loop's index: ``instr`` itself or the
+    root of its loop fusion (None if neither)."""
+    if instr.opcode is Opcode.FUSION and instr.attrs.get("kind") == "kLoop":
+        instr = instr.called[0].root
+    return instr if instr.opcode is Opcode.REDUCE_WINDOW else None
+
+
+def window_cuts(instr: Instruction) -> list[int]:
+    """Where the innermost loop splits into border and interior for a reduce-window
+    ``window_root``: the interior's window never leaves the operand, so its code has no
+    bounds checks (elemental.py's unrolled reduce-window) and vectorizes."""
+    rw = window_root(instr)
+    if rw is None or instr.shape.is_tuple and rw is not instr or rw.shape.leaves()[0].rank == 0:
+        return []
+    minor = rw.shape.leaves()[0].layout[0]
+    lo, hi = window_interior(rw, minor)
+    extent = rw.shape.leaves()[0].dims[minor]
+    return [c for c in (lo, hi) if 0 < c < extent] if lo < hi else []
 
 
 def passed_operands(instr: Instruction) -> list[int]:
@@ -195,7 +220,15 @@ def emit_elemental_function(llvm_module: ir.Module, instr: Instruction, name: st
             b.store(v, gep_elem(b, ptr, llvm_type(leaf.dtype), at), align=align)
 
     bounds = {split_dim: tuple(fn.args[-2:])} if split_dim is not None else None
-    emit_loop_nest(b, leaves[0], store, bounds, concatenation_cuts(instr))
+    on_range = None
+    rw = window_root(instr)
+    if rw is not None and not leaves[0].rank == 0:
+        minor = leaves[0].layout[0]
+
+        def on_range(lo, hi):
+            em.index_ranges[id(rw)] = {minor: (lo, hi)}
+    cuts = sorted(set(concatenation_cuts(instr)) | set(window_cuts(instr)))
+    emit_loop_nest(b, leaves[0], store, bounds, cuts, on_range)
     b.ret_void()
     return fn
 

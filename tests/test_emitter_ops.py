@@ -195,6 +195,44 @@ _ELEMENTS_AXIS1 = ScatterDimensionNumbers((), (1,), (1,), 2, (0,), (0,))
 _ADD_F32 = scalar_computation("add_f32", Opcode.ADD, F32)
 _MAX_F32 = scalar_computation("max_f32", Opcode.MAXIMUM, F32)
 
+_MAX_S8 = scalar_computation("max_s8", Opcode.MAXIMUM, dtypes.S8)
+
+
+def _pool(size, stride, pad_low, pad_high, rhs_dilation, reducer):
+    """A 2-d pooling window (over the last two dims of NCHW) with ``reducer``:
+    "max" (f32, init -inf), "sum" (f32, init 0: average pooling's numerator) or "max_s8"."""
+    init, comp = {"max": (np.float32(-np.inf), _MAX_F32), "sum": (np.float32(0), _ADD_F32),
+                  "max_s8": (np.int8(-128), _MAX_S8)}[reducer]
+    window = Window.make((1, 1, *size), (1, 1, *stride), (0, 0, *pad_low), (0, 0, *pad_high),
+                         None, (1, 1, *rhs_dilation))
+    return lambda b, p: b.reduce_window(p, b.constant(init), window, comp)
+
+
+# Unrolled windows with the minor loop split into border and interior: window sizes
+# 1-7, strides 1-4, asymmetric and SAME-style padding, dilations, odd sizes; maps wide
+# enough for a vectorized interior.
+_POOLING_SWEEP = [
+    Case(f"pool_{r}_k{k[0]}x{k[1]}_s{s[0]}x{s[1]}_p{pl[0]}{pl[1]}{ph[0]}{ph[1]}_d{d[0]}{d[1]}",
+         [i8(1, 2, 13, 37) if r == "max_s8" else f32(1, 2, 13, 37)], _pool(k, s, pl, ph, d, r),
+         tol=1e-5 if r == "sum" else 0)
+    for r, k, s, pl, ph, d in [
+        ("max", (1, 1), (1, 1), (0, 0), (0, 0), (1, 1)),
+        ("max", (3, 3), (2, 2), (1, 1), (1, 1), (1, 1)),
+        ("max", (3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
+        ("max", (2, 2), (2, 2), (0, 0), (1, 1), (1, 1)),
+        ("max", (5, 4), (3, 4), (2, 1), (0, 3), (1, 1)),
+        ("max", (7, 7), (4, 3), (3, 3), (3, 2), (1, 1)),
+        ("max", (3, 3), (2, 3), (2, 2), (2, 2), (2, 2)),
+        ("max", (6, 5), (1, 2), (0, 4), (5, 0), (1, 3)),
+        ("sum", (3, 3), (2, 2), (1, 1), (1, 1), (1, 1)),
+        ("sum", (4, 7), (4, 1), (1, 3), (2, 3), (1, 1)),
+        ("sum", (2, 3), (3, 2), (0, 2), (1, 0), (2, 2)),
+        ("max_s8", (3, 3), (2, 2), (1, 1), (1, 1), (1, 1)),
+        ("max_s8", (2, 5), (2, 3), (1, 2), (0, 2), (1, 1)),
+        ("sum", (9, 9), (2, 3), (4, 4), (4, 3), (1, 1)),   # over 64 positions: the loop
+    ]]
+
+
 CASES = [
     # element-wise binary
     binary(Opcode.ADD, f32(3, 5), f32(3, 5)),
@@ -389,6 +427,7 @@ CASES = [
          lambda b, p: b.reduce_window(p, b.constant(np.float32(0.5)),
                                       Window.make((3, 2), (2, 1), (1, 0), (2, 1), (2, 1),
                                                   (1, 1)), _ADD_F32), tol=1e-6),
+    *_POOLING_SWEEP,
     # sort: rows of at most 16 (insertion only), and longer rows with an even and an odd
     # number of merge passes, along the last and a strided dim; ties show stability
     Case("sort_short_rows", [_ties(5, 7)], _sort("LT", 1)),
