@@ -555,6 +555,14 @@ for _name, _attrs in [("default", {}), ("exclusive", dict(exclusive=1)),
          inits={"a": np.array(-1, np.int64)})
 case("CumSum_int32_axis0", node("CumSum", ["x", "a"]), {"x": i64(6, 2).astype(np.int32)},
      inits={"a": np.array(0, np.int32)})
+# Long axes: a while over the axis (the short ones above are a reduce-window).
+for _name, _attrs in [("default", {}), ("reverse_exclusive", dict(exclusive=1, reverse=1))]:
+    case(f"CumSum_4096_{_name}", node("CumSum", ["x", "a"], **_attrs), {"x": f32(3, 4096)},
+         inits={"a": np.array(1, np.int64)}, rtol=1e-5, atol=1e-4)
+case("CumSum_4096_exclusive_axis0", node("CumSum", ["x", "a"], exclusive=1),
+     {"x": f32(4096, 2)}, inits={"a": np.array(0, np.int64)}, rtol=1e-5, atol=1e-4)
+case("CumSum_int32_4096_reverse", node("CumSum", ["x", "a"], reverse=1),
+     {"x": i64(4096).astype(np.int32)}, inits={"a": np.array(-1, np.int32)})
 
 # -- pools: LpPool, MaxPool's Indices ------------------------------------------------------
 case("LpPool_p3_pads_strides", node("LpPool", ["x"], kernel_shape=[3, 2], p=3,
