@@ -349,10 +349,10 @@ def _print_check(m: Model, outputs, want, rtol, atol, ort_version: str) -> list[
             rows.append((v.name, "", "", "", f"DIFFERS: {note}"))
             failed.append(f"output '{v.name}'")
             continue
-        refs = list(ref) if v.kind == "sequence" else [] if v.kind == "absent" else [ref]
         if v.kind == "absent":
             rows.append((v.name, "", "", "", "ok (empty)"))
-        for (t, got), r in zip(mine, refs):
+            continue
+        for (t, got), r in zip(mine, ref if v.kind == "sequence" else [ref]):
             c = compare(got, np.asarray(r), rtol, atol)
             verdict = "ok" if c.ok else f"DIFFERS{': ' + c.note if c.note else ''}"
             rows.append((t.name, f"{c.max_abs:.3g}", "" if c.at is None else str(list(c.at)),
