@@ -6,7 +6,10 @@
 
 MODEL is an ONNX model, compiled for this machine into a temporary folder first,
 or an object xlac compiled (``OUT.o`` with ``OUT.h`` beside it). Either way it
-runs through ``xlac.load``. Inputs not given are random, from ``--seed``.
+runs through ``xlac.load``. Inputs not given are random, from ``--seed``. A sequence
+input or output is its elements, one flat tensor each (``s[0]``, ``s[1]``, ...), as
+NAME_run_v takes them; onnxruntime gets the list of them, and None for an optional
+compiled empty, and its outputs are compared element by element.
 
 ``--check`` and ``bench`` compare with onnxruntime, which is not a dependency of
 xlac (it is among the test extras): without it ``--check`` is an error that says
@@ -59,6 +62,8 @@ def add_model_arguments(p) -> None:
                    help="pin the shape of an input with dynamic dimensions (repeatable)")
     p.add_argument("--const-input", action="append", default=[], metavar="NAME=FILE.npy",
                    help="compile input NAME as a constant with the value in FILE.npy")
+    p.add_argument("--absent-input", action="append", default=[], metavar="NAME",
+                   help="compile optional input NAME empty (repeatable)")
     p.add_argument("-O", dest="opt_level", type=int, choices=range(4), default=2,
                    metavar="LEVEL", help="optimization level -O0 .. -O3 (default -O2)")
     p.add_argument("--strict", action="store_true", help="make warnings errors")
@@ -106,7 +111,8 @@ def _prepare(args, folder: str) -> Prepared:
     path = Path(args.model)
     if path.suffix == ".o":
         given = [flag for flag, value in (("--input-shape", args.input_shape),
-                                           ("--const-input", args.const_input)) if value]
+                                           ("--const-input", args.const_input),
+                                           ("--absent-input", args.absent_input)) if value]
         if given:
             raise XlacError(f"{', '.join(given)} apply when compiling, but '{path}' is "
                             "compiled already")
@@ -117,7 +123,8 @@ def _prepare(args, folder: str) -> Prepared:
     output = Path(folder) / f"{c_identifier_for_model(path.stem)}.o"
     start = time.perf_counter()
     compile(path, output, input_shapes=input_shapes_from(args.input_shape),
-            const_inputs=const_inputs, opt_level=args.opt_level, strict=args.strict,
+            const_inputs=const_inputs, absent_inputs=args.absent_input,
+            opt_level=args.opt_level, strict=args.strict,
             progress=Progress(sys.stderr))
     seconds = time.perf_counter() - start
     return Prepared(load(output), path, path, const_inputs, seconds)
@@ -193,7 +200,11 @@ def _ort_session(ort, path: Path):
 
 
 def _ort_feeds(prepared: Prepared, arrays: list[np.ndarray]) -> dict:
-    feeds = {t.name: a for t, a in zip(prepared.model.inputs, arrays)}
+    """onnxruntime's feeds from the flat tensors of NAME_run_v: a sequence input is the
+    list of its elements, an optional compiled empty is None."""
+    feeds = {v.name: None if v.kind == "absent" else
+             arrays[v.first:v.first + v.count] if v.kind == "sequence" else arrays[v.first]
+             for v in prepared.model.input_values}
     feeds.update(prepared.const_inputs)
     return feeds
 
@@ -222,10 +233,14 @@ def run_command(args) -> int:
     print(_model_line(prepared))
     for line in notes:
         print(line)
-    for t, y in zip(m.outputs, outputs):
-        print(f"output {t.name}: {t.dtype}{list(t.shape)}{_summary(y)}")
-        print("  " + np.array2string(y, threshold=12, edgeitems=3, precision=6)
-              .replace("\n", "\n  "))
+    for v in m.output_values:
+        if v.kind == "absent":
+            print(f"output {v.name}: an optional compiled empty (no tensor)")
+        for t, y in zip(m.outputs[v.first:v.first + v.count],
+                        outputs[v.first:v.first + v.count]):
+            print(f"output {t.name}: {t.dtype}{list(t.shape)}{_summary(y)}")
+            print("  " + np.array2string(y, threshold=12, edgeitems=3, precision=6)
+                  .replace("\n", "\n  "))
     if args.output_dir is not None:
         for path in _write_outputs(Path(args.output_dir), m, outputs):
             print(f"wrote {path}")
@@ -320,22 +335,51 @@ def compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float | None) 
 
 
 def _print_check(m: Model, outputs, want, rtol, atol, ort_version: str) -> list[str]:
+    """One row per flat output tensor (a sequence's elements one by one) against
+    onnxruntime's value of the model output it belongs to."""
     tol = f"atol {atol:g}" if atol is not None else \
         f"atol {DEFAULT_ATOL:g} x max(1, largest |value|)"
     print(f"check against onnxruntime {ort_version} (rtol {rtol:g}, {tol}):")
     rows = [("output", "max abs error", "at", "max rel error", "")]
     failed = []
-    for t, got, ref in zip(m.outputs, outputs, want):
-        c = compare(got, np.asarray(ref), rtol, atol)
-        verdict = "ok" if c.ok else f"DIFFERS{': ' + c.note if c.note else ''}"
-        rows.append((t.name, f"{c.max_abs:.3g}", "" if c.at is None else str(list(c.at)),
-                     f"{c.max_rel:.3g}", verdict))
-        if not c.ok:
-            failed.append(f"output '{t.name}'")
+    for v, ref in zip(m.output_values, want):
+        mine = list(zip(m.outputs[v.first:v.first + v.count], outputs[v.first:v.first + v.count]))
+        note = _value_mismatch(v, ref)
+        if note is not None:
+            rows.append((v.name, "", "", "", f"DIFFERS: {note}"))
+            failed.append(f"output '{v.name}'")
+            continue
+        if v.kind == "absent":
+            rows.append((v.name, "", "", "", "ok (empty)"))
+            continue
+        for (t, got), r in zip(mine, ref if v.kind == "sequence" else [ref]):
+            c = compare(got, np.asarray(r), rtol, atol)
+            verdict = "ok" if c.ok else f"DIFFERS{': ' + c.note if c.note else ''}"
+            rows.append((t.name, f"{c.max_abs:.3g}", "" if c.at is None else str(list(c.at)),
+                         f"{c.max_rel:.3g}", verdict))
+            if not c.ok:
+                failed.append(f"output '{t.name}'")
     widths = [max(len(r[k]) for r in rows) for k in range(4)]
     for r in rows:
         print(("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)) + "  " + r[4]).rstrip())
     return failed
+
+
+def _value_mismatch(v, ref) -> str | None:
+    """How onnxruntime's value ``ref`` of model output ``v`` differs in kind or length from
+    xlac's, or None."""
+    if v.kind == "absent":
+        return None if ref is None else "xlac's is empty, onnxruntime's is not"
+    if ref is None:
+        return "onnxruntime's is empty, xlac's is not"
+    if v.kind == "sequence":
+        if not isinstance(ref, list):
+            return "xlac's is a sequence, onnxruntime's a tensor"
+        if len(ref) != v.count:
+            return f"{v.count} element(s), onnxruntime's {len(ref)}"
+    elif isinstance(ref, list):
+        return "xlac's is a tensor, onnxruntime's a sequence"
+    return None
 
 
 # -- xlac bench -------------------------------------------------------------------------------

@@ -364,6 +364,25 @@ case("RotaryEmbedding_3d_interleaved_partial",
      node("RotaryEmbedding", ["x", "c", "s", "p"], interleaved=1, rotary_embedding_dim=4,
           num_heads=3),
      {"x": f32(2, 5, 24), "c": f32(20, 2), "s": f32(20, 2), "p": _POS}, opset=23)
+# LinearAttention over 200 tokens (a while over them): gated delta rule, 4 query heads
+# over 2 KV heads, a past state; keys of unit length per head, as models normalize them.
+_LT = 200
+_LK = f32(2, _LT, 2, 8)
+_LK = (_LK / np.linalg.norm(_LK, axis=-1, keepdims=True)).reshape(2, _LT, 16)
+case("LinearAttention_gated_delta_200_tokens",
+     node("LinearAttention", ["q", "k", "v", "p", "g", "b"], ["y", "s"], q_num_heads=4,
+          kv_num_heads=2),
+     {"q": f32(2, _LT, 32), "k": _LK, "v": f32(2, _LT, 12), "p": f32(2, 2, 8, 6),
+      "g": f32(2, _LT, 2, low=-0.3, high=0), "b": f32(2, _LT, 2, low=0, high=1)},
+     outputs=[("y", np.float32, (2, _LT, 24)), ("s", np.float32, (2, 2, 8, 6))], opset=27,
+     rtol=1e-4, atol=1e-5)
+case("LinearAttention_linear_200_tokens_f16",
+     node("LinearAttention", ["q", "k", "v"], ["y", "s"], q_num_heads=2, kv_num_heads=2,
+          update_rule="linear", scale=0.1),
+     {"q": f32(1, _LT, 8).astype(np.float16), "k": f32(1, _LT, 8).astype(np.float16),
+      "v": f32(1, _LT, 8).astype(np.float16)},
+     outputs=[("y", np.float16, (1, _LT, 8)), ("s", np.float16, (1, 2, 4, 4))], opset=27,
+     rtol=2e-3, atol=2e-2)
 case("Dropout_v13_mask", node("Dropout", ["x", "r"], ["y", "mask"]), {"x": _X},
      outputs=("y", "mask"), inits={"r": np.float32(0.4)})
 case("Dropout_training_ratio0", node("Dropout", ["x", "r", "t"], ["y", "mask"]), {"x": _X},
@@ -536,6 +555,14 @@ for _name, _attrs in [("default", {}), ("exclusive", dict(exclusive=1)),
          inits={"a": np.array(-1, np.int64)})
 case("CumSum_int32_axis0", node("CumSum", ["x", "a"]), {"x": i64(6, 2).astype(np.int32)},
      inits={"a": np.array(0, np.int32)})
+# Long axes: a while over the axis (the short ones above are a reduce-window).
+for _name, _attrs in [("default", {}), ("reverse_exclusive", dict(exclusive=1, reverse=1))]:
+    case(f"CumSum_4096_{_name}", node("CumSum", ["x", "a"], **_attrs), {"x": f32(3, 4096)},
+         inits={"a": np.array(1, np.int64)}, rtol=1e-5, atol=1e-4)
+case("CumSum_4096_exclusive_axis0", node("CumSum", ["x", "a"], exclusive=1),
+     {"x": f32(4096, 2)}, inits={"a": np.array(0, np.int64)}, rtol=1e-5, atol=1e-4)
+case("CumSum_int32_4096_reverse", node("CumSum", ["x", "a"], reverse=1),
+     {"x": i64(4096).astype(np.int32)}, inits={"a": np.array(-1, np.int32)})
 
 # -- pools: LpPool, MaxPool's Indices ------------------------------------------------------
 case("LpPool_p3_pads_strides", node("LpPool", ["x"], kernel_shape=[3, 2], p=3,

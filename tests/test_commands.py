@@ -226,3 +226,83 @@ def test_cache_command_shows_and_clears(workdir, capsys):
     status, out, err = xlac_cli(capsys, "cache", "clear")
     assert status == 0 and out.startswith("removed 1 libraries (")
     assert cache.entries(workdir / "cache") == []
+
+
+# -- sequences and optionals at the model boundary ----------------------------------------------
+
+def _sequence_model() -> onnx.ModelProto:
+    """A sequence input s, an optional input o: y = concat(s), t = s with relu(x) appended
+    (a sequence output), h = has_element(o), oo = o (an optional output)."""
+    opt = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))
+    graph = helper.make_graph(
+        [helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=0),
+         helper.make_node("Relu", ["x"], ["r"]),
+         helper.make_node("SequenceInsert", ["s", "r"], ["t"]),
+         helper.make_node("OptionalHasElement", ["o"], ["h"]),
+         helper.make_node("Identity", ["o"], ["oo"])], "g",
+        [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, ["n", 3]),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3]),
+         helper.make_value_info("o", opt)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", 3]),
+         helper.make_tensor_sequence_value_info("t", TensorProto.FLOAT, [None, 3]),
+         helper.make_tensor_value_info("h", TensorProto.BOOL, []),
+         helper.make_value_info("oo", opt)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.fixture
+def seqdir(workdir):
+    onnx.save(_sequence_model(), workdir / "seq.onnx")
+    return workdir
+
+
+def _check_rows(out: str) -> dict[str, str]:
+    check = out[out.index("check against onnxruntime"):].splitlines()[2:]
+    return {line.split()[0]: line.rstrip() for line in check}
+
+
+@pytest.mark.parametrize("absent", [False, True])
+def test_run_checks_sequences_and_optionals_element_by_element(seqdir, capsys, absent):
+    args = ["--absent-input", "o"] if absent else []
+    status, out, err = xlac_cli(capsys, "run", seqdir / "seq.onnx", "--input-shape",
+                                "s=[2x3,4x3]", *args, "--check")
+    assert status == 0, err
+    assert "input s[1]: float32[4, 3] random (seed 0)" in out
+    rows = _check_rows(out)
+    assert list(rows) == ["y", "t[0]", "t[1]", "t[2]", "h", "oo"]
+    assert all(r.endswith("ok (empty)" if absent and n == "oo" else "ok")
+               for n, r in rows.items())
+    assert ("output oo: an optional compiled empty (no tensor)" in out) == absent
+
+
+@pytest.mark.parametrize("change, row, message", [
+    (lambda t: [t[0], t[1] + np.float32(1e-2), t[2]], "t[1]", "DIFFERS"),
+    (lambda t: t[:2], "t", "DIFFERS: 3 element(s), onnxruntime's 2"),
+])
+def test_run_check_of_a_sequence_that_differs_exits_3(seqdir, capsys, monkeypatch, change,
+                                                      row, message):
+    real = commands._ort_session
+
+    class Off:                         # onnxruntime's sequence output t, changed
+        def __init__(self, sess):
+            self.sess = sess
+
+        def run(self, names, feeds):
+            out = self.sess.run(names, feeds)
+            out[1] = change(out[1])
+            return out
+
+    monkeypatch.setattr(commands, "_ort_session", lambda ort, path: Off(real(ort, path)))
+    status, out, err = xlac_cli(capsys, "run", seqdir / "seq.onnx", "--input-shape",
+                                "s=[2x3,4x3]", "--absent-input", "o", "--check")
+    assert status == commands.EXIT_CHECK_FAILED
+    assert err == f"xlac: error: output '{row}' differs from onnxruntime beyond the tolerance\n"
+    assert message in _check_rows(out)[row]
+
+
+def test_bench_feeds_onnxruntime_a_sequence(seqdir, capsys):
+    status, out, err = xlac_cli(capsys, "bench", seqdir / "seq.onnx", "--input-shape",
+                                "s=[2x3,4x3]", "--runs", "3", "--warmup", "0")
+    assert status == 0, err
+    assert "input o: float32[2] random (seed 0)" in out
+    assert "as fast as onnxruntime" in out

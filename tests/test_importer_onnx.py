@@ -18,6 +18,7 @@ from xlac.hlo import Opcode, XlacError, dtypes
 from xlac.hlo.evaluator import evaluate
 from xlac.importers.onnx import (ConstantInputNeeded, OutOfScope, import_onnx, scope,
                                  supported_ops)
+from xlac.importers.onnx.reduce import MAX_WINDOW_SCAN
 
 sys.path.insert(0, os.path.dirname(__file__))
 from onnx_ops import CASES, make_model, node  # noqa: E402
@@ -627,3 +628,20 @@ def test_light_model(path):
     assert module.signature.outputs[0].dims == expected.shape
     got = evaluate(module, [x])[0]
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def _cumsum_opcodes(n: int) -> set:
+    model = make_model([node("CumSum", ["x", "a"], exclusive=1)],
+                       {"x": np.zeros((2, n), np.float32)}, inits={"a": np.array(1, np.int64)})
+    return {i.opcode for i in import_onnx(model).entry.instructions}
+
+
+def test_cumsum_over_a_long_axis_is_a_while():
+    # O(n): one row per step, not a window of n per output element.
+    ops = _cumsum_opcodes(MAX_WINDOW_SCAN + 1)
+    assert Opcode.WHILE in ops and Opcode.REDUCE_WINDOW not in ops
+
+
+def test_does_not_loop_over_a_short_cumsum_axis():
+    ops = _cumsum_opcodes(MAX_WINDOW_SCAN)
+    assert Opcode.REDUCE_WINDOW in ops and Opcode.WHILE not in ops

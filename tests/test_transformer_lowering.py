@@ -4,8 +4,8 @@ numbers (tests/onnx_ops.py checks those against onnxruntime).
 The properties that keep them fast and small: grouped-query attention reads each KV
 head once (no repeated copy of K or V), 3-D keys and values are read in place, f32
 attention never stores the probabilities, and LayerNormalization needs no buffer as
-large as X beyond its output. LinearAttention's unrolled recurrence has a length limit
-with its own message.
+large as X beyond its output. LinearAttention longer than a few tokens is a while over
+the tokens, its body one token whatever the length.
 """
 from __future__ import annotations
 
@@ -85,12 +85,29 @@ def test_layer_normalization_keeps_no_copy_of_x():
     assert len(readers) == 3 and all(i.opcode is Opcode.FUSION for i in readers)
 
 
-def test_long_linear_attention_is_refused_in_one_line():
-    steps = MAX_UNROLLED_STEPS + 1
-    model = make_model([node("LinearAttention", ["q", "k", "v"], ["y", "s"], q_num_heads=2,
-                             kv_num_heads=2, update_rule="linear")],
-                       {"q": f32(1, steps, 8), "k": f32(1, steps, 8), "v": f32(1, steps, 8)},
-                       outputs=[("y", np.float32, (1, steps, 8)),
-                                ("s", np.float32, (1, 2, 4, 4))], opset=27)
-    with pytest.raises(XlacError, match=f"{steps} tokens: .* at most {MAX_UNROLLED_STEPS}"):
-        import_onnx(model)
+def _linear_attention(steps):
+    return make_model([node("LinearAttention", ["q", "k", "v"], ["y", "s"], q_num_heads=2,
+                            kv_num_heads=2, update_rule="linear")],
+                      {"q": f32(1, steps, 8), "k": f32(1, steps, 8), "v": f32(1, steps, 8)},
+                      outputs=[("y", np.float32, (1, steps, 8)),
+                               ("s", np.float32, (1, 2, 4, 4))], opset=27)
+
+
+def _loop_body(steps):
+    whiles = [i for i in import_onnx(_linear_attention(steps)).entry.instructions
+              if i.opcode is Opcode.WHILE]
+    assert len(whiles) == 1
+    return whiles[0].called[1]
+
+
+def test_long_linear_attention_is_a_while_of_one_token():
+    body = _loop_body(500)
+    # One token per iteration, whatever the length: the body's size does not grow.
+    assert len(body.instructions) == len(_loop_body(MAX_UNROLLED_STEPS + 1).instructions)
+    assert [i.shape.dims for i in body.instructions if i.opcode is Opcode.DYNAMIC_UPDATE_SLICE] \
+        == [(1, 500, 8)]
+
+
+def test_does_not_loop_over_a_short_linear_attention():
+    entry = _entry(_linear_attention(MAX_UNROLLED_STEPS), False)
+    assert not [i for i in entry.instructions if i.opcode is Opcode.WHILE]
