@@ -53,12 +53,17 @@ copy takes arena memory. Loop fusion later moves element-wise producers of such
 operands in, never anything that changes how the epilogue indexes.
 
 A float convolution of the kernels' fast paths (``float_convolution``: f32, N C
-spatial... layout, no base dilation or batch groups) takes its epilogue in too: the chain
-of ops its kernel applies to a vector of results in registers (``FLOAT_EPILOGUE``: a bias
-or scale per channel or a scalar, ReLU's maximum, ReLU6's clamp), each reading the
-running value and scalars or broadcasts along the output channels, as far as the chain
-goes; loop fusion moves nothing more into it. The bias and activation then cost no
-second pass over the output.
+spatial... layout, no base dilation or batch groups) or a float dot whose last dim is its
+product's columns (``float_dot``) takes its epilogue in too: the chain of ops its kernel
+applies to a vector of results in registers (``FLOAT_EPILOGUE``: a bias or scale per
+channel or a scalar, ReLU's maximum, ReLU6's clamp, a residual add), each reading the
+running value and scalars, broadcasts along the output channels or values of the
+result's shape (read at the element stored), as far as the chain goes; loop fusion moves
+nothing more into it. The bias, activation and residual then cost no second pass over
+the output. The fusion overwrites no operand in place (aliasing.in_place_operands takes
+loop fusions only): a kernel may store an element before it has read the residual's
+element there (the GEMM stores partial sums of the K blocks before the last), so the
+residual keeps its own buffer.
 """
 from __future__ import annotations
 
@@ -120,8 +125,8 @@ def epilogue_operand(v: Instruction, core: Instruction) -> bool:
     return all(n == 1 or d == channel for n, d in zip(o.dims, v.attrs["dimensions"]))
 
 
-# What a float convolution kernel applies to its results (emitter/kernels/conv.py
-# Epilogue).
+# What a float convolution or dot kernel applies to its results
+# (emitter/kernels/epilogue.py).
 FLOAT_EPILOGUE = frozenset({Opcode.ADD, Opcode.SUBTRACT, Opcode.MULTIPLY, Opcode.MAXIMUM,
                             Opcode.MINIMUM, Opcode.CLAMP})
 
@@ -137,17 +142,33 @@ def float_convolution(instr: Instruction) -> bool:
             and instr.attrs.get("batch_group_count", 1) == 1)
 
 
+def float_dot(instr: Instruction) -> bool:
+    """An f32 dot whose output channels (its last dim, ``output_channel_dim``) are the
+    columns of the matrix product its kernel computes: the last dim is the rhs's only
+    free dim of more than one element (emitter/kernels/dot.py merges the others into
+    it)."""
+    if instr.opcode is not Opcode.DOT or instr.shape.dtype != dtypes.F32 \
+            or instr.shape.is_tuple or instr.shape.num_elements == 0:
+        return False
+    dn, rhs = instr.attrs["dimension_numbers"], instr.operands[1].shape
+    free = [d for d in range(rhs.rank) if d not in dn.rhs_batch + dn.rhs_contracting]
+    return bool(free) and all(rhs.dims[d] == 1 for d in free[:-1])
+
+
 def _float_epilogue_step(u: Instruction, cur: Instruction, core: Instruction) -> bool:
-    """Whether a float convolution kernel can apply ``u`` to its running value ``cur``:
-    the running value as the minuend of a subtraction or the middle of a clamp, every
-    other operand a scalar or a broadcast along the output channels."""
+    """Whether a float convolution or dot kernel can apply ``u`` to its running value
+    ``cur``: the running value as the minuend of a subtraction or the middle of a clamp,
+    every other operand a scalar, a broadcast along the output channels, or a value of
+    the result's shape that no broadcast makes (a residual, read at the stored
+    element)."""
     if u.opcode not in FLOAT_EPILOGUE or u.operands.count(cur) != 1:
         return False
     if (u.opcode is Opcode.SUBTRACT and u.operands[0] is not cur) or \
             (u.opcode is Opcode.CLAMP and u.operands[1] is not cur):
         return False
-    return all(o is cur or o.shape.rank == 0 or (o.opcode is Opcode.BROADCAST
-                                                 and epilogue_operand(o, core))
+    return all(o is cur or o.shape.rank == 0
+               or (o.opcode is Opcode.BROADCAST and epilogue_operand(o, core))
+               or (o.opcode is not Opcode.BROADCAST and o.shape == core.shape)
                for o in u.operands)
 
 
@@ -175,7 +196,7 @@ class _OutputFuser:
     def run(self) -> bool:
         changed = False
         for core in reversed(list(self.comp.instructions)):
-            if _integer_contraction(core) or float_convolution(core):
+            if _integer_contraction(core) or float_convolution(core) or float_dot(core):
                 changed |= self._fuse(core, self.comp.users())
         return changed
 
@@ -183,7 +204,7 @@ class _OutputFuser:
         """The element-wise ops after ``core`` that the epilogue computes, cut back to
         the narrowest value (the last of equally narrow ones)."""
         chain, cur = [], core
-        if float_convolution(core):
+        if float_convolution(core) or float_dot(core):
             while cur not in self.pinned and len(users[cur]) == 1 and \
                     users[cur][0].shape == core.shape and \
                     _float_epilogue_step(users[cur][0], cur, core):
@@ -242,32 +263,38 @@ class _OutputFuser:
         members = prologue + ([pad] if absorb_pad else []) + [core] + chain
         inside = set(members)
         fused = Computation("fused_computation")
-        params: dict[Instruction, Instruction] = {}
+        params: dict[object, Instruction] = {}
         operands: list[Instruction] = []
         clones: dict[Instruction, Instruction] = {}
 
-        def param(o: Instruction) -> Instruction:
-            if o not in params:
-                params[o] = fused.add(Instruction(Opcode.PARAMETER, o.shape,
-                                                  attrs={"number": len(operands)},
-                                                  name=_param_name(o)))
-                operands.append(o)
-            return params[o]
+        # A float kernel reads its input and weights as operands 0 and 1 and what its
+        # epilogue reads after them: a residual that is also the input (x + conv(x))
+        # is passed twice.
+        float_core = float_convolution(core) or float_dot(core)
 
-        def value(o: Instruction) -> Instruction:
+        def param(o: Instruction, key) -> Instruction:
+            if key not in params:
+                params[key] = fused.add(Instruction(Opcode.PARAMETER, o.shape,
+                                                    attrs={"number": len(operands)},
+                                                    name=_param_name(o)))
+                operands.append(o)
+            return params[key]
+
+        def value(o: Instruction, reader: Instruction) -> Instruction:
             if o in clones:
                 return clones[o]
             if _is_scalar_constant(o):
                 clones[o] = fused.add(_clone(o, []))
             elif o.opcode is Opcode.BROADCAST and o not in inside and (
                     o.shape.dims == core.shape.dims or _scalar_like(o)):
-                clones[o] = fused.add(_clone(o, [value(o.operands[0])]))
+                clones[o] = fused.add(_clone(o, [value(o.operands[0], o)]))
             else:
-                return param(o)
+                second = float_core and reader is not core and o in core.operands
+                return param(o, ("epilogue", o) if second else o)
             return clones[o]
 
         for m in members:
-            clones[m] = fused.add(_clone(m, [clones[o] if o in inside else value(o)
+            clones[m] = fused.add(_clone(m, [clones[o] if o in inside else value(o, m)
                                              for o in m.operands]))
         fused.root = clones[root]
         fused.sort()
@@ -433,7 +460,7 @@ def _fits_epilogue(p: Instruction, fusion: Instruction) -> bool:
     if core in reached or (core.operands[0].opcode is Opcode.PAD
                            and core.operands[0] in reached):
         return False
-    if float_convolution(core):
+    if float_convolution(core) or float_dot(core):
         return False        # its epilogue is what the kernel applies, taken whole already
     if _is_scalar_constant(p) or (p.opcode is Opcode.BROADCAST
                                   and epilogue_operand(p, core)):
