@@ -32,16 +32,18 @@ def _model(nodes, inputs, outputs, inits):
 
 
 def cnn(batch: int = 1):
-    """Dense, depthwise and strided convolutions, a residual add, a reduction, a dot;
-    one image splits convolutions by output channels and groups, two by images (the
-    biases, fused into the convolutions, move with their channels)."""
+    """Dense, depthwise and strided convolutions, a residual add, an element loop, a
+    reduction, a dot; one image splits convolutions by output channels and groups, two
+    by images (the biases, fused into the convolutions, move with their channels, the
+    residual, fused into the depthwise one, with its output)."""
     n = helper.make_node
     return _model([
         n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
         n("Relu", ["c1"], ["r1"]),
         n("Conv", ["r1", "wd", "bd"], ["c2"], pads=[1, 1, 1, 1], group=40),
         n("Add", ["c2", "r1"], ["a"]),
-        n("Conv", ["a", "w3"], ["c3"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        n("Tanh", ["a"], ["t"]),
+        n("Conv", ["t", "w3"], ["c3"], pads=[1, 1, 1, 1], strides=[2, 2]),
         n("ReduceMean", ["c3"], ["m"], axes=[3], keepdims=0),
         n("MatMul", ["m", "wf"], ["y"]),
     ], [("x", [batch, 16, 40, 40])], [("y", [batch, 24, 20])], [
