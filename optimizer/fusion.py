@@ -67,7 +67,7 @@ residual keeps its own buffer.
 """
 from __future__ import annotations
 
-from ..hlo import ConvDimensionNumbers, Computation, Instruction, Module, Opcode, dtypes
+from ..hlo import ConvDimensionNumbers, Computation, Instruction, Module, Opcode, Shape, dtypes
 from ..hlo.opcodes import ELEMENTWISE, TRANSCENDENTAL
 from .aliasing import concat_of_blocks
 from .control_flow import planned_computations
@@ -101,26 +101,29 @@ class OutputFusion:
         return _OutputFuser(module).run()
 
 
-def output_channel_dim(core: Instruction) -> int:
+def output_channel_dim(core: Instruction, shape: Shape | None = None) -> int:
     """The result dim of a dot / convolution that per-channel epilogue values vary along:
-    the output feature of a convolution, the last dim of a dot."""
+    the output feature of a convolution, the last dim of a dot (of ``shape``, where the
+    epilogue reshaped the dot's result, keeping its last dim: ``_keeps_columns``)."""
     if core.opcode is Opcode.CONVOLUTION:
         return core.attrs["dimension_numbers"].output_feature
-    return core.shape.rank - 1
+    return (shape or core.shape).rank - 1
 
 
-def epilogue_operand(v: Instruction, core: Instruction) -> bool:
+def epilogue_operand(v: Instruction, core: Instruction, shape: Shape | None = None) -> bool:
     """Whether an output fusion's epilogue may read ``v`` beside its chain: a scalar, a
-    value of the accumulators' dims (read at the same element), or a broadcast to them
-    that varies along the output channels only."""
+    value of the accumulators' dims (or of ``shape``, the dims the epilogue is at, read
+    at the same element), or a broadcast to them that varies along the output channels
+    only."""
+    dims = (shape or core.shape).dims
     if v.shape.is_tuple:
         return False
-    if v.shape.rank == 0 or v.shape.dims == core.shape.dims:
+    if v.shape.rank == 0 or v.shape.dims == dims:
         if v.opcode is not Opcode.BROADCAST:
             return True
-    if v.opcode is not Opcode.BROADCAST or v.shape.dims != core.shape.dims:
+    if v.opcode is not Opcode.BROADCAST or v.shape.dims != dims:
         return False
-    channel = output_channel_dim(core)
+    channel = output_channel_dim(core, shape)
     o = v.operands[0].shape
     return all(n == 1 or d == channel for n, d in zip(o.dims, v.attrs["dimensions"]))
 
@@ -155,20 +158,29 @@ def float_dot(instr: Instruction) -> bool:
     return bool(free) and all(rhs.dims[d] == 1 for d in free[:-1])
 
 
+def keeps_columns(u: Instruction, cur: Instruction, core: Instruction) -> bool:
+    """Whether ``u`` reshapes a float dot's running value ``cur`` keeping its last dim
+    and the row-major order (how the ONNX importer gives a 3-D MatMul its batch dims
+    back): element i stays element i and its channel, so the kernel stores as before."""
+    return (core.opcode is Opcode.DOT and u.opcode is Opcode.RESHAPE
+            and u.shape.rank >= 1 and u.shape.dims[-1] == cur.shape.dims[-1]
+            and u.shape.has_default_layout and cur.shape.has_default_layout)
+
+
 def _float_epilogue_step(u: Instruction, cur: Instruction, core: Instruction) -> bool:
     """Whether a float convolution or dot kernel can apply ``u`` to its running value
-    ``cur``: the running value as the minuend of a subtraction or the middle of a clamp,
-    every other operand a scalar, a broadcast along the output channels, or a value of
-    the result's shape that no broadcast makes (a residual, read at the stored
-    element)."""
-    if u.opcode not in FLOAT_EPILOGUE or u.operands.count(cur) != 1:
+    ``cur``: of ``cur``'s shape, the running value as the minuend of a subtraction or the
+    middle of a clamp, every other operand a scalar, a broadcast along the output
+    channels, or a value of that shape that no broadcast makes (a residual, read at the
+    stored element)."""
+    if u.opcode not in FLOAT_EPILOGUE or u.operands.count(cur) != 1 or u.shape != cur.shape:
         return False
     if (u.opcode is Opcode.SUBTRACT and u.operands[0] is not cur) or \
             (u.opcode is Opcode.CLAMP and u.operands[1] is not cur):
         return False
     return all(o is cur or o.shape.rank == 0
-               or (o.opcode is Opcode.BROADCAST and epilogue_operand(o, core))
-               or (o.opcode is not Opcode.BROADCAST and o.shape == core.shape)
+               or (o.opcode is Opcode.BROADCAST and epilogue_operand(o, core, cur.shape))
+               or (o.opcode is not Opcode.BROADCAST and o.shape == cur.shape)
                for o in u.operands)
 
 
@@ -206,10 +218,12 @@ class _OutputFuser:
         chain, cur = [], core
         if float_convolution(core) or float_dot(core):
             while cur not in self.pinned and len(users[cur]) == 1 and \
-                    users[cur][0].shape == core.shape and \
-                    _float_epilogue_step(users[cur][0], cur, core):
+                    (_float_epilogue_step(users[cur][0], cur, core)
+                     or keeps_columns(users[cur][0], cur, core)):
                 cur = users[cur][0]
                 chain.append(cur)
+            while chain and chain[-1].opcode is Opcode.RESHAPE:
+                chain.pop()             # a reshape is a view: it stays out of the kernel
             return chain
         while cur not in self.pinned and len(users[cur]) == 1:
             u = users[cur][0]
@@ -286,7 +300,7 @@ class _OutputFuser:
             if _is_scalar_constant(o):
                 clones[o] = fused.add(_clone(o, []))
             elif o.opcode is Opcode.BROADCAST and o not in inside and (
-                    o.shape.dims == core.shape.dims or _scalar_like(o)):
+                    o.shape.dims == reader.shape.dims or _scalar_like(o)):
                 clones[o] = fused.add(_clone(o, [value(o.operands[0], o)]))
             else:
                 second = float_core and reader is not core and o in core.operands

@@ -560,6 +560,32 @@ def test_dot_applies_its_fused_epilogue(dot, name):
                         path=EPILOGUE_DOTS[dot][-1], nan_operand=1)
 
 
+def test_dot_epilogue_after_the_reshape_that_gives_back_batch_dims():
+    """A 3-D MatMul as the importer lowers it: dot (2*19, 53) x (53, 29), reshaped to
+    (2, 19, 29), then bias, residual and ReLU, all stored by the GEMM kernel."""
+    from xlac.hlo.text import parse_module
+    x, w, d, y = "f32[38,53]", "f32[53,29]", "f32[38,29]", "f32[2,19,29]"
+    text = f"""HloModule m
+
+ENTRY %main (x: {x}, w: {w}, bias: f32[29], r: {y}) -> {y} {{
+  %x = {x} parameter(0)
+  %w = {w} parameter(1)
+  %bias = f32[29] parameter(2)
+  %r = {y} parameter(3)
+  %d = {d} dot({x} %x, {w} %w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  %conv = {y} reshape({d} %d)
+  %bb = {y} broadcast(f32[29] %bias), dimensions={{2}}
+  %zero = f32[] constant(0)
+  %zb = {y} broadcast(f32[] %zero), dimensions={{}}
+  %a = {y} add({y} %conv, {y} %bb)
+  %c = {y} add({y} %r, {y} %a)
+  ROOT %out = {y} maximum({y} %c, {y} %zb)
+}}
+"""
+    _check_fused_kernel(lambda: parse_module(text), "bias_residual_relu", "FastDot",
+                        path="gemm", nan_operand=1)
+
+
 # --- other vector widths ------------------------------------------------------------------
 
 OTHER_WIDTH_CASES = [

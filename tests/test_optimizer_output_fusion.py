@@ -435,3 +435,30 @@ def test_does_not_fuse_a_dot_whose_columns_are_not_its_last_dim():
       %bb = {y} broadcast(f32[4]{{0}} %b), dimensions={{2}}
       %y = {y} add({y} %d, {y} %bb)""", rhs=(16, 3, 4), out=(8, 3, 4)))
     assert not changed and not output_fusions(m)
+
+
+def test_float_dot_takes_its_bias_through_the_reshape_that_gives_back_batch_dims():
+    # a 3-D MatMul: dot over (batch * rows, k), reshaped back, then bias and ReLU: the
+    # reshape keeps the last dim (the channels) and every element's place
+    y3 = shape("f32", (2, 4, 12))
+    m, changed = float_fused(dot_module(DOT_BIAS.replace(DY, y3).replace(
+        "dimensions={1}", "dimensions={2}") + f"""
+      %d3 = {y3} reshape({DY} %d)
+      %s = {y3} add({y3} %d3, {y3} %bb)
+      %zb = {y3} broadcast(f32[]{{}} %zero), dimensions={{}}
+      %y = {y3} maximum({y3} %s, {y3} %zb)""").replace(f"-> {DY}", f"-> {y3}"),
+        loop_fusion=True)
+    assert changed
+    (fusion,) = output_fusions(m)
+    assert m.entry.root is fusion and fusion.shape.dims == (2, 4, 12)
+    assert fused_ops(fusion) == ["dot", "reshape", "broadcast", "add", "broadcast", "maximum"]
+
+
+def test_does_not_take_a_reshape_that_moves_a_dots_columns():
+    # (8, 12) -> (8, 3, 4): channel c is no longer along the last dim
+    y3 = shape("f32", (8, 3, 4))
+    m, changed = float_fused(dot_module(f"""
+      %d3 = {y3} reshape({DY} %d)
+      %zb = {y3} broadcast(f32[]{{}} %zero), dimensions={{}}
+      %y = {y3} maximum({y3} %d3, {y3} %zb)""").replace(f"-> {DY}", f"-> {y3}"))
+    assert not changed and not output_fusions(m)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from ...hlo import Instruction, Opcode, dtypes
-from ...optimizer.fusion import output_channel_dim, output_fusion_core
+from ...optimizer.fusion import keeps_columns, output_channel_dim, output_fusion_core
 from .vec import F32, const_vec, load_vec, masked_load, offset_ptr, splat, vec_type
 
 
@@ -170,8 +170,9 @@ NO_EPILOGUE = Epilogue()
 
 def plan_epilogue(fusion: Instruction) -> Epilogue | None:
     """The epilogue of an output fusion whose core is a float convolution or dot reading
-    parameters 0 and 1 and whose other instructions form a chain of the steps above,
-    else None (the fusion is then a loop of element generators)."""
+    parameters 0 and 1 and whose other instructions form a chain of the steps above
+    (and, after a dot, reshapes that keep its last dim, which change no element's
+    place), else None (the fusion is then a loop of element generators)."""
     fused = fusion.called[0]
     core = output_fusion_core(fused)
     params = fused.parameters
@@ -185,12 +186,15 @@ def plan_epilogue(fusion: Instruction) -> Epilogue | None:
         if len(users[cur]) != 1:
             return None
         u = users[cur][0]
-        if u.opcode.text not in _EPILOGUE_OPS or u.shape != core.shape \
+        if keeps_columns(u, cur, core):
+            cur = u
+            continue
+        if u.opcode.text not in _EPILOGUE_OPS or u.shape != cur.shape \
                 or u.operands.count(cur) != 1:
             return None
         args = []
         for o in u.operands:
-            arg = ("acc",) if o is cur else _epilogue_arg(o, core)
+            arg = ("acc",) if o is cur else _epilogue_arg(o, core, cur.shape)
             if arg is None:
                 return None
             args.append(arg)
@@ -199,12 +203,12 @@ def plan_epilogue(fusion: Instruction) -> Epilogue | None:
     return Epilogue(tuple(steps), len(params) - 2)
 
 
-def _epilogue_arg(o: Instruction, core: Instruction):
-    """An operand of an epilogue step as an Epilogue arg, or None."""
+def _epilogue_arg(o: Instruction, core: Instruction, shape):
+    """An operand of an epilogue step at ``shape`` as an Epilogue arg, or None."""
     per_channel = False
     if o.opcode is Opcode.BROADCAST:
         src = o.operands[0]
-        channel = output_channel_dim(core)
+        channel = output_channel_dim(core, shape)
         if not all(n == 1 or d == channel for n, d in zip(src.shape.dims, o.attrs["dimensions"])):
             return None
         o, per_channel = src, True
@@ -215,7 +219,7 @@ def _epilogue_arg(o: Instruction, core: Instruction):
             return ("scalar", o.attrs["number"] - 2)
         if per_channel:
             return ("channel", o.attrs["number"] - 2)
-        if o.shape == core.shape:
+        if o.shape == shape:
             return ("full", o.attrs["number"] - 2)
     return None
 
