@@ -282,8 +282,8 @@ class _OutputFuser:
         clones: dict[Instruction, Instruction] = {}
 
         # A float kernel reads its input and weights as operands 0 and 1 and what its
-        # epilogue reads after them: a residual that is also the input (x + conv(x))
-        # is passed twice.
+        # epilogue reads after them: a value read twice (dot(a, a), x + conv(x)) is
+        # passed twice.
         float_core = float_convolution(core) or float_dot(core)
 
         def param(o: Instruction, key) -> Instruction:
@@ -303,13 +303,20 @@ class _OutputFuser:
                     o.shape.dims == reader.shape.dims or _scalar_like(o)):
                 clones[o] = fused.add(_clone(o, [value(o.operands[0], o)]))
             else:
-                second = float_core and reader is not core and o in core.operands
+                second = float_core and o in core.operands
                 return param(o, ("epilogue", o) if second else o)
             return clones[o]
 
+        def operand(m: Instruction, k: int, o: Instruction) -> Instruction:
+            if o in inside:
+                return clones[o]
+            if float_core and m is core:
+                return param(o, ("core", k))
+            return value(o, m)
+
         for m in members:
-            clones[m] = fused.add(_clone(m, [clones[o] if o in inside else value(o, m)
-                                             for o in m.operands]))
+            clones[m] = fused.add(_clone(m, [operand(m, k, o)
+                                             for k, o in enumerate(m.operands)]))
         fused.root = clones[root]
         fused.sort()
         self.module.add_computation(fused)

@@ -6,7 +6,7 @@ from xlac.hlo.evaluator import evaluate
 from xlac.hlo.text import parse_module
 from xlac.hlo.verifier import verify
 from xlac.optimizer import DeadCodeElimination, InstructionFusion
-from xlac.optimizer.fusion import OutputFusion
+from xlac.optimizer.fusion import OutputFusion, output_fusion_core
 from hlo_util import parse
 from test_optimizer_quantization import integers, lit, module, shape
 
@@ -462,3 +462,18 @@ def test_does_not_take_a_reshape_that_moves_a_dots_columns():
       %zb = {y3} broadcast(f32[]{{}} %zero), dimensions={{}}
       %y = {y3} maximum({y3} %d3, {y3} %zb)""").replace(f"-> {DY}", f"-> {y3}"))
     assert not changed and not output_fusions(m)
+
+
+def test_a_dot_of_a_value_with_itself_reads_it_as_both_operands():
+    # a . a^T-like products of one value: the kernel still finds lhs and rhs as
+    # parameters 0 and 1
+    sq = shape("f32", (8, 8))
+    text = module(f"a: {sq}", sq, f"""
+      %a = {sq} parameter(0)
+      %d = {sq} dot({sq} %a, {sq} %a), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+      %y = {sq} add({sq} %d, {sq} %a)""")
+    m, changed = float_fused(text)
+    (fusion,) = output_fusions(m)
+    a = m.entry.parameters[0]
+    assert fusion.operands == [a, a, a]
+    assert [p.attrs["number"] for p in output_fusion_core(fusion.called[0]).operands] == [0, 1]
