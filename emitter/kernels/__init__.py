@@ -3,8 +3,8 @@
 Each kernel is one internal function
 ``void name(ptr out, ptr op0, ptr op1[, ptr op2...][, ptr scratch], i64 size...)`` over
 dense row-major arrays (op2... are what an output fusion's epilogue reads: a float
-convolution's or dot's bias, scale, activation bounds and residual); the scratch argument exists iff
-``scratch_bytes`` > 0, and the trailing i64 arguments are
+convolution's or dot's bias, scale, activation bounds and residual); the scratch
+argument exists iff ``scratch_bytes`` > 0, and the trailing i64 arguments are
 ``kernel_arguments(instr, target)``. Instructions with equal
 ``kernel_key`` run the same function with their own arguments (function.py).
 ``target`` needs only ``.vector_bytes`` (the SIMD register width that sizes the tiles).
