@@ -403,6 +403,7 @@ class _ComputeEmitter:
         with_scratch = plan.scratch_bytes > 0
         n_extra = plan.spec.extra_operands
         channels = plan.spec.epilogue.channel_operands if n_extra else frozenset()
+        full = plan.spec.epilogue.full_operands if n_extra else frozenset()
         if with_scratch:
             args.append(gep_bytes(self.b, self.arena, self.thread_scratch.base))
         slot = self.thread_scratch.size
@@ -413,8 +414,9 @@ class _ComputeEmitter:
             out, lhs, rhs = (moved(b, p, lo, stride, 4)     # the fast paths are f32
                              for p, stride in zip(values[:3], split.strides))
             # An epilogue's operands (after rhs): values per output channel move with
-            # the part's first channel, scalars stay.
-            extra = [moved(b, p, lo, split.channels if k in channels else 0, 4)
+            # the part's first channel, full-size ones as the output, scalars stay.
+            extra = [moved(b, p, lo, split.strides[0] if k in full else
+                           split.channels if k in channels else 0, 4)
                      for k, p in enumerate(values[3:3 + n_extra])]
             pointers = [out, lhs, rhs, *extra]
             if with_scratch:

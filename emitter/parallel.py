@@ -52,8 +52,9 @@ class Split:
     """A step split along one size of ``total``, in units of ``unit``; a part [lo, hi)
     moves the out / lhs / rhs pointers by lo * ``strides`` elements and runs with size
     ``param`` = hi - lo. ``cap``: the most parts worth making. ``channels``: output
-    channels per unit, by which a fused epilogue's per-channel operands move (a
-    convolution's bias; conv.Epilogue)."""
+    channels per unit of ``param``, by which a fused epilogue's per-channel operands
+    move (a convolution's or dot's bias; kernels/epilogue.py); its full-size operands
+    (a residual) move as the output does."""
     param: str
     total: int
     unit: int
@@ -78,9 +79,9 @@ def kernel_split(plan: KernelPlan, t: Tiling) -> Split | None:
                           (s["batch0.sc"], s["batch0.sa"], s["batch0.sb"]), work)
         if spec.path in ("row_dot", "row_stream"):
             if spec.vector_lhs:
-                return _split("n", s["n"], GEMV_ROWS, (s["c_sn"], 0, s["b_sn"]), work)
+                return _split("n", s["n"], GEMV_ROWS, (s["c_sn"], 0, s["b_sn"]), work, 1)
             return _split("m", s["m"], GEMV_ROWS, (s["c_sm"], s["a_sm"], 0), work)
-        by_n = _split("n", s["n"], t.nr, (s["c_sn"], 0, s["b_sn"]), work)
+        by_n = _split("n", s["n"], t.nr, (s["c_sn"], 0, s["b_sn"]), work, 1)
         if spec.path == "gemm_direct":
             return by_n
         by_m = _split("m", s["m"], t.mr, (s["c_sm"], s["a_sm"], 0), work)

@@ -53,16 +53,21 @@ copy takes arena memory. Loop fusion later moves element-wise producers of such
 operands in, never anything that changes how the epilogue indexes.
 
 A float convolution of the kernels' fast paths (``float_convolution``: f32, N C
-spatial... layout, no base dilation or batch groups) takes its epilogue in too: the chain
-of ops its kernel applies to a vector of results in registers (``FLOAT_EPILOGUE``: a bias
-or scale per channel or a scalar, ReLU's maximum, ReLU6's clamp), each reading the
-running value and scalars or broadcasts along the output channels, as far as the chain
-goes; loop fusion moves nothing more into it. The bias and activation then cost no
-second pass over the output.
+spatial... layout, no base dilation or batch groups) or a float dot whose last dim is its
+product's columns (``float_dot``) takes its epilogue in too: the chain of ops its kernel
+applies to a vector of results in registers (``FLOAT_EPILOGUE``: a bias or scale per
+channel or a scalar, ReLU's maximum, ReLU6's clamp, a residual add), each reading the
+running value and scalars, broadcasts along the output channels or values of the
+result's shape (read at the element stored), as far as the chain goes; loop fusion moves
+nothing more into it. The bias, activation and residual then cost no second pass over
+the output. The fusion overwrites no operand in place (aliasing.in_place_operands takes
+loop fusions only): a kernel may store an element before it has read the residual's
+element there (the GEMM stores partial sums of the K blocks before the last), so the
+residual keeps its own buffer.
 """
 from __future__ import annotations
 
-from ..hlo import ConvDimensionNumbers, Computation, Instruction, Module, Opcode, dtypes
+from ..hlo import ConvDimensionNumbers, Computation, Instruction, Module, Opcode, Shape, dtypes
 from ..hlo.opcodes import ELEMENTWISE, TRANSCENDENTAL
 from .aliasing import concat_of_blocks
 from .control_flow import planned_computations
@@ -96,32 +101,35 @@ class OutputFusion:
         return _OutputFuser(module).run()
 
 
-def output_channel_dim(core: Instruction) -> int:
+def output_channel_dim(core: Instruction, shape: Shape | None = None) -> int:
     """The result dim of a dot / convolution that per-channel epilogue values vary along:
-    the output feature of a convolution, the last dim of a dot."""
+    the output feature of a convolution, the last dim of a dot (of ``shape``, where the
+    epilogue reshaped the dot's result, keeping its last dim: ``_keeps_columns``)."""
     if core.opcode is Opcode.CONVOLUTION:
         return core.attrs["dimension_numbers"].output_feature
-    return core.shape.rank - 1
+    return (shape or core.shape).rank - 1
 
 
-def epilogue_operand(v: Instruction, core: Instruction) -> bool:
+def epilogue_operand(v: Instruction, core: Instruction, shape: Shape | None = None) -> bool:
     """Whether an output fusion's epilogue may read ``v`` beside its chain: a scalar, a
-    value of the accumulators' dims (read at the same element), or a broadcast to them
-    that varies along the output channels only."""
+    value of the accumulators' dims (or of ``shape``, the dims the epilogue is at, read
+    at the same element), or a broadcast to them that varies along the output channels
+    only."""
+    dims = (shape or core.shape).dims
     if v.shape.is_tuple:
         return False
-    if v.shape.rank == 0 or v.shape.dims == core.shape.dims:
+    if v.shape.rank == 0 or v.shape.dims == dims:
         if v.opcode is not Opcode.BROADCAST:
             return True
-    if v.opcode is not Opcode.BROADCAST or v.shape.dims != core.shape.dims:
+    if v.opcode is not Opcode.BROADCAST or v.shape.dims != dims:
         return False
-    channel = output_channel_dim(core)
+    channel = output_channel_dim(core, shape)
     o = v.operands[0].shape
     return all(n == 1 or d == channel for n, d in zip(o.dims, v.attrs["dimensions"]))
 
 
-# What a float convolution kernel applies to its results (emitter/kernels/conv.py
-# Epilogue).
+# What a float convolution or dot kernel applies to its results
+# (emitter/kernels/epilogue.py).
 FLOAT_EPILOGUE = frozenset({Opcode.ADD, Opcode.SUBTRACT, Opcode.MULTIPLY, Opcode.MAXIMUM,
                             Opcode.MINIMUM, Opcode.CLAMP})
 
@@ -137,17 +145,42 @@ def float_convolution(instr: Instruction) -> bool:
             and instr.attrs.get("batch_group_count", 1) == 1)
 
 
+def float_dot(instr: Instruction) -> bool:
+    """An f32 dot whose output channels (its last dim, ``output_channel_dim``) are the
+    columns of the matrix product its kernel computes: the last dim is the rhs's only
+    free dim of more than one element (emitter/kernels/dot.py merges the others into
+    it)."""
+    if instr.opcode is not Opcode.DOT or instr.shape.dtype != dtypes.F32 \
+            or instr.shape.is_tuple or instr.shape.num_elements == 0:
+        return False
+    dn, rhs = instr.attrs["dimension_numbers"], instr.operands[1].shape
+    free = [d for d in range(rhs.rank) if d not in dn.rhs_batch + dn.rhs_contracting]
+    return bool(free) and all(rhs.dims[d] == 1 for d in free[:-1])
+
+
+def keeps_columns(u: Instruction, cur: Instruction, core: Instruction) -> bool:
+    """Whether ``u`` reshapes a float dot's running value ``cur`` keeping its last dim
+    and the row-major order (how the ONNX importer gives a 3-D MatMul its batch dims
+    back): element i stays element i and its channel, so the kernel stores as before."""
+    return (core.opcode is Opcode.DOT and u.opcode is Opcode.RESHAPE
+            and u.shape.rank >= 1 and u.shape.dims[-1] == cur.shape.dims[-1]
+            and u.shape.has_default_layout and cur.shape.has_default_layout)
+
+
 def _float_epilogue_step(u: Instruction, cur: Instruction, core: Instruction) -> bool:
-    """Whether a float convolution kernel can apply ``u`` to its running value ``cur``:
-    the running value as the minuend of a subtraction or the middle of a clamp, every
-    other operand a scalar or a broadcast along the output channels."""
-    if u.opcode not in FLOAT_EPILOGUE or u.operands.count(cur) != 1:
+    """Whether a float convolution or dot kernel can apply ``u`` to its running value
+    ``cur``: of ``cur``'s shape, the running value as the minuend of a subtraction or the
+    middle of a clamp, every other operand a scalar, a broadcast along the output
+    channels, or a value of that shape that no broadcast makes (a residual, read at the
+    stored element)."""
+    if u.opcode not in FLOAT_EPILOGUE or u.operands.count(cur) != 1 or u.shape != cur.shape:
         return False
     if (u.opcode is Opcode.SUBTRACT and u.operands[0] is not cur) or \
             (u.opcode is Opcode.CLAMP and u.operands[1] is not cur):
         return False
-    return all(o is cur or o.shape.rank == 0 or (o.opcode is Opcode.BROADCAST
-                                                 and epilogue_operand(o, core))
+    return all(o is cur or o.shape.rank == 0
+               or (o.opcode is Opcode.BROADCAST and epilogue_operand(o, core, cur.shape))
+               or (o.opcode is not Opcode.BROADCAST and o.shape == cur.shape)
                for o in u.operands)
 
 
@@ -175,7 +208,7 @@ class _OutputFuser:
     def run(self) -> bool:
         changed = False
         for core in reversed(list(self.comp.instructions)):
-            if _integer_contraction(core) or float_convolution(core):
+            if _integer_contraction(core) or float_convolution(core) or float_dot(core):
                 changed |= self._fuse(core, self.comp.users())
         return changed
 
@@ -183,12 +216,14 @@ class _OutputFuser:
         """The element-wise ops after ``core`` that the epilogue computes, cut back to
         the narrowest value (the last of equally narrow ones)."""
         chain, cur = [], core
-        if float_convolution(core):
+        if float_convolution(core) or float_dot(core):
             while cur not in self.pinned and len(users[cur]) == 1 and \
-                    users[cur][0].shape == core.shape and \
-                    _float_epilogue_step(users[cur][0], cur, core):
+                    (_float_epilogue_step(users[cur][0], cur, core)
+                     or keeps_columns(users[cur][0], cur, core)):
                 cur = users[cur][0]
                 chain.append(cur)
+            while chain and chain[-1].opcode is Opcode.RESHAPE:
+                chain.pop()             # a reshape is a view: it stays out of the kernel
             return chain
         while cur not in self.pinned and len(users[cur]) == 1:
             u = users[cur][0]
@@ -242,33 +277,46 @@ class _OutputFuser:
         members = prologue + ([pad] if absorb_pad else []) + [core] + chain
         inside = set(members)
         fused = Computation("fused_computation")
-        params: dict[Instruction, Instruction] = {}
+        params: dict[object, Instruction] = {}
         operands: list[Instruction] = []
         clones: dict[Instruction, Instruction] = {}
 
-        def param(o: Instruction) -> Instruction:
-            if o not in params:
-                params[o] = fused.add(Instruction(Opcode.PARAMETER, o.shape,
-                                                  attrs={"number": len(operands)},
-                                                  name=_param_name(o)))
-                operands.append(o)
-            return params[o]
+        # A float kernel reads its input and weights as operands 0 and 1 and what its
+        # epilogue reads after them: a value read twice (dot(a, a), x + conv(x)) is
+        # passed twice.
+        float_core = float_convolution(core) or float_dot(core)
 
-        def value(o: Instruction) -> Instruction:
+        def param(o: Instruction, key) -> Instruction:
+            if key not in params:
+                params[key] = fused.add(Instruction(Opcode.PARAMETER, o.shape,
+                                                    attrs={"number": len(operands)},
+                                                    name=_param_name(o)))
+                operands.append(o)
+            return params[key]
+
+        def value(o: Instruction, reader: Instruction) -> Instruction:
             if o in clones:
                 return clones[o]
             if _is_scalar_constant(o):
                 clones[o] = fused.add(_clone(o, []))
             elif o.opcode is Opcode.BROADCAST and o not in inside and (
-                    o.shape.dims == core.shape.dims or _scalar_like(o)):
-                clones[o] = fused.add(_clone(o, [value(o.operands[0])]))
+                    o.shape.dims == reader.shape.dims or _scalar_like(o)):
+                clones[o] = fused.add(_clone(o, [value(o.operands[0], o)]))
             else:
-                return param(o)
+                second = float_core and o in core.operands
+                return param(o, ("epilogue", o) if second else o)
             return clones[o]
 
+        def operand(m: Instruction, k: int, o: Instruction) -> Instruction:
+            if o in inside:
+                return clones[o]
+            if float_core and m is core:
+                return param(o, ("core", k))
+            return value(o, m)
+
         for m in members:
-            clones[m] = fused.add(_clone(m, [clones[o] if o in inside else value(o)
-                                             for o in m.operands]))
+            clones[m] = fused.add(_clone(m, [operand(m, k, o)
+                                             for k, o in enumerate(m.operands)]))
         fused.root = clones[root]
         fused.sort()
         self.module.add_computation(fused)
@@ -433,7 +481,7 @@ def _fits_epilogue(p: Instruction, fusion: Instruction) -> bool:
     if core in reached or (core.operands[0].opcode is Opcode.PAD
                            and core.operands[0] in reached):
         return False
-    if float_convolution(core):
+    if float_convolution(core) or float_dot(core):
         return False        # its epilogue is what the kernel applies, taken whole already
     if _is_scalar_constant(p) or (p.opcode is Opcode.BROADCAST
                                   and epilogue_operand(p, core)):

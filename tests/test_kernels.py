@@ -406,10 +406,11 @@ def test_depthwise_padding_reads_no_neighbour():
 
 # --- fused epilogues -------------------------------------------------------------------
 
-# Every epilogue step the float convolution kernels apply (an output fusion's bias and
-# activation, optimizer/fusion.py): HLO text after %conv, the result %out. %bias and %s
-# are run-time operands (a value per channel, a scalar) the kernel reads through its
-# extra pointers; %zb is a broadcast constant, compiled in.
+# Every epilogue step the float convolution and dot kernels apply (an output fusion's
+# bias, activation and residual, optimizer/fusion.py): HLO text after %conv, the result
+# %out. %bias, %s and %r are run-time operands (a value per channel, a scalar, a value
+# of the result's shape) the kernel reads through its extra pointers; %zb is a broadcast
+# constant, compiled in.
 EPILOGUES = {
     "bias": "%out = add(%conv, %bb)",
     "bias_first": "%out = add(%bb, %conv)",
@@ -419,6 +420,10 @@ EPILOGUES = {
     "bias_relu": "%a = add(%conv, %bb)\n%out = maximum(%zb, %a)",
     "scale_shift": "%a = multiply(%conv, %bb)\n%out = subtract(%a, %sb)",
     "scalar_min": "%out = minimum(%conv, %sb)",
+    "residual": "%out = add(%conv, %r)",
+    "bias_residual_relu": "%a = add(%conv, %bb)\n%c = add(%r, %a)\n%out = maximum(%c, %zb)",
+    "scale_residual_relu6": "%a = multiply(%conv, %bb)\n%c = add(%a, %r)\n"
+                            "%out = clamp(%zero, %c, %six)",
 }
 # Convolutions of every kernel: (input channels, output channels, groups, window,
 # stride, lean) and the kernel they take.
@@ -433,27 +438,41 @@ EPILOGUE_CONVS = {
     # constant weights (the test makes %w one)
     "stem": ((3, 48, 1, 3, 2, False), "ChannelConv"),
     "small_map_k_blocks": ((70, 32, 1, 3, 1, False), "ChannelConv"),
+    # the residual with strides, K blocks, groups and the lean kernel's clamped rows
+    "depthwise_s3": ((5, 10, 5, 3, 3, False), "DepthwiseRows"),
+    "depthwise_s5": ((3, 3, 3, 3, 5, False), "Depthwise"),
+    "pointwise_k_blocks": ((300, 9, 1, 1, 1, False), "ConvGemm"),
+    "grouped_s2": ((6, 8, 2, 3, 2, False), "ConvGemm"),
+    "direct_lean_s2": ((4, 11, 1, 5, 2, True), "DirectConv"),
 }
 EPILOGUE_CASES = ([(conv, name) for conv in ("depthwise_s1", "dense_3x3", "stem")
                    for name in EPILOGUES]
                   + [(conv, name) for conv in EPILOGUE_CONVS
                      if conv not in ("depthwise_s1", "dense_3x3", "stem")
-                     for name in ("bias_relu6", "scale_shift")])
+                     for name in ("bias_relu6", "scale_shift", "bias_residual_relu")])
 
 
 def _epilogue_module(conv: str, steps: str):
-    from xlac.hlo.text import parse_module
     (cin, cout, groups, k, stride, _), _ = EPILOGUE_CONVS[conv]
     hw, pad = 11, k // 2
     o = (hw + 2 * pad - k) // stride + 1
     x, w, y = f"f32[1,{cin},{hw},{hw}]", f"f32[{cout},{cin // groups},{k},{k}]", \
         f"f32[1,{cout},{o},{o}]"
-    body = [f"%x = {x} parameter(0)", f"%w = {w} parameter(1)",
-            f"%bias = f32[{cout}] parameter(2)", "%s = f32[] parameter(3)",
-            f"%conv = {y} convolution({x} %x, {w} %w), window={{size={k}x{k} "
+    core = (f"convolution({x} %x, {w} %w), window={{size={k}x{k} "
             f"stride={stride}x{stride} pad={pad}_{pad}x{pad}_{pad}}}, "
-            f"dim_labels=bf01_oi01->bf01, feature_group_count={groups}",
-            f"%bb = {y} broadcast(f32[{cout}] %bias), dimensions={{1}}",
+            f"dim_labels=bf01_oi01->bf01, feature_group_count={groups}")
+    return _fused_module(x, w, y, cout, 1, core, steps)
+
+
+def _fused_module(x: str, w: str, y: str, channels: int, channel_dim: int, core: str,
+                  steps: str):
+    """%conv = ``core`` (reading %x and %w) of type ``y``, then ``steps``, reading
+    %bias (``channels`` values along ``channel_dim``), %s and %r."""
+    from xlac.hlo.text import parse_module
+    body = [f"%x = {x} parameter(0)", f"%w = {w} parameter(1)",
+            f"%bias = f32[{channels}] parameter(2)", "%s = f32[] parameter(3)",
+            f"%r = {y} parameter(4)", f"%conv = {y} {core}",
+            f"%bb = {y} broadcast(f32[{channels}] %bias), dimensions={{{channel_dim}}}",
             f"%sb = {y} broadcast(f32[] %s), dimensions={{}}",
             "%zero = f32[] constant(0)", "%six = f32[] constant(6)",
             f"%zb = {y} broadcast(f32[] %zero), dimensions={{}}"]
@@ -464,37 +483,107 @@ def _epilogue_module(conv: str, steps: str):
                           for a in args.split(", "))
         body.append(f"{target} = {y} {op}({typed})")
     body[-1] = "ROOT " + body[-1]
-    text = (f"HloModule m\n\nENTRY %main (x: {x}, w: {w}, bias: f32[{cout}], s: f32[]) "
-            f"-> {y} {{\n" + "".join(f"  {line}\n" for line in body) + "}\n")
+    text = (f"HloModule m\n\nENTRY %main (x: {x}, w: {w}, bias: f32[{channels}], s: f32[], "
+            f"r: {y}) -> {y} {{\n" + "".join(f"  {line}\n" for line in body) + "}\n")
     return parse_module(text)
 
 
 @pytest.mark.parametrize("conv,name", EPILOGUE_CASES, ids=[f"{c}-{n}" for c, n in EPILOGUE_CASES])
 def test_convolution_applies_its_fused_epilogue(conv, name):
+    (_, _, _, _, _, lean), kernel = EPILOGUE_CONVS[conv]
+    _check_fused_kernel(lambda: _epilogue_module(conv, EPILOGUES[name]), name, kernel, lean)
+
+
+def _check_fused_kernel(build, name: str, kernel: str, lean: bool = False, path=None,
+                        nan_operand: int = 0):
+    """The output fusion of ``build()``'s module run by its kernel against the evaluator
+    on the unfused module; one element of operand ``nan_operand`` is NaN."""
     from xlac.hlo.evaluator import evaluate
     from xlac.optimizer import DeadCodeElimination
     from xlac.optimizer.fusion import OutputFusion
-    original, m = _epilogue_module(conv, EPILOGUES[name]), _epilogue_module(conv, EPILOGUES[name])
+    original, m = build(), build()
     OutputFusion().run(m)
     DeadCodeElimination().run(m)
     root = m.entry.root
     assert root.opcode is Opcode.FUSION and root.attrs["kind"] == "kOutput"
-    (_, _, _, _, _, lean), kernel = EPILOGUE_CONVS[conv]
     args = [_random(p.shape.dims, F32) for p in original.entry.parameters]
     args[2] *= 3
-    args[0][0, 2, 3, 4] = np.nan          # NaN goes through maximum, minimum and clamp
+    args[nan_operand].flat[37] = np.nan     # NaN goes through maximum, minimum and clamp
     passed = [args[o.attrs["number"]] for o in root.operands]
     if kernel == "ChannelConv":           # the weights a constant, as in a model
         w = root.operands[1]
         root.operands[1] = Instruction(Opcode.CONSTANT, w.shape, literal=args[1], name="wc")
     spec = plan_kernel(root, host_target(), lean).spec
-    assert type(spec).__name__ == kernel
+    assert type(spec).__name__ == kernel and (path is None or spec.path == path)
     assert len(spec.epilogue.steps) == EPILOGUES[name].count("\n") + 1
     want, = evaluate(original, args)
     got = CompiledKernel(root, lean=lean)(*passed)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     ok = ~np.isnan(want)
     _check(got[ok], want[ok], F32)
+
+
+# Dots of every path, with odd sizes: (lhs dims, rhs dims, contracting dims, batch dims,
+# the path); the epilogue's channels are the last dim.
+EPILOGUE_DOTS = {
+    "gemm": ((37, 53), (53, 29), ((1,), (0,)), ((), ()), "gemm"),
+    "gemm_k_blocks": ((19, 300), (300, 21), ((1,), (0,)), ((), ()), "gemm"),
+    "gemm_direct": ((3, 53), (53, 45), ((1,), (0,)), ((), ()), "gemm_direct"),
+    "batched": ((3, 20, 30), (3, 30, 17), ((2,), (1,)), ((0,), (0,)), "gemm"),
+    "row_dot": ((1, 301), (45, 301), ((1,), (1,)), ((), ()), "row_dot"),
+    "row_stream": ((1, 301), (301, 45), ((1,), (0,)), ((), ()), "row_stream"),
+}
+EPILOGUE_DOT_CASES = [(d, n) for d in EPILOGUE_DOTS
+                      for n in ("bias_relu6", "scale_shift", "bias_residual_relu", "residual")]
+
+
+def _dot_epilogue_module(dot: str, steps: str):
+    lhs, rhs, (lc, rc), (lb, rb), _ = EPILOGUE_DOTS[dot]
+    out = [lhs[d] for d in lb] + [n for d, n in enumerate(lhs) if d not in lb + lc] + \
+        [n for d, n in enumerate(rhs) if d not in rb + rc]
+    x, w, y = (f"f32[{','.join(map(str, dims))}]" for dims in (lhs, rhs, out))
+
+    def dims(k):
+        return ",".join(map(str, k))
+    batch = f"lhs_batch_dims={{{dims(lb)}}}, " if lb else ""
+    core = (f"dot({x} %x, {w} %w), {batch}lhs_contracting_dims={{{dims(lc)}}}, "
+            + (f"rhs_batch_dims={{{dims(rb)}}}, " if rb else "")
+            + f"rhs_contracting_dims={{{dims(rc)}}}")
+    return _fused_module(x, w, y, out[-1], len(out) - 1, core, steps)
+
+
+@pytest.mark.parametrize("dot,name", EPILOGUE_DOT_CASES,
+                         ids=[f"{d}-{n}" for d, n in EPILOGUE_DOT_CASES])
+def test_dot_applies_its_fused_epilogue(dot, name):
+    # a NaN weight, not a NaN in a one-row lhs, which every output would read
+    _check_fused_kernel(lambda: _dot_epilogue_module(dot, EPILOGUES[name]), name, "FastDot",
+                        path=EPILOGUE_DOTS[dot][-1], nan_operand=1)
+
+
+def test_dot_epilogue_after_the_reshape_that_gives_back_batch_dims():
+    """A 3-D MatMul as the importer lowers it: dot (2*19, 53) x (53, 29), reshaped to
+    (2, 19, 29), then bias, residual and ReLU, all stored by the GEMM kernel."""
+    from xlac.hlo.text import parse_module
+    x, w, d, y = "f32[38,53]", "f32[53,29]", "f32[38,29]", "f32[2,19,29]"
+    text = f"""HloModule m
+
+ENTRY %main (x: {x}, w: {w}, bias: f32[29], r: {y}) -> {y} {{
+  %x = {x} parameter(0)
+  %w = {w} parameter(1)
+  %bias = f32[29] parameter(2)
+  %r = {y} parameter(3)
+  %d = {d} dot({x} %x, {w} %w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  %conv = {y} reshape({d} %d)
+  %bb = {y} broadcast(f32[29] %bias), dimensions={{2}}
+  %zero = f32[] constant(0)
+  %zb = {y} broadcast(f32[] %zero), dimensions={{}}
+  %a = {y} add({y} %conv, {y} %bb)
+  %c = {y} add({y} %r, {y} %a)
+  ROOT %out = {y} maximum({y} %c, {y} %zb)
+}}
+"""
+    _check_fused_kernel(lambda: parse_module(text), "bias_residual_relu", "FastDot",
+                        path="gemm", nan_operand=1)
 
 
 # --- other vector widths ------------------------------------------------------------------

@@ -6,7 +6,7 @@ from xlac.hlo.evaluator import evaluate
 from xlac.hlo.text import parse_module
 from xlac.hlo.verifier import verify
 from xlac.optimizer import DeadCodeElimination, InstructionFusion
-from xlac.optimizer.fusion import OutputFusion
+from xlac.optimizer.fusion import OutputFusion, output_fusion_core
 from hlo_util import parse
 from test_optimizer_quantization import integers, lit, module, shape
 
@@ -278,21 +278,66 @@ def test_float_depthwise_convolution_takes_its_bias_and_relu6():
 
 
 def test_float_depthwise_epilogue_stops_at_what_its_kernel_cannot_apply():
-    # tanh is no epilogue step; a full-size operand (the residual r) is none either
-    for tail in (f"""
+    # tanh is no epilogue step
+    m, _ = float_fused(depthwise(f"""
       %a = {FY} add({FY} %conv, {FY} %bb)
-      %y = {FY} tanh({FY} %a)""", f"""
-      %a = {FY} add({FY} %conv, {FY} %bb)
-      %y = {FY} add({FY} %a, {FY} %r)"""):
-        m, _ = float_fused(depthwise(tail), loop_fusion=True)
-        (fusion,) = output_fusions(m)
-        assert fused_ops(fusion) == ["convolution", "broadcast", "add"]
-        assert m.entry.root is not fusion
+      %y = {FY} tanh({FY} %a)"""), loop_fusion=True)
+    (fusion,) = output_fusions(m)
+    assert fused_ops(fusion) == ["convolution", "broadcast", "add"]
+    assert m.entry.root is not fusion
 
 
-def test_does_not_fuse_a_float_depthwise_convolution_into_what_it_cannot_apply():
+def test_float_convolution_takes_the_residual_add_and_the_relu_after_it():
+    # relu(conv(x) + b + r): r is read at the element stored, the ReLU after it goes too
     m, changed = float_fused(depthwise(f"""
-      %y = {FY} add({FY} %conv, {FY} %r)"""))
+      %a = {FY} add({FY} %conv, {FY} %bb)
+      %s = {FY} add({FY} %r, {FY} %a)
+      %zb = {FY} broadcast(f32[]{{}} %zero), dimensions={{}}
+      %y = {FY} maximum({FY} %s, {FY} %zb)"""), loop_fusion=True)
+    assert changed
+    (fusion,) = output_fusions(m)
+    assert m.entry.root is fusion
+    assert fused_ops(fusion) == ["convolution", "broadcast", "add", "add", "broadcast",
+                                 "maximum"]
+    x, r = m.entry.parameters
+    assert fusion.operands[0] is x and r in fusion.operands[2:]
+
+
+def test_a_residual_that_is_the_convolutions_input_is_passed_again():
+    # x + conv(x): the kernel reads x as its input (operand 0) and as the residual (2)
+    m, changed = float_fused(depthwise(f"""
+      %y = {FY} add({FY} %conv, {FY} %x)"""))
+    assert changed
+    (fusion,) = output_fusions(m)
+    x = m.entry.parameters[0]
+    assert fusion.operands[0] is x and fusion.operands[2] is x
+    fused_params = fusion.called[0].parameters
+    assert len(fused_params) == 3 and fusion.called[0].root.operands[1] is fused_params[2]
+
+
+def test_the_residual_keeps_its_buffer():
+    # r is read again after the convolution; the fusion overwrites no operand in place
+    # (a GEMM stores partial sums before it reads the residual), so nothing it reads
+    # changes under it, in any order
+    from xlac.optimizer.aliasing import in_place_operands
+    from xlac.optimizer.memory_model import MemoryModel
+    m, _ = float_fused(depthwise(f"""
+      %s = {FY} add({FY} %conv, {FY} %r)
+      %t = {FY} tanh({FY} %r)
+      %y = {FY} divide({FY} %s, {FY} %t)"""), loop_fusion=True)
+    (fusion,) = output_fusions(m)
+    assert fused_ops(fusion) == ["convolution", "add"]
+    assert in_place_operands(fusion) == []
+    assert fusion not in MemoryModel(m).in_place
+
+
+def test_does_not_take_a_residual_that_broadcasts():
+    # a value broadcast along a spatial dim is neither per channel nor read at the
+    # stored element: the epilogue stops before it
+    m, changed = float_fused(depthwise(f"""
+      %v = f32[6]{{0}} constant({{1, 2, 3, 4, 5, 6}})
+      %vb = {FY} broadcast(f32[6]{{0}} %v), dimensions={{3}}
+      %y = {FY} add({FY} %conv, {FY} %vb)"""))
     assert not changed and not output_fusions(m)
 
 
@@ -327,3 +372,108 @@ def test_does_not_subtract_the_running_value_from_a_bias():
     m, changed = float_fused(depthwise(f"""
       %y = {FY} subtract({FY} %bb, {FY} %conv)"""))
     assert not changed
+
+
+# -- float dots: bias per column, activation, residual ----------------------------------
+
+def dot_module(tail: str, rhs=(16, 12), out=(8, 12), dims="lhs_contracting_dims={1}, "
+               "rhs_contracting_dims={0}") -> str:
+    """%d = a (8 x 16) . w, with %b, %zero and %r (of the result's shape) to read;
+    ``tail`` computes on from %d."""
+    y = shape("f32", out)
+    wv = np.linspace(-1, 1, int(np.prod(rhs))).reshape(rhs)
+    body = f"""
+      %a = {shape('f32', (8, 16))} parameter(0)
+      %r = {y} parameter(1)
+      %w = {shape('f32', rhs)} constant({lit(wv, dtypes.F32)})
+      %d = {y} dot({shape('f32', (8, 16))} %a, {shape('f32', rhs)} %w), {dims}
+      %zero = f32[]{{}} constant(0){tail}"""
+    return module(f"a: {shape('f32', (8, 16))}, r: {y}", y, body)
+
+
+DY = shape("f32", (8, 12))
+DOT_BIAS = f"""
+      %b = f32[12]{{0}} constant({lit(np.arange(12) - 5.5, dtypes.F32)})
+      %bb = {DY} broadcast(f32[12]{{0}} %b), dimensions={{1}}"""
+
+
+def test_float_dot_takes_its_bias_residual_and_relu():
+    m, changed = float_fused(dot_module(DOT_BIAS + f"""
+      %s = {DY} add({DY} %d, {DY} %bb)
+      %t = {DY} add({DY} %s, {DY} %r)
+      %zb = {DY} broadcast(f32[]{{}} %zero), dimensions={{}}
+      %y = {DY} maximum({DY} %t, {DY} %zb)"""), loop_fusion=True)
+    assert changed
+    (fusion,) = output_fusions(m)
+    assert m.entry.root is fusion
+    assert fused_ops(fusion) == ["dot", "broadcast", "add", "add", "broadcast", "maximum"]
+
+
+def test_float_dot_epilogue_stops_at_gelus_erf():
+    m, _ = float_fused(dot_module(DOT_BIAS + f"""
+      %s = {DY} add({DY} %d, {DY} %bb)
+      %y = {DY} erf({DY} %s)"""), loop_fusion=True)
+    (fusion,) = output_fusions(m)
+    assert fused_ops(fusion) == ["dot", "broadcast", "add"]
+    assert m.entry.root is not fusion
+
+
+def test_does_not_fuse_a_bias_along_a_dots_rows():
+    m, changed = float_fused(dot_module(f"""
+      %b = f32[8]{{0}} constant({lit(np.arange(8) - 3.5, dtypes.F32)})
+      %bb = {DY} broadcast(f32[8]{{0}} %b), dimensions={{0}}
+      %y = {DY} add({DY} %d, {DY} %bb)"""))
+    assert not changed and not output_fusions(m)
+
+
+def test_does_not_fuse_a_dot_whose_columns_are_not_its_last_dim():
+    # w's two free dims (3, 4) make the product's columns: channel c of the last dim is
+    # not column c, so the kernel could not index a bias by it
+    y = shape("f32", (8, 3, 4))
+    m, changed = float_fused(dot_module(f"""
+      %b = f32[4]{{0}} constant({{1, 2, 3, 4}})
+      %bb = {y} broadcast(f32[4]{{0}} %b), dimensions={{2}}
+      %y = {y} add({y} %d, {y} %bb)""", rhs=(16, 3, 4), out=(8, 3, 4)))
+    assert not changed and not output_fusions(m)
+
+
+def test_float_dot_takes_its_bias_through_the_reshape_that_gives_back_batch_dims():
+    # a 3-D MatMul: dot over (batch * rows, k), reshaped back, then bias and ReLU: the
+    # reshape keeps the last dim (the channels) and every element's place
+    y3 = shape("f32", (2, 4, 12))
+    m, changed = float_fused(dot_module(DOT_BIAS.replace(DY, y3).replace(
+        "dimensions={1}", "dimensions={2}") + f"""
+      %d3 = {y3} reshape({DY} %d)
+      %s = {y3} add({y3} %d3, {y3} %bb)
+      %zb = {y3} broadcast(f32[]{{}} %zero), dimensions={{}}
+      %y = {y3} maximum({y3} %s, {y3} %zb)""").replace(f"-> {DY}", f"-> {y3}"),
+        loop_fusion=True)
+    assert changed
+    (fusion,) = output_fusions(m)
+    assert m.entry.root is fusion and fusion.shape.dims == (2, 4, 12)
+    assert fused_ops(fusion) == ["dot", "reshape", "broadcast", "add", "broadcast", "maximum"]
+
+
+def test_does_not_take_a_reshape_that_moves_a_dots_columns():
+    # (8, 12) -> (8, 3, 4): channel c is no longer along the last dim
+    y3 = shape("f32", (8, 3, 4))
+    m, changed = float_fused(dot_module(f"""
+      %d3 = {y3} reshape({DY} %d)
+      %zb = {y3} broadcast(f32[]{{}} %zero), dimensions={{}}
+      %y = {y3} maximum({y3} %d3, {y3} %zb)""").replace(f"-> {DY}", f"-> {y3}"))
+    assert not changed and not output_fusions(m)
+
+
+def test_a_dot_of_a_value_with_itself_reads_it_as_both_operands():
+    # a . a^T-like products of one value: the kernel still finds lhs and rhs as
+    # parameters 0 and 1
+    sq = shape("f32", (8, 8))
+    text = module(f"a: {sq}", sq, f"""
+      %a = {sq} parameter(0)
+      %d = {sq} dot({sq} %a, {sq} %a), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+      %y = {sq} add({sq} %d, {sq} %a)""")
+    m, changed = float_fused(text)
+    (fusion,) = output_fusions(m)
+    a = m.entry.parameters[0]
+    assert fusion.operands == [a, a, a]
+    assert [p.attrs["number"] for p in output_fusion_core(fusion.called[0]).operands] == [0, 1]

@@ -32,21 +32,26 @@ def _model(nodes, inputs, outputs, inits):
 
 
 def cnn(batch: int = 1):
-    """Dense, depthwise and strided convolutions, a residual add, a reduction, a dot;
-    one image splits convolutions by output channels and groups, two by images (the
-    biases, fused into the convolutions, move with their channels)."""
+    """Dense, depthwise and strided convolutions, residual adds, an element loop, a
+    reduction, a dot; one image splits convolutions by output channels and groups, two
+    by images (the biases, fused into the convolutions, move with their channels, the
+    residuals, fused into the depthwise one and a dense one, with their outputs)."""
     n = helper.make_node
     return _model([
         n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
         n("Relu", ["c1"], ["r1"]),
         n("Conv", ["r1", "wd", "bd"], ["c2"], pads=[1, 1, 1, 1], group=40),
         n("Add", ["c2", "r1"], ["a"]),
-        n("Conv", ["a", "w3"], ["c3"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        n("Tanh", ["a"], ["t"]),
+        n("Conv", ["t", "w4", "b4"], ["c4"], pads=[1, 1, 1, 1]),
+        n("Add", ["t", "c4"], ["u"]),
+        n("Relu", ["u"], ["v"]),
+        n("Conv", ["v", "w3"], ["c3"], pads=[1, 1, 1, 1], strides=[2, 2]),
         n("ReduceMean", ["c3"], ["m"], axes=[3], keepdims=0),
         n("MatMul", ["m", "wf"], ["y"]),
     ], [("x", [batch, 16, 40, 40])], [("y", [batch, 24, 20])], [
         _weights("w1", (40, 16, 3, 3)), _weights("b1", (40,)), _weights("wd", (40, 1, 3, 3)),
-        _weights("bd", (40,)),
+        _weights("bd", (40,)), _weights("w4", (40, 40, 3, 3)), _weights("b4", (40,)),
         _weights("w3", (24, 40, 3, 3)), _weights("wf", (20, 20))])
 
 
@@ -64,19 +69,40 @@ def stem():
 
 
 def encoder():
-    """Batched dots (attention), a matrix-vector product, softmax and layer norm rows."""
+    """Batched dots (attention), a matrix-vector product, softmax and layer norm rows; a
+    bias and ReLU fused into a product, a residual into a batched one."""
     n = helper.make_node
     return _model([
-        n("MatMul", ["x", "wq"], ["q"]),
+        n("MatMul", ["x", "wq"], ["q0"]),
+        n("Add", ["q0", "bq"], ["q1"]),
+        n("Relu", ["q1"], ["q"]),
         n("Transpose", ["q"], ["qt"], perm=[0, 2, 1]),
         n("MatMul", ["q", "qt"], ["s"]),
         n("Softmax", ["s"], ["p"], axis=-1),
-        n("MatMul", ["p", "x"], ["ctx"]),
+        n("MatMul", ["p", "x"], ["c0"]),
+        n("Add", ["x", "c0"], ["ctx"]),
         n("LayerNormalization", ["ctx", "g", "beta"], ["ln"], axis=-1),
         n("MatMul", ["ln", "v"], ["y"]),
     ], [("x", [3, 96, 200])], [("y", [3, 96])], [
-        _weights("wq", (200, 200)), _weights("g", (200,)), _weights("beta", (200,)),
+        _weights("wq", (200, 200)), _weights("bq", (200,)), _weights("g", (200,)), _weights("beta", (200,)),
         _weights("v", (200,))])
+
+
+def mlp():
+    """Fully connected layers of one row with bias, ReLU and a residual fused into the
+    matrix-vector kernels (rows contiguous in k, then columns contiguous), split by
+    output columns."""
+    n = helper.make_node
+    return _model([
+        n("Gemm", ["x", "w1", "b1"], ["h"], transB=1),
+        n("Relu", ["h"], ["hr"]),
+        n("MatMul", ["hr", "w2"], ["z"]),
+        n("Add", ["z", "b2"], ["zb"]),
+        n("Add", ["zb", "x"], ["zr"]),
+        n("Relu", ["zr"], ["y"]),
+    ], [("x", [1, 600])], [("y", [1, 600])], [
+        _weights("w1", (1000, 600)), _weights("b1", (1000,)), _weights("w2", (1000, 600)),
+        _weights("b2", (600,))])
 
 
 def loop():
@@ -98,8 +124,8 @@ def loop():
     return m
 
 
-MODELS = {"cnn": cnn, "cnn_batch": lambda: cnn(2), "encoder": encoder, "loop": loop,
-          "stem": stem}
+MODELS = {"cnn": cnn, "cnn_batch": lambda: cnn(2), "encoder": encoder, "mlp": mlp,
+          "loop": loop, "stem": stem}
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))

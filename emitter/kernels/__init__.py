@@ -3,8 +3,8 @@
 Each kernel is one internal function
 ``void name(ptr out, ptr op0, ptr op1[, ptr op2...][, ptr scratch], i64 size...)`` over
 dense row-major arrays (op2... are what an output fusion's epilogue reads: a float
-convolution's bias, scale and activation bounds); the scratch argument exists iff
-``scratch_bytes`` > 0, and the trailing i64 arguments are
+convolution's or dot's bias, scale, activation bounds and residual); the scratch
+argument exists iff ``scratch_bytes`` > 0, and the trailing i64 arguments are
 ``kernel_arguments(instr, target)``. Instructions with equal
 ``kernel_key`` run the same function with their own arguments (function.py).
 ``target`` needs only ``.vector_bytes`` (the SIMD register width that sizes the tiles).
@@ -17,7 +17,7 @@ from llvmlite import ir
 
 from ...hlo import Instruction, Opcode, XlacError
 from .conv import plan_conv, plan_conv_fusion
-from .dot import plan_dot
+from .dot import plan_dot, plan_dot_fusion
 from .function import KernelPlan, kernel_function
 
 _EMITTERS = {Opcode.DOT: plan_dot, Opcode.CONVOLUTION: plan_conv}
@@ -25,11 +25,15 @@ _EMITTERS = {Opcode.DOT: plan_dot, Opcode.CONVOLUTION: plan_conv}
 
 def is_kernel(instr: Instruction, target) -> bool:
     """Whether ``instr`` runs as a kernel: a dot, a convolution, or an output fusion
-    whose epilogue a float kernel applies (conv.plan_conv_fusion)."""
+    whose epilogue a float kernel applies (conv.plan_conv_fusion, dot.plan_dot_fusion)."""
     if instr.opcode in _EMITTERS:
         return True
     return (instr.opcode is Opcode.FUSION and instr.attrs.get("kind") == "kOutput"
-            and plan_conv_fusion(instr, target) is not None)
+            and _plan_fusion(instr, target) is not None)
+
+
+def _plan_fusion(instr: Instruction, target, lean: bool = False) -> KernelPlan | None:
+    return plan_conv_fusion(instr, target, lean) or plan_dot_fusion(instr, target)
 
 
 def plan_kernel(instr: Instruction, target, lean: bool = False) -> KernelPlan:
@@ -39,7 +43,7 @@ def plan_kernel(instr: Instruction, target, lean: bool = False) -> KernelPlan:
     plan = _EMITTERS.get(instr.opcode)
     if plan is not None:
         return plan(instr, target, lean)
-    fused = plan_conv_fusion(instr, target, lean) if instr.opcode is Opcode.FUSION else None
+    fused = _plan_fusion(instr, target, lean) if instr.opcode is Opcode.FUSION else None
     if fused is None:
         raise XlacError(f"no kernel for opcode '{instr.opcode.text}' (%{instr.name})")
     return fused

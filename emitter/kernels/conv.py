@@ -32,9 +32,9 @@ The coordinates of a vector of output pixels come from one scalar division of it
 pixel plus the precomputed mixed-radix digits of the lane offsets (``PixelLanes``), so
 no vector division runs in the inner loops.
 
-Each fast kernel applies the epilogue of its output fusion (``Epilogue``: the bias,
-scale and ReLU/ReLU6 optimizer/fusion.py fuses after a float convolution) to the results
-in registers before storing them.
+Each fast kernel applies the epilogue of its output fusion (epilogue.py: the bias,
+scale, ReLU/ReLU6 and residual add optimizer/fusion.py fuses after a float convolution)
+to the results in registers before storing them.
 
 Everything else (other dimension numbers, base dilation, batch groups, other element
 types) goes through ``emit_naive_conv``, a loop nest compiled for the exact shapes.
@@ -55,6 +55,7 @@ from ...optimizer.fusion import output_fusion_core
 from ..irutil import I1, I32, I64, alloca_once, for_range, i64, llvm_type
 from . import scalar
 from .dot import row_major_strides
+from .epilogue import NO_EPILOGUE, Epilogue, EpilogueOperands, plan_epilogue
 from .function import Frame, KernelPlan
 from .gemm import (GemmShape, MatrixPacker, Tiling, emit_gemm, scratch_floats, tiling_for,
                    whole_or_tail)
@@ -305,155 +306,10 @@ class Im2colPacker:
                     store_vec(b, lanes.load(b, chan, kpos), offset_ptr(b, dst, F32, dst_idx))
 
 
-# --- epilogues ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Epilogue:
-    """Element-wise steps a kernel applies to each vector of results in registers before
-    storing it: an output fusion's bias, scale and activation (optimizer/fusion.py).
-
-    A step is ``(opcode, args)``; an arg is ``("acc",)`` the running value, ``("const",
-    v)`` a constant (compiled in), ``("scalar", k)`` element 0 of extra operand k, or
-    ``("channel", k)`` element c of extra operand k for output channel c. ``pointers``:
-    how many extra operands the kernel takes (the fusion's operands after the input and
-    the weights).
-    """
-    steps: tuple = ()
-    pointers: int = 0
-
-    def values(self, b: ir.IRBuilder, extra, channel: ir.Value, lanes: int) -> dict:
-        """The splatted operands of output channel ``channel``, loaded once per channel."""
-        out = {}
-        for _, args in self.steps:
-            for arg in args:
-                if arg[0] in ("scalar", "channel") and arg not in out:
-                    ptr = extra[arg[1]] if arg[0] == "scalar" else \
-                        offset_ptr(b, extra[arg[1]], F32, channel)
-                    out[arg] = splat(b, b.load(ptr, typ=F32), lanes)
-                elif arg[0] == "const" and arg not in out:
-                    out[arg] = const_vec(F32, [arg[1]] * lanes)
-        return out
-
-    def lane_values(self, b: ir.IRBuilder, extra, channel0: ir.Value, lanes: int) -> dict:
-        """As ``values``, for vectors whose lanes are output channels ``channel0`` ..
-        ``channel0 + lanes`` (ChannelConv)."""
-        out = {}
-        for _, args in self.steps:
-            for arg in args:
-                if arg in out or arg[0] == "acc":
-                    continue
-                if arg[0] == "channel":
-                    out[arg] = load_vec(b, offset_ptr(b, extra[arg[1]], F32, channel0),
-                                        vec_type(F32, lanes))
-                elif arg[0] == "scalar":
-                    out[arg] = splat(b, b.load(extra[arg[1]], typ=F32), lanes)
-                else:
-                    out[arg] = const_vec(F32, [arg[1]] * lanes)
-        return out
-
-    def apply(self, b: ir.IRBuilder, acc: ir.Value, values: dict) -> ir.Value:
-        for opcode, args in self.steps:
-            xs = [acc if a == ("acc",) else values[a] for a in args]
-            acc = _EPILOGUE_OPS[opcode](b, *xs)
-        return acc
-
-    @property
-    def channel_operands(self) -> frozenset[int]:
-        """The extra operands read per output channel (a split moves them with it)."""
-        return frozenset(a[1] for _, args in self.steps for a in args if a[0] == "channel")
-
-    def per_row(self, extra, channel0: ir.Value, lanes: int):
-        """For gemm.emit_gemm: row r of C is output channel ``channel0`` + r. None when
-        there are no steps."""
-        if not self.steps:
-            return None
-
-        def apply(b, value, row):
-            return self.apply(b, value, self.values(b, extra, b.add(channel0, row), lanes))
-        return apply
-
-
-def _max(b, x, y):
-    # As the element generators compute maximum: NaN-propagating (elemental._float_max).
-    return b.select(b.or_(b.fcmp_ordered(">", x, y), b.fcmp_unordered("uno", x, x)), x, y)
-
-
-def _min(b, x, y):
-    return b.select(b.or_(b.fcmp_ordered("<", x, y), b.fcmp_unordered("uno", x, x)), x, y)
-
-
-_EPILOGUE_OPS = {
-    "add": lambda b, x, y: b.fadd(x, y),
-    "subtract": lambda b, x, y: b.fsub(x, y),
-    "multiply": lambda b, x, y: b.fmul(x, y),
-    "maximum": _max,
-    "minimum": _min,
-    "clamp": lambda b, lo, x, hi: _min(b, _max(b, x, lo), hi),
-}
-NO_EPILOGUE = Epilogue()
-
-
-def plan_epilogue(fusion: Instruction) -> Epilogue | None:
-    """The epilogue of an output fusion whose core is a float convolution reading
-    parameters 0 and 1 and whose other instructions form a chain of the steps above,
-    else None (the fusion is then a loop of element generators)."""
-    fused = fusion.called[0]
-    core = output_fusion_core(fused)
-    params = fused.parameters
-    if [o.opcode for o in core.operands] != [Opcode.PARAMETER] * 2 or \
-            [o.attrs["number"] for o in core.operands] != [0, 1]:
-        return None
-    users = fused.users()
-    steps, cur = [], core
-    while cur is not fused.root:
-        if len(users[cur]) != 1:
-            return None
-        u = users[cur][0]
-        if u.opcode.text not in _EPILOGUE_OPS or u.shape.dtype != dtypes.F32 \
-                or u.operands.count(cur) != 1:
-            return None
-        args = []
-        for o in u.operands:
-            arg = ("acc",) if o is cur else _epilogue_arg(o, core)
-            if arg is None:
-                return None
-            args.append(arg)
-        steps.append((u.opcode.text, tuple(args)))
-        cur = u
-    return Epilogue(tuple(steps), len(params) - 2)
-
-
-def _epilogue_arg(o: Instruction, core: Instruction):
-    """An operand of an epilogue step as an Epilogue arg, or None."""
-    per_channel = False
-    if o.opcode is Opcode.BROADCAST:
-        src = o.operands[0]
-        channel = core.attrs["dimension_numbers"].output_feature
-        if not all(n == 1 or d == channel for n, d in zip(src.shape.dims, o.attrs["dimensions"])):
-            return None
-        o, per_channel = src, True
-    if o.opcode is Opcode.CONSTANT and o.shape.num_elements == 1:
-        return ("const", float(o.literal.reshape(())))
-    if o.opcode is Opcode.PARAMETER and o.shape.dtype == dtypes.F32 and o.attrs["number"] >= 2:
-        if o.shape.num_elements == 1:
-            return ("scalar", o.attrs["number"] - 2)
-        if per_channel:
-            return ("channel", o.attrs["number"] - 2)
-    return None
-
-
 # --- the kernels ------------------------------------------------------------------------
 
-class _EpilogueOperands:
-    """The kernel specs that apply an ``epilogue``: its operands follow lhs and rhs."""
-
-    @property
-    def extra_operands(self) -> int:
-        return self.epilogue.pointers
-
-
 @dataclass(frozen=True)
-class ConvGemm(_EpilogueOperands):
+class ConvGemm(EpilogueOperands):
     """Implicit GEMM per image and group (see the module docstring)."""
     window: ConvWindow
     tiling: Tiling
@@ -480,13 +336,16 @@ class ConvGemm(_EpilogueOperands):
                 base = offset_ptr(b, f.lhs, F32, b.mul(chan0, geo.in_pixels))
                 a = offset_ptr(b, f.rhs, F32, b.mul(grp, b.mul(geo.cout_g, kg)))
                 ochan0 = b.add(b.mul(img, geo.cout), b.mul(grp, geo.cout_g))
-                c = offset_ptr(b, f.out, F32, b.mul(ochan0, geo.out_pixels))
+                c_start = b.mul(ochan0, geo.out_pixels)
+                c = offset_ptr(b, f.out, F32, c_start)
                 if w.is_pointwise:
                     packer = MatrixPacker(base, geo.in_pixels, i64(1), True, t, w.k_block(t))
                 else:
                     packer = Im2colPacker(w, geo, coords, base, t, w.k_block(t))
+                extra = self.epilogue.moved(b, f.extra, c_start)
                 emit_gemm(b, shape, a, c, packer, f.scratch, t,
-                          self.epilogue.per_row(f.extra, b.mul(grp, geo.cout_g), t.lanes))
+                          self.epilogue.per_row(extra, b.mul(grp, geo.cout_g), geo.out_pixels,
+                                                t.lanes))
 
 
 def _pixel_vectors(b: ir.IRBuilder, geo: Geometry, coords: LaneCoords, state: list,
@@ -521,7 +380,7 @@ def _store_pixels(b: ir.IRBuilder, value: ir.Value, ptr: ir.Value, valid) -> Non
 
 
 @dataclass(frozen=True)
-class Depthwise(_EpilogueOperands):
+class Depthwise(EpilogueOperands):
     """Direct convolution, one input channel per group, vectorized over output pixels."""
     window: ConvWindow
     lanes: int
@@ -544,18 +403,21 @@ class Depthwise(_EpilogueOperands):
             with for_range(b, geo.cout, "oc") as oc:
                 ic = b.add(b.mul(img, geo.cin), b.udiv(oc, geo.cout_g))
                 chan = offset_ptr(b, f.lhs, F32, b.mul(ic, geo.in_pixels))
-                dst = offset_ptr(b, f.out, F32, b.mul(b.add(b.mul(img, geo.cout), oc), p))
+                dst_start = b.mul(b.add(b.mul(img, geo.cout), oc), p)
+                dst = offset_ptr(b, f.out, F32, dst_start)
                 wrow = offset_ptr(b, f.rhs, F32, b.mul(oc, i64(w.window)))
                 ws = [splat(b, b.load(offset_ptr(b, wrow, F32, r), typ=F32), lanes)
                       for r in range(w.window)]
                 values = self.epilogue.values(b, f.extra, oc, lanes)
+                extra = self.epilogue.moved(b, f.extra, dst_start)
 
                 def pixels(n0, valid, here):
                     px = PixelLanes(b, w, geo, here, n0, lanes, valid)
                     acc = zeros(vty)
                     for r, kpos in enumerate(w.positions):
                         acc = fma(b, ws[r], px.load(b, chan, kpos), acc)
-                    acc = self.epilogue.apply(b, acc, values)
+                    acc = self.epilogue.apply(
+                        b, acc, values | self.epilogue.full(b, extra, n0, valid, lanes))
                     _store_pixels(b, acc, offset_ptr(b, dst, F32, n0), valid)
 
                 _pixel_vectors(b, geo, coords, state, pixels)
@@ -575,7 +437,7 @@ def _inside(b: ir.IRBuilder, pad: int, stride: int, dil: int, k: int, n_in: ir.V
 
 
 @dataclass(frozen=True)
-class DepthwiseRows(_EpilogueOperands):
+class DepthwiseRows(EpilogueOperands):
     """Depthwise 2-D convolution (one input channel per group), vectorized along output
     rows: ``lanes`` consecutive output columns of one row, the window unrolled with its
     weights in registers (splatted once per channel).
@@ -625,13 +487,14 @@ class DepthwiseRows(_EpilogueOperands):
             with for_range(b, geo.cout, "oc") as oc:
                 ic = b.add(b.mul(img, geo.cin), b.udiv(oc, geo.cout_g))
                 chan = offset_ptr(b, f.lhs, F32, b.mul(ic, geo.in_pixels))
-                dst = offset_ptr(b, f.out, F32,
-                                 b.mul(b.add(b.mul(img, geo.cout), oc), geo.out_pixels))
+                dst_start = b.mul(b.add(b.mul(img, geo.cout), oc), geo.out_pixels)
+                dst = offset_ptr(b, f.out, F32, dst_start)
                 wrow = offset_ptr(b, f.rhs, F32, b.mul(oc, i64(w.window)))
                 ws = [splat(b, b.load(offset_ptr(b, wrow, F32, r), typ=F32), lanes)
                       for r in range(w.window)]
                 values = self.epilogue.values(b, f.extra, oc, lanes)
-                row = _DepthwiseRow(self, b, geo, chan, dst, ws, values)
+                extra = self.epilogue.moved(b, f.extra, dst_start)
+                row = _DepthwiseRow(self, b, geo, chan, dst, ws, values, extra)
                 for start, stop, checked in ((i64(0), rows_lo, True),
                                              (rows_lo, rows_hi, False),
                                              (rows_hi, oh, True)):
@@ -643,9 +506,9 @@ class _DepthwiseRow:
     """The code of one output row of DepthwiseRows."""
 
     def __init__(self, k: DepthwiseRows, b: ir.IRBuilder, geo: Geometry, chan, dst, ws,
-                 values):
+                 values, extra):
         self.k, self.b, self.geo, self.chan, self.dst, self.ws = k, b, geo, chan, dst, ws
-        self.values = values
+        self.values, self.extra = values, extra
         self.vty = vec_type(F32, k.lanes)
 
     def emit(self, oy, checked: bool, v_lo, v_hi, v_unrolled, nv) -> None:
@@ -662,7 +525,8 @@ class _DepthwiseRow:
                 iy = b.select(valid, iy, i64(0))
             self.rows.append(offset_ptr(b, self.chan, F32, b.mul(iy, iw)))
             self.valid.append(valid)
-        self.out_row = offset_ptr(b, self.dst, F32, b.mul(oy, self.geo.out_sp[1]))
+        self.row_start = b.mul(oy, self.geo.out_sp[1])
+        self.out_row = offset_ptr(b, self.dst, F32, self.row_start)
         with for_range(b, v_lo, "vb") as v:
             self._vectors(v, 1, masked=True)
         with for_range(b, v_unrolled, "vu", start=v_lo, step=self.k.UNROLL) as v:
@@ -681,11 +545,14 @@ class _DepthwiseRow:
         for r, (ky, kx) in enumerate(w.positions):
             for u, x0 in enumerate(x0s):
                 accs[u] = fma(b, self.ws[r], self._load(ky, kx, x0, masked), accs[u])
+        epilogue = self.k.epilogue
         for x0, acc in zip(x0s, accs):
-            acc = self.k.epilogue.apply(b, acc, self.values)
+            mask = first_lanes(b, lanes, 0, b.sub(ow, x0)) if masked else None
+            full = epilogue.full(b, self.extra, b.add(self.row_start, x0), mask, lanes)
+            acc = epilogue.apply(b, acc, self.values | full)
             ptr = offset_ptr(b, self.out_row, F32, x0)
             if masked:
-                masked_store(b, acc, ptr, first_lanes(b, lanes, 0, b.sub(ow, x0)))
+                masked_store(b, acc, ptr, mask)
             else:
                 store_vec(b, acc, ptr)
 
@@ -723,7 +590,7 @@ class _DepthwiseRow:
 
 
 @dataclass(frozen=True)
-class DirectConv(_EpilogueOperands):
+class DirectConv(EpilogueOperands):
     """Direct convolution for any channels, with no scratch: an MR x NV tile (MR output
     channels by NV vectors of output pixels) in registers, as in the GEMM's micro-kernel,
     summed over the group's input channels and the window positions, the input read in
@@ -763,6 +630,7 @@ class DirectConv(_EpilogueOperands):
                 wgrp = offset_ptr(b, f.rhs, F32, b.mul(grp, b.mul(geo.cout_g, kg)))
                 ochan0 = b.add(b.mul(img, geo.cout), b.mul(grp, geo.cout_g))
                 chan_of_group = b.mul(grp, geo.cout_g)
+                extra = self.epilogue.moved(b, f.extra, b.mul(ochan0, p))
 
                 def tile(n0, oc0, pxs, real):
                     """Output channels oc0 .. oc0 + MR by the pixels of ``pxs``. Rows past
@@ -788,8 +656,11 @@ class DirectConv(_EpilogueOperands):
                         values = self.epilogue.values(b, f.extra, b.add(chan_of_group, r),
                                                       lanes)
                         for v, a in enumerate(row):
-                            ptr = offset_ptr(b, dst, F32, b.add(n0, i64(v * lanes)))
-                            value = self.epilogue.apply(b, b.load(a, typ=vty), values)
+                            at = b.add(n0, i64(v * lanes))
+                            ptr = offset_ptr(b, dst, F32, at)
+                            full = self.epilogue.full(b, extra, b.add(b.mul(r, p), at),
+                                                      real[v], lanes)
+                            value = self.epilogue.apply(b, b.load(a, typ=vty), values | full)
                             _store_pixels(b, value, ptr, real[v])
 
                 def pixels(n0, valid):
@@ -831,7 +702,7 @@ def _transpose(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
 
 
 @dataclass(frozen=True)
-class ChannelConv(_EpilogueOperands):
+class ChannelConv(EpilogueOperands):
     """Direct 2-D convolution vectorized over output channels, for stems (few input
     channels: the implicit GEMM's im2col gathers cost as much as its FMAs) and windows
     on small maps (7x7 or 14x14 pixels fill vectors of pixels badly: 49 = 3 x 16 + 1).
@@ -948,10 +819,14 @@ class ChannelConv(_EpilogueOperands):
                                      b.mul(b.add(ochan0, oc0), geo.out_pixels))
                     channel0 = b.add(chan_of_group, oc0)
 
-                    def panel_of(vectors, panel=panel, dst=dst, channel0=channel0):
-                        values = [self.epilogue.lane_values(
+                    extra = self.epilogue.moved(
+                        b, f.extra, b.mul(b.add(ochan0, oc0), geo.out_pixels))
+
+                    def panel_of(vectors, panel=panel, dst=dst, channel0=channel0,
+                                 extra=extra):
+                        values = ([self.epilogue.lane_values(
                             b, f.extra, b.add(channel0, i64(v * lanes)), lanes)
-                            for v in range(vectors)]
+                            for v in range(vectors)], extra, channel0)
                         # K blocks: each block of the panel's weights is read for all
                         # tiles while it is in cache (small maps: few pixels, long K).
                         with self._k_blocks(b, geo) as k:
@@ -1063,19 +938,33 @@ class ChannelConv(_EpilogueOperands):
                     store_vec(b, b.load(a, typ=vty), offset_ptr(b, slot, F32, i64(i * lanes)))
 
     def _store(self, b, geo: Geometry, acc, values, dst, oy, ox, vectors: int) -> None:
-        """The tile's results, with the epilogue, transposed to rows of pixels."""
-        lanes, cols = self.lanes, self.cols
+        """The tile's results, with the epilogue, transposed to rows of pixels. ``values``:
+        the per-vector operands of the lanes' channels, the epilogue's operands (full-size
+        ones moved to the panel) and the panel's first channel. An epilogue reading a
+        full-size operand (a residual, whose elements lie along pixels) is applied after
+        the transposition, per output channel."""
+        values, extra, channel0 = values
+        epilogue, lanes, cols = self.epilogue, self.lanes, self.cols
         vty = vec_type(F32, lanes)
         p = geo.out_pixels
         mask = lane_mask(lanes, cols)
+        after = bool(epilogue.full_operands)
         for r, row in enumerate(acc):
             out0 = b.add(b.mul(b.add(oy, i64(r)), geo.out_sp[1]), ox)
             for v in range(vectors):
-                vals = [self.epilogue.apply(b, b.load(pixel[v], typ=vty), values[v])
+                vals = [b.load(pixel[v], typ=vty) if after else
+                        epilogue.apply(b, b.load(pixel[v], typ=vty), values[v])
                         for pixel in row]
                 vals += [zeros(vty)] * (lanes - cols)
                 for j, out in enumerate(_transpose(b, vals)):
-                    ptr = offset_ptr(b, dst, F32, b.add(b.mul(i64(v * lanes + j), p), out0))
+                    at = b.add(b.mul(i64(v * lanes + j), p), out0)
+                    if after:
+                        operands = epilogue.values(b, extra, b.add(channel0, i64(v * lanes + j)),
+                                                   lanes)
+                        operands.update(epilogue.full(b, extra, at, None if cols == lanes
+                                                      else mask, lanes))
+                        out = epilogue.apply(b, out, operands)
+                    ptr = offset_ptr(b, dst, F32, at)
                     if cols == lanes:
                         store_vec(b, out, ptr)
                     else:

@@ -18,14 +18,16 @@ and contracting dims that cannot be merged into one stride, use a plain loop nes
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 
 from llvmlite import ir
 
-from ...hlo import DotDimensionNumbers, Instruction, Shape, dtypes
+from ...hlo import DotDimensionNumbers, Instruction, Opcode, Shape, dtypes
+from ...optimizer.fusion import output_fusion_core
 from ..irutil import alloca_once, for_range, i64, llvm_type
 from . import scalar
+from .epilogue import NO_EPILOGUE, Epilogue, EpilogueOperands, plan_epilogue
 from .function import Frame, KernelPlan
 from .gemm import (DirectRows, GemmShape, MatrixPacker, Tiling, emit_gemm, scratch_floats,
                    tiling_for)
@@ -146,22 +148,22 @@ _MATMUL_PARAMS = ("m", "n", "k", "a_sm", "a_sk", "b_sk", "b_sn", "c_sm", "c_sn")
 
 
 @dataclass(frozen=True)
-class FastDot:
+class FastDot(EpilogueOperands):
     """An f32 dot on the gemm / gemv paths; every size and stride is a run-time argument,
-    so dots that differ only in sizes share it."""
+    so dots that differ only in sizes share it. ``epilogue``: an output fusion's steps
+    (epilogue.py), output channel n being column n of C (``plan_dot_fusion``)."""
     path: str               # "gemm" | "gemm_direct" | "row_dot" | "row_stream"
     batch_loops: int
     vector_lhs: bool        # gemv: A is the vector (M == 1), else B is (N == 1)
     unit_bn: bool           # gemm: B's columns are contiguous, packed with vector loads
     tiling: Tiling
+    epilogue: Epilogue = NO_EPILOGUE
 
     @property
     def params(self) -> tuple[str, ...]:
         batch = tuple(f"batch{i}.{f}" for i in range(self.batch_loops)
                       for f in ("extent", "sa", "sb", "sc"))
         return batch + _MATMUL_PARAMS
-
-    extra_operands = 0
 
     @property
     def scratch_bytes(self) -> int:
@@ -171,18 +173,22 @@ class FastDot:
         b, s = f.b, f.size
         loops = [tuple(s[f"batch{i}.{x}"] for x in ("extent", "sa", "sb", "sc"))
                  for i in range(self.batch_loops)]
-        _batch_loops(b, loops, f.lhs, f.rhs, f.out,
-                     lambda a, bb, c: self._emit_one(b, s, a, bb, c, f.scratch))
+        _batch_loops(b, loops, f.lhs, f.rhs, f.out, i64(0),
+                     lambda a, bb, c, at: self._emit_one(b, s, a, bb, c, f.scratch,
+                                                         self.epilogue.moved(b, f.extra, at)))
 
-    def _emit_one(self, b, s, a, bb, c, scratch):
-        t = self.tiling
+    def _emit_one(self, b, s, a, bb, c, scratch, extra):
+        """One matrix product; ``extra``: the epilogue's operands, the full-size ones
+        moved where ``c`` starts."""
+        t, epilogue = self.tiling, self.epilogue
         if self.path in ("gemm", "gemm_direct"):
             g = GemmShape(s["m"], s["n"], s["k"], s["a_sm"], s["a_sk"], s["c_sm"])
             if self.path == "gemm":
                 packer = MatrixPacker(bb, s["b_sk"], s["b_sn"], self.unit_bn, t, t.kc)
             else:
                 packer = DirectRows(bb, s["b_sk"], t.kc)
-            emit_gemm(b, g, a, c, packer, scratch, t)
+            emit_gemm(b, g, a, c, packer, scratch, t,
+                      epilogue.per_column(extra, s["c_sm"], t.lanes))
             return
         if self.vector_lhs:     # out row = B^T a
             rows, sr, sk, sv, so, mat, vec = s["n"], s["b_sn"], s["b_sk"], s["a_sk"], \
@@ -190,10 +196,14 @@ class FastDot:
         else:                   # out column = A b
             rows, sr, sk, sv, so, mat, vec = s["m"], s["a_sm"], s["a_sk"], s["b_sk"], \
                 s["c_sm"], a, bb
+        # Out element r is output channel r where A is the vector (the columns of C),
+        # else channel 0 (an N == 1 product's per-channel operands are scalars).
         if self.path == "row_dot":
-            emit_row_dot(b, t.lanes, rows, s["k"], mat, sr, vec, c, so)
+            emit_row_dot(b, t.lanes, rows, s["k"], mat, sr, vec, c, so,
+                         epilogue.per_element(extra, so) if epilogue.steps else None)
         else:
-            emit_row_stream(b, t.lanes, rows, s["k"], mat, sk, vec, sv, c)
+            emit_row_stream(b, t.lanes, rows, s["k"], mat, sk, vec, sv, c,
+                            epilogue.per_column(extra, i64(0), t.lanes))
 
 
 @dataclass(frozen=True)
@@ -234,15 +244,36 @@ def plan_dot(instr: Instruction, target, lean: bool = False) -> KernelPlan:
     return KernelPlan(spec, sizes, scratch)
 
 
-def _batch_loops(b, loops, a, bb, c, body):
+def plan_dot_fusion(instr: Instruction, target) -> KernelPlan | None:
+    """The kernel of an output fusion around an f32 dot whose epilogue its fast path
+    applies (epilogue.plan_epilogue), else None. Per-channel operands vary along the
+    output's last dim, which must be C's columns: N is that dim alone, contiguous."""
+    core = output_fusion_core(instr.called[0])
+    if core.opcode is not Opcode.DOT or core.shape.dtype != dtypes.F32:
+        return None
+    epilogue = plan_epilogue(instr)
+    plan = plan_dot(core, target)
+    if epilogue is None or not isinstance(plan.spec, FastDot):
+        return None
+    s = plan.sizes
+    columns = s["n"] == core.shape.dims[-1] and s["c_sn"] == 1
+    gemv_by_rows = plan.spec.path in ("row_dot", "row_stream") and not plan.spec.vector_lhs
+    if epilogue.channel_operands and (not columns or gemv_by_rows):
+        return None
+    return KernelPlan(replace(plan.spec, epilogue=epilogue), plan.sizes, plan.scratch)
+
+
+def _batch_loops(b, loops, a, bb, c, at, body):
+    """``body(a, bb, c, at)`` per batch element; ``at``: c's element offset from the
+    output's start."""
     if not loops:
-        body(a, bb, c)
+        body(a, bb, c, at)
         return
     (extent, sa, sb, sc), rest = loops[0], loops[1:]
     with for_range(b, extent, "batch") as i:
         _batch_loops(b, rest, offset_ptr(b, a, F32, b.mul(i, sa)),
                      offset_ptr(b, bb, F32, b.mul(i, sb)),
-                     offset_ptr(b, c, F32, b.mul(i, sc)), body)
+                     offset_ptr(b, c, F32, b.mul(i, sc)), b.add(at, b.mul(i, sc)), body)
 
 
 # --- reference loop nest ------------------------------------------------------------

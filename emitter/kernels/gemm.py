@@ -23,9 +23,10 @@ row M-1 (their duplicate results are stored first, then overwritten by the real 
 the last sliver of N is zero-padded by the packer, computed one vector wide when it is
 that narrow, and stored through run-time lane masks (full slivers keep plain stores).
 
-``row_epilogue(b, value, row)``, where given, maps each vector of C's row ``row`` as
-the last K block stores it: a convolution's bias and activation per output channel,
-applied in registers (conv.py's Epilogue).
+``row_epilogue(b, value, row, column, mask)``, where given, maps each vector of C at
+(``row``, ``column``) (``mask``: its real lanes, None for all) as the last K block
+stores it: a convolution's or dot's fused bias, activation and residual, applied in
+registers (epilogue.py).
 """
 from __future__ import annotations
 
@@ -302,7 +303,7 @@ class _Sliver:
             i = height - 1 - i
             val = b.load(acc[i][v], typ=vty)
             if epilogue is not None:
-                val = epilogue(b, val, rows[i])
+                val = epilogue(b, val, rows[i], b.add(self.n0, i64(v * t.lanes)), mask)
             if mask is None:
                 store_vec(b, val, c_ptr[i][v])
             else:

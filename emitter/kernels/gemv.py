@@ -31,16 +31,17 @@ def _round_down(b, x, step: int):
 
 
 def emit_row_dot(b: ir.IRBuilder, lanes: int, rows, k, mat: ir.Value, sr,
-                 vec: ir.Value, out: ir.Value, so) -> None:
-    """Mat[r, k] at mat[r*sr + k], v[k] at vec[k], out[r] at out[r*so]."""
+                 vec: ir.Value, out: ir.Value, so, epilogue=None) -> None:
+    """Mat[r, k] at mat[r*sr + k], v[k] at vec[k], out[r] at out[r*so];
+    ``epilogue(b, value, r)`` maps each sum before it is stored."""
     full = _round_down(b, rows, ROW_BLOCK)
     with for_range(b, full, "r", step=ROW_BLOCK) as r:
-        _row_dot_block(b, lanes, ROW_BLOCK, k, mat, sr, vec, out, so, r)
+        _row_dot_block(b, lanes, ROW_BLOCK, k, mat, sr, vec, out, so, r, epilogue)
     with for_range(b, rows, "r1", start=full) as r:
-        _row_dot_block(b, lanes, 1, k, mat, sr, vec, out, so, r)
+        _row_dot_block(b, lanes, 1, k, mat, sr, vec, out, so, r, epilogue)
 
 
-def _row_dot_block(b, lanes, nrows, k, mat, sr, vec, out, so, r):
+def _row_dot_block(b, lanes, nrows, k, mat, sr, vec, out, so, r, epilogue):
     vty = vec_type(F32, lanes)
     step = lanes * UNROLL
     k_full = _round_down(b, k, step)
@@ -68,7 +69,11 @@ def _row_dot_block(b, lanes, nrows, k, mat, sr, vec, out, so, r):
         total = b.load(acc[i][0], typ=vty)
         for u in range(1, UNROLL):
             total = b.fadd(total, b.load(acc[i][u], typ=vty))
-        b.store(hsum(b, total), offset_ptr(b, out, F32, b.mul(b.add(r, i64(i)), so)))
+        row = b.add(r, i64(i))
+        value = hsum(b, total)
+        if epilogue is not None:
+            value = epilogue(b, value, row)
+        b.store(value, offset_ptr(b, out, F32, b.mul(row, so)))
 
 
 def _load(b, ptr, vty, mask):
@@ -83,8 +88,10 @@ def _store(b, val, ptr, mask):
 
 
 def emit_row_stream(b: ir.IRBuilder, lanes: int, rows, k, mat: ir.Value, sk,
-                    vec: ir.Value, sv, out: ir.Value) -> None:
-    """Mat[r, k] at mat[r + k*sk], v[k] at vec[k*sv], out[r] at out[r] (contiguous)."""
+                    vec: ir.Value, sv, out: ir.Value, epilogue=None) -> None:
+    """Mat[r, k] at mat[r + k*sk], v[k] at vec[k*sv], out[r] at out[r] (contiguous);
+    ``epilogue(b, value, 0, r, mask)`` maps each vector of the finished row in one pass
+    over it (in L1 still)."""
     vty = vec_type(F32, lanes)
     _over_rows(b, lanes, rows,
                lambda r, mask: _store(b, zeros(vty), offset_ptr(b, out, F32, r), mask))
@@ -107,6 +114,11 @@ def emit_row_stream(b: ir.IRBuilder, lanes: int, rows, k, mat: ir.Value, sk,
         block(k0, K_BLOCK)
     with for_range(b, k, "k1", start=k_full) as k0:       # the last k % K_BLOCK rows
         block(k0, 1)
+    if epilogue is not None:
+        def finish(r, mask):
+            o_ptr = offset_ptr(b, out, F32, r)
+            _store(b, epilogue(b, _load(b, o_ptr, vty, mask), i64(0), r, mask), o_ptr, mask)
+        _over_rows(b, lanes, rows, finish)
 
 
 def _over_rows(b, lanes, rows, body):

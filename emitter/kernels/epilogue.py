@@ -1,0 +1,232 @@
+"""The epilogue a float convolution or dot kernel applies to its results in registers.
+
+An output fusion (optimizer/fusion.py) holds a float convolution or dot and the chain of
+element-wise steps after it that a kernel can apply to a vector of results before
+storing it: a bias or scale per output channel, ReLU's maximum, ReLU6's clamp, and a
+residual add (an operand of the output's own shape, read at the elements being stored).
+``plan_epilogue`` turns the fused computation into an ``Epilogue``; each kernel loads
+what the steps read where it stores (``values`` per channel, ``columns`` per vector of
+channels, ``full`` at the stored elements) and ``apply``\\ s the steps.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from ...hlo import Instruction, Opcode, dtypes
+from ...optimizer.fusion import keeps_columns, output_channel_dim, output_fusion_core
+from .vec import F32, const_vec, load_vec, masked_load, offset_ptr, splat, vec_type
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """Element-wise steps a kernel applies to each vector of results in registers before
+    storing it.
+
+    A step is ``(opcode, args)``; an arg is ``("acc",)`` the running value, ``("const",
+    v)`` a constant (compiled in), ``("scalar", k)`` element 0 of extra operand k,
+    ``("channel", k)`` element c of extra operand k for output channel c, or ``("full",
+    k)`` the element of extra operand k (of the output's shape) at the index being
+    stored. ``pointers``: how many extra operands the kernel takes (the fusion's operands
+    after the input and the weights).
+
+    ``lanes`` None below means scalars: a kernel storing one element at a time.
+    """
+    steps: tuple = ()
+    pointers: int = 0
+
+    def _args(self, kind: str) -> list[tuple]:
+        return list(dict.fromkeys(a for _, args in self.steps for a in args if a[0] == kind))
+
+    def values(self, b: ir.IRBuilder, extra, channel: ir.Value, lanes: int | None) -> dict:
+        """The splatted per-channel operands of output channel ``channel``, the scalars and
+        the constants: loaded once per channel."""
+        out = self._uniform(b, extra, lanes)
+        for arg in self._args("channel"):
+            out[arg] = _splat(b, b.load(offset_ptr(b, extra[arg[1]], F32, channel), typ=F32),
+                              lanes)
+        return out
+
+    def columns(self, b: ir.IRBuilder, extra, column: ir.Value, mask, lanes: int | None) -> dict:
+        """The operands for a vector of output channels ``column`` .. + lanes (a dot's
+        columns; ``mask``: its real lanes, None for all), the scalars and the constants."""
+        out = self._uniform(b, extra, lanes)
+        for arg in self._args("channel"):
+            out[arg] = _load(b, offset_ptr(b, extra[arg[1]], F32, column), lanes, mask)
+        return out
+
+    def lane_values(self, b: ir.IRBuilder, extra, channel0: ir.Value, lanes: int) -> dict:
+        """As ``values``, for vectors whose lanes are output channels ``channel0`` ..
+        ``channel0 + lanes`` (ChannelConv)."""
+        return self.columns(b, extra, channel0, None, lanes)
+
+    def _uniform(self, b: ir.IRBuilder, extra, lanes: int | None) -> dict:
+        out = {}
+        for arg in self._args("scalar"):
+            out[arg] = _splat(b, b.load(extra[arg[1]], typ=F32), lanes)
+        for arg in self._args("const"):
+            out[arg] = (ir.Constant(F32, arg[1]) if lanes is None
+                        else const_vec(F32, [arg[1]] * lanes))
+        return out
+
+    def full(self, b: ir.IRBuilder, extra, index: ir.Value, mask, lanes: int | None) -> dict:
+        """The full-size operands at elements ``index`` .. + lanes, masked as the store
+        is (``extra`` as ``moved`` gives it where the kernel's output pointer moved)."""
+        return {arg: _load(b, offset_ptr(b, extra[arg[1]], F32, index), lanes, mask)
+                for arg in self._args("full")}
+
+    def moved(self, b: ir.IRBuilder, extra, offset: ir.Value) -> tuple:
+        """``extra`` with the full-size operands moved by ``offset`` elements, as a kernel
+        moves its output pointer to a block of the output."""
+        full = self.full_operands
+        return tuple(offset_ptr(b, p, F32, offset) if k in full else p
+                     for k, p in enumerate(extra))
+
+    def apply(self, b: ir.IRBuilder, acc: ir.Value, values: dict) -> ir.Value:
+        for opcode, args in self.steps:
+            xs = [acc if a == ("acc",) else values[a] for a in args]
+            acc = _EPILOGUE_OPS[opcode](b, *xs)
+        return acc
+
+    @property
+    def channel_operands(self) -> frozenset[int]:
+        """The extra operands read per output channel (a split moves them with it)."""
+        return frozenset(a[1] for a in self._args("channel"))
+
+    @property
+    def full_operands(self) -> frozenset[int]:
+        """The extra operands of the output's shape (a split moves them as the output)."""
+        return frozenset(a[1] for a in self._args("full"))
+
+    def per_row(self, extra, channel0: ir.Value, row_stride: ir.Value, lanes: int):
+        """For gemm.emit_gemm, where row r of C is output channel ``channel0`` + r and
+        element (r, n) lies ``r * row_stride + n`` after the start of C (``extra`` moved
+        there). None when there are no steps."""
+        if not self.steps:
+            return None
+
+        def apply(b, value, row, column, mask):
+            values = self.values(b, extra, b.add(channel0, row), lanes)
+            values.update(self.full(b, extra, b.add(b.mul(row, row_stride), column), mask,
+                                    lanes))
+            return self.apply(b, value, values)
+        return apply
+
+    def per_column(self, extra, row_stride: ir.Value, lanes: int):
+        """For gemm.emit_gemm, where column n of C is output channel n (a dot's last
+        dim). None when there are no steps."""
+        if not self.steps:
+            return None
+
+        def apply(b, value, row, column, mask):
+            values = self.columns(b, extra, column, mask, lanes)
+            values.update(self.full(b, extra, b.add(b.mul(row, row_stride), column), mask,
+                                    lanes))
+            return self.apply(b, value, values)
+        return apply
+
+
+    def per_element(self, extra, stride: ir.Value):
+        """For gemv.emit_row_dot, which stores element r of the output alone, r * ``stride``
+        after its start: output channel r."""
+        def apply(b, value, r):
+            values = self.values(b, extra, r, None)
+            values.update(self.full(b, extra, b.mul(r, stride), None, None))
+            return self.apply(b, value, values)
+        return apply
+
+
+def _splat(b: ir.IRBuilder, x: ir.Value, lanes: int | None) -> ir.Value:
+    return x if lanes is None else splat(b, x, lanes)
+
+
+def _load(b: ir.IRBuilder, ptr: ir.Value, lanes: int | None, mask) -> ir.Value:
+    if lanes is None:
+        return b.load(ptr, typ=F32)
+    vty = vec_type(F32, lanes)
+    return load_vec(b, ptr, vty) if mask is None else masked_load(b, ptr, vty, mask)
+
+
+def _max(b, x, y):
+    # As the element generators compute maximum: NaN-propagating (elemental._float_max).
+    return b.select(b.or_(b.fcmp_ordered(">", x, y), b.fcmp_unordered("uno", x, x)), x, y)
+
+
+def _min(b, x, y):
+    return b.select(b.or_(b.fcmp_ordered("<", x, y), b.fcmp_unordered("uno", x, x)), x, y)
+
+
+_EPILOGUE_OPS = {
+    "add": lambda b, x, y: b.fadd(x, y),
+    "subtract": lambda b, x, y: b.fsub(x, y),
+    "multiply": lambda b, x, y: b.fmul(x, y),
+    "maximum": _max,
+    "minimum": _min,
+    "clamp": lambda b, lo, x, hi: _min(b, _max(b, x, lo), hi),
+}
+NO_EPILOGUE = Epilogue()
+
+
+def plan_epilogue(fusion: Instruction) -> Epilogue | None:
+    """The epilogue of an output fusion whose core is a float convolution or dot reading
+    parameters 0 and 1 and whose other instructions form a chain of the steps above
+    (and, after a dot, reshapes that keep its last dim, which change no element's
+    place), else None (the fusion is then a loop of element generators)."""
+    fused = fusion.called[0]
+    core = output_fusion_core(fused)
+    params = fused.parameters
+    if core.shape.dtype != dtypes.F32 or \
+            [o.opcode for o in core.operands] != [Opcode.PARAMETER] * 2 or \
+            [o.attrs["number"] for o in core.operands] != [0, 1]:
+        return None
+    users = fused.users()
+    steps, cur = [], core
+    while cur is not fused.root:
+        if len(users[cur]) != 1:
+            return None
+        u = users[cur][0]
+        if keeps_columns(u, cur, core):
+            cur = u
+            continue
+        if u.opcode.text not in _EPILOGUE_OPS or u.shape != cur.shape \
+                or u.operands.count(cur) != 1:
+            return None
+        args = []
+        for o in u.operands:
+            arg = ("acc",) if o is cur else _epilogue_arg(o, core, cur.shape)
+            if arg is None:
+                return None
+            args.append(arg)
+        steps.append((u.opcode.text, tuple(args)))
+        cur = u
+    return Epilogue(tuple(steps), len(params) - 2)
+
+
+def _epilogue_arg(o: Instruction, core: Instruction, shape):
+    """An operand of an epilogue step at ``shape`` as an Epilogue arg, or None."""
+    per_channel = False
+    if o.opcode is Opcode.BROADCAST:
+        src = o.operands[0]
+        channel = output_channel_dim(core, shape)
+        if not all(n == 1 or d == channel for n, d in zip(src.shape.dims, o.attrs["dimensions"])):
+            return None
+        o, per_channel = src, True
+    if o.opcode is Opcode.CONSTANT and o.shape.num_elements == 1:
+        return ("const", float(o.literal.reshape(())))
+    if o.opcode is Opcode.PARAMETER and o.shape.dtype == dtypes.F32 and o.attrs["number"] >= 2:
+        if o.shape.num_elements == 1:
+            return ("scalar", o.attrs["number"] - 2)
+        if per_channel:
+            return ("channel", o.attrs["number"] - 2)
+        if o.shape == shape:
+            return ("full", o.attrs["number"] - 2)
+    return None
+
+
+class EpilogueOperands:
+    """The kernel specs that apply an ``epilogue``: its operands follow lhs and rhs."""
+
+    @property
+    def extra_operands(self) -> int:
+        return self.epilogue.pointers
