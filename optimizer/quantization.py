@@ -188,6 +188,11 @@ class Quantized:
     lo: float
     hi: float
 
+    @property
+    def full_range(self) -> bool:
+        """Whether the clamp is the whole range of the integer type (no ReLU folded in)."""
+        return (self.lo, self.hi) == (float(self.out.info.min), float(self.out.info.max))
+
 
 def quantized(v: Instruction) -> Quantized | None:
     if v.opcode is not Opcode.CONVERT or not v.shape.dtype.is_integer:
@@ -214,6 +219,15 @@ def quantized(v: Instruction) -> Quantized | None:
         return None
     return Quantized(y, divide, scale, zp, v.shape.dtype, float(lo_v.reshape(())),
                      float(hi_v.reshape(())))
+
+
+def _per_tensor(v: Instruction) -> Quantized | None:
+    """``quantized(v)`` where its scale and zero point are one value each."""
+    q = quantized(v)
+    if q is None or q.scale.axis is not None or (q.zero_point and q.zero_point.axis
+                                                 is not None):
+        return None
+    return q
 
 
 def _scalar(p: Param | None, default=0.0):
@@ -290,9 +304,8 @@ class _Rewriter:
 
     # -- rule 1 --
     def _contraction(self, v: Instruction) -> Instruction | None:
-        q = quantized(v)
-        if q is None or q.scale.axis is not None or (q.zero_point and q.zero_point.axis
-                                                     is not None):
+        q = _per_tensor(v)
+        if q is None:
             return None
         sy, zy = np.float32(q.scale.scalar()), np.float32(_scalar(q.zero_point))
         if not sy > 0:
@@ -465,12 +478,11 @@ class _Rewriter:
 
     # -- rule 3 --
     def _passthrough(self, v: Instruction) -> Instruction | None:
-        q = quantized(v)
-        if q is None or q.scale.axis is not None or (q.zero_point and q.zero_point.axis
-                                                     is not None):
+        q = _per_tensor(v)
+        if q is None:
             return None
         t = q.out
-        if (q.lo, q.hi) != (float(t.info.min), float(t.info.max)):
+        if not q.full_range:
             return None
         sy, zy = q.scale.scalar(), _scalar(q.zero_point)
         if not sy > 0:
@@ -518,13 +530,11 @@ class _Rewriter:
 
     # -- rule 4 --
     def _softmax(self, v: Instruction) -> Instruction | None:
-        q = quantized(v)
-        if q is None or q.scale.axis is not None or (q.zero_point and q.zero_point.axis
-                                                     is not None):
+        q = _per_tensor(v)
+        if q is None:
             return None
         t = q.out
-        if t not in (dtypes.S8, dtypes.U8) or (q.lo, q.hi) != (float(t.info.min),
-                                                              float(t.info.max)):
+        if t not in (dtypes.S8, dtypes.U8) or not q.full_range:
             return None
         form = _softmax_form(q.y)
         if form is None:
@@ -543,13 +553,11 @@ class _Rewriter:
 
     # -- rule 5 --
     def _mean(self, v: Instruction) -> Instruction | None:
-        q = quantized(v)
-        if q is None or q.scale.axis is not None or (q.zero_point and q.zero_point.axis
-                                                     is not None):
+        q = _per_tensor(v)
+        if q is None:
             return None
         t = q.out
-        if t not in (dtypes.S8, dtypes.U8) or (q.lo, q.hi) != (float(t.info.min),
-                                                              float(t.info.max)):
+        if t not in (dtypes.S8, dtypes.U8) or not q.full_range:
             return None
         y, chain = q.y, [q.divide]
         if y.opcode is Opcode.RESHAPE:                  # GlobalAveragePool's N C 1 1
