@@ -8,7 +8,10 @@ BERT-style encoder (``bert_encoder``: sequence 128, hidden 256, 4 heads, FFN 102
 ``parallel=True``; xlac runs NAME_run on one thread and NAME_run_parallel on a
 pthreads pool of N threads (xlac.load(..., threads=N)), onnxruntime with
 intra_op_num_threads 1 and N. The four are timed in turn, round after round, on the
-same input (so load from other processes hits them alike), and the medians printed
+same input (so load from other processes hits them alike), each timed call after
+a pause and SETTLE untimed ones (so the previous contender's spinning pool threads are
+gone), and
+the medians printed
 with xlac's speedup (1 thread / N threads) and the ratio xlac / onnxruntime at each
 thread count. The machine's load average is printed too: the cores may be shared.
 """
@@ -86,6 +89,9 @@ def bert_encoder(seq: int = 128, hidden: int = 256, heads: int = 4, ffn: int = 1
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+PAUSE_S = 0.05  # before each contender's calls
+SETTLE = 6      # untimed calls of a contender before each timed one (pools and clocks ramp up)
+
 MODELS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2, "bert_encoder": bert_encoder}
 
 
@@ -139,6 +145,12 @@ def main() -> None:
         times = [[] for _ in fns]
         for _ in range(args.runs):
             for fn, ts in zip(fns, times):
+                # A pool's threads spin for a while after a call (onnxruntime's intra-op
+                # pool, xlac_threadpool's polls) and would hold the other core from the
+                # next contender: a pause lets them sleep, untimed calls wake this one's.
+                time.sleep(PAUSE_S)
+                for _ in range(SETTLE):
+                    fn()
                 t = time.perf_counter()
                 fn()
                 ts.append(time.perf_counter() - t)
