@@ -230,6 +230,15 @@ def _per_tensor(v: Instruction) -> Quantized | None:
     return q
 
 
+def _per_tensor_8bit(v: Instruction) -> Quantized | None:
+    """``_per_tensor(v)`` to s8 or u8 over the type's whole range (the table and sum
+    rules hold only there)."""
+    q = _per_tensor(v)
+    if q is None or q.out not in (dtypes.S8, dtypes.U8) or not q.full_range:
+        return None
+    return q
+
+
 def _scalar(p: Param | None, default=0.0):
     """The one value of a per-tensor parameter (``default`` for none), else None."""
     if p is None:
@@ -530,12 +539,10 @@ class _Rewriter:
 
     # -- rule 4 --
     def _softmax(self, v: Instruction) -> Instruction | None:
-        q = _per_tensor(v)
+        q = _per_tensor_8bit(v)
         if q is None:
             return None
         t = q.out
-        if t not in (dtypes.S8, dtypes.U8) or not q.full_range:
-            return None
         form = _softmax_form(q.y)
         if form is None:
             return None
@@ -553,12 +560,10 @@ class _Rewriter:
 
     # -- rule 5 --
     def _mean(self, v: Instruction) -> Instruction | None:
-        q = _per_tensor(v)
+        q = _per_tensor_8bit(v)
         if q is None:
             return None
         t = q.out
-        if t not in (dtypes.S8, dtypes.U8) or not q.full_range:
-            return None
         y, chain = q.y, [q.divide]
         if y.opcode is Opcode.RESHAPE:                  # GlobalAveragePool's N C 1 1
             chain.append(y)
