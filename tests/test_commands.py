@@ -15,6 +15,8 @@ import xlac
 from xlac import cache, commands
 from xlac.main import main
 
+from sequence_models import sequence_model
+
 
 def _model() -> onnx.ModelProto:
     """Two inputs (one int64), two outputs: y = tanh(x @ w) + i, z = sum(x, axis 1)."""
@@ -230,29 +232,9 @@ def test_cache_command_shows_and_clears(workdir, capsys):
 
 # -- sequences and optionals at the model boundary ----------------------------------------------
 
-def _sequence_model() -> onnx.ModelProto:
-    """A sequence input s, an optional input o: y = concat(s), t = s with relu(x) appended
-    (a sequence output), h = has_element(o), oo = o (an optional output)."""
-    opt = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))
-    graph = helper.make_graph(
-        [helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=0),
-         helper.make_node("Relu", ["x"], ["r"]),
-         helper.make_node("SequenceInsert", ["s", "r"], ["t"]),
-         helper.make_node("OptionalHasElement", ["o"], ["h"]),
-         helper.make_node("Identity", ["o"], ["oo"])], "g",
-        [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, ["n", 3]),
-         helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3]),
-         helper.make_value_info("o", opt)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", 3]),
-         helper.make_tensor_sequence_value_info("t", TensorProto.FLOAT, [None, 3]),
-         helper.make_tensor_value_info("h", TensorProto.BOOL, []),
-         helper.make_value_info("oo", opt)])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-
-
 @pytest.fixture
 def seqdir(workdir):
-    onnx.save(_sequence_model(), workdir / "seq.onnx")
+    onnx.save(sequence_model(), workdir / "seq.onnx")
     return workdir
 
 

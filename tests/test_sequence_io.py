@@ -17,27 +17,10 @@ from onnx.reference import ReferenceEvaluator
 import xlac
 from xlac.main import main
 
+from sequence_models import sequence_model
+
 C_STRICT = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 SHAPES = [(2, 3), (2, 3), (4, 3)]
-
-
-def model() -> onnx.ModelProto:
-    """y = concat(s); t = s with x appended (a sequence output); h = has_element(o);
-    oo = o (an optional output)."""
-    opt = helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))
-    graph = helper.make_graph(
-        [helper.make_node("ConcatFromSequence", ["s"], ["y"], axis=0),
-         helper.make_node("SequenceInsert", ["s", "x"], ["t"]),
-         helper.make_node("OptionalHasElement", ["o"], ["h"]),
-         helper.make_node("Identity", ["o"], ["oo"])], "g",
-        [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, ["n", 3]),
-         helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3]),
-         helper.make_value_info("o", opt)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", 3]),
-         helper.make_tensor_sequence_value_info("t", TensorProto.FLOAT, [None, 3]),
-         helper.make_tensor_value_info("h", TensorProto.BOOL, []),
-         helper.make_value_info("oo", opt)])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
 def inputs():
@@ -50,7 +33,7 @@ def reference(s, x, o):
     """The model's outputs as ONNX defines them (the reference evaluator's Identity
     refuses an empty optional)."""
     if o is not None:
-        want = ReferenceEvaluator(model()).run(None, {"s": s, "x": x, "o": o})
+        want = ReferenceEvaluator(sequence_model()).run(None, {"s": s, "x": x, "o": o})
         np.testing.assert_array_equal(want[3], o)
     return [np.concatenate(s), [*s, x], np.array(o is not None), o]
 
@@ -70,7 +53,7 @@ def assert_same(got, want):
 
 def test_load_takes_and_returns_lists_and_none(tmp_path):
     s, x, o = inputs()
-    xlac.compile(model(), tmp_path / "m.o", input_shapes={"s": SHAPES}, absent_inputs=["o"])
+    xlac.compile(sequence_model(), tmp_path / "m.o", input_shapes={"s": SHAPES}, absent_inputs=["o"])
     m = xlac.load(tmp_path / "m.o")
     assert [(t.name, t.shape) for t in m.inputs] == [
         ("s[0]", (2, 3)), ("s[1]", (2, 3)), ("s[2]", (4, 3)), ("x", (1, 3))]
@@ -89,7 +72,7 @@ def test_load_takes_and_returns_lists_and_none(tmp_path):
 
 def test_present_optional_is_its_tensor(tmp_path):
     s, x, o = inputs()
-    xlac.compile(model(), tmp_path / "m.o", input_shapes={"s": SHAPES})
+    xlac.compile(sequence_model(), tmp_path / "m.o", input_shapes={"s": SHAPES})
     m = xlac.load(tmp_path / "m.o")
     assert [(v.name, v.kind, v.optional) for v in m.input_values][2] == ("o", "tensor", True)
     assert_same(m(s, x, o), reference(s, x, o))
@@ -148,7 +131,7 @@ int main(void) {
 
 
 def test_c_program_calls_one_argument_per_element(tmp_path, capsys):
-    onnx.save(model(), tmp_path / "m.onnx")
+    onnx.save(sequence_model(), tmp_path / "m.onnx")
     status = main([str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.o"),
                    "--input-shape", "s=[2x3,2x3,4x3]", "--absent-input", "o"])
     assert status == 0, capsys.readouterr().err
@@ -180,7 +163,7 @@ def test_c_program_calls_one_argument_per_element(tmp_path, capsys):
 
 
 def test_report_lists_the_flattened_signature(tmp_path):
-    result = xlac.compile(model(), tmp_path / "m.o", input_shapes={"s": SHAPES},
+    result = xlac.compile(sequence_model(), tmp_path / "m.o", input_shapes={"s": SHAPES},
                           absent_inputs=["o"], report=True)
     sig = result.report["signature"]
     assert [(v["name"], v["kind"], [a["c_name"] for a in v["arguments"]])
