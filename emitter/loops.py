@@ -103,10 +103,8 @@ def concatenation_cuts(instr: Instruction) -> list[int]:
     shape = instr.shape
     if shape.is_tuple or shape.rank == 0:
         return []
-    if instr.opcode is Opcode.FUSION and instr.attrs.get("kind") == "kLoop":
-        candidates = instr.called[0].instructions
-    else:
-        candidates = [instr]
+    body = _loop_fusion_body(instr)
+    candidates = body.instructions if body is not None else [instr]
     minor = shape.layout[0]
     cuts: set[int] = set()
     for c in candidates:
@@ -122,9 +120,16 @@ def concatenation_cuts(instr: Instruction) -> list[int]:
 def window_root(instr: Instruction) -> Instruction | None:
     """The reduce-window whose output index is the loop's index: ``instr`` itself or the
     root of its loop fusion (None if neither)."""
+    body = _loop_fusion_body(instr)
+    root = body.root if body is not None else instr
+    return root if root.opcode is Opcode.REDUCE_WINDOW else None
+
+
+def _loop_fusion_body(instr: Instruction):
+    """The computation a loop fusion calls, else None."""
     if instr.opcode is Opcode.FUSION and instr.attrs.get("kind") == "kLoop":
-        instr = instr.called[0].root
-    return instr if instr.opcode is Opcode.REDUCE_WINDOW else None
+        return instr.called[0]
+    return None
 
 
 def window_cuts(instr: Instruction) -> list[int]:
@@ -222,7 +227,7 @@ def emit_elemental_function(llvm_module: ir.Module, instr: Instruction, name: st
     bounds = {split_dim: tuple(fn.args[-2:])} if split_dim is not None else None
     on_range = None
     rw = window_root(instr)
-    if rw is not None and not leaves[0].rank == 0:
+    if rw is not None and leaves[0].rank != 0:
         minor = leaves[0].layout[0]
 
         def on_range(lo, hi):
