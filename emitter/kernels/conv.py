@@ -62,6 +62,7 @@ from .gemm import (GemmShape, MatrixPacker, Tiling, emit_gemm, scratch_floats, t
 from .sizes import first_lanes, imin, product as size_product, splat_i32
 from .vec import (F32, const_vec, fma, lane_mask, load_vec, masked_gather, masked_load,
                   masked_store, offset_ptr, splat, store_vec, vec_type, zeros)
+from .winograd import WinogradConv
 
 
 @dataclass(frozen=True)
@@ -1027,12 +1028,30 @@ def _path(instr: Instruction, t: Tiling, constant_weights: bool) -> str:
     if sizes["cin_g"] == 1 and sizes["cout_g"] < t.mr:
         return ("depthwise_rows" if w.rank == 2 and 2 <= w.stride[1] <= DEPTHWISE_MAX_STRIDE
                 and prod(w.size) <= DIRECT_MAX_POSITIONS else "depthwise")
+    if _winograd_pays(instr, w, sizes, t):
+        return "winograd"
     if (constant_weights and w.rank == 2 and t.lanes >= 4 and sizes["cout_g"] % t.lanes == 0
             and prod(w.size) <= DIRECT_MAX_POSITIONS
             and (sizes["cin_g"] <= CHANNELS_MAX_CIN
                  or prod(instr.shape.dims[2:]) <= CHANNELS_MAX_PIXELS and prod(w.size) > 1)):
         return "channels"
     return "gemm"
+
+
+def _winograd_pays(instr: Instruction, w: Window, sizes: dict[str, int], t: Tiling) -> bool:
+    """3x3, stride 1, dilation 1, one group, with SIMD (winograd.py), on the maps and
+    channel counts where it measured faster than the implicit GEMM and ChannelConv."""
+    if not (w.rank == 2 and w.size == (3, 3) and w.stride == (1, 1)
+            and w.rhs_dilation == (1, 1) and sizes["groups"] == 1 and t.lanes >= 4):
+        return False
+    return (prod(instr.shape.dims[2:]) >= WINOGRAD_MIN_PIXELS
+            and sizes["cin_g"] >= WINOGRAD_MIN_CHANNELS
+            and sizes["cout_g"] >= WINOGRAD_MIN_CHANNELS)
+
+
+WINOGRAD_MIN_PIXELS = 0
+WINOGRAD_MIN_CHANNELS = 0
+WINOGRAD_TILE = 2
 
 
 # DirectConv unrolls the window positions into straight-line code: beyond this many
@@ -1085,6 +1104,12 @@ def plan_conv(instr: Instruction, target, lean: bool = False,
                            sizes["cin_g"] > k_channels)
         if lean and spec.scratch_bytes:
             return KernelPlan(DirectConv(window, t), sizes)
+        return KernelPlan(spec, sizes, spec.scratch_floats(sizes) * 4)
+    if path == "winograd":
+        if lean:
+            return KernelPlan(DirectConv(window, t), _sizes_of(instr))
+        spec = WinogradConv(window, t, WINOGRAD_TILE)
+        sizes = _sizes_of(instr)
         return KernelPlan(spec, sizes, spec.scratch_floats(sizes) * 4)
     if path == "gemm" and lean and len(window.positions) <= DIRECT_MAX_POSITIONS:
         return KernelPlan(DirectConv(window, t), _sizes_of(instr))

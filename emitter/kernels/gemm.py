@@ -134,10 +134,13 @@ class MatrixPacker:
 @dataclass(frozen=True)
 class DirectRows:
     """B (columns contiguous, rows ``sk`` apart) read in place instead of packed: the
-    sliver at (k0, n0) is B itself there; lanes past N are masked off on load."""
+    sliver at (k0, n0) is B itself there; lanes past N are masked off on load, unless
+    ``padded``: B's rows hold finite values up to the end of N's last sliver (a
+    Winograd kernel's transformed tiles), read with plain loads."""
     base: ir.Value
     sk: ir.Value
     k_block: int
+    padded: bool = False
 
     def sliver(self, b: ir.IRBuilder, k0: ir.Value, n0: ir.Value) -> ir.Value:
         return offset_ptr(b, self.base, F32, b.add(b.mul(k0, self.sk), n0))
@@ -179,7 +182,7 @@ def emit_gemm(b: ir.IRBuilder, g: GemmShape, a: ir.Value, c: ir.Value,
                 valid = b.sub(g.n, n0)
                 full = b.icmp_signed(">=", valid, i64(t.nr))
                 if isinstance(packer, DirectRows):
-                    bp, row, masked = packer.sliver(b, k0, n0), packer.sk, True
+                    bp, row, masked = packer.sliver(b, k0, n0), packer.sk, not packer.padded
                 else:
                     packer.pack(b, scratch, k0, kc, n0, valid)
                     bp, row, masked = scratch, i64(t.nr), False

@@ -1,0 +1,352 @@
+"""Winograd's minimal filtering for 3x3 stride-1 convolutions: F(m x m, 3 x 3).
+
+Lavin & Gray (2015): an output tile of m x m pixels of one channel pair is
+``A^T [(G g G^T) . (B^T d B)] A``, g the 3x3 filter, d the (m + 2)^2 input tile under
+it and ``.`` the element-wise product: (m + 2)^2 multiplies where the direct
+convolution does 9 m^2. Summed over the input channels, the element-wise products
+become (m + 2)^2 independent GEMMs, one per position xi of the transformed tile:
+
+    M_xi (Cout x tiles) = U_xi (Cout x Cin) * V_xi (Cin x tiles)
+    U_xi = (G g G^T)_xi per channel pair    (weights, transformed at run time)
+    V_xi = (B^T d B)_xi per channel and tile (input)
+
+and each output tile is ``A^T M A`` with the fused epilogue (bias, ReLU/clip, residual
+add) applied before the store.
+
+The weights stay 3x3 in the object (transformed they would take (m + 2)^2 / 9 times
+the bytes): each call transforms them into its scratch, a block of output channels at
+a time. Blocking keeps the scratch bounded whatever the layer:
+
+    for each block of OB output channels (U: (m+2)^2 x OB x Cin floats):
+      transform its weights into U
+      for each block of NT tiles (NT = the GEMM's sliver width, NR):
+        transform the input under them into V ((m+2)^2 x Cin x NT)
+        the (m+2)^2 GEMMs (gemm.emit_gemm, V read in place as the packed sliver:
+          it is one, NT columns wide) into M ((m+2)^2 x OB x NT)
+        transform M into the output tiles, apply the epilogue, store
+
+OB is chosen at run time (``out_block``) so that U stays within U_FLOATS, so the
+input transform runs once per block of output channels. Vectors run over NT tiles:
+the input under a vector of tiles is gathered (lanes m columns apart, masked where the
+tile leaves the image: the zero padding and the border tiles), the output scattered
+(masked past the output's edge). Every output element is computed by the same
+instructions whatever the blocks, so splitting the output channels between threads
+(parallel.py) gives NAME_run's results bit for bit.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction as Fr
+
+from llvmlite import ir
+
+from ..irutil import I32, PTR, for_range, i64
+from .epilogue import NO_EPILOGUE, Epilogue, EpilogueOperands
+from .function import Frame
+from .gemm import DirectRows, GemmShape, Tiling, emit_gemm
+from .sizes import ceil_div, first_lanes, imin, splat_i32
+from .vec import (F32, const_vec, intrinsic, load_vec, masked_gather, masked_load, masked_store,
+                  offset_ptr, splat, store_vec, vec_type)
+
+# The transforms of Lavin & Gray, F(2x2, 3x3) and F(4x4, 3x3) (interpolation points
+# 0, +-1 and 0, +-1, +-2, plus infinity): B^T (input), G (filter), A^T (output).
+TRANSFORMS = {
+    2: dict(
+        bt=[[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
+        g=[[1, 0, 0], [Fr(1, 2), Fr(1, 2), Fr(1, 2)], [Fr(1, 2), Fr(-1, 2), Fr(1, 2)],
+           [0, 0, 1]],
+        at=[[1, 1, 1, 0], [0, 1, -1, -1]]),
+    4: dict(
+        bt=[[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+            [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]],
+        g=[[Fr(1, 4), 0, 0], [Fr(-1, 6), Fr(-1, 6), Fr(-1, 6)],
+           [Fr(-1, 6), Fr(1, 6), Fr(-1, 6)], [Fr(1, 24), Fr(1, 12), Fr(1, 6)],
+           [Fr(1, 24), Fr(-1, 12), Fr(1, 6)], [0, 0, 1]],
+        at=[[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
+            [0, 1, -1, 8, -8, 1]]),
+}
+
+# Floats of transformed weights per block of output channels (1 MiB with the V and M
+# blocks below it at 256 input channels, F(2x2)): OB = U_FLOATS / ((m+2)^2 Cin) in
+# multiples of MR, at least MR.
+U_FLOATS = 1 << 17
+# Floats between consecutive blocks xi of U, V and M beyond their size: the transforms
+# read or write (m+2)^2 vectors one block apart, which with power-of-two channel counts
+# would all fall in one set of the L1 cache (a multiple of 4 KiB apart).
+SKEW = 16
+
+
+@dataclass(frozen=True)
+class WinogradConv(EpilogueOperands):
+    """F(m x m, 3 x 3) for f32 NCHW convolutions of one group, stride 1, dilation 1,
+    any padding (module docstring); ``window`` for the padding, ``tiling`` the GEMM's."""
+    window: object          # conv.ConvWindow
+    tiling: Tiling
+    m: int
+    epilogue: Epilogue = NO_EPILOGUE
+
+    params = ("batch", "groups", "cin_g", "cout_g", "in0", "in1", "out0", "out1")
+
+    # The scratch grows with the channels: each plan states its own (scratch_floats).
+    scratch_bytes = 64
+
+    @property
+    def alpha(self) -> int:
+        return self.m + 2
+
+    def out_block(self, cin: int, cout: int) -> int:
+        """Output channels per block (``_out_block`` computes the same at run time)."""
+        mr = self.tiling.mr
+        ob = max(mr, U_FLOATS // (self.alpha ** 2 * cin) // mr * mr)
+        return min(ob, cout)
+
+    def scratch_floats(self, sizes: dict[str, int]) -> int:
+        """U, V and M (module docstring) of the largest block."""
+        cin, a2, nt = sizes["cin_g"], self.alpha ** 2, self.tiling.nr
+        ob = self.out_block(cin, sizes["cout_g"])
+        phases = self.m * self.alpha * (nt + self.tiling.lanes)
+        return a2 * (ob * cin + cin * nt + ob * nt + 3 * SKEW) + phases
+
+    def _out_block(self, b: ir.IRBuilder, cin: ir.Value, cout: ir.Value) -> ir.Value:
+        mr = i64(self.tiling.mr)
+        ob = b.mul(b.udiv(b.udiv(i64(U_FLOATS), b.mul(cin, i64(self.alpha ** 2))), mr), mr)
+        ob = b.select(b.icmp_signed("<", ob, mr), mr, ob)
+        return imin(b, ob, cout)
+
+    def emit(self, f: Frame) -> None:
+        b, t = f.b, self.tiling
+        a2, nt = self.alpha ** 2, t.nr
+        size = f.size
+        cin, cout = size["cin_g"], size["cout_g"]
+        in_px = b.mul(size["in0"], size["in1"])
+        out_px = b.mul(size["out0"], size["out1"])
+        # The tile grid has one column more than the tiles: grid column tx + 1 holds the
+        # input columns a tile shares with the next (``_phases``); the last column's
+        # tiles are computed and never stored.
+        tiles_w = ceil_div(b, size["out1"], self.m)
+        grid_w = b.add(tiles_w, i64(1))
+        tiles = b.mul(ceil_div(b, size["out0"], self.m), grid_w)
+        ob = self._out_block(b, cin, cout)
+        # U_xi, V_xi, M_xi one after another, each SKEW floats further on.
+        u_xi = b.add(b.mul(ob, cin), i64(SKEW))
+        v_xi = b.add(b.mul(cin, i64(nt)), i64(SKEW))
+        m_xi = b.add(b.mul(ob, i64(nt)), i64(SKEW))
+        u = f.scratch
+        v = offset_ptr(b, u, F32, b.mul(i64(a2), u_xi))
+        mbuf = offset_ptr(b, v, F32, b.mul(i64(a2), v_xi))
+        phases = offset_ptr(b, mbuf, F32, b.mul(i64(a2), m_xi))
+        with for_range(b, size["batch"], "img") as img:
+            x = offset_ptr(b, f.lhs, F32, b.mul(b.mul(img, cin), in_px))
+            with for_range(b, ceil_div(b, cout, ob), "ob") as block:
+                o0 = b.mul(block, ob)
+                obn = imin(b, b.sub(cout, o0), ob)
+                self._weights(b, f.rhs, u, u_xi, o0, obn, cin)
+                out0 = b.mul(b.add(b.mul(img, cout), o0), out_px)
+                extra = self.epilogue.moved(b, f.extra, out0)
+                with for_range(b, tiles, "tb", step=nt) as t0:
+                    ntn = imin(b, b.sub(tiles, t0), nt)
+                    self._inputs(b, x, v, v_xi, phases, t0, grid_w, tiles, cin, size, in_px)
+                    with for_range(b, i64(a2), "xi") as xi:
+                        shape = GemmShape(obn, ntn, cin, a_sm=cin, a_sk=i64(1), c_sm=i64(nt))
+                        a = offset_ptr(b, u, F32, b.mul(xi, u_xi))
+                        c = offset_ptr(b, mbuf, F32, b.mul(xi, m_xi))
+                        rows = DirectRows(offset_ptr(b, v, F32, b.mul(xi, v_xi)), i64(nt),
+                                          t.kc, padded=True)
+                        emit_gemm(b, shape, a, c, rows, None, t)
+                    self._outputs(b, f, mbuf, m_xi, obn, o0, t0, tiles, grid_w, size, out_px,
+                                  extra, offset_ptr(b, f.out, F32, out0))
+
+    # --- the three transforms ---------------------------------------------------------
+
+    def _weights(self, b, w, u, stride, o0, obn, cin) -> None:
+        """U_xi[o][c] = (G g G^T)_xi of the filters of output channels o0 .. o0 + obn,
+        vectors over input channels (their 9 taps gathered, 9 floats apart)."""
+        lanes = self.tiling.lanes
+        g = TRANSFORMS[self.m]["g"]
+        taps = [const_vec(I32, [j * 9 + k for j in range(lanes)]) for k in range(9)]
+        with for_range(b, obn, "wo") as o:
+            row = offset_ptr(b, w, F32, b.mul(b.add(o0, o), b.mul(cin, i64(9))))
+            with for_range(b, cin, "wc", step=lanes) as c0:
+                mask = first_lanes(b, lanes, 0, b.sub(cin, c0))
+                base = offset_ptr(b, row, F32, b.mul(c0, i64(9)))
+                d = [[masked_gather(b, base, F32, taps[3 * i + j], mask) for j in range(3)]
+                     for i in range(3)]
+                out = _sandwich(b, g, d, g)
+                dst = offset_ptr(b, u, F32, b.add(b.mul(o, cin), c0))
+                for xi, value in enumerate(x for r in out for x in r):
+                    masked_store(b, value, offset_ptr(b, dst, F32, b.mul(i64(xi), stride)),
+                                 mask)
+
+    def _inputs(self, b, x, v, stride, p, t0, grid_w, tiles, cin, size, in_px) -> None:
+        """V_xi[c][t] = (B^T d B)_xi of tiles t0 .. t0 + NT of the grid (``_phases``
+        first, per channel, then the horizontal transform from plain loads of them)."""
+        t, m, alpha = self.tiling, self.m, self.alpha
+        lanes, pw_ = t.lanes, t.nr + t.lanes
+        bt = TRANSFORMS[m]["bt"]
+        vty = vec_type(F32, lanes)
+        with for_range(b, cin, "ic") as c:
+            chan = offset_ptr(b, x, F32, b.mul(c, in_px))
+            self._phases(b, chan, p, t0, grid_w, tiles, size)
+            dst = offset_ptr(b, v, F32, b.mul(c, i64(t.nr)))
+            for vec in range(t.nv):
+                # d[i][j] = input column m * tx + j - pad of vertical row i: phase j % m
+                # of grid column tx + j // m.
+                d = [[load_vec(b, offset_ptr(b, p, F32, ((j % m) * alpha + i) * pw_
+                                             + vec * lanes + j // m), vty)
+                      for j in range(alpha)] for i in range(alpha)]
+                rows = [[_combine(b, brow, d[i]) for brow in bt] for i in range(alpha)]
+                for xi, value in enumerate(x for r in rows for x in r):
+                    store_vec(b, value, offset_ptr(b, dst, F32,
+                                                   b.add(b.mul(i64(xi), stride),
+                                                         i64(vec * lanes))))
+
+    def _phases(self, b, chan, p, t0, grid_w, tiles, size) -> None:
+        """The vertical transform (B^T d) of one channel under grid columns t0 .. t0 + NT
+        + 1, split into the m phases of the input columns: P[r][i][q - t0] is row i of
+        the transform at input column m * qx + r - pad of grid row qy (q = qy * grid_w +
+        qx), so that the tiles of a vector, m columns apart, read each phase with one
+        plain load, across grid rows too. Vectors run along grid rows."""
+        t, m, alpha = self.tiling, self.m, self.alpha
+        lanes, pw_ = t.lanes, t.nr + t.lanes
+        bt = TRANSFORMS[m]["bt"]
+        (ph, pw) = self.window.pad_low[:2]
+        h, w = size["in0"], size["in1"]
+        end = imin(b, b.add(t0, i64(t.nr + 1)), tiles)
+        row_lo = b.udiv(t0, grid_w)
+        row_hi = ceil_div(b, end, grid_w)
+        vty = vec_type(F32, lanes)
+        with for_range(b, row_hi, "qy", start=row_lo) as qy:
+            row0 = b.mul(qy, grid_w)
+            lo = b.sub(t0, row0)
+            lo = b.select(b.icmp_signed("<", lo, i64(0)), i64(0), lo)
+            hi = imin(b, b.sub(end, row0), grid_w)
+            iy0 = b.sub(b.mul(qy, i64(m)), i64(ph))
+            rows, ok = [], []
+            for k in range(alpha):
+                iy = b.add(iy0, i64(k))
+                inside = b.icmp_unsigned("<", iy, h)
+                ok.append(splat(b, inside, lanes))
+                rows.append(offset_ptr(b, chan, F32, b.mul(b.select(inside, iy, i64(0)), w)))
+            with for_range(b, hi, "qx", start=lo, step=lanes) as qx:
+                # Lanes qx .. qx + lanes of this grid row (masked past hi); their input
+                # columns m * qx - pad ..., m vectors of them, masked outside the image.
+                x0 = b.sub(b.mul(qx, i64(m)), i64(pw))
+                cols = [b.icmp_unsigned("<", b.add(splat_i32(b, x0, lanes),
+                                                   const_vec(I32, range(s * lanes,
+                                                                        (s + 1) * lanes))),
+                                        splat_i32(b, w, lanes)) for s in range(m)]
+                phases = []
+                for k in range(alpha):
+                    loaded = [masked_load(b, offset_ptr(b, rows[k], F32,
+                                                        b.add(x0, i64(s * lanes))),
+                                          vty, b.and_(cols[s], ok[k])) for s in range(m)]
+                    phases.append(_deinterleave(b, loaded))
+                real = first_lanes(b, lanes, 0, b.sub(hi, qx))
+                at = b.sub(b.add(row0, qx), t0)
+                for r in range(m):
+                    for i, brow in enumerate(bt):
+                        value = _combine(b, brow, [phases[k][r] for k in range(alpha)])
+                        dst = offset_ptr(b, p, F32, b.add(at, i64((r * alpha + i) * pw_)))
+                        masked_store(b, value, dst, real)
+    def _outputs(self, b, f, mbuf, stride, obn, o0, t0, tiles, grid_w, size, out_px, extra,
+                 out) -> None:
+        """Output tiles t0 .. t0 + NT of channels o0 .. o0 + obn: A^T M A, the epilogue,
+        scattered (masked past the output's edge)."""
+        t, m, a2 = self.tiling, self.m, self.alpha ** 2
+        lanes = t.lanes
+        at = TRANSFORMS[m]["at"]
+        oh, ow = splat_i32(b, size["out0"], lanes), splat_i32(b, size["out1"], lanes)
+        epilogue = self.epilogue
+        with for_range(b, i64(t.nv), "ov") as vec:
+            first = b.add(t0, b.mul(vec, i64(lanes)))
+            tile = b.add(splat_i32(b, first, lanes), const_vec(I32, range(lanes)))
+            tw = splat_i32(b, grid_w, lanes)
+            tx = b.urem(tile, tw)
+            real = b.and_(b.icmp_signed("<", tile, splat_i32(b, tiles, lanes)),
+                          b.icmp_unsigned("<", tx, b.sub(tw, const_vec(I32, [1] * lanes))))
+            oy0 = b.mul(b.udiv(tile, tw), const_vec(I32, [m] * lanes))
+            ox0 = b.mul(tx, const_vec(I32, [m] * lanes))
+            rows = [b.and_(real, b.icmp_unsigned("<", b.add(oy0, const_vec(I32, [i] * lanes)), oh))
+                    for i in range(m)]
+            cols = [b.icmp_unsigned("<", b.add(ox0, const_vec(I32, [j] * lanes)), ow)
+                    for j in range(m)]
+            start = b.add(b.mul(oy0, ow), ox0)
+            offsets = [[b.add(start, b.add(b.mul(const_vec(I32, [i] * lanes), ow),
+                                           const_vec(I32, [j] * lanes)))
+                        for j in range(m)] for i in range(m)]
+            masks = [[b.and_(rows[i], cols[j]) for j in range(m)] for i in range(m)]
+            src0 = offset_ptr(b, mbuf, F32, b.mul(vec, i64(lanes)))
+            vty = vec_type(F32, lanes)
+            with for_range(b, obn, "oo") as o:
+                src = offset_ptr(b, src0, F32, b.mul(o, i64(t.nr)))
+                mv = [load_vec(b, offset_ptr(b, src, F32, b.mul(i64(xi), stride)), vty)
+                      for xi in range(a2)]
+                y = _sandwich(b, at, [mv[i * self.alpha:(i + 1) * self.alpha]
+                                      for i in range(self.alpha)], at)
+                values = epilogue.values(b, f.extra, b.add(o0, o), lanes)
+                dst = offset_ptr(b, out, F32, b.mul(o, out_px))
+                full_at = b.mul(o, out_px)
+                for i in range(m):
+                    for j in range(m):
+                        value = y[i][j]
+                        if epilogue.steps:
+                            operands = dict(values)
+                            for arg in epilogue._args("full"):
+                                src_k = offset_ptr(b, extra[arg[1]], F32, full_at)
+                                operands[arg] = masked_gather(b, src_k, F32, offsets[i][j],
+                                                              masks[i][j])
+                            value = epilogue.apply(b, value, operands)
+                        _masked_scatter(b, value, dst, offsets[i][j], masks[i][j])
+
+
+def _combine(b: ir.IRBuilder, coeffs, xs):
+    """sum(c * x) over the nonzero constant coefficients, in order (+-1 as add/sub)."""
+    acc = None
+    for c, x in zip(coeffs, xs):
+        if c == 0:
+            continue
+        if c in (1, -1):
+            term = x
+        else:
+            term = b.fmul(x, const_vec(F32, [float(c)] * x.type.count))
+        if acc is None:
+            acc = term if c != -1 else b.fneg(term)
+        elif c == -1:
+            acc = b.fsub(acc, term)
+        else:
+            acc = b.fadd(acc, term)
+    return acc
+
+
+def _sandwich(b: ir.IRBuilder, left, x, right):
+    """``left @ x @ right^T`` for constant matrices and a matrix of vectors."""
+    rows = [[_combine(b, lrow, [x[k][j] for k in range(len(x))]) for j in range(len(x[0]))]
+            for lrow in left]
+    return [[_combine(b, rrow, row) for rrow in right] for row in rows]
+
+
+def _masked_scatter(b: ir.IRBuilder, value: ir.Value, base: ir.Value, offsets: ir.Value,
+                    mask: ir.Value) -> None:
+    """``base[offsets[j]] = value[j]`` for the lanes of ``mask`` (offsets: <n x i32>)."""
+    lanes = offsets.type.count
+    ptrs = b.gep(base, [offsets], source_etype=F32)
+    ptrs.type = vec_type(PTR, lanes)   # llvmlite types a vector-index gep as a scalar ptr
+    vty = value.type
+    fn = intrinsic(b.module, f"llvm.masked.scatter.v{lanes}f32.v{lanes}p0", ir.VoidType(),
+                   [vty, vec_type(PTR, lanes), I32, vec_type(ir.IntType(1), lanes)])
+    b.call(fn, [value, ptrs, ir.Constant(I32, 4), mask])
+
+
+def _deinterleave(b: ir.IRBuilder, vectors: list) -> list:
+    """m vectors of consecutive elements -> m vectors: r holds elements r, r + m, r + 2m...
+    (m a power of two: halves of even and odd elements, recursively)."""
+    m = len(vectors)
+    if m == 1:
+        return vectors
+    lanes = vectors[0].type.count
+    even = const_vec(I32, range(0, 2 * lanes, 2))
+    odd = const_vec(I32, range(1, 2 * lanes, 2))
+    pairs = [(vectors[s], vectors[s + 1]) for s in range(0, m, 2)]
+    evens = _deinterleave(b, [b.shuffle_vector(x, y, even) for x, y in pairs])
+    odds = _deinterleave(b, [b.shuffle_vector(x, y, odd) for x, y in pairs])
+    return [v for pair in zip(evens, odds) for v in pair]
