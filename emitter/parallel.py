@@ -11,7 +11,8 @@ n = min(pool->threads, the step's cap); task i computes part i of n:
 - a dot on the fast paths: its first batch loop, else row blocks (MR rows) or column
   blocks (NR columns), whichever has more blocks; a matrix-vector product: row blocks;
 - a convolution on the fast paths: images, else groups (depthwise), else blocks of MR
-  output channels (``kernel_split``).
+  output channels (``kernel_split``; a Winograd kernel transforms only its part's
+  weights).
 
 A part runs the same kernel code (its own copy, see entry.py) on a sub-problem: the
 pointers moved by the part's start, one size argument set to the part's length. Each
@@ -34,6 +35,7 @@ from llvmlite import ir
 from ..hlo import Instruction
 from .irutil import I64, PTR, VOID, gep_bytes, i64
 from .kernels.conv import ChannelConv, ConvGemm, Depthwise, DepthwiseRows, DirectConv
+from .kernels.winograd import WinogradConv
 from .kernels.dot import FastDot
 from .kernels.function import KernelPlan
 from .kernels.gemm import Tiling
@@ -89,7 +91,8 @@ def kernel_split(plan: KernelPlan, t: Tiling) -> Split | None:
             return by_n or by_m
         # Column blocks pack only their own slivers of B; row blocks all pack all of it.
         return by_n if by_n.cap >= by_m.cap else by_m
-    if isinstance(spec, (ConvGemm, ChannelConv, DirectConv, Depthwise, DepthwiseRows)):
+    if isinstance(spec, (ConvGemm, ChannelConv, DirectConv, Depthwise, DepthwiseRows,
+                         WinogradConv)):
         rank = spec.window.rank
         in_px = prod(s[f"in{i}"] for i in range(rank))
         out_px = prod(s[f"out{i}"] for i in range(rank))

@@ -241,6 +241,26 @@ CONV_CASES = [
     ("large_map_constant", dict(xd=(1, 8, 17, 17), wd=(16, 8, 3, 3), pad=((1, 1), (1, 1)),
                                 constant=True), "gemm"),
     ("s32_groups", dict(xd=(1, 4, 5, 5), wd=(4, 2, 2, 2), groups=2, dtype=S32), "naive"),
+    # 3x3 stride 1, one group, 32 channels or more: Winograd F(2x2, 3x3), odd maps (partial
+    # tiles at both edges, tile blocks straddling rows of tiles), two images.
+    ("winograd", dict(xd=(2, 33, 13, 17), wd=(35, 33, 3, 3), pad=((1, 1), (1, 1))),
+     "winograd"),
+    ("winograd_asym_pad", dict(xd=(1, 32, 15, 12), wd=(40, 32, 3, 3), pad=((0, 2), (2, 1))),
+     "winograd"),
+    ("winograd_unpadded", dict(xd=(1, 32, 20, 21), wd=(32, 32, 3, 3)), "winograd"),
+    # many input channels: blocks of 32 output channels (the last of 13), a partial
+    # vector of input channels in the weights' transform; constant weights, small maps
+    ("winograd_out_blocks", dict(xd=(1, 250, 11, 10), wd=(45, 250, 3, 3),
+                                 pad=((1, 1), (1, 1)), constant=True), "winograd"),
+    ("winograd_small_map", dict(xd=(1, 64, 14, 14), wd=(64, 64, 3, 3), pad=((1, 1), (1, 1)),
+                                constant=True), "winograd"),
+    # where it does not pay: 16 channels; many channel pairs per pixel
+    ("3x3_16_channels", dict(xd=(1, 16, 20, 20), wd=(16, 16, 3, 3), pad=((1, 1), (1, 1))),
+     "gemm"),
+    ("3x3_many_pairs_per_pixel", dict(xd=(1, 256, 7, 7), wd=(256, 256, 3, 3),
+                                      pad=((1, 1), (1, 1)), constant=True), "channels"),
+    ("3x3_many_input_channels", dict(xd=(1, 300, 64, 64), wd=(32, 300, 3, 3),
+                                     pad=((1, 1), (1, 1))), "gemm"),
 ]
 
 
@@ -310,8 +330,41 @@ def test_channel_conv_packs_weights_in_panels_of_output_channels():
         np.testing.assert_array_equal(panel, w[first:first + width].reshape(width, k).T)
 
 
-GEMM_CONV_CASES = [c for c in CONV_CASES if c[2] == "gemm" or c[2] == "channels"
+GEMM_CONV_CASES = [c for c in CONV_CASES if c[2] in ("gemm", "winograd") or c[2] == "channels"
                    and c[0] != "stem_unpadded_tail_panel"]
+WINOGRAD_CASES = [c for c in CONV_CASES if c[2] == "winograd"]
+
+
+@pytest.mark.parametrize("vector_bytes", [16, 32])
+@pytest.mark.parametrize("case", WINOGRAD_CASES[:3], ids=[c[0] for c in WINOGRAD_CASES[:3]])
+def test_winograd_other_vector_widths(case, vector_bytes):
+    """SSE and AVX2: tiles in vectors of 4 and 8, GEMM slivers of 8 and 16 tiles."""
+    instr = make_conv(**case[1])
+    x, w = _operands(instr)
+    assert type(plan_kernel(instr, HostTarget(vector_bytes)).spec).__name__ == "WinogradConv"
+    _check(CompiledKernel(instr, HostTarget(vector_bytes))(x, w), conv_reference(instr, x, w),
+           F32)
+
+
+def test_winograd_transforms_compute_a_3x3_correlation():
+    """A^T [(G g G^T) . (B^T d B)] A is the 2x2 correlation of the 4x4 tile d with g."""
+    from xlac.emitter.kernels.winograd import TRANSFORMS
+    t = {k: np.array(v, np.float64) for k, v in TRANSFORMS[2].items()}
+    rng = np.random.default_rng(3)
+    d, g = rng.standard_normal((4, 4)), rng.standard_normal((3, 3))
+    y = t["at"] @ ((t["g"] @ g @ t["g"].T) * (t["bt"] @ d @ t["bt"].T)) @ t["at"].T
+    want = [[(d[i:i + 3, j:j + 3] * g).sum() for j in range(2)] for i in range(2)]
+    np.testing.assert_allclose(y, want, rtol=1e-12)
+
+
+def test_winograd_scratch_is_bounded():
+    """The transformed weights take blocks of output channels: the scratch stays near a
+    MiB whatever the output channels (and up to 256 input channels, WINOGRAD_MAX_CIN)."""
+    for cin, cout in ((64, 64), (256, 256), (256, 1024)):
+        instr = make_conv((1, cin, 56, 56), (cout, cin, 3, 3), pad=((1, 1), (1, 1)))
+        plan = plan_kernel(instr, HostTarget(64))
+        assert type(plan.spec).__name__ == "WinogradConv"
+        assert plan.scratch_bytes <= 5 << 18, (cin, cout, plan.scratch_bytes)
 
 
 @pytest.mark.parametrize("vector_bytes", [16, 32, 64])
@@ -437,6 +490,7 @@ EPILOGUE_CONVS = {
     "direct_lean": ((4, 7, 1, 3, 1, True), "DirectConv"),
     # constant weights (the test makes %w one)
     "stem": ((3, 48, 1, 3, 2, False), "ChannelConv"),
+    "winograd": ((32, 37, 1, 3, 1, False), "WinogradConv"),
     "small_map_k_blocks": ((70, 32, 1, 3, 1, False), "ChannelConv"),
     # the residual with strides, K blocks, groups and the lean kernel's clamped rows
     "depthwise_s3": ((5, 10, 5, 3, 3, False), "DepthwiseRows"),
@@ -445,10 +499,10 @@ EPILOGUE_CONVS = {
     "grouped_s2": ((6, 8, 2, 3, 2, False), "ConvGemm"),
     "direct_lean_s2": ((4, 11, 1, 5, 2, True), "DirectConv"),
 }
-EPILOGUE_CASES = ([(conv, name) for conv in ("depthwise_s1", "dense_3x3", "stem")
+EPILOGUE_CASES = ([(conv, name) for conv in ("depthwise_s1", "dense_3x3", "stem", "winograd")
                    for name in EPILOGUES]
                   + [(conv, name) for conv in EPILOGUE_CONVS
-                     if conv not in ("depthwise_s1", "dense_3x3", "stem")
+                     if conv not in ("depthwise_s1", "dense_3x3", "stem", "winograd")
                      for name in ("bias_relu6", "scale_shift", "bias_residual_relu")])
 
 

@@ -1039,18 +1039,31 @@ def _path(instr: Instruction, t: Tiling, constant_weights: bool) -> str:
 
 
 def _winograd_pays(instr: Instruction, w: Window, sizes: dict[str, int], t: Tiling) -> bool:
-    """3x3, stride 1, dilation 1, one group, with SIMD (winograd.py), on the maps and
-    channel counts where it measured faster than the implicit GEMM and ChannelConv."""
-    if not (w.rank == 2 and w.size == (3, 3) and w.stride == (1, 1)
-            and w.rhs_dilation == (1, 1) and sizes["groups"] == 1 and t.lanes >= 4):
+    """3x3, stride 1, dilation 1, one group, with SIMD (winograd.py), where it measured
+    faster than the implicit GEMM and ChannelConv: channels to fill its GEMMs' rows and
+    K, and a map large enough to pay for transforming every channel pair's weights at
+    each call (Cin x Cout per output pixel bounded)."""
+    if not (w.rank == 2 and tuple(w.size) == (3, 3) and tuple(w.stride) == (1, 1)
+            and tuple(w.rhs_dilation) == (1, 1) and sizes["groups"] == 1 and t.lanes >= 4):
         return False
-    return (prod(instr.shape.dims[2:]) >= WINOGRAD_MIN_PIXELS
-            and sizes["cin_g"] >= WINOGRAD_MIN_CHANNELS
-            and sizes["cout_g"] >= WINOGRAD_MIN_CHANNELS)
+    cin, cout = sizes["cin_g"], sizes["cout_g"]
+    return (min(cin, cout) >= WINOGRAD_MIN_CHANNELS and cin <= WINOGRAD_MAX_CIN
+            and cin * cout <= WINOGRAD_MAX_PAIRS_PER_PIXEL * prod(instr.shape.dims[2:]))
 
 
-WINOGRAD_MIN_PIXELS = 0
-WINOGRAD_MIN_CHANNELS = 0
+# Measured against the implicit GEMM / ChannelConv (benchmarks/kernels.py, one Zen 5
+# core, F(2x2)): 64->64 @56 0.65x, 128->128 @28 0.78x, 64->64 @28 0.72x, 32->32 @16
+# 0.78x, 128->128 @14 0.86x, 256->256 @56 0.82x; even or slower with 16 channels
+# (16->16 @32 1.03x) or many channel pairs per pixel (256->256 @14 1.02x, 512->512 @7
+# 2.3x: the weights' transform and the 4 x 4 tiles' padding of a 7 x 7 map).
+WINOGRAD_MIN_CHANNELS = 32
+WINOGRAD_MAX_PAIRS_PER_PIXEL = 128
+# Its scratch holds the transformed input of a block of tiles for all input channels (2
+# KiB per channel at AVX-512): at most 256 of them keep it within about a MiB.
+WINOGRAD_MAX_CIN = 256
+# F(2x2, 3x3): F(4x4) measured faster only on 64->64 @56 (0.55 against 0.65 ms), slower
+# from 128 channels (its 36 GEMMs leave fewer output channels per block) and 15 times
+# less accurate (6.8e-4 against 4.6e-5 max |diff| on 64->64 @56).
 WINOGRAD_TILE = 2
 
 

@@ -19,7 +19,7 @@ a time. Blocking keeps the scratch bounded whatever the layer:
 
     for each block of OB output channels (U: (m+2)^2 x OB x Cin floats):
       transform its weights into U
-      for each block of NT tiles (NT = the GEMM's sliver width, NR):
+      for each image, each block of NT tiles (NT = the GEMM's sliver width, NR):
         transform the input under them into V ((m+2)^2 x Cin x NT)
         the (m+2)^2 GEMMs (gemm.emit_gemm, V read in place as the packed sliver:
           it is one, NT columns wide) into M ((m+2)^2 x OB x NT)
@@ -135,12 +135,12 @@ class WinogradConv(EpilogueOperands):
         v = offset_ptr(b, u, F32, b.mul(i64(a2), u_xi))
         mbuf = offset_ptr(b, v, F32, b.mul(i64(a2), v_xi))
         phases = offset_ptr(b, mbuf, F32, b.mul(i64(a2), m_xi))
-        with for_range(b, size["batch"], "img") as img:
-            x = offset_ptr(b, f.lhs, F32, b.mul(b.mul(img, cin), in_px))
-            with for_range(b, ceil_div(b, cout, ob), "ob") as block:
-                o0 = b.mul(block, ob)
-                obn = imin(b, b.sub(cout, o0), ob)
-                self._weights(b, f.rhs, u, u_xi, o0, obn, cin)
+        with for_range(b, ceil_div(b, cout, ob), "ob") as block:
+            o0 = b.mul(block, ob)
+            obn = imin(b, b.sub(cout, o0), ob)
+            self._weights(b, f.rhs, u, u_xi, o0, obn, cin)      # once for all images
+            with for_range(b, size["batch"], "img") as img:
+                x = offset_ptr(b, f.lhs, F32, b.mul(b.mul(img, cin), in_px))
                 out0 = b.mul(b.add(b.mul(img, cout), o0), out_px)
                 extra = self.epilogue.moved(b, f.extra, out0)
                 with for_range(b, tiles, "tb", step=nt) as t0:
@@ -166,16 +166,30 @@ class WinogradConv(EpilogueOperands):
         taps = [const_vec(I32, [j * 9 + k for j in range(lanes)]) for k in range(9)]
         with for_range(b, obn, "wo") as o:
             row = offset_ptr(b, w, F32, b.mul(b.add(o0, o), b.mul(cin, i64(9))))
-            with for_range(b, cin, "wc", step=lanes) as c0:
-                mask = first_lanes(b, lanes, 0, b.sub(cin, c0))
+            whole = b.sub(cin, b.urem(cin, i64(lanes)))
+
+            def channels(c0, mask):
                 base = offset_ptr(b, row, F32, b.mul(c0, i64(9)))
-                d = [[masked_gather(b, base, F32, taps[3 * i + j], mask) for j in range(3)]
-                     for i in range(3)]
-                out = _sandwich(b, g, d, g)
+                if mask is None:
+                    # 9 x lanes contiguous floats, split into their 9 taps by shuffles
+                    # (gathers 9 floats apart measured 4x slower).
+                    flat = _split_taps(b, [load_vec(b, offset_ptr(b, base, F32, s * lanes),
+                                                    vec_type(F32, lanes)) for s in range(9)])
+                else:
+                    flat = [masked_gather(b, base, F32, taps[k], mask) for k in range(9)]
+                out = _sandwich(b, g, [flat[3 * i:3 * i + 3] for i in range(3)], g)
                 dst = offset_ptr(b, u, F32, b.add(b.mul(o, cin), c0))
                 for xi, value in enumerate(x for r in out for x in r):
-                    masked_store(b, value, offset_ptr(b, dst, F32, b.mul(i64(xi), stride)),
-                                 mask)
+                    ptr = offset_ptr(b, dst, F32, b.mul(i64(xi), stride))
+                    if mask is None:
+                        store_vec(b, value, ptr)
+                    else:
+                        masked_store(b, value, ptr, mask)
+
+            with for_range(b, whole, "wc", step=lanes) as c0:
+                channels(c0, None)
+            with b.if_then(b.icmp_signed("<", whole, cin)):
+                channels(whole, first_lanes(b, lanes, 0, b.sub(cin, whole)))
 
     def _inputs(self, b, x, v, stride, p, t0, grid_w, tiles, cin, size, in_px) -> None:
         """V_xi[c][t] = (B^T d B)_xi of tiles t0 .. t0 + NT of the grid (``_phases``
@@ -350,3 +364,25 @@ def _deinterleave(b: ir.IRBuilder, vectors: list) -> list:
     evens = _deinterleave(b, [b.shuffle_vector(x, y, even) for x, y in pairs])
     odds = _deinterleave(b, [b.shuffle_vector(x, y, odd) for x, y in pairs])
     return [v for pair in zip(evens, odds) for v in pair]
+
+
+def _split_taps(b: ir.IRBuilder, vectors: list, taps: int = 9) -> list:
+    """``taps`` vectors of consecutive floats (lanes filters of ``taps`` taps each) ->
+    one vector per tap: lane l of vector k is element taps * l + k, collected by a chain
+    of two-source shuffles, each taking the lanes that lie in the next vector."""
+    lanes = vectors[0].type.count
+    out = []
+    for k in range(taps):
+        source = [(taps * l + k) // lanes for l in range(lanes)]
+        first = source[0]
+        acc = vectors[first]
+        mask = [(taps * l + k) % lanes if source[l] == first else l for l in range(lanes)]
+        for s in sorted(set(source) - {first}):
+            mask = [lanes + (taps * l + k) % lanes if source[l] == s else mask[l]
+                    for l in range(lanes)]
+            acc = b.shuffle_vector(acc, vectors[s], const_vec(I32, mask))
+            mask = list(range(lanes))
+        if len(set(source)) == 1:
+            acc = b.shuffle_vector(acc, acc, const_vec(I32, mask))
+        out.append(acc)
+    return out
