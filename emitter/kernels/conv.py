@@ -1061,10 +1061,6 @@ WINOGRAD_MAX_PAIRS_PER_PIXEL = 128
 # Its scratch holds the transformed input of a block of tiles for all input channels (2
 # KiB per channel at AVX-512): at most 256 of them keep it within about a MiB.
 WINOGRAD_MAX_CIN = 256
-# F(2x2, 3x3): F(4x4) measured faster only on 64->64 @56 (0.55 against 0.65 ms), slower
-# from 128 channels (its 36 GEMMs leave fewer output channels per block) and 15 times
-# less accurate (6.8e-4 against 4.6e-5 max |diff| on 64->64 @56).
-WINOGRAD_TILE = 2
 
 
 # DirectConv unrolls the window positions into straight-line code: beyond this many
@@ -1121,7 +1117,7 @@ def plan_conv(instr: Instruction, target, lean: bool = False,
     if path == "winograd":
         if lean:
             return KernelPlan(DirectConv(window, t), _sizes_of(instr))
-        spec = WinogradConv(window, t, WINOGRAD_TILE)
+        spec = WinogradConv(window, t, 2)
         sizes = _sizes_of(instr)
         return KernelPlan(spec, sizes, spec.scratch_floats(sizes) * 4)
     if path == "gemm" and lean and len(window.positions) <= DIRECT_MAX_POSITIONS:
