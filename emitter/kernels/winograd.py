@@ -32,8 +32,8 @@ the most conv._path gives it). Vectors run over NT tiles, in the order of a tile
 one column wider than the tiles: the vertical half of the input transform runs along
 input rows with plain (edge-masked) loads and leaves its rows split into m phases of
 columns, so that the horizontal half reads the m + 2 columns of a vector of tiles, m
-apart, as m + 2 plain loads (``_phases``); the output tiles are scattered (masked past
-the output's edge). Every output element is computed by the same instructions whatever
+apart, as m + 2 plain loads (``_phases``); the output tiles go the opposite way, their
+phases interleaved into rows of output pixels (``_outputs``). Every output element is computed by the same instructions whatever
 the blocks, so splitting the output channels between threads (parallel.py) gives
 NAME_run's results bit for bit.
 
@@ -49,13 +49,13 @@ from fractions import Fraction as Fr
 
 from llvmlite import ir
 
-from ..irutil import I32, PTR, for_range, i64
+from ..irutil import I32, for_range, i64
 from .epilogue import NO_EPILOGUE, Epilogue, EpilogueOperands
 from .function import Frame
 from .gemm import DirectRows, GemmShape, Tiling, emit_gemm
 from .sizes import ceil_div, first_lanes, imin, splat_i32
-from .vec import (F32, const_vec, intrinsic, load_vec, masked_gather, masked_load, masked_store,
-                  offset_ptr, splat, store_vec, vec_type)
+from .vec import (F32, const_vec, load_vec, masked_gather, masked_load, masked_store, offset_ptr,
+                  splat, store_vec, vec_type)
 
 # The transforms of Lavin & Gray for F(2x2, 3x3) (interpolation points 0, 1, -1 and
 # infinity): B^T (input), G (filter), A^T (output). ``m`` names the one in use.
@@ -154,8 +154,8 @@ class WinogradConv(EpilogueOperands):
                         rows = DirectRows(offset_ptr(b, v, F32, b.mul(xi, v_xi)), i64(nt),
                                           t.kc, padded=True)
                         emit_gemm(b, shape, a, c, rows, None, t)
-                    self._outputs(b, f, mbuf, m_xi, obn, o0, t0, tiles, grid_w, size, out_px,
-                                  extra, offset_ptr(b, f.out, F32, out0))
+                    self._outputs(b, f, mbuf, m_xi, phases, obn, o0, t0, grid_w, tiles, size,
+                                  out_px, extra, offset_ptr(b, f.out, F32, out0))
 
     # --- the three transforms ---------------------------------------------------------
 
@@ -263,55 +263,58 @@ class WinogradConv(EpilogueOperands):
                         value = _combine(b, brow, [phases[k][r] for k in range(alpha)])
                         dst = offset_ptr(b, p, F32, b.add(at, i64((r * alpha + i) * pw_)))
                         masked_store(b, value, dst, real)
-    def _outputs(self, b, f, mbuf, stride, obn, o0, t0, tiles, grid_w, size, out_px, extra,
-                 out) -> None:
-        """Output tiles t0 .. t0 + NT of channels o0 .. o0 + obn: A^T M A, the epilogue,
-        scattered (masked past the output's edge)."""
-        t, m, a2 = self.tiling, self.m, self.alpha ** 2
-        lanes = t.lanes
+    def _outputs(self, b, f, mbuf, stride, q, obn, o0, t0, grid_w, tiles, size, out_px,
+                 extra, out) -> None:
+        """Output tiles t0 .. t0 + NT of channels o0 .. o0 + obn: per channel, A^T M A
+        into Q, split by phases of output columns as ``_phases`` splits the input
+        (Q[j][i][t - t0]: row i, column j of tile t), then rows of output pixels from
+        plain loads of Q, interleaved, the epilogue applied, stored (masked past the
+        output's edge and the block's tiles)."""
+        t, m, alpha = self.tiling, self.m, self.alpha
+        lanes, pw_ = t.lanes, t.nr + t.lanes
         at = TRANSFORMS[m]["at"]
-        oh, ow = splat_i32(b, size["out0"], lanes), splat_i32(b, size["out1"], lanes)
+        vty = vec_type(F32, lanes)
         epilogue = self.epilogue
-        with for_range(b, i64(t.nv), "ov") as vec:
-            first = b.add(t0, b.mul(vec, i64(lanes)))
-            tile = b.add(splat_i32(b, first, lanes), const_vec(I32, range(lanes)))
-            tw = splat_i32(b, grid_w, lanes)
-            tx = b.urem(tile, tw)
-            real = b.and_(b.icmp_signed("<", tile, splat_i32(b, tiles, lanes)),
-                          b.icmp_unsigned("<", tx, b.sub(tw, const_vec(I32, [1] * lanes))))
-            oy0 = b.mul(b.udiv(tile, tw), const_vec(I32, [m] * lanes))
-            ox0 = b.mul(tx, const_vec(I32, [m] * lanes))
-            rows = [b.and_(real, b.icmp_unsigned("<", b.add(oy0, const_vec(I32, [i] * lanes)), oh))
-                    for i in range(m)]
-            cols = [b.icmp_unsigned("<", b.add(ox0, const_vec(I32, [j] * lanes)), ow)
-                    for j in range(m)]
-            start = b.add(b.mul(oy0, ow), ox0)
-            offsets = [[b.add(start, b.add(b.mul(const_vec(I32, [i] * lanes), ow),
-                                           const_vec(I32, [j] * lanes)))
-                        for j in range(m)] for i in range(m)]
-            masks = [[b.and_(rows[i], cols[j]) for j in range(m)] for i in range(m)]
-            src0 = offset_ptr(b, mbuf, F32, b.mul(vec, i64(lanes)))
-            vty = vec_type(F32, lanes)
-            with for_range(b, obn, "oo") as o:
-                src = offset_ptr(b, src0, F32, b.mul(o, i64(t.nr)))
-                mv = [load_vec(b, offset_ptr(b, src, F32, b.mul(i64(xi), stride)), vty)
-                      for xi in range(a2)]
-                y = _sandwich(b, at, [mv[i * self.alpha:(i + 1) * self.alpha]
-                                      for i in range(self.alpha)], at)
-                values = epilogue.values(b, f.extra, b.add(o0, o), lanes)
-                dst = offset_ptr(b, out, F32, b.mul(o, out_px))
-                full_at = b.mul(o, out_px)
+        oh, ow = size["out0"], size["out1"]
+        end = imin(b, b.add(t0, i64(t.nr)), tiles)
+        row_lo = b.udiv(t0, grid_w)
+        row_hi = ceil_div(b, end, grid_w)
+        with for_range(b, obn, "oo") as o:
+            src = offset_ptr(b, mbuf, F32, b.mul(o, i64(t.nr)))
+            for vec in range(t.nv):
+                mv = [load_vec(b, offset_ptr(b, src, F32, b.add(b.mul(i64(xi), stride),
+                                                                i64(vec * lanes))), vty)
+                      for xi in range(alpha * alpha)]
+                y = _sandwich(b, at, [mv[i * alpha:(i + 1) * alpha] for i in range(alpha)], at)
                 for i in range(m):
                     for j in range(m):
-                        value = y[i][j]
-                        if epilogue.steps:
-                            operands = dict(values)
-                            for arg in epilogue._args("full"):
-                                src_k = offset_ptr(b, extra[arg[1]], F32, full_at)
-                                operands[arg] = masked_gather(b, src_k, F32, offsets[i][j],
-                                                              masks[i][j])
-                            value = epilogue.apply(b, value, operands)
-                        _masked_scatter(b, value, dst, offsets[i][j], masks[i][j])
+                        store_vec(b, y[i][j], offset_ptr(b, q, F32,
+                                                         (j * m + i) * pw_ + vec * lanes))
+            values = epilogue.values(b, f.extra, b.add(o0, o), lanes)
+            plane = b.mul(o, out_px)
+            with for_range(b, row_hi, "ry", start=row_lo) as qy:
+                row0 = b.mul(qy, grid_w)
+                lo = b.sub(t0, row0)
+                lo = b.select(b.icmp_signed("<", lo, i64(0)), i64(0), lo)
+                hi = imin(b, b.sub(end, row0), grid_w)
+                with for_range(b, hi, "rx", start=lo, step=lanes) as qx:
+                    at_q = b.sub(b.add(row0, qx), t0)
+                    x0 = b.mul(qx, i64(m))
+                    # output column x0 + e is real iff inside the map and its tile is one
+                    # of the block's (e < m * (hi - qx))
+                    limit = imin(b, b.sub(ow, x0), b.mul(b.sub(hi, qx), i64(m)))
+                    masks = [first_lanes(b, lanes, s * lanes, limit) for s in range(m)]
+                    for i in range(m):
+                        oy = b.add(b.mul(qy, i64(m)), i64(i))
+                        with b.if_then(b.icmp_signed("<", oy, oh)):
+                            phases = [load_vec(b, offset_ptr(b, q, F32, b.add(
+                                at_q, i64((j * m + i) * pw_))), vty) for j in range(m)]
+                            row = b.add(plane, b.add(b.mul(oy, ow), x0))
+                            for s, value in enumerate(_interleave(b, phases)):
+                                index = b.add(row, i64(s * lanes))
+                                full = epilogue.full(b, extra, index, masks[s], lanes)
+                                value = epilogue.apply(b, value, values | full)
+                                masked_store(b, value, offset_ptr(b, out, F32, index), masks[s])
 
 
 def _combine(b: ir.IRBuilder, coeffs, xs):
@@ -340,33 +343,6 @@ def _sandwich(b: ir.IRBuilder, left, x, right):
     return [[_combine(b, rrow, row) for rrow in right] for row in rows]
 
 
-def _masked_scatter(b: ir.IRBuilder, value: ir.Value, base: ir.Value, offsets: ir.Value,
-                    mask: ir.Value) -> None:
-    """``base[offsets[j]] = value[j]`` for the lanes of ``mask`` (offsets: <n x i32>)."""
-    lanes = offsets.type.count
-    ptrs = b.gep(base, [offsets], source_etype=F32)
-    ptrs.type = vec_type(PTR, lanes)   # llvmlite types a vector-index gep as a scalar ptr
-    vty = value.type
-    fn = intrinsic(b.module, f"llvm.masked.scatter.v{lanes}f32.v{lanes}p0", ir.VoidType(),
-                   [vty, vec_type(PTR, lanes), I32, vec_type(ir.IntType(1), lanes)])
-    b.call(fn, [value, ptrs, ir.Constant(I32, 4), mask])
-
-
-def _deinterleave(b: ir.IRBuilder, vectors: list) -> list:
-    """m vectors of consecutive elements -> m vectors: r holds elements r, r + m, r + 2m...
-    (m a power of two: halves of even and odd elements, recursively)."""
-    m = len(vectors)
-    if m == 1:
-        return vectors
-    lanes = vectors[0].type.count
-    even = const_vec(I32, range(0, 2 * lanes, 2))
-    odd = const_vec(I32, range(1, 2 * lanes, 2))
-    pairs = [(vectors[s], vectors[s + 1]) for s in range(0, m, 2)]
-    evens = _deinterleave(b, [b.shuffle_vector(x, y, even) for x, y in pairs])
-    odds = _deinterleave(b, [b.shuffle_vector(x, y, odd) for x, y in pairs])
-    return [v for pair in zip(evens, odds) for v in pair]
-
-
 def _split_taps(b: ir.IRBuilder, vectors: list, taps: int = 9) -> list:
     """``taps`` vectors of consecutive floats (lanes filters of ``taps`` taps each) ->
     one vector per tap: lane l of vector k is element taps * l + k, collected by a chain
@@ -386,4 +362,37 @@ def _split_taps(b: ir.IRBuilder, vectors: list, taps: int = 9) -> list:
         if len(set(source)) == 1:
             acc = b.shuffle_vector(acc, acc, const_vec(I32, mask))
         out.append(acc)
+    return out
+
+
+def _deinterleave(b: ir.IRBuilder, vectors: list) -> list:
+    """m vectors of consecutive elements -> m vectors: r holds elements r, r + m, r + 2m...
+    (m a power of two: halves of even and odd elements, recursively)."""
+    m = len(vectors)
+    if m == 1:
+        return vectors
+    lanes = vectors[0].type.count
+    even = const_vec(I32, range(0, 2 * lanes, 2))
+    odd = const_vec(I32, range(1, 2 * lanes, 2))
+    pairs = [(vectors[s], vectors[s + 1]) for s in range(0, m, 2)]
+    evens = _deinterleave(b, [b.shuffle_vector(x, y, even) for x, y in pairs])
+    odds = _deinterleave(b, [b.shuffle_vector(x, y, odd) for x, y in pairs])
+    return [v for pair in zip(evens, odds) for v in pair]
+
+
+def _interleave(b: ir.IRBuilder, phases: list) -> list:
+    """The inverse of ``_deinterleave``: m vectors, r holding elements r, r + m, ... ->
+    m vectors of consecutive elements."""
+    m = len(phases)
+    if m == 1:
+        return phases
+    lanes = phases[0].type.count
+    half = lanes // 2
+    evens, odds = _interleave(b, phases[0::2]), _interleave(b, phases[1::2])
+    out = []
+    for e, o in zip(evens, odds):
+        for h in range(2):
+            out.append(b.shuffle_vector(e, o, const_vec(I32, [x for l in range(half)
+                                                             for x in (h * half + l,
+                                                                       lanes + h * half + l)])))
     return out
