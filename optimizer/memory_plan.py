@@ -41,20 +41,18 @@ def plan_memory(module: Module, alignment: int = 64, scratch: ScratchFn | None =
 def _plan_computation(module: Module, comp: Computation, alignment: int,
                       scratch: ScratchFn | None, lean_scratch: ScratchFn | None,
                       exact_budget: int) -> BufferAssignment:
-    # The variants are chosen with the heuristic schedulers; the exact search (the
-    # expensive part) then runs once, on the chosen one.
-    lean: frozenset[Instruction] = frozenset()
-    best, model = _best_plan(module, comp, alignment, scratch, lean_scratch, lean)
-    for _ in range(MAX_LEAN_ROUNDS if scratch and lean_scratch else 0):
-        at_peak = {i for i in _scratch_at_peak(model, best.order)
-                   if i not in lean and lean_scratch(i) < scratch(i)}
-        if not at_peak:
-            break
-        trial, trial_model = _best_plan(module, comp, alignment, scratch, lean_scratch,
-                                        lean | at_peak)
-        if trial.arena_size >= best.arena_size:
-            break
-        best, model, lean = trial, trial_model, lean | at_peak
+    # Each variant (concatenations in place or not) gets its own lean kernels: a kernel's
+    # scratch may set the peak of one variant only, which then loses to the other unless
+    # that kernel is made lean. The variants are chosen with the heuristic schedulers;
+    # the exact search (the expensive part) then runs once, on the chosen one.
+    best = None
+    for concat_in_place in (True, False):
+        if not concat_in_place and not best[0].concats_in_place:
+            break                           # no concatenation qualified: same plan again
+        plan = _lean_plan(module, comp, alignment, scratch, lean_scratch, concat_in_place)
+        if best is None or plan[0].arena_size < best[0].arena_size:
+            best = plan
+    best, model, lean = best
     if exact_budget > 0:
         exact = _plan(module, model, alignment, exact_budget)
         if exact.arena_size <= best.arena_size:
@@ -63,20 +61,32 @@ def _plan_computation(module: Module, comp: Computation, alignment: int,
     return best
 
 
-def _best_plan(module, comp, alignment, scratch, lean_scratch, lean):
+def _lean_plan(module, comp, alignment, scratch, lean_scratch, concat_in_place):
+    """(plan, model, lean kernels): kernels whose scratch is at the peak switched to their
+    lean variant, a round at a time, as long as the arena shrinks."""
+    lean: frozenset[Instruction] = frozenset()
+    best, model = _variant(module, comp, alignment, scratch, lean_scratch, lean,
+                           concat_in_place)
+    for _ in range(MAX_LEAN_ROUNDS if scratch and lean_scratch else 0):
+        at_peak = {i for i in _scratch_at_peak(model, best.order)
+                   if i not in lean and lean_scratch(i) < scratch(i)}
+        if not at_peak:
+            break
+        trial, trial_model = _variant(module, comp, alignment, scratch, lean_scratch,
+                                      lean | at_peak, concat_in_place)
+        if trial.arena_size >= best.arena_size:
+            break
+        best, model, lean = trial, trial_model, lean | at_peak
+    return best, model, lean
+
+
+def _variant(module, comp, alignment, scratch, lean_scratch, lean, concat_in_place):
     def scratch_of(i: Instruction) -> int:
         return lean_scratch(i) if i in lean else scratch(i)
 
-    best = None
-    for concat_in_place in (True, False):
-        model = MemoryModel(module, alignment, scratch_of if scratch else None,
-                            concat_in_place=concat_in_place, computation=comp)
-        if not concat_in_place and best is not None and not best[0].concats_in_place:
-            break                           # no concatenation qualified: same plan again
-        ba = _plan(module, model, alignment, 0)
-        if best is None or ba.arena_size < best[0].arena_size:
-            best = (ba, model)
-    return best
+    model = MemoryModel(module, alignment, scratch_of if scratch else None,
+                        concat_in_place=concat_in_place, computation=comp)
+    return _plan(module, model, alignment, 0), model
 
 
 def _plan(module, model: MemoryModel, alignment: int, exact_budget: int) -> BufferAssignment:

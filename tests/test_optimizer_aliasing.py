@@ -450,3 +450,36 @@ def test_kernels_keep_their_scratch_without_a_leaner_variant():
     ba = plan_memory(m, alignment=64, scratch=lambda i: 4096 if i.opcode.text == "convolution"
                      else 0, lean_scratch=lambda i: 4096 if i.opcode.text == "convolution" else 0)
     assert not ba.lean_kernels and ba.arena_size == 2 * 1024 + 4096
+
+
+# %a and %b are built in place in %cat, so %a's slot (all of %cat) is live while %c runs:
+# in place, %c's scratch makes the peak (2 + 1 + 2 KiB), the copy's peak is %a, %b and
+# %cat at once (4 KiB). With %c lean, in place wins (3 KiB): each variant gets its own
+# lean kernels, not only the one that is smaller before any kernel is made lean.
+CONCAT_CONV = """ENTRY %main (x: f32[1,4,8,8], k: f32[4,4,3,3]) -> f32[1,8,2,2] {
+  %x = f32[1,4,8,8]{3,2,1,0} parameter(0)
+  %k = f32[4,4,3,3]{3,2,1,0} parameter(1)
+  %a = f32[1,4,8,8]{3,2,1,0} reverse(f32[1,4,8,8]{3,2,1,0} %x), dimensions={3}
+  %c = f32[1,4,8,8]{3,2,1,0} convolution(f32[1,4,8,8]{3,2,1,0} %a, f32[4,4,3,3]{3,2,1,0} %k), window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_oi01->bf01
+  %b = f32[1,4,8,8]{3,2,1,0} reverse(f32[1,4,8,8]{3,2,1,0} %c), dimensions={3}
+  %cat = f32[1,8,8,8]{3,2,1,0} concatenate(f32[1,4,8,8]{3,2,1,0} %a, f32[1,4,8,8]{3,2,1,0} %b), dimensions={1}
+  ROOT %o = f32[1,8,2,2]{3,2,1,0} slice(f32[1,8,8,8]{3,2,1,0} %cat), slice={[0:1], [0:8], [0:2], [0:2]}
+}
+"""
+
+
+def test_each_concat_variant_gets_its_own_lean_kernels():
+    m = parse_module("HloModule m\n\n" + CONCAT_CONV)
+    c = named(m, "c")
+    ba = plan_memory(m, alignment=64, scratch=lambda i: 2048 if i is c else 0,
+                     lean_scratch=lambda i: 0)
+    assert ba.lean_kernels == {c} and named(m, "cat") in ba.concats_in_place
+    assert ba.arena_size == 3 * 1024
+
+
+def test_does_not_make_kernels_lean_without_a_leaner_variant_in_any():
+    m = parse_module("HloModule m\n\n" + CONCAT_CONV)
+    c = named(m, "c")
+    ba = plan_memory(m, alignment=64, scratch=lambda i: 2048 if i is c else 0,
+                     lean_scratch=lambda i: 2048 if i is c else 0)
+    assert not ba.lean_kernels and not ba.concats_in_place and ba.arena_size == 4 * 1024
