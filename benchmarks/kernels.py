@@ -9,6 +9,12 @@ JIT-compile the kernel. The kernel is the generic code that layers of a model sh
 its sizes are read at run time, not folded in. A convolution's weights are a constant,
 as in a model (kernels may take them packed at compile time).
 
+GFLOP/s count the direct convolution's FLOPs (2 x output elements x Cin/group x window),
+whatever the kernel does: the 3x3 stride-1 layers that take Winograd's F(2x2, 3x3)
+(emitter/kernels/winograd.py: 16 multiplies per 2 x 2 outputs where the direct
+convolution does 36) show the rate of the direct convolution that would take as long,
+above the peak where the GEMMs run near it.
+
 The peak is measured, not looked up: the fastest of 51 short runs of a JIT loop of 24
 independent vector FMA chains at the kernels' vector width (``peak_gflops``), i.e. FMA
 units x lanes x 2 x the clock this core runs at (a Zen 5 core with AVX-512: 2 x 16 x 2
@@ -162,6 +168,7 @@ def main():
     peak = peak_gflops()
     print(f"peak: {peak:.1f} GFLOP/s on one core (a loop of vector FMAs, "
           f"{host_target().vector_bytes * 8}-bit vectors)")
+    print("GF/s: the direct convolution's FLOPs over the time (Winograd layers do fewer)")
     print(f"{'case':32} {'xlac GF/s':>10} {'ort GF/s':>10} {'xlac %pk':>9} {'ort %pk':>8}"
           f" {'xlac ms':>9} {'ort ms':>9} {'max|diff|':>10} {'compile s':>10}")
     for name, instr, node, flops in CASES:
