@@ -35,10 +35,10 @@ from llvmlite import ir
 from ..hlo import Instruction
 from .irutil import I64, PTR, VOID, gep_bytes, i64
 from .kernels.conv import ChannelConv, ConvGemm, Depthwise, DepthwiseRows, DirectConv
-from .kernels.winograd import WinogradConv
 from .kernels.dot import FastDot
 from .kernels.function import KernelPlan
 from .kernels.gemm import Tiling
+from .kernels.winograd import WinogradConv
 from .loops import LOOP_BODIES
 
 # Least work per task: below it a step's parallel-for costs more than it saves (waking

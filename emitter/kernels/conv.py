@@ -19,6 +19,8 @@ feature groups and number of spatial dims:
 - direct (``lean``, any channels): the same direct scheme with an MR x NV tile of
   output channels by pixels; no scratch, for the layers where the GEMM's packed sliver
   would raise the arena's peak (the memory planner asks for it).
+- Winograd F(2x2, 3x3) (winograd.py, ``WinogradConv``): 3x3 stride-1 windows of one
+  group with enough channels on large enough maps (``_winograd_pays``); lean: DirectConv.
 - channels in lanes (``ChannelConv``): 2-D stems (Cin <= 4) and windows on small maps
   (<= 256 output pixels) with constant weights, which it takes packed at compile time
   (``pack_weights``): a direct convolution vectorized over output channels, each input
