@@ -10,7 +10,8 @@ concatenation. So the plan is made both ways, each with its best schedule
 A kernel's scratch (the GEMM's packed sliver) is live only while the kernel runs,
 but where that is the peak step it sets the arena. Kernels with a variant that
 needs less scratch (``lean_scratch``) switch to it when their scratch is part of
-the peak, one round at a time, as long as the arena shrinks; they trade some speed
+the peak, one round at a time, as long as the arena shrinks, in each of the two
+plans (a scratch may set the peak of one only); they trade some speed
 for the bytes, only where the bytes count.
 
 Each computation a while or conditional calls is planned the same way, on its own
