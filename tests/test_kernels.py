@@ -254,11 +254,13 @@ CONV_CASES = [
                                  pad=((1, 1), (1, 1)), constant=True), "winograd"),
     ("winograd_small_map", dict(xd=(1, 64, 14, 14), wd=(64, 64, 3, 3), pad=((1, 1), (1, 1)),
                                 constant=True), "winograd"),
-    # where it does not pay: 16 channels; many channel pairs per pixel
+    # where it does not pay: 16 channels; many channel pairs per pixel; an 8 x 8 map
     ("3x3_16_channels", dict(xd=(1, 16, 20, 20), wd=(16, 16, 3, 3), pad=((1, 1), (1, 1))),
      "gemm"),
     ("3x3_many_pairs_per_pixel", dict(xd=(1, 256, 7, 7), wd=(256, 256, 3, 3),
                                       pad=((1, 1), (1, 1)), constant=True), "channels"),
+    ("3x3_8x8_map", dict(xd=(1, 32, 8, 8), wd=(32, 32, 3, 3), pad=((1, 1), (1, 1)),
+                         constant=True), "channels"),
     ("3x3_many_input_channels", dict(xd=(1, 300, 64, 64), wd=(32, 300, 3, 3),
                                      pad=((1, 1), (1, 1))), "gemm"),
 ]

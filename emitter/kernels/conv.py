@@ -1049,17 +1049,21 @@ def _winograd_pays(instr: Instruction, w: Window, sizes: dict[str, int], t: Tili
             and tuple(w.rhs_dilation) == (1, 1) and sizes["groups"] == 1 and t.lanes >= 4):
         return False
     cin, cout = sizes["cin_g"], sizes["cout_g"]
+    pixels = prod(instr.shape.dims[2:])
     return (min(cin, cout) >= WINOGRAD_MIN_CHANNELS and cin <= WINOGRAD_MAX_CIN
-            and cin * cout <= WINOGRAD_MAX_PAIRS_PER_PIXEL * prod(instr.shape.dims[2:]))
+            and pixels >= WINOGRAD_MIN_PIXELS
+            and cin * cout <= WINOGRAD_MAX_PAIRS_PER_PIXEL * pixels)
 
 
 # Measured against the implicit GEMM / ChannelConv (benchmarks/kernels.py, one Zen 5
 # core, F(2x2)): 64->64 @56 0.65x, 128->128 @28 0.78x, 64->64 @28 0.72x, 32->32 @16
 # 0.78x, 128->128 @14 0.86x, 256->256 @56 0.82x; even or slower with 16 channels
-# (16->16 @32 1.03x) or many channel pairs per pixel (256->256 @14 1.02x, 512->512 @7
-# 2.3x: the weights' transform and the 4 x 4 tiles' padding of a 7 x 7 map).
+# (16->16 @32 1.03x), many channel pairs per pixel (256->256 @14 1.02x, 512->512 @7
+# 2.3x: the weights' transform) or maps below 10 x 10 (64->64 @8 1.1x against
+# ChannelConv: half the GEMM columns of its 4 x 5 tiles are padding).
 WINOGRAD_MIN_CHANNELS = 32
 WINOGRAD_MAX_PAIRS_PER_PIXEL = 128
+WINOGRAD_MIN_PIXELS = 100
 # Its scratch holds the transformed input of a block of tiles for all input channels (2
 # KiB per channel at AVX-512): at most 256 of them keep it within about a MiB.
 WINOGRAD_MAX_CIN = 256
