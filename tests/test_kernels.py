@@ -248,6 +248,11 @@ CONV_CASES = [
     ("winograd_asym_pad", dict(xd=(1, 32, 15, 12), wd=(40, 32, 3, 3), pad=((0, 2), (2, 1))),
      "winograd"),
     ("winograd_unpadded", dict(xd=(1, 32, 20, 21), wd=(32, 32, 3, 3)), "winograd"),
+    # rows of tiles wider than a block of them; negative padding (a crop)
+    ("winograd_wide_map", dict(xd=(1, 32, 5, 70), wd=(33, 32, 3, 3), pad=((1, 1), (1, 1))),
+     "winograd"),
+    ("winograd_crop", dict(xd=(1, 32, 14, 15), wd=(40, 32, 3, 3), pad=((-1, 1), (1, -2))),
+     "winograd"),
     # many input channels: blocks of 32 output channels (the last of 13), a partial
     # vector of input channels in the weights' transform; constant weights, small maps
     ("winograd_out_blocks", dict(xd=(1, 250, 11, 10), wd=(45, 250, 3, 3),
@@ -261,7 +266,7 @@ CONV_CASES = [
                                       pad=((1, 1), (1, 1)), constant=True), "channels"),
     ("3x3_8x8_map", dict(xd=(1, 32, 8, 8), wd=(32, 32, 3, 3), pad=((1, 1), (1, 1)),
                          constant=True), "channels"),
-    ("3x3_many_input_channels", dict(xd=(1, 300, 64, 64), wd=(32, 300, 3, 3),
+    ("3x3_many_input_channels", dict(xd=(1, 300, 20, 20), wd=(32, 300, 3, 3),
                                      pad=((1, 1), (1, 1))), "gemm"),
 ]
 
@@ -501,10 +506,10 @@ EPILOGUE_CONVS = {
     "grouped_s2": ((6, 8, 2, 3, 2, False), "ConvGemm"),
     "direct_lean_s2": ((4, 11, 1, 5, 2, True), "DirectConv"),
 }
-EPILOGUE_CASES = ([(conv, name) for conv in ("depthwise_s1", "dense_3x3", "stem", "winograd")
+EPILOGUE_CASES = ([(conv, name) for conv in ("depthwise_s1", "dense_3x3", "stem")
                    for name in EPILOGUES]
                   + [(conv, name) for conv in EPILOGUE_CONVS
-                     if conv not in ("depthwise_s1", "dense_3x3", "stem", "winograd")
+                     if conv not in ("depthwise_s1", "dense_3x3", "stem")
                      for name in ("bias_relu6", "scale_shift", "bias_residual_relu")])
 
 
