@@ -495,10 +495,11 @@ EPILOGUE_CONVS = {
     "pointwise": ((6, 13, 1, 1, 1, False), "ConvGemm"),
     "grouped": ((6, 8, 2, 3, 1, False), "ConvGemm"),
     "direct_lean": ((4, 7, 1, 3, 1, True), "DirectConv"),
+    "winograd": ((32, 37, 1, 3, 1, False), "WinogradConv"),
     # constant weights (the test makes %w one)
     "stem": ((3, 48, 1, 3, 2, False), "ChannelConv"),
-    "winograd": ((32, 37, 1, 3, 1, False), "WinogradConv"),
-    "small_map_k_blocks": ((70, 32, 1, 3, 1, False), "ChannelConv"),
+    # more input channels than the Winograd kernel takes (WINOGRAD_MAX_CIN)
+    "small_map_k_blocks": ((300, 32, 1, 3, 1, False), "ChannelConv"),
     # the residual with strides, K blocks, groups and the lean kernel's clamped rows
     "depthwise_s3": ((5, 10, 5, 3, 3, False), "DepthwiseRows"),
     "depthwise_s5": ((3, 3, 3, 3, 5, False), "Depthwise"),
