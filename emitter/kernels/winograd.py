@@ -161,7 +161,8 @@ class WinogradConv(EpilogueOperands):
 
     def _weights(self, b, w, u, stride, o0, obn, cin) -> None:
         """U_xi[o][c] = (G g G^T)_xi of the filters of output channels o0 .. o0 + obn,
-        vectors over input channels (their 9 taps gathered, 9 floats apart)."""
+        vectors over input channels (a vector's 9 taps split from 9 contiguous vectors;
+        the last, partial vector gathers them)."""
         lanes = self.tiling.lanes
         g = TRANSFORMS[self.m]["g"]
         taps = [const_vec(I32, [j * 9 + k for j in range(lanes)]) for k in range(9)]
@@ -173,7 +174,7 @@ class WinogradConv(EpilogueOperands):
                 base = offset_ptr(b, row, F32, b.mul(c0, i64(9)))
                 if mask is None:
                     # 9 x lanes contiguous floats, split into their 9 taps by shuffles
-                    # (gathers 9 floats apart measured 4x slower).
+                    # (gathers 9 floats apart measured 1.7x slower).
                     flat = _split_taps(b, [load_vec(b, offset_ptr(b, base, F32, s * lanes),
                                                     vec_type(F32, lanes)) for s in range(9)])
                 else:
