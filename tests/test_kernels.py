@@ -75,6 +75,9 @@ DOT_CASES = [
     ("gemm_small_m_trans_b", (4, 40), (23, 40), (), (1,), (), (1,), F32, "gemm"),
     ("gemm_trans_b", (10, 40), (23, 40), (), (1,), (), (1,), F32, "gemm"),
     ("gemm_contract_first", (13, 9), (20, 13), (), (0,), (), (1,), F32, "gemm"),
+    # attention's Q . K^T with K read in place: heads a middle batch dim, rows of K
+    # contiguous (B packed by columns), a sliver and a tail of columns
+    ("batch_heads_trans_b", (3, 19, 17), (40, 3, 17), (0,), (2,), (1,), (2,), F32, "gemm"),
     ("batch_matmul", (2, 9, 13), (2, 13, 20), (0,), (2,), (0,), (1,), F32, "gemm"),
     ("batch_not_leading", (5, 2, 6), (6, 2, 3), (1,), (2,), (1,), (0,), F32, "gemm_direct"),
     ("two_contracting", (3, 4, 5), (4, 5, 6), (), (1, 2), (), (0, 1), F32, "gemm_direct"),
@@ -105,6 +108,13 @@ def test_dot_path(case):
     _, lhs, rhs, lb, lc, rb, rc, dtype, path = case
     instr = make_dot(lhs, rhs, lb, lc, rb, rc, dtype)
     assert dot_mod._path(instr, dot_mod.canonicalize(instr), tiling_for(host_target())) == path
+
+
+def test_transposed_b_is_packed_by_columns():
+    plan = plan_kernel(make_dot((3, 19, 17), (40, 3, 17), (0,), (2,), (1,), (2,)), host_target())
+    assert plan.spec.unit_bk and not plan.spec.unit_bn
+    plan = plan_kernel(make_dot((37, 53), (53, 29), (), (1,), (), (0,)), host_target())
+    assert plan.spec.unit_bn and not plan.spec.unit_bk
 
 
 def test_canonicalize_merges_contracting_dims():

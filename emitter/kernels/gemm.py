@@ -91,16 +91,34 @@ def whole_or_tail(b: ir.IRBuilder, valid: ir.Value, t: Tiling, pack_columns) -> 
 @dataclass(frozen=True)
 class MatrixPacker:
     """Packs a strided matrix B: element (k, n) at ``base[k*sk + n*sn]``; ``unit_n``
-    (compile time) says sn == 1, which allows vector loads."""
+    (compile time) says sn == 1, which allows vector loads; ``unit_k`` says sk == 1 (a
+    transposed B, such as K^T in attention): each column is a run of floats, copied
+    down the sliver (``_pack_columns``)."""
     base: ir.Value
     sk: ir.Value
     sn: ir.Value
     unit_n: bool
     tiling: Tiling
     k_block: int
+    unit_k: bool = False
 
     def pack(self, b, dst, k0, kc, n0, valid):
+        if self.unit_k and not self.unit_n:
+            self._pack_columns(b, dst, k0, kc, n0, valid)
+            return
         whole_or_tail(b, valid, self.tiling, lambda v: self._pack(b, dst, k0, kc, n0, v))
+
+    def _pack_columns(self, b, dst, k0, kc, n0, valid):
+        """Column j of the sliver (kc contiguous floats of B) into place j of each packed
+        row; columns past ``valid`` are zeros (their reads stay in column n0)."""
+        nr = self.tiling.nr
+        with for_range(b, i64(nr), "pj") as j:
+            real = b.icmp_signed("<", j, valid)
+            src = b.add(k0, b.mul(b.select(real, b.add(n0, j), n0), self.sn))
+            with for_range(b, kc, "pk") as k:
+                val = b.load(offset_ptr(b, self.base, F32, b.add(src, k)), typ=F32)
+                b.store(b.select(real, val, ir.Constant(F32, 0.0)),
+                        offset_ptr(b, dst, F32, b.add(b.mul(k, i64(nr)), j)))
 
     def _pack(self, b, dst, k0, kc, n0, valid):
         """``valid`` None: all NR columns; else columns past it are written as zeros."""
