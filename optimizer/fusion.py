@@ -54,13 +54,13 @@ operands in, never anything that changes how the epilogue indexes.
 
 A float convolution of the kernels' fast paths (``float_convolution``: f32, N C
 spatial... layout, no base dilation or batch groups) or a float dot whose last dim is its
-product's columns (``float_dot``) takes its epilogue in too: the chain of ops its kernel
-applies to a vector of results in registers (``FLOAT_EPILOGUE``: a bias or scale per
-channel or a scalar, ReLU's maximum, ReLU6's clamp, a residual add), each reading the
-running value and scalars, broadcasts along the output channels or values of the
-result's shape (read at the element stored), as far as the chain goes; loop fusion moves
-nothing more into it. The bias, activation and residual then cost no second pass over
-the output. The fusion overwrites no operand in place (aliasing.in_place_operands takes
+product's columns (``float_dot``) takes its epilogue in too: the ops its kernel applies
+to a vector of results in registers (``FLOAT_EPILOGUE``: f32 element-wise arithmetic,
+mathlib's functions, compare and select), any DAG of them with one exit
+(``_float_epilogue``: GELU reads its input twice), each reading values inside it and
+scalars, broadcasts along the output channels or values of the result's shape (read at
+the element stored) that do not depend on the kernel; loop fusion moves nothing more
+into it. The bias, activation and residual then cost no second pass over the output. The fusion overwrites no operand in place (aliasing.in_place_operands takes
 loop fusions only): a kernel may store an element before it has read the residual's
 element there (the GEMM stores partial sums of the K blocks before the last), so the
 residual keeps its own buffer.

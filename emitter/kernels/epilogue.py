@@ -1,12 +1,14 @@
 """The epilogue a float convolution or dot kernel applies to its results in registers.
 
-An output fusion (optimizer/fusion.py) holds a float convolution or dot and the chain of
+An output fusion (optimizer/fusion.py) holds a float convolution or dot and the
 element-wise steps after it that a kernel can apply to a vector of results before
-storing it: a bias or scale per output channel, ReLU's maximum, ReLU6's clamp, and a
-residual add (an operand of the output's own shape, read at the elements being stored).
-``plan_epilogue`` turns the fused computation into an ``Epilogue``; each kernel loads
-what the steps read where it stores (``values`` per channel, ``columns`` per vector of
-channels, ``full`` at the stored elements) and ``apply``\\ s the steps.
+storing it (any DAG of them with one exit: a bias or scale per output channel, ReLU,
+clamp, GELU's erf, SiLU's logistic, a compare and select, a residual add of an operand
+of the output's own shape, read at the elements being stored). ``plan_epilogue`` turns
+the fused computation into an ``Epilogue``; each kernel loads what the steps read where
+it stores (``values`` per channel, ``columns`` per vector of channels, ``full`` at the
+stored elements) and ``apply``\\ s the steps: the element generators of their opcodes
+(elemental.RULES) on vectors, so the kernel computes what an element loop would.
 """
 from __future__ import annotations
 
@@ -188,11 +190,10 @@ NO_EPILOGUE = Epilogue()
 
 def plan_epilogue(fusion: Instruction) -> Epilogue | None:
     """The epilogue of an output fusion whose core is a float convolution or dot reading
-    parameters 0 and 1 and whose other instructions are ``FLOAT_EPILOGUE`` steps on
-    values of the running shape (the accumulators' or, after a dot, that of the
-    reshapes that keep its last dim and change no element's place), reading each other
-    the accumulators and the args above, else None (the fusion is then a loop of
-    element generators)."""
+    parameters 0 and 1 and whose other instructions are ``FLOAT_EPILOGUE`` steps, the
+    root the last (reshapes that keep a dot's last dim change no element's place),
+    each reading the accumulators, earlier steps and the args above, else None (the
+    fusion is then a loop of element generators)."""
     fused = fusion.called[0]
     core = output_fusion_core(fused)
     params = fused.parameters
