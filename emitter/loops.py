@@ -150,8 +150,9 @@ def row_major_root_reshape(instr: Instruction) -> Instruction | None:
     fusion's result are row-major and the outermost dim is kept (the parallel entry's
     split, ``parallel.loop_split``, stays valid): element p of the operand is element p
     of the result, so the loop runs over the operand's dims and needs no division to
-    split the result's (where that keeps an innermost loop of ``VECTOR_RUN``). Heads merged after attention ((heads, seq, d) transposed to
-    (seq, heads, d), reshaped to (seq, heads * d)) then copy rows of d elements."""
+    split the result's (where that keeps an innermost loop of ``VECTOR_RUN``). Heads
+    merged after attention ((heads, seq, d) transposed to (seq, heads, d), reshaped to
+    (seq, heads * d)) then copy rows of d elements."""
     body = _loop_fusion_body(instr)
     if body is None or body.root.opcode is not Opcode.RESHAPE or instr.shape.is_tuple:
         return None

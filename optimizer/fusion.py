@@ -60,10 +60,11 @@ mathlib's functions, compare and select), any DAG of them with one exit
 (``_float_epilogue``: GELU reads its input twice), each reading values inside it and
 scalars, broadcasts along the output channels or values of the result's shape (read at
 the element stored) that do not depend on the kernel; loop fusion moves nothing more
-into it. The bias, activation and residual then cost no second pass over the output. The fusion overwrites no operand in place (aliasing.in_place_operands takes
-loop fusions only): a kernel may store an element before it has read the residual's
-element there (the GEMM stores partial sums of the K blocks before the last), so the
-residual keeps its own buffer.
+into it. The bias, activation and residual then cost no second pass over the output.
+The fusion overwrites no operand in place (aliasing.in_place_operands takes loop fusions
+only): a kernel may store an element before it has read the residual's element there
+(the GEMM stores partial sums of the K blocks before the last), so the residual keeps
+its own buffer.
 """
 from __future__ import annotations
 
@@ -272,19 +273,21 @@ class _OutputFuser:
         reads x twice; a softmax's reduce of x, reading another element, ends it)."""
         order = {i: k for k, i in enumerate(self.comp.instructions)}
         start = order[core]
+        known: dict[Instruction, bool] = {}
 
         def after_core(o: Instruction) -> bool:
             """Whether ``o`` depends on ``core`` (only what comes after it can)."""
-            seen, stack = {o}, [o]
-            while stack:
-                x = stack.pop()
-                if x is core:
-                    return True
-                for y in x.operands:
-                    if order[y] > start and y not in seen:
-                        seen.add(y)
-                        stack.append(y)
-            return False
+            if o not in known:
+                seen, stack, found = {o}, [o], False
+                while stack and not found:
+                    x = stack.pop()
+                    found = x is core
+                    for y in x.operands:
+                        if order[y] > start and y not in seen:
+                            seen.add(y)
+                            stack.append(y)
+                known[o] = found
+            return known[o]
 
         inside, candidates = {core}, []
         # Users in the computation's order: a step's operands inside are decided first.
