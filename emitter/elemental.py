@@ -615,15 +615,18 @@ def _results(em, accs):
     return vals if len(vals) > 1 else vals[0]
 
 
-# Partial results a lane-split reduction keeps (see _reduce): independent chains that
-# hide the reducer's latency and that LLVM's SLP vectorizer turns into vector ops.
+# Partial results a lane-split reduction keeps (see _reduce): up to CHAINS vectors of
+# LANES independent lanes, which hide the reducer's latency (a NaN-propagating maximum is
+# three dependent instructions) and which the SLP vectorizer fills with one vector load
+# (or the vector computation of a fused producer) each per step.
 LANES = 8
+CHAINS = 4
 
 
 def _reduce(em, instr, ops, index):
     """Loop over the reduced dimensions (last one innermost) folding with to_apply; where
-    _splits_into_lanes allows, the innermost dim is folded into LANES partial results
-    (element i into lane i % LANES) that are combined pairwise at the end."""
+    _splits_into_lanes allows, the innermost dim is folded into vectors of partial
+    results (``_reduce_in_lanes``)."""
     n = len(instr.operands) // 2
     dims = instr.attrs["dimensions"]
     shape = instr.operands[0].shape
@@ -632,33 +635,71 @@ def _reduce(em, instr, ops, index):
     for d, v in zip(kept, index):
         full[d] = v
     inner = max(dims, default=None)
-    lanes = LANES if inner is not None and shape.dims[inner] >= 2 * LANES and \
-        _splits_into_lanes(instr) else 1
-    accs = _accumulators(em, [ops[n + k]([]) for k in range(n)] * lanes)
+    if inner is not None and shape.dims[inner] >= 2 * LANES and _splits_into_lanes(instr):
+        return _reduce_in_lanes(em, instr, ops, full, inner)
+    accs = _accumulators(em, [ops[n + k]([]) for k in range(n)])
     comp = instr.called[0]
     with ExitStack() as loops:
         for d in sorted(dims):
-            if d != inner or lanes == 1:
-                full[d] = loops.enter_context(for_range(em.b, shape.dims[d], f"r{d}"))
-                continue
-            extent = shape.dims[d]
-            whole = extent - extent % lanes
-            with for_range(em.b, whole, f"r{d}", step=lanes) as start:
-                for j, acc in enumerate(accs):
-                    full[d] = em.b.add(start, i64(j)) if j else start
-                    _accumulate(em, comp, [acc], [ops[0](list(full))])
-            for j in range(whole, extent):
-                full[d] = i64(j)
-                _accumulate(em, comp, [accs[j - whole]], [ops[0](list(full))])
-        if lanes == 1:
-            _accumulate(em, comp, accs, [ops[k](full) for k in range(n)])
-    if lanes == 1:
-        return _results(em, accs)
-    values = [em.b.load(a, typ=a.allocated_type) for a in accs]
+            full[d] = loops.enter_context(for_range(em.b, shape.dims[d], f"r{d}"))
+        _accumulate(em, comp, accs, [ops[k](full) for k in range(n)])
+    return _results(em, accs)
+
+
+def _reduce_in_lanes(em, instr, ops, full, inner: int):
+    """The innermost reduced dim folded as element i into lane i % (chains * LANES) of
+    ``chains`` vector accumulators (each starting at init, _init_is_neutral), the
+    chains then combined pairwise, the lanes by halves."""
+    b, comp = em.b, instr.called[0]
+    shape = instr.operands[0].shape
+    extent = shape.dims[inner]
+    chains = max(1, min(CHAINS, extent // (2 * LANES)))
+    width = chains * LANES
+    init = ops[1]([])
+    vty = ir.VectorType(init.type, LANES)
+    accs = [alloca_once(b, vty, "acc") for _ in range(chains)]
+    for acc in accs:
+        b.store(_splat_value(b, init, LANES), acc)
+
+    with ExitStack() as loops:
+        for d in sorted(instr.attrs["dimensions"]):
+            if d != inner:
+                full[d] = loops.enter_context(for_range(b, shape.dims[d], f"r{d}"))
+        whole = extent - extent % width
+        with for_range(b, whole, f"r{inner}", step=width) as start:
+            for c, acc in enumerate(accs):
+                vec = ir.Constant(vty, None)
+                for j in range(LANES):
+                    at = c * LANES + j
+                    full[inner] = b.add(start, i64(at)) if at else start
+                    vec = b.insert_element(vec, ops[0](list(full)), i64(j))
+                b.store(em.apply(comp, [b.load(acc, typ=vty), vec]), acc)
+        for at in range(whole, extent):
+            acc, j = accs[(at - whole) // LANES], i64((at - whole) % LANES)
+            full[inner] = i64(at)
+            value = em.apply(comp, [b.extract_element(b.load(acc, typ=vty), j),
+                                    ops[0](list(full))])
+            b.store(b.insert_element(b.load(acc, typ=vty), value, j), acc)
+    values = [b.load(acc, typ=vty) for acc in accs]
     while len(values) > 1:
         values = [em.apply(comp, values[i:i + 2]) if i + 1 < len(values) else values[i]
                   for i in range(0, len(values), 2)]
-    return values[0]
+    value, lanes = values[0], LANES
+    while lanes > 1:
+        lanes //= 2
+        halves = [b.shuffle_vector(value, value, ir.Constant(ir.VectorType(ir.IntType(32),
+                                                                          lanes),
+                                                             list(range(at, at + lanes))))
+                  for at in (0, lanes)]
+        value = em.apply(comp, halves)
+    return b.extract_element(value, i64(0))
+
+
+def _splat_value(b: ir.IRBuilder, x: ir.Value, lanes: int) -> ir.Value:
+    vty = ir.VectorType(x.type, lanes)
+    one = b.insert_element(ir.Constant(vty, None), x, ir.Constant(ir.IntType(32), 0))
+    return b.shuffle_vector(one, ir.Constant(vty, None),
+                            ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes))
 
 
 # Reducers whose result does not depend on the order of the elements: exact for these
@@ -682,6 +723,8 @@ def _splits_into_lanes(instr) -> bool:
     dt = root.shape.dtype
     if dt.is_float and dt.bits < 32 and root.opcode in (Opcode.ADD, Opcode.MULTIPLY):
         return False
+    if dt.is_narrow_float or dt.is_sub_byte or dt.name == "f16":
+        return False        # their rules convert with scalar constants: no vector lanes
     return _init_is_neutral(instr)
 
 

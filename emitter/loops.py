@@ -145,6 +145,30 @@ def window_cuts(instr: Instruction) -> list[int]:
     return [c for c in (lo, hi) if 0 < c < extent] if lo < hi else []
 
 
+def row_major_root_reshape(instr: Instruction) -> Instruction | None:
+    """The reshape at the root of loop fusion ``instr`` where its operand, it and the
+    fusion's result are row-major and the outermost dim is kept (the parallel entry's
+    split, ``parallel.loop_split``, stays valid): element p of the operand is element p
+    of the result, so the loop runs over the operand's dims and needs no division to
+    split the result's (where that keeps an innermost loop of ``VECTOR_RUN``). Heads
+    merged after attention ((heads, seq, d) transposed to (seq, heads, d), reshaped to
+    (seq, heads * d)) then copy rows of d elements."""
+    body = _loop_fusion_body(instr)
+    if body is None or body.root.opcode is not Opcode.RESHAPE or instr.shape.is_tuple:
+        return None
+    root, src = body.root, body.root.operands[0].shape
+    if not (root.shape.has_default_layout and src.has_default_layout
+            and instr.shape.has_default_layout) or src.rank == 0 or \
+            src.dims[0] != root.shape.dims[0] or \
+            src.dims[-1] < min(VECTOR_RUN, root.shape.dims[-1]):
+        return None
+    return root
+
+
+# An innermost loop at least this long (or as long as the result's) vectorizes as well.
+VECTOR_RUN = 16
+
+
 def passed_operands(instr: Instruction) -> list[int]:
     """Operand numbers that travel as pointer arguments (all but constants)."""
     return [k for k, o in enumerate(instr.operands) if o.opcode is not Opcode.CONSTANT]
@@ -225,6 +249,19 @@ def emit_elemental_function(llvm_module: ir.Module, instr: Instruction, name: st
             b.store(v, gep_elem(b, ptr, llvm_type(leaf.dtype), at), align=align)
 
     bounds = {split_dim: tuple(fn.args[-2:])} if split_dim is not None else None
+    cuts = sorted(set(concatenation_cuts(instr)) | set(window_cuts(instr)))
+    reshape = row_major_root_reshape(instr)
+    if reshape is not None and not cuts and split_dim in (None, 0):
+        # the loop over the reshape's operand stores each element at its linear position
+        src = reshape.operands[0].shape
+        value = em.computation_generator(instr.called[0], gens, value=reshape.operands[0])
+        ptr, leaf, align = targets[0]
+        emit_loop_nest(b, src, lambda index: b.store(
+            value(index), gep_elem(b, ptr, llvm_type(leaf.dtype),
+                                   linearize(b, index, src.dims, src.layout)), align=align),
+            bounds)
+        b.ret_void()
+        return fn
     on_range = None
     rw = window_root(instr)
     if rw is not None and leaves[0].rank != 0:
@@ -232,7 +269,6 @@ def emit_elemental_function(llvm_module: ir.Module, instr: Instruction, name: st
 
         def on_range(lo, hi):
             em.index_ranges[id(rw)] = {minor: (lo, hi)}
-    cuts = sorted(set(concatenation_cuts(instr)) | set(window_cuts(instr)))
     emit_loop_nest(b, leaves[0], store, bounds, cuts, on_range)
     b.ret_void()
     return fn

@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..hlo import Computation, Instruction, Opcode
+from ..hlo import Computation, DotDimensionNumbers, Instruction, Opcode, dtypes
 from ..hlo.opcodes import ELEMENTWISE
 from .pipeline import ComputationPass
 from .rewrite import apply_replacements
@@ -255,6 +255,38 @@ def elementwise_of_broadcasts(instr):
     return Instruction(Opcode.BROADCAST, instr.shape, [inner], {"dimensions": mapping})
 
 
+def dot_of_transpose(instr):
+    # dot(transpose(x, p), y) => dot(x, y), each dim d of the transpose's named as x's
+    # p[d] (XLA's TransposeFolding), and alike for y: the dot kernels take any strides
+    # (B's rows contiguous, as K^T in attention, are packed by columns), so the
+    # transposed copy is never made. f32 dots with one contracting dim only (the fast
+    # kernels merge any other into it) whose free dims keep their order (the result's
+    # dims are the free dims in order).
+    dn = instr.attrs["dimension_numbers"]
+    if instr.shape.dtype != dtypes.F32 or len(dn.lhs_contracting) != 1:
+        return None
+    sides = [list(dn.lhs_batch), list(dn.lhs_contracting), list(dn.rhs_batch),
+             list(dn.rhs_contracting)]
+    operands = list(instr.operands)
+    for k, t in enumerate(instr.operands):
+        if t.opcode is not Opcode.TRANSPOSE or not (
+                t.shape.has_default_layout and t.operands[0].shape.has_default_layout):
+            continue
+        perm = t.attrs["dimensions"]
+        batch, contracting = sides[2 * k], sides[2 * k + 1]
+        free = [perm[d] for d in range(t.shape.rank) if d not in batch + contracting]
+        if free != sorted(free):
+            continue
+        sides[2 * k] = [perm[d] for d in batch]
+        sides[2 * k + 1] = [perm[d] for d in contracting]
+        operands[k] = t.operands[0]
+    if operands == instr.operands:
+        return None
+    return Instruction(Opcode.DOT, instr.shape, operands,
+                       {**instr.attrs, "dimension_numbers": DotDimensionNumbers(*sides)},
+                       name=instr.name)
+
+
 def get_tuple_element_of_tuple(instr):
     # get-tuple-element(tuple(x0, ..., xn), k) => xk
     (t,) = instr.operands
@@ -279,6 +311,7 @@ RULES: dict[Opcode, tuple[Rule, ...]] = {
     Opcode.PAD: (pad_zero,),
     Opcode.BROADCAST: (broadcast_same_shape,),
     Opcode.GET_TUPLE_ELEMENT: (get_tuple_element_of_tuple,),
+    Opcode.DOT: (dot_of_transpose,),
 }
 # Every element-wise op: its own rules first, then hoisting it above broadcasts.
 RULES = {**RULES, **{op: RULES.get(op, ()) + (elementwise_of_broadcasts,)

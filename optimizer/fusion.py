@@ -54,18 +54,21 @@ operands in, never anything that changes how the epilogue indexes.
 
 A float convolution of the kernels' fast paths (``float_convolution``: f32, N C
 spatial... layout, no base dilation or batch groups) or a float dot whose last dim is its
-product's columns (``float_dot``) takes its epilogue in too: the chain of ops its kernel
-applies to a vector of results in registers (``FLOAT_EPILOGUE``: a bias or scale per
-channel or a scalar, ReLU's maximum, ReLU6's clamp, a residual add), each reading the
-running value and scalars, broadcasts along the output channels or values of the
-result's shape (read at the element stored), as far as the chain goes; loop fusion moves
-nothing more into it. The bias, activation and residual then cost no second pass over
-the output. The fusion overwrites no operand in place (aliasing.in_place_operands takes
-loop fusions only): a kernel may store an element before it has read the residual's
-element there (the GEMM stores partial sums of the K blocks before the last), so the
-residual keeps its own buffer.
+product's columns (``float_dot``) takes its epilogue in too: the ops its kernel applies
+to a vector of results in registers (``FLOAT_EPILOGUE``: f32 element-wise arithmetic,
+mathlib's functions, compare and select), any DAG of them with one exit
+(``_float_epilogue``: GELU reads its input twice), each reading values inside it and
+scalars, broadcasts along the output channels or values of the result's shape (read at
+the element stored) that do not depend on the kernel; loop fusion moves nothing more
+into it. The bias, activation and residual then cost no second pass over the output.
+The fusion overwrites no operand in place (aliasing.in_place_operands takes loop fusions
+only): a kernel may store an element before it has read the residual's element there
+(the GEMM stores partial sums of the K blocks before the last), so the residual keeps
+its own buffer.
 """
 from __future__ import annotations
+
+import heapq
 
 from ..hlo import ConvDimensionNumbers, Computation, Instruction, Module, Opcode, Shape, dtypes
 from ..hlo.opcodes import ELEMENTWISE, TRANSCENDENTAL
@@ -128,10 +131,16 @@ def epilogue_operand(v: Instruction, core: Instruction, shape: Shape | None = No
     return all(n == 1 or d == channel for n, d in zip(o.dims, v.attrs["dimensions"]))
 
 
-# What a float convolution or dot kernel applies to its results
-# (emitter/kernels/epilogue.py).
-FLOAT_EPILOGUE = frozenset({Opcode.ADD, Opcode.SUBTRACT, Opcode.MULTIPLY, Opcode.MAXIMUM,
-                            Opcode.MINIMUM, Opcode.CLAMP})
+# What a float convolution or dot kernel applies to its results in registers
+# (emitter/kernels/epilogue.py runs their element generators on vectors): the f32
+# element-wise ops that need no library call (mathlib's functions are straight-line IR),
+# and compare / select for the activations written with them (LeakyReLU, ELU, PReLU).
+FLOAT_EPILOGUE = TRANSCENDENTAL | frozenset({
+    Opcode.ADD, Opcode.SUBTRACT, Opcode.MULTIPLY, Opcode.DIVIDE, Opcode.MAXIMUM,
+    Opcode.MINIMUM, Opcode.CLAMP, Opcode.NEGATE, Opcode.ABS, Opcode.SIGN, Opcode.SQRT,
+    Opcode.COMPARE, Opcode.SELECT})
+# At most this many ops in a float epilogue: each kernel inlines it in every tile shape.
+MAX_FLOAT_EPILOGUE = 24
 
 
 def float_convolution(instr: Instruction) -> bool:
@@ -167,21 +176,28 @@ def keeps_columns(u: Instruction, cur: Instruction, core: Instruction) -> bool:
             and u.shape.has_default_layout and cur.shape.has_default_layout)
 
 
-def _float_epilogue_step(u: Instruction, cur: Instruction, core: Instruction) -> bool:
-    """Whether a float convolution or dot kernel can apply ``u`` to its running value
-    ``cur``: of ``cur``'s shape, the running value as the minuend of a subtraction or the
-    middle of a clamp, every other operand a scalar, a broadcast along the output
-    channels, or a value of that shape that no broadcast makes (a residual, read at the
-    stored element)."""
-    if u.opcode not in FLOAT_EPILOGUE or u.operands.count(cur) != 1 or u.shape != cur.shape:
+def _float_epilogue_step(u: Instruction, inside, core: Instruction, after_core) -> bool:
+    """Whether a float convolution or dot kernel can apply ``u``, which reads the values
+    ``inside`` the epilogue so far, in registers: an f32 ``FLOAT_EPILOGUE`` op (a compare
+    of f32 values, a select by such a compare), every operand from ``inside`` or one the
+    kernel loads where it stores (a scalar, a broadcast along the output channels, or a
+    value of the element's shape that no broadcast makes: a residual) and computed
+    without the core (``after_core(o)``: whether o depends on it)."""
+    if u.opcode not in FLOAT_EPILOGUE or u.shape.is_tuple:
         return False
-    if (u.opcode is Opcode.SUBTRACT and u.operands[0] is not cur) or \
-            (u.opcode is Opcode.CLAMP and u.operands[1] is not cur):
+    if u.shape.dtype != (dtypes.PRED if u.opcode is Opcode.COMPARE else dtypes.F32):
         return False
-    return all(o is cur or o.shape.rank == 0
-               or (o.opcode is Opcode.BROADCAST and epilogue_operand(o, core, cur.shape))
-               or (o.opcode is not Opcode.BROADCAST and o.shape == cur.shape)
-               for o in u.operands)
+    for k, o in enumerate(u.operands):
+        if o in inside:
+            continue
+        if o.shape.is_tuple or o.shape.dtype != dtypes.F32 or after_core(o) or \
+                (u.opcode is Opcode.SELECT and k == 0):
+            return False
+        if not (o.shape.rank == 0
+                or (o.opcode is Opcode.BROADCAST and epilogue_operand(o, core, u.shape))
+                or (o.opcode is not Opcode.BROADCAST and o.shape.dims == u.shape.dims)):
+            return False
+    return True
 
 
 def is_output_fusion(instr: Instruction) -> bool:
@@ -192,6 +208,18 @@ def output_fusion_core(fused: Computation) -> Instruction:
     """The dot or convolution of an output fusion's computation."""
     return next(i for i in fused.instructions
                 if i.opcode in (Opcode.DOT, Opcode.CONVOLUTION))
+
+
+def _ancestors(root: Instruction, among) -> set[Instruction]:
+    """``root`` and the instructions of ``among`` it reads, directly or not, through
+    instructions of ``among``."""
+    seen, stack = {root}, [root]
+    while stack:
+        for o in stack.pop().operands:
+            if o in among and o not in seen:
+                seen.add(o)
+                stack.append(o)
+    return seen
 
 
 def _integer_contraction(instr: Instruction) -> bool:
@@ -215,16 +243,9 @@ class _OutputFuser:
     def _chain(self, core: Instruction, users) -> list[Instruction]:
         """The element-wise ops after ``core`` that the epilogue computes, cut back to
         the narrowest value (the last of equally narrow ones)."""
-        chain, cur = [], core
         if float_convolution(core) or float_dot(core):
-            while cur not in self.pinned and len(users[cur]) == 1 and \
-                    (_float_epilogue_step(users[cur][0], cur, core)
-                     or keeps_columns(users[cur][0], cur, core)):
-                cur = users[cur][0]
-                chain.append(cur)
-            while chain and chain[-1].opcode is Opcode.RESHAPE:
-                chain.pop()             # a reshape is a view: it stays out of the kernel
-            return chain
+            return self._float_epilogue(core, users)
+        chain, cur = [], core
         while cur not in self.pinned and len(users[cur]) == 1:
             u = users[cur][0]
             if (u.opcode not in ELEMENTWISE or u.shape.dims != core.shape.dims
@@ -243,6 +264,55 @@ class _OutputFuser:
             return []
         end = max(k for k, n in enumerate(sizes) if n == narrowest)
         return chain[:end + 1]
+
+    def _float_epilogue(self, core: Instruction, users) -> list[Instruction]:
+        """The ops after a float kernel that it applies in registers, in order, the last
+        one the fusion's root: the largest set of steps (``_float_epilogue_step``, and
+        reshapes that keep a dot's columns) reachable from ``core`` whose values nothing
+        else reads, so one exit leaves the kernel (GELU's x * (1 + erf(x / sqrt 2)) / 2
+        reads x twice; a softmax's reduce of x, reading another element, ends it)."""
+        order = {i: k for k, i in enumerate(self.comp.instructions)}
+        start = order[core]
+        known: dict[Instruction, bool] = {}
+
+        def after_core(o: Instruction) -> bool:
+            """Whether ``o`` depends on ``core`` (only what comes after it can)."""
+            if o not in known:
+                seen, stack, found = {o}, [o], False
+                while stack and not found:
+                    x = stack.pop()
+                    found = x is core
+                    for y in x.operands:
+                        if order[y] > start and y not in seen:
+                            seen.add(y)
+                            stack.append(y)
+                known[o] = found
+            return known[o]
+
+        inside, candidates = {core}, []
+        # Users in the computation's order: a step's operands inside are decided first.
+        frontier, queued = [order[u] for u in users[core]], set(users[core])
+        heapq.heapify(frontier)
+        while frontier and len(candidates) < MAX_FLOAT_EPILOGUE:
+            u = self.comp.instructions[heapq.heappop(frontier)]
+            cur = next(o for o in u.operands if o in inside)
+            if not (keeps_columns(u, cur, core)
+                    or _float_epilogue_step(u, inside, core, after_core)):
+                continue
+            inside.add(u)
+            candidates.append(u)
+            for v in users[u]:
+                if v not in queued:
+                    queued.add(v)
+                    heapq.heappush(frontier, order[v])
+        for root in reversed(candidates):
+            if root.opcode is Opcode.RESHAPE or root.shape.dtype != dtypes.F32:
+                continue                # a reshape is a view: it stays out of the kernel
+            region = _ancestors(root, inside)
+            if all(m is root or (m not in self.pinned and set(users[m]) <= region)
+                   for m in region):
+                return [c for c in candidates if c in region]
+        return []
 
     def _prologue(self, core: Instruction, users) -> list[Instruction]:
         """The ``_PROLOGUE`` ops that make an integer dot's activations (its lhs) out of a

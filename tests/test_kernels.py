@@ -75,6 +75,9 @@ DOT_CASES = [
     ("gemm_small_m_trans_b", (4, 40), (23, 40), (), (1,), (), (1,), F32, "gemm"),
     ("gemm_trans_b", (10, 40), (23, 40), (), (1,), (), (1,), F32, "gemm"),
     ("gemm_contract_first", (13, 9), (20, 13), (), (0,), (), (1,), F32, "gemm"),
+    # attention's Q . K^T with K read in place: heads a middle batch dim, rows of K
+    # contiguous (B packed by columns), a sliver and a tail of columns
+    ("batch_heads_trans_b", (3, 19, 17), (40, 3, 17), (0,), (2,), (1,), (2,), F32, "gemm"),
     ("batch_matmul", (2, 9, 13), (2, 13, 20), (0,), (2,), (0,), (1,), F32, "gemm"),
     ("batch_not_leading", (5, 2, 6), (6, 2, 3), (1,), (2,), (1,), (0,), F32, "gemm_direct"),
     ("two_contracting", (3, 4, 5), (4, 5, 6), (), (1, 2), (), (0, 1), F32, "gemm_direct"),
@@ -105,6 +108,13 @@ def test_dot_path(case):
     _, lhs, rhs, lb, lc, rb, rc, dtype, path = case
     instr = make_dot(lhs, rhs, lb, lc, rb, rc, dtype)
     assert dot_mod._path(instr, dot_mod.canonicalize(instr), tiling_for(host_target())) == path
+
+
+def test_transposed_b_is_packed_by_columns():
+    plan = plan_kernel(make_dot((3, 19, 17), (40, 3, 17), (0,), (2,), (1,), (2,)), host_target())
+    assert plan.spec.unit_bk and not plan.spec.unit_bn
+    plan = plan_kernel(make_dot((37, 53), (53, 29), (), (1,), (), (0,)), host_target())
+    assert plan.spec.unit_bn and not plan.spec.unit_bk
 
 
 def test_canonicalize_merges_contracting_dims():
@@ -484,6 +494,14 @@ EPILOGUES = {
     "bias_residual_relu": "%a = add(%conv, %bb)\n%c = add(%r, %a)\n%out = maximum(%c, %zb)",
     "scale_residual_relu6": "%a = multiply(%conv, %bb)\n%c = add(%a, %r)\n"
                             "%out = clamp(%zero, %c, %six)",
+    # any DAG of element-wise steps with one exit, transcendental ones included
+    "bias_gelu": "%a = add(%conv, %bb)\n%h = multiply(%a, %rt2b)\n%e = erf(%h)\n"
+                 "%p = add(%e, %oneb)\n%q = multiply(%a, %p)\n%out = multiply(%q, %halfb)",
+    "silu_residual": "%g = logistic(%conv)\n%a = multiply(%conv, %g)\n%out = add(%a, %r)",
+    "leaky_relu": "%ge = compare(%conv, %zb)\n%n = multiply(%conv, %tenthb)\n"
+                  "%out = select(%ge, %conv, %n)",
+    "tanh_exp_divide": "%t = tanh(%conv)\n%e = exponential(%t)\n%d = divide(%bb, %e)\n"
+                       "%out = subtract(%d, %sb)",
 }
 # Convolutions of every kernel: (input channels, output channels, groups, window,
 # stride, lean) and the kernel they take.
@@ -538,12 +556,19 @@ def _fused_module(x: str, w: str, y: str, channels: int, channel_dim: int, core:
             f"%sb = {y} broadcast(f32[] %s), dimensions={{}}",
             "%zero = f32[] constant(0)", "%six = f32[] constant(6)",
             f"%zb = {y} broadcast(f32[] %zero), dimensions={{}}"]
+    for name, value in (("rt2", 0.70710677), ("one", 1), ("half", 0.5), ("tenth", 0.1)):
+        body += [f"%{name} = f32[] constant({value})",
+                 f"%{name}b = {y} broadcast(f32[] %{name}), dimensions={{}}"]
+    pred = "pred" + y[3:]
     for line in steps.split("\n"):
         target, expr = line.split(" = ")
         op, args = expr[:-1].split("(")
-        typed = ", ".join(f"f32[] {a}" if a in ("%zero", "%six") else f"{y} {a}"
-                          for a in args.split(", "))
-        body.append(f"{target} = {y} {op}({typed})")
+        typed = ", ".join(f"f32[] {a}" if a in ("%zero", "%six") else
+                          f"{pred} {a}" if a == "%ge" else f"{y} {a}" for a in args.split(", "))
+        if op == "compare":
+            body.append(f"{target} = {pred} compare({typed}), direction=GE")
+        else:
+            body.append(f"{target} = {y} {op}({typed})")
     body[-1] = "ROOT " + body[-1]
     text = (f"HloModule m\n\nENTRY %main (x: {x}, w: {w}, bias: f32[{channels}], s: f32[], "
             f"r: {y}) -> {y} {{\n" + "".join(f"  {line}\n" for line in body) + "}\n")
@@ -594,9 +619,16 @@ EPILOGUE_DOTS = {
     "batched": ((3, 20, 30), (3, 30, 17), ((2,), (1,)), ((0,), (0,)), "gemm"),
     "row_dot": ((1, 301), (45, 301), ((1,), (1,)), ((), ()), "row_dot"),
     "row_stream": ((1, 301), (301, 45), ((1,), (0,)), ((), ()), "row_stream"),
+    # transposed operands: A read down its columns, B across its rows
+    "gemm_a_transposed": ((53, 37), (53, 29), ((0,), (0,)), ((), ()), "gemm"),
+    "gemm_b_transposed": ((37, 53), (29, 53), ((1,), (1,)), ((), ()), "gemm"),
 }
-EPILOGUE_DOT_CASES = [(d, n) for d in EPILOGUE_DOTS
-                      for n in ("bias_relu6", "scale_shift", "bias_residual_relu", "residual")]
+TRANSPOSED = ("gemm_a_transposed", "gemm_b_transposed")
+EPILOGUE_DOT_CASES = [(d, n) for d in EPILOGUE_DOTS if d not in TRANSPOSED
+                      for n in ("bias_relu6", "scale_shift", "bias_residual_relu", "residual",
+                                "bias_gelu", "leaky_relu")] + \
+    [(d, n) for d in TRANSPOSED for n in ("bias_residual_relu", "bias_gelu")] + \
+    [(d, n) for d in ("gemm", "row_dot") for n in ("silu_residual", "tanh_exp_divide")]
 
 
 def _dot_epilogue_module(dot: str, steps: str):
@@ -652,6 +684,7 @@ ENTRY %main (x: {x}, w: {w}, bias: f32[29], r: {y}) -> {y} {{
 
 OTHER_WIDTH_CASES = [
     make_dot((37, 53), (53, 29), (), (1,), (), (0,)),
+    make_dot((37, 53), (29, 53), (), (1,), (), (1,)),       # B packed by columns
     make_dot((1, 301), (45, 301), (), (1,), (), (1,)),
     make_dot((1, 301), (301, 45), (), (1,), (), (0,)),
     make_conv((1, 5, 11, 13), (19, 5, 3, 3), stride=(2, 1), pad=((1, 1), (1, 1))),

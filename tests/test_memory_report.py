@@ -123,13 +123,14 @@ def test_text_names_the_layer_at_the_peak(tmp_path, capsys):
 
 
 def skip_net() -> onnx.ModelProto:
-    """a = relu(conv1(x)); y = mean(sigmoid(conv3(conv2(a))) + a): a stays live across
-    two convolutions (the sigmoid keeps the add out of conv3's epilogue)."""
+    """a = relu(conv1(x)); y = mean(floor(conv3(conv2(a))) + a): a stays live across
+    two convolutions (floor, no epilogue step of the float kernels, keeps the add out of
+    conv3's epilogue)."""
     nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1] * 4),
              helper.make_node("Relu", ["c1"], ["a"], name="relu1"),
              helper.make_node("Conv", ["a", "w2"], ["b"], name="conv2", pads=[1] * 4),
              helper.make_node("Conv", ["b", "w3"], ["c"], name="conv3", pads=[1] * 4),
-             helper.make_node("Sigmoid", ["c"], ["g"], name="gate"),
+             helper.make_node("Floor", ["c"], ["g"], name="gate"),
              helper.make_node("Add", ["g", "a"], ["s"], name="skip"),
              helper.make_node("GlobalAveragePool", ["s"], ["y"], name="pool")]
     graph = helper.make_graph(

@@ -251,3 +251,69 @@ def test_does_not_treat_negative_zero_bits_of_nonsplat_as_splat():
     z, twos = m.entry.root.operands
     assert splat_value(z) is None
     assert splat_value(twos) == 2
+
+
+# dot(transpose(x), y) => dot(x, y) with the dims renamed (attention's Q . K^T)
+ATTENTION_KT = """
+ENTRY %main (q: f32[4,6,5], k: f32[6,20]) -> f32[4,6,6] {
+  %q = f32[4,6,5] parameter(0)
+  %k = f32[6,20] parameter(1)
+  %kh = f32[6,4,5] reshape(%k)
+  %kt = f32[4,5,6] transpose(%kh), dimensions={1,2,0}
+  ROOT %s = f32[4,6,6] dot(%q, %kt), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}
+}
+"""
+
+
+def test_dot_reads_a_transposed_operand_in_place():
+    changed, m = simplify(ATTENTION_KT)
+    assert changed
+    dot = m.entry.root
+    assert dot.opcode.text == "dot" and dot.operands[1].opcode.text == "reshape"
+    dn = dot.attrs["dimension_numbers"]
+    assert (dn.rhs_batch, dn.rhs_contracting) == ((1,), (2,))
+
+
+def test_dot_reads_a_transposed_lhs_in_place():
+    changed, m = simplify("""
+ENTRY %main (a: f32[5,3], b: f32[5,4]) -> f32[3,4] {
+  %a = f32[5,3] parameter(0)
+  %b = f32[5,4] parameter(1)
+  %at = f32[3,5] transpose(%a), dimensions={1,0}
+  ROOT %d = f32[3,4] dot(%at, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+""")
+    assert changed and m.entry.root.operands[0].opcode.text == "parameter"
+
+
+@pytest.mark.parametrize("text", [
+    # the transpose swaps two free dims: the result's dims would come out in another order
+    """
+ENTRY %main (a: f32[2,3,5], b: f32[5,4]) -> f32[3,2,4] {
+  %a = f32[2,3,5] parameter(0)
+  %b = f32[5,4] parameter(1)
+  %at = f32[3,2,5] transpose(%a), dimensions={1,0,2}
+  ROOT %d = f32[3,2,4] dot(%at, %b), lhs_contracting_dims={2}, rhs_contracting_dims={0}
+}
+""",
+    # not f32: the integer kernels read their operands in their own layouts
+    """
+ENTRY %main (a: s32[5,3], b: s32[5,4]) -> s32[3,4] {
+  %a = s32[5,3] parameter(0)
+  %b = s32[5,4] parameter(1)
+  %at = s32[3,5] transpose(%a), dimensions={1,0}
+  ROOT %d = s32[3,4] dot(%at, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+""",
+    # two contracting dims: in another order they might not merge into one stride
+    """
+ENTRY %main (a: f32[3,4,5], b: f32[5,4,2]) -> f32[3,2] {
+  %a = f32[3,4,5] parameter(0)
+  %b = f32[5,4,2] parameter(1)
+  %bt = f32[4,5,2] transpose(%b), dimensions={1,0,2}
+  ROOT %d = f32[3,2] dot(%a, %bt), lhs_contracting_dims={1,2}, rhs_contracting_dims={0,1}
+}
+"""], ids=["free_dims_reordered", "integer", "two_contracting"])
+def test_does_not_fold_a_transpose_into_a_dot(text):
+    changed, m = simplify(text)
+    assert not changed

@@ -186,14 +186,15 @@ def test_does_not_take_more_than_the_quantization_into_a_dot():
     assert not changed
 
 
-def test_does_not_fuse_a_float_convolution():
+def test_does_not_fuse_a_float_convolution_into_a_non_elementwise_consumer():
+    # the transpose reads the convolution's elements elsewhere than it stores them
     text = f"""HloModule m
 
 ENTRY %main (x: {shape('f32', X)}, w: {shape('f32', (3, 2, 3, 3))}) -> {F32} {{
   %x = {shape('f32', X)} parameter(0)
   %w = {shape('f32', (3, 2, 3, 3))} parameter(1)
   %conv = {F32} convolution({shape('f32', X)} %x, {shape('f32', (3, 2, 3, 3))} %w), window={{size=3x3 pad=1_1x1_1}}, dim_labels=bf01_oi01->bf01
-  ROOT %t = {F32} tanh({F32} %conv)
+  ROOT %t = {F32} transpose({F32} %conv), dimensions={{0,1,3,2}}
 }}
 """
     m = parse_module(text)
@@ -278,10 +279,10 @@ def test_float_depthwise_convolution_takes_its_bias_and_relu6():
 
 
 def test_float_depthwise_epilogue_stops_at_what_its_kernel_cannot_apply():
-    # tanh is no epilogue step
+    # floor is no epilogue step (a library call on baseline x86-64)
     m, _ = float_fused(depthwise(f"""
       %a = {FY} add({FY} %conv, {FY} %bb)
-      %y = {FY} tanh({FY} %a)"""), loop_fusion=True)
+      %y = {FY} floor({FY} %a)"""), loop_fusion=True)
     (fusion,) = output_fusions(m)
     assert fused_ops(fusion) == ["convolution", "broadcast", "add"]
     assert m.entry.root is not fusion
@@ -326,7 +327,7 @@ def test_the_residual_keeps_its_buffer():
       %t = {FY} tanh({FY} %r)
       %y = {FY} divide({FY} %s, {FY} %t)"""), loop_fusion=True)
     (fusion,) = output_fusions(m)
-    assert fused_ops(fusion) == ["convolution", "add"]
+    assert fused_ops(fusion) == ["convolution", "add", "divide"]
     assert in_place_operands(fusion) == []
     assert fusion not in MemoryModel(m).in_place
 
@@ -368,18 +369,28 @@ ENTRY %main (x: f32[1,6,6,3]{{3,2,1,0}}, w: f32[3,3,1,3]{{3,2,1,0}}) -> f32[1,6,
     assert not OutputFusion().run(m)
 
 
-def test_does_not_subtract_the_running_value_from_a_bias():
+def test_float_convolution_takes_the_running_value_as_any_operand():
     m, changed = float_fused(depthwise(f"""
       %y = {FY} subtract({FY} %bb, {FY} %conv)"""))
-    assert not changed
+    assert changed
 
 
 # -- float dots: bias per column, activation, residual ----------------------------------
 
+ADD = """
+%add (a: f32[]{}, b: f32[]{}) -> f32[]{} {
+  %a = f32[]{} parameter(0)
+  %b = f32[]{} parameter(1)
+  ROOT %s = f32[]{} add(f32[]{} %a, f32[]{} %b)
+}
+"""
+MAX = ADD.replace("%add", "%max").replace("} add(", "} maximum(")
+
+
 def dot_module(tail: str, rhs=(16, 12), out=(8, 12), dims="lhs_contracting_dims={1}, "
-               "rhs_contracting_dims={0}") -> str:
+               "rhs_contracting_dims={0}", computations: str = "") -> str:
     """%d = a (8 x 16) . w, with %b, %zero and %r (of the result's shape) to read;
-    ``tail`` computes on from %d."""
+    ``tail`` computes on from %d; ``computations`` (reducers) go before the entry."""
     y = shape("f32", out)
     wv = np.linspace(-1, 1, int(np.prod(rhs))).reshape(rhs)
     body = f"""
@@ -388,7 +399,7 @@ def dot_module(tail: str, rhs=(16, 12), out=(8, 12), dims="lhs_contracting_dims=
       %w = {shape('f32', rhs)} constant({lit(wv, dtypes.F32)})
       %d = {y} dot({shape('f32', (8, 16))} %a, {shape('f32', rhs)} %w), {dims}
       %zero = f32[]{{}} constant(0){tail}"""
-    return module(f"a: {shape('f32', (8, 16))}, r: {y}", y, body)
+    return module(f"a: {shape('f32', (8, 16))}, r: {y}", y, body, computations)
 
 
 DY = shape("f32", (8, 12))
@@ -409,13 +420,82 @@ def test_float_dot_takes_its_bias_residual_and_relu():
     assert fused_ops(fusion) == ["dot", "broadcast", "add", "add", "broadcast", "maximum"]
 
 
-def test_float_dot_epilogue_stops_at_gelus_erf():
-    m, _ = float_fused(dot_module(DOT_BIAS + f"""
+GELU = f"""
       %s = {DY} add({DY} %d, {DY} %bb)
-      %y = {DY} erf({DY} %s)"""), loop_fusion=True)
+      %c = f32[]{{}} constant(0.70710677)
+      %cb = {DY} broadcast(f32[]{{}} %c), dimensions={{}}
+      %h = {DY} multiply({DY} %s, {DY} %cb)
+      %e = {DY} erf({DY} %h)
+      %one = f32[]{{}} constant(1)
+      %oneb = {DY} broadcast(f32[]{{}} %one), dimensions={{}}
+      %p = {DY} add({DY} %e, {DY} %oneb)
+      %q = {DY} multiply({DY} %s, {DY} %p)
+      %half = f32[]{{}} constant(0.5)
+      %halfb = {DY} broadcast(f32[]{{}} %half), dimensions={{}}"""
+
+
+def test_float_dot_takes_its_bias_and_gelu():
+    # GELU reads the biased value twice (erf's argument and the product): the epilogue
+    # is the whole diamond, one value leaves the kernel
+    m, changed = float_fused(dot_module(DOT_BIAS + GELU + f"""
+      %y = {DY} multiply({DY} %q, {DY} %halfb)"""), loop_fusion=True)
+    assert changed
     (fusion,) = output_fusions(m)
-    assert fused_ops(fusion) == ["dot", "broadcast", "add"]
-    assert m.entry.root is not fusion
+    assert m.entry.root is fusion
+    assert [op for op in fused_ops(fusion) if op != "broadcast"] == \
+        ["dot", "add", "multiply", "erf", "add", "multiply", "multiply"]
+
+
+def test_float_dot_takes_a_select_by_a_compare():
+    # LeakyReLU: x >= 0 ? x : 0.1 x
+    m, changed = float_fused(dot_module(f"""
+      %zb = {DY} broadcast(f32[]{{}} %zero), dimensions={{}}
+      %ge = pred[8,12]{{1,0}} compare({DY} %d, {DY} %zb), direction=GE
+      %k = f32[]{{}} constant(0.1)
+      %kb = {DY} broadcast(f32[]{{}} %k), dimensions={{}}
+      %n = {DY} multiply({DY} %d, {DY} %kb)
+      %y = {DY} select(pred[8,12]{{1,0}} %ge, {DY} %d, {DY} %n)"""), loop_fusion=True)
+    assert changed
+    (fusion,) = output_fusions(m)
+    assert m.entry.root is fusion
+    assert [op for op in fused_ops(fusion) if op != "broadcast"] == \
+        ["dot", "compare", "multiply", "select"]
+
+
+def test_float_dot_epilogue_ends_where_a_value_is_read_outside():
+    # %p is read by the kernel's root and by a reduce: GELU's last product stays out,
+    # and so does everything %p needs but the dot's own chain up to %s
+    m, _ = float_fused(dot_module(DOT_BIAS + GELU + f"""
+      %z2 = f32[]{{}} constant(0)
+      %sum = f32[]{{}} reduce({DY} %p, f32[]{{}} %z2), dimensions={{0,1}}, to_apply=%add
+      %sb = {DY} broadcast(f32[]{{}} %sum), dimensions={{}}
+      %y = {DY} add({DY} %q, {DY} %sb)""", computations=ADD), loop_fusion=False)
+    (fusion,) = output_fusions(m)
+    assert [op for op in fused_ops(fusion) if op != "broadcast"] == ["dot", "add"]
+
+
+def test_does_not_take_a_diamond_whose_branch_is_read_outside():
+    # exp(d) + tanh(d), exp(d) also read by a reduce: no single exit holds the dot
+    m, changed = float_fused(dot_module(f"""
+      %ex = {DY} exponential({DY} %d)
+      %th = {DY} tanh({DY} %d)
+      %z2 = f32[]{{}} constant(0)
+      %sum = f32[]{{}} reduce({DY} %ex, f32[]{{}} %z2), dimensions={{0,1}}, to_apply=%add
+      %sb = {DY} broadcast(f32[]{{}} %sum), dimensions={{}}
+      %t = {DY} add({DY} %ex, {DY} %th)
+      %y = {DY} add({DY} %t, {DY} %sb)""", computations=ADD))
+    assert not changed and not output_fusions(m)
+
+
+def test_does_not_take_an_operand_computed_from_the_dot():
+    # d - max over rows of d, broadcast along the columns: the kernel would need its
+    # own result before storing it (a softmax's shift)
+    m, changed = float_fused(dot_module(f"""
+      %lo = f32[]{{}} constant(-inf)
+      %mx = f32[12]{{0}} reduce({DY} %d, f32[]{{}} %lo), dimensions={{0}}, to_apply=%max
+      %mb = {DY} broadcast(f32[12]{{0}} %mx), dimensions={{1}}
+      %y = {DY} subtract({DY} %d, {DY} %mb)""", computations=MAX))
+    assert not changed and not output_fusions(m)
 
 
 def test_does_not_fuse_a_bias_along_a_dots_rows():

@@ -88,12 +88,16 @@ def winograd(batch: int = 1):
 
 def encoder():
     """Batched dots (attention), a matrix-vector product, softmax and layer norm rows; a
-    bias and ReLU fused into a product, a residual into a batched one."""
+    bias and erf-GELU fused into a product, a residual into a batched one."""
     n = helper.make_node
     return _model([
         n("MatMul", ["x", "wq"], ["q0"]),
         n("Add", ["q0", "bq"], ["q1"]),
-        n("Relu", ["q1"], ["q"]),
+        n("Div", ["q1", "sqrt2"], ["q2"]),
+        n("Erf", ["q2"], ["q3"]),
+        n("Add", ["q3", "one"], ["q4"]),
+        n("Mul", ["q1", "q4"], ["q5"]),
+        n("Mul", ["q5", "half"], ["q"]),
         n("Transpose", ["q"], ["qt"], perm=[0, 2, 1]),
         n("MatMul", ["q", "qt"], ["s"]),
         n("Softmax", ["s"], ["p"], axis=-1),
@@ -103,7 +107,8 @@ def encoder():
         n("MatMul", ["ln", "v"], ["y"]),
     ], [("x", [3, 96, 200])], [("y", [3, 96])], [
         _weights("wq", (200, 200)), _weights("bq", (200,)), _weights("g", (200,)), _weights("beta", (200,)),
-        _weights("v", (200,))])
+        _weights("v", (200,))] + [numpy_helper.from_array(np.array(v, np.float32), name)
+                                  for name, v in (("sqrt2", 2 ** 0.5), ("one", 1), ("half", 0.5))])
 
 
 def mlp():

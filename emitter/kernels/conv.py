@@ -63,7 +63,8 @@ from .gemm import (GemmShape, MatrixPacker, Tiling, emit_gemm, scratch_floats, t
                    whole_or_tail)
 from .sizes import first_lanes, imin, product as size_product, splat_i32
 from .vec import (F32, const_vec, fma, lane_mask, load_vec, masked_gather, masked_load,
-                  masked_store, offset_ptr, splat, store_vec, vec_type, zeros)
+                  masked_store, offset_ptr, splat, store_vec, transpose_square, vec_type,
+                  zeros)
 from .winograd import WinogradConv
 
 
@@ -686,24 +687,6 @@ class DirectConv(EpilogueOperands):
                     pixels(full, b.sub(p, full))
 
 
-def _transpose(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
-    """The transpose of a square of vectors (rows[i][j] -> out[j][i]), ``len(rows)`` a
-    power of two equal to the lanes: one two-input shuffle per vector and stage, each
-    stage swapping one bit of the row index with that bit of the lane index."""
-    n = len(rows)
-    rows = list(rows)
-    d = 1
-    while d < n:
-        lo = const_vec(I32, [n + c - d if c & d else c for c in range(n)])
-        hi = const_vec(I32, [n + c if c & d else c + d for c in range(n)])
-        for i in range(n):
-            if not i & d:
-                x, y = rows[i], rows[i + d]
-                rows[i], rows[i + d] = b.shuffle_vector(x, y, lo), b.shuffle_vector(x, y, hi)
-        d <<= 1
-    return rows
-
-
 @dataclass(frozen=True)
 class ChannelConv(EpilogueOperands):
     """Direct 2-D convolution vectorized over output channels, for stems (few input
@@ -959,7 +942,7 @@ class ChannelConv(EpilogueOperands):
                         epilogue.apply(b, b.load(pixel[v], typ=vty), values[v])
                         for pixel in row]
                 vals += [zeros(vty)] * (lanes - cols)
-                for j, out in enumerate(_transpose(b, vals)):
+                for j, out in enumerate(transpose_square(b, vals)):
                     at = b.add(b.mul(i64(v * lanes + j), p), out0)
                     if after:
                         operands = epilogue.values(b, extra, b.add(channel0, i64(v * lanes + j)),

@@ -157,6 +157,7 @@ class FastDot(EpilogueOperands):
     vector_lhs: bool        # gemv: A is the vector (M == 1), else B is (N == 1)
     unit_bn: bool           # gemm: B's columns are contiguous, packed with vector loads
     tiling: Tiling
+    unit_bk: bool = False   # gemm: B's rows are contiguous (B transposed), packed by columns
     epilogue: Epilogue = NO_EPILOGUE
 
     @property
@@ -184,7 +185,8 @@ class FastDot(EpilogueOperands):
         if self.path in ("gemm", "gemm_direct"):
             g = GemmShape(s["m"], s["n"], s["k"], s["a_sm"], s["a_sk"], s["c_sm"])
             if self.path == "gemm":
-                packer = MatrixPacker(bb, s["b_sk"], s["b_sn"], self.unit_bn, t, t.kc)
+                packer = MatrixPacker(bb, s["b_sk"], s["b_sn"], self.unit_bn, t, t.kc,
+                                      self.unit_bk)
             else:
                 packer = DirectRows(bb, s["b_sk"], t.kc)
             emit_gemm(b, g, a, c, packer, scratch, t,
@@ -237,7 +239,8 @@ def plan_dot(instr: Instruction, target, lean: bool = False) -> KernelPlan:
                       f"batch{i}.sb": loop.sb, f"batch{i}.sc": loop.sc})
     spec = FastDot(path, len(plan.batch), vector_lhs=path in ("row_dot", "row_stream")
                    and plan.m == 1,
-                   unit_bn=path == "gemm" and plan.b_sn == 1, tiling=tiling)
+                   unit_bn=path == "gemm" and plan.b_sn == 1, tiling=tiling,
+                   unit_bk=path == "gemm" and plan.b_sn != 1 and plan.b_sk == 1)
     # The packed sliver holds at most K rows: a short K (an RNN's input projection, K =
     # its features) needs a fraction of the KC-row scratch the shared code allows for.
     scratch = scratch_floats(tiling, min(plan.k, tiling.kc)) * 4 if path == "gemm" else None

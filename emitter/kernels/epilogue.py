@@ -1,21 +1,25 @@
 """The epilogue a float convolution or dot kernel applies to its results in registers.
 
-An output fusion (optimizer/fusion.py) holds a float convolution or dot and the chain of
+An output fusion (optimizer/fusion.py) holds a float convolution or dot and the
 element-wise steps after it that a kernel can apply to a vector of results before
-storing it: a bias or scale per output channel, ReLU's maximum, ReLU6's clamp, and a
-residual add (an operand of the output's own shape, read at the elements being stored).
-``plan_epilogue`` turns the fused computation into an ``Epilogue``; each kernel loads
-what the steps read where it stores (``values`` per channel, ``columns`` per vector of
-channels, ``full`` at the stored elements) and ``apply``\\ s the steps.
+storing it (any DAG of them with one exit: a bias or scale per output channel, ReLU,
+clamp, GELU's erf, SiLU's logistic, a compare and select, a residual add of an operand
+of the output's own shape, read at the elements being stored). ``plan_epilogue`` turns
+the fused computation into an ``Epilogue``; each kernel loads what the steps read where
+it stores (``values`` per channel, ``columns`` per vector of channels, ``full`` at the
+stored elements) and ``apply``\\ s the steps: the element generators of their opcodes
+(elemental.RULES) on vectors, so the kernel computes what an element loop would.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from llvmlite import ir
 
 from ...hlo import Instruction, Opcode, dtypes
-from ...optimizer.fusion import keeps_columns, output_channel_dim, output_fusion_core
+from ...optimizer.fusion import (FLOAT_EPILOGUE, keeps_columns, output_channel_dim,
+                                 output_fusion_core)
+from ..elemental import RULES, ElementalEmitter
 from .vec import F32, const_vec, load_vec, masked_load, offset_ptr, splat, vec_type
 
 
@@ -24,20 +28,25 @@ class Epilogue:
     """Element-wise steps a kernel applies to each vector of results in registers before
     storing it.
 
-    A step is ``(opcode, args)``; an arg is ``("acc",)`` the running value, ``("const",
-    v)`` a constant (compiled in), ``("scalar", k)`` element 0 of extra operand k,
-    ``("channel", k)`` element c of extra operand k for output channel c, or ``("full",
-    k)`` the element of extra operand k (of the output's shape) at the index being
-    stored. ``pointers``: how many extra operands the kernel takes (the fusion's operands
-    after the input and the weights).
+    A step is ``(opcode, args, direction)`` (``direction``: a compare's, else None), in
+    the fused computation's order, the last one its root; an arg is ``("acc",)`` the
+    accumulators, ``("step", j)`` the value of step j, ``("const", v)`` a constant
+    (compiled in), ``("scalar", k)`` element 0 of extra operand k, ``("channel", k)``
+    element c of extra operand k for output channel c, or ``("full", k)`` the element of
+    extra operand k (of the output's shape) at the index being stored. ``pointers``: how
+    many extra operands the kernel takes (the fusion's operands after the input and the
+    weights). ``instructions``: the fused instructions of the steps, whose element
+    generators ``apply`` runs (left out of equality: equal steps are equal code, so
+    kernels of equal epilogues share a function).
 
     ``lanes`` None below means scalars: a kernel storing one element at a time.
     """
     steps: tuple = ()
     pointers: int = 0
+    instructions: tuple = field(default=(), compare=False, repr=False)
 
     def _args(self, kind: str) -> list[tuple]:
-        return list(dict.fromkeys(a for _, args in self.steps for a in args if a[0] == kind))
+        return list(dict.fromkeys(a for _, args, _ in self.steps for a in args if a[0] == kind))
 
     def values(self, b: ir.IRBuilder, extra, channel: ir.Value, lanes: int | None) -> dict:
         """The splatted per-channel operands of output channel ``channel``, the scalars and
@@ -84,10 +93,24 @@ class Epilogue:
                      for k, p in enumerate(extra))
 
     def apply(self, b: ir.IRBuilder, acc: ir.Value, values: dict) -> ir.Value:
-        for opcode, args in self.steps:
-            xs = [acc if a == ("acc",) else values[a] for a in args]
-            acc = _EPILOGUE_OPS[opcode](b, *xs)
-        return acc
+        """The root's value from the accumulators ``acc`` (a vector, or a scalar where
+        ``lanes`` was None) and the loaded operands ``values``; each step is the element
+        generator of its opcode (elemental.RULES) on vectors, so a fused epilogue
+        computes what the element loop would, transcendental functions included."""
+        em = ElementalEmitter(b, constants=None)
+        results: list[ir.Value] = []
+
+        def value(a):
+            return acc if a == ("acc",) else results[a[1]] if a[0] == "step" else values[a]
+        for (opcode, args, _), instr in zip(self.steps, self.instructions):
+            xs = [value(a) for a in args]
+            if opcode == "compare":
+                results.append(_compare(b, instr.attrs["direction"], *xs))
+            elif opcode == "select":
+                results.append(b.select(*xs))
+            else:
+                results.append(RULES[instr.opcode](em, instr, [_given(x) for x in xs], []))
+        return results[-1] if results else acc
 
     @property
     def channel_operands(self) -> frozenset[int]:
@@ -148,31 +171,29 @@ def _load(b: ir.IRBuilder, ptr: ir.Value, lanes: int | None, mask) -> ir.Value:
     return load_vec(b, ptr, vty) if mask is None else masked_load(b, ptr, vty, mask)
 
 
-def _max(b, x, y):
-    # As the element generators compute maximum: NaN-propagating (elemental._float_max).
-    return b.select(b.or_(b.fcmp_ordered(">", x, y), b.fcmp_unordered("uno", x, x)), x, y)
+def _given(x: ir.Value):
+    return lambda index: x
 
 
-def _min(b, x, y):
-    return b.select(b.or_(b.fcmp_ordered("<", x, y), b.fcmp_unordered("uno", x, x)), x, y)
+_COMPARE = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
 
 
-_EPILOGUE_OPS = {
-    "add": lambda b, x, y: b.fadd(x, y),
-    "subtract": lambda b, x, y: b.fsub(x, y),
-    "multiply": lambda b, x, y: b.fmul(x, y),
-    "maximum": _max,
-    "minimum": _min,
-    "clamp": lambda b, lo, x, hi: _min(b, _max(b, x, lo), hi),
-}
+def _compare(b: ir.IRBuilder, direction: str, x: ir.Value, y: ir.Value) -> ir.Value:
+    # As elemental._compare, left as i1 (lanes) for the select that reads it: ordered
+    # (false on NaN) except NE.
+    op = _COMPARE[direction]
+    return (b.fcmp_unordered if op == "!=" else b.fcmp_ordered)(op, x, y)
+
+
 NO_EPILOGUE = Epilogue()
 
 
 def plan_epilogue(fusion: Instruction) -> Epilogue | None:
     """The epilogue of an output fusion whose core is a float convolution or dot reading
-    parameters 0 and 1 and whose other instructions form a chain of the steps above
-    (and, after a dot, reshapes that keep its last dim, which change no element's
-    place), else None (the fusion is then a loop of element generators)."""
+    parameters 0 and 1 and whose other instructions are ``FLOAT_EPILOGUE`` steps, the
+    root the last (reshapes that keep a dot's last dim change no element's place),
+    each reading the accumulators, earlier steps and the args above, else None (the
+    fusion is then a loop of element generators)."""
     fused = fusion.called[0]
     core = output_fusion_core(fused)
     params = fused.parameters
@@ -180,27 +201,34 @@ def plan_epilogue(fusion: Instruction) -> Epilogue | None:
             [o.opcode for o in core.operands] != [Opcode.PARAMETER] * 2 or \
             [o.attrs["number"] for o in core.operands] != [0, 1]:
         return None
-    users = fused.users()
-    steps, cur = [], core
-    while cur is not fused.root:
-        if len(users[cur]) != 1:
-            return None
-        u = users[cur][0]
-        if keeps_columns(u, cur, core):
-            cur = u
+    args: dict[Instruction, tuple] = {core: ("acc",)}
+    steps, instructions = [], []
+    for instr in fused.instructions:
+        if instr in args or instr in core.operands or instr.opcode in _LEAVES:
             continue
-        if u.opcode.text not in _EPILOGUE_OPS or u.shape != cur.shape \
-                or u.operands.count(cur) != 1:
+        if keeps_columns(instr, instr.operands[0], core) and instr.operands[0] in args:
+            args[instr] = args[instr.operands[0]]
+            continue
+        if instr.opcode not in FLOAT_EPILOGUE or \
+                instr.shape.num_elements != core.shape.num_elements:
             return None
-        args = []
-        for o in u.operands:
-            arg = ("acc",) if o is cur else _epilogue_arg(o, core, cur.shape)
+        step_args = []
+        for o in instr.operands:
+            arg = args.get(o) or _epilogue_arg(o, core, instr.shape)
             if arg is None:
                 return None
-            args.append(arg)
-        steps.append((u.opcode.text, tuple(args)))
-        cur = u
-    return Epilogue(tuple(steps), len(params) - 2)
+            step_args.append(arg)
+        args[instr] = ("step", len(steps))
+        steps.append((instr.opcode.text, tuple(step_args), instr.attrs.get("direction")))
+        instructions.append(instr)
+    if not steps or args.get(fused.root) != ("step", len(steps) - 1) \
+            or fused.root.shape.dtype != dtypes.F32:
+        return None
+    return Epilogue(tuple(steps), len(params) - 2, tuple(instructions))
+
+
+# Operands of the steps, read through _epilogue_arg where a step uses them.
+_LEAVES = frozenset({Opcode.PARAMETER, Opcode.CONSTANT, Opcode.BROADCAST})
 
 
 def _epilogue_arg(o: Instruction, core: Instruction, shape):
@@ -212,7 +240,7 @@ def _epilogue_arg(o: Instruction, core: Instruction, shape):
         if not all(n == 1 or d == channel for n, d in zip(src.shape.dims, o.attrs["dimensions"])):
             return None
         o, per_channel = src, True
-    if o.opcode is Opcode.CONSTANT and o.shape.num_elements == 1:
+    if o.opcode is Opcode.CONSTANT and o.shape.num_elements == 1 and o.shape.dtype == dtypes.F32:
         return ("const", float(o.literal.reshape(())))
     if o.opcode is Opcode.PARAMETER and o.shape.dtype == dtypes.F32 and o.attrs["number"] >= 2:
         if o.shape.num_elements == 1:

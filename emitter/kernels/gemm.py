@@ -38,7 +38,7 @@ from llvmlite import ir
 from ..irutil import alloca_once, for_range, i64
 from .sizes import ceil_div, first_lanes, imin
 from .vec import (F32, fma, load_vec, masked_load, masked_store, offset_ptr, splat, store_vec,
-                  vec_type, zeros)
+                  transpose_square, vec_type, zeros)
 
 
 @dataclass(frozen=True)
@@ -91,16 +91,55 @@ def whole_or_tail(b: ir.IRBuilder, valid: ir.Value, t: Tiling, pack_columns) -> 
 @dataclass(frozen=True)
 class MatrixPacker:
     """Packs a strided matrix B: element (k, n) at ``base[k*sk + n*sn]``; ``unit_n``
-    (compile time) says sn == 1, which allows vector loads."""
+    (compile time) says sn == 1, which allows vector loads; ``unit_k`` says sk == 1 (a
+    transposed B, such as K^T in attention): each column is a run of floats, copied
+    down the sliver (``_pack_columns``)."""
     base: ir.Value
     sk: ir.Value
     sn: ir.Value
     unit_n: bool
     tiling: Tiling
     k_block: int
+    unit_k: bool = False
 
     def pack(self, b, dst, k0, kc, n0, valid):
+        if self.unit_k and not self.unit_n:
+            self._pack_columns(b, dst, k0, kc, n0, valid)
+            return
         whole_or_tail(b, valid, self.tiling, lambda v: self._pack(b, dst, k0, kc, n0, v))
+
+    def _pack_columns(self, b, dst, k0, kc, n0, valid):
+        """Column j of the sliver (kc contiguous floats of B) into place j of each packed
+        row; columns past ``valid`` are zeros (their reads stay in column n0). Groups of
+        ``lanes`` real columns go as squares of vectors transposed in registers, down to
+        the last multiple of ``lanes`` rows; the rest one float at a time."""
+        t = self.tiling
+        nr, lanes = t.nr, t.lanes
+        vty = vec_type(F32, lanes)
+        whole = b.mul(b.sdiv(kc, i64(lanes)), i64(lanes)) if lanes >= 4 else i64(0)
+        if lanes >= 4:
+            for g in range(t.nv):
+                with b.if_then(b.icmp_signed(">=", valid, i64((g + 1) * lanes))):
+                    cols = [b.mul(b.add(n0, i64(g * lanes + j)), self.sn)
+                            for j in range(lanes)]
+                    with for_range(b, whole, "pk", step=lanes) as k:
+                        at = b.add(k0, k)
+                        rows = transpose_square(b, [
+                            load_vec(b, offset_ptr(b, self.base, F32, b.add(c, at)), vty)
+                            for c in cols])
+                        for i, row in enumerate(rows):
+                            store_vec(b, row, offset_ptr(b, dst, F32, b.add(
+                                b.mul(b.add(k, i64(i)), i64(nr)), i64(g * lanes))))
+        with for_range(b, i64(nr), "pj") as j:
+            real = b.icmp_signed("<", j, valid)
+            group_real = b.icmp_signed("<=", b.add(b.sub(j, b.srem(j, i64(lanes))),
+                                                   i64(lanes)), valid)
+            start = b.select(group_real, whole, i64(0))
+            src = b.add(k0, b.mul(b.select(real, b.add(n0, j), n0), self.sn))
+            with for_range(b, kc, "pk", start=start) as k:
+                val = b.load(offset_ptr(b, self.base, F32, b.add(src, k)), typ=F32)
+                b.store(b.select(real, val, ir.Constant(F32, 0.0)),
+                        offset_ptr(b, dst, F32, b.add(b.mul(k, i64(nr)), j)))
 
     def _pack(self, b, dst, k0, kc, n0, valid):
         """``valid`` None: all NR columns; else columns past it are written as zeros."""

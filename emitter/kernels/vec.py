@@ -104,3 +104,21 @@ def offset_ptr(b: ir.IRBuilder, base: ir.Value, elem: ir.Type, index) -> ir.Valu
     """``base + index`` elements; no ``inbounds``: im2col rows may start before the array."""
     idx = ir.Constant(I64, index) if isinstance(index, int) else index
     return b.gep(base, [idx], source_etype=elem)
+
+
+def transpose_square(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
+    """The transpose of a square of vectors (rows[i][j] -> out[j][i]), ``len(rows)`` a
+    power of two equal to the lanes: one two-input shuffle per vector and stage, each
+    stage swapping one bit of the row index with that bit of the lane index."""
+    n = len(rows)
+    rows = list(rows)
+    d = 1
+    while d < n:
+        lo = const_vec(I32, [n + c - d if c & d else c for c in range(n)])
+        hi = const_vec(I32, [n + c if c & d else c + d for c in range(n)])
+        for i in range(n):
+            if not i & d:
+                x, y = rows[i], rows[i + d]
+                rows[i], rows[i + d] = b.shuffle_vector(x, y, lo), b.shuffle_vector(x, y, hi)
+        d <<= 1
+    return rows
