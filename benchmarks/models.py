@@ -195,10 +195,11 @@ def measure(name: str, model: onnx.ModelProto, samples: int, sample_s: float) ->
 
 # -- profile ------------------------------------------------------------------------------
 
-def profile(name: str, model: onnx.ModelProto, runs: int, top: int) -> None:
-    """Time per HLO instruction of ``model`` (see the module docstring)."""
-    from xlac.emitter import EmitOptions, emit, kernels, make_target, scratch_bytes
-    from xlac.hlo import Opcode
+def compile_profiled(name: str, model: onnx.ModelProto, path: Path, parallel: bool = False):
+    """Compile ``model`` to ``path`` with a cycle counter around every step
+    (``EmitOptions(profile=True)``); returns the C name, the optimized module and the
+    Artifact (``profile_sites``: each slot's instruction name)."""
+    from xlac.emitter import EmitOptions, emit, make_target, scratch_bytes
     from xlac.importers.onnx import import_onnx
     from xlac.optimizer import optimize, plan_memory
 
@@ -208,44 +209,43 @@ def profile(name: str, model: onnx.ModelProto, runs: int, top: int) -> None:
     assignment = plan_memory(module, alignment=target.arena_align,
                              scratch=lambda i: scratch_bytes(i, target),
                              lean_scratch=lambda i: scratch_bytes(i, target, lean=True))
-    art = emit(module, assignment, EmitOptions(cname, profile=True))
-    with tempfile.TemporaryDirectory() as tmp:
-        obj = Path(tmp) / f"{cname}.o"
-        obj.write_bytes(art.object_code)
-        obj.with_suffix(".h").write_text(art.header)
-        m = xlac.load(obj)
-    # Which instruction each call site runs: loops are named after their instruction;
-    # a kernel shared by equal kernel keys after the first of them, so its sites take
-    # the instructions of that key in the order NAME_compute calls them.
-    by_name = {}
-    shared: dict[str, list] = {}
-    first_of_key = {}
+    art = emit(module, assignment, EmitOptions(cname, profile=True, parallel=parallel))
+    path.write_bytes(art.object_code)
+    path.with_suffix(".h").write_text(art.header)
+    return cname, module, art
 
-    def walk(comp):
-        for instr in assignment.computations[comp].order if comp is not module.entry \
-                else assignment.order:
-            by_name[f"{cname}.{instr.name}"] = instr
-            if instr.opcode is Opcode.WHILE:
-                for c in instr.called:
-                    walk(c)
-            elif kernels.is_kernel(instr, target) and instr.shape.num_elements:
-                key = kernels.kernel_key(instr, target, instr in assignment.lean_kernels)
-                first = first_of_key.setdefault(key, instr)
-                shared.setdefault(f"{cname}.{first.name}", []).append(instr)
-    walk(module.entry)
-    sites = []
-    for callee in art.profile_sites:
-        queue = shared.get(callee)
-        sites.append(queue.pop(0) if queue else by_name.get(callee))
+
+def counters(lib, cname: str, prefix: str, n: int, what=("cycles", "calls")):
+    """The exported u64 arrays NAME_``prefix``_``what`` of a profiled library, as numpy
+    views."""
+    return [np.ctypeslib.as_array((ctypes.c_uint64 * max(n, 1)).in_dll(
+        lib, f"{cname}_{prefix}_{w}")) for w in what]
+
+
+def ms_per_cycle(lib, cname: str) -> float:
+    """The cycle counter's period, from a timed sleep (rdtsc ticks at a constant rate)."""
+    counter = getattr(lib, f"{cname}_profile_counter")
+    counter.restype = ctypes.c_uint64
+    c0, t0 = counter(), time.perf_counter()
+    time.sleep(0.05)
+    return (time.perf_counter() - t0) * 1e3 / max(counter() - c0, 1)
+
+
+def profile(name: str, model: onnx.ModelProto, runs: int, top: int) -> None:
+    """Time per HLO instruction of ``model`` (see the module docstring)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        obj = Path(tmp) / f"{name}.o"
+        cname, module, art = compile_profiled(name, model, obj)
+        m = xlac.load(obj)
+    by_name = {i.name: i for c in module.computations for i in c.instructions}
+    sites = [by_name.get(label) for label in art.profile_sites]
 
     feeds = graph_inputs(model, np.random.default_rng(1))
     xs = [feeds[i.name] for i in model.graph.input if i.name in feeds]
     outs = [np.empty(t.shape, t.dtype) for t in m.outputs]
     arena = m.new_arena()
     lib = ctypes.CDLL(str(m.library_path))
-    n = max(len(sites), 1)
-    cycles = np.ctypeslib.as_array((ctypes.c_uint64 * n).in_dll(lib, f"{cname}_profile_cycles"))
-    calls = np.ctypeslib.as_array((ctypes.c_uint64 * n).in_dll(lib, f"{cname}_profile_calls"))
+    cycles, calls = counters(lib, cname, "profile", len(sites))
     m.run(xs, outs, arena)
     per_run, walls = [], []
     for _ in range(runs):         # per site, the median over runs: robust to load spikes
@@ -257,13 +257,8 @@ def profile(name: str, model: onnx.ModelProto, runs: int, top: int) -> None:
     counts = calls // (runs + 1)
     med = np.median(np.array(per_run, dtype=np.float64), axis=0)
     wall_ms = statistics.median(walls) * 1e3
-    # The counter's rate, from a timed loop (rdtsc ticks at a constant rate).
-    counter = getattr(lib, f"{cname}_profile_counter")
-    counter.restype = ctypes.c_uint64
-    c0, t0 = counter(), time.perf_counter()
-    time.sleep(0.05)
-    ms_per_cycle = (time.perf_counter() - t0) * 1e3 / max(counter() - c0, 1)
-    inside = float(med.sum()) * ms_per_cycle
+    period = ms_per_cycle(lib, cname)
+    inside = float(med.sum()) * period
     print(f"{name}: {wall_ms:.3f} ms per run (median of {runs}), {inside:.3f} ms in its "
           f"{len(sites)} call sites, the rest in the call from Python and the entry; "
           f"load average {os.getloadavg()[0]:.2f}")
@@ -271,7 +266,7 @@ def profile(name: str, model: onnx.ModelProto, runs: int, top: int) -> None:
     for k in np.argsort(-med)[:top]:
         instr = sites[k]
         what = _describe(instr) if instr is not None else art.profile_sites[k]
-        print(f"{med[k] * ms_per_cycle * 1e3:9.1f} {100 * med[k] / med.sum():5.1f}% "
+        print(f"{med[k] * period * 1e3:9.1f} {100 * med[k] / med.sum():5.1f}% "
               f"{counts[k]:6d}  {what}")
 
 

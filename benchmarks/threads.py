@@ -1,6 +1,7 @@
 """One thread against two: NAME_run_parallel next to onnxruntime's intra-op threads.
 
     python benchmarks/threads.py [--runs 15] [--threads 2] [--only NAME]
+    python benchmarks/threads.py --profile MODEL [--threads 2] [--top 25]
 
 Models: ResNet-18 and MobileNetV2 (benchmarks/memory_models.py, 224x224) and a
 BERT-style encoder (``bert_encoder``: sequence 128, hidden 256, 4 heads, FFN 1024,
@@ -14,15 +15,26 @@ gone), and
 the medians printed
 with xlac's speedup (1 thread / N threads) and the ratio xlac / onnxruntime at each
 thread count. The machine's load average is printed too: the cores may be shared.
+
+``--profile MODEL`` compiles MODEL with cycle counters around every step of both
+entries (emitter/profile.py) and prints, per HLO instruction, its time on one thread and
+on N, the speedup, how busy the step kept the pool (cycles inside its tasks over N times
+its time) and the time lost against a perfect split (N-thread time minus 1/N of the
+one-thread time), worst first; then the lost time in three parts: steps not split,
+dispatch and imbalance of split steps (their time minus their tasks' busy time / N),
+and tasks slower than their share of the one-thread time (memory bandwidth, work every
+task repeats).
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -33,6 +45,7 @@ import xlac
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from memory_models import mobilenet_v2, resnet18  # noqa: E402
+from models import _describe, compile_profiled, counters, ms_per_cycle  # noqa: E402
 
 
 def bert_encoder(seq: int = 128, hidden: int = 256, heads: int = 4, ffn: int = 1024,
@@ -109,13 +122,81 @@ def _bound(m: xlac.Model, x: np.ndarray):
     return m.bind([x], outputs, m.new_arena()), outputs
 
 
+def profile(name: str, model: onnx.ModelProto, n: int, runs: int, top: int) -> None:
+    """Per-step time of NAME_run against NAME_run_parallel on n threads (see the module
+    docstring)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        obj = Path(tmp) / f"{name}.o"
+        cname, module, art = compile_profiled(name, model, obj, parallel=True)
+        one, many = xlac.load(obj), xlac.load(obj, threads=n)
+    labels = art.profile_sites
+    assert labels == art.profile_parallel_sites, "the entries walk different steps"
+    by_name = {i.name: i for c in module.computations for i in c.instructions}
+    lib = ctypes.CDLL(str(one.library_path))
+    c1, calls = counters(lib, cname, "profile", len(labels))
+    cn, _, busy = counters(lib, cname, "profile_parallel", len(labels),
+                           ("cycles", "calls", "busy"))
+    inp = model.graph.input[0]
+    x = np.random.default_rng(0).standard_normal(
+        [d.dim_value for d in inp.type.tensor_type.shape.dim]).astype(np.float32)
+    run1, _ = _bound(one, x)
+    run_n, _ = _bound(many, x)
+    calls[:] = 0
+    run1()
+    calls = calls.copy()
+    run_n()
+    samples = [[], [], []]
+    walls = [[], []]
+    for _ in range(runs):         # per site, the median over runs: robust to load spikes
+        for k, fn in enumerate((run1, run_n)):
+            time.sleep(PAUSE_S)
+            for _ in range(SETTLE):
+                fn()
+            c1[:] = cn[:] = busy[:] = 0
+            t = time.perf_counter()
+            fn()
+            walls[k].append(time.perf_counter() - t)
+            if k == 0:
+                samples[0].append(c1.copy())
+            else:
+                samples[1].append(cn.copy())
+                samples[2].append(busy.copy())
+    period = ms_per_cycle(lib, cname) * 1e3          # us per cycle
+    t1, tn, tb = (np.median(np.array(v, dtype=np.float64), axis=0) * period for v in samples)
+    lost = tn - t1 / n
+    split = tb > 0
+    w1, wn = (statistics.median(w) * 1e3 for w in walls)
+    print(f"{name}: {w1:.3f} ms on one thread, {wn:.3f} ms on {n} ({w1 / wn:.2f}x; medians "
+          f"of {runs}); steps: {t1.sum() / 1e3:.3f} -> {tn.sum() / 1e3:.3f} ms; "
+          f"load average {os.getloadavg()[0]:.2f}")
+    print(f"lost against a perfect split: {lost.sum():.0f} us = "
+          f"{lost[~split].sum():.0f} in {int((~split).sum())} steps not split + "
+          f"{(tn - tb / n)[split].sum():.0f} dispatch and imbalance in "
+          f"{int(split.sum())} split steps + {(tb / n - t1 / n)[split].sum():.0f} tasks slower "
+          f"than their share")
+    print(f"{'1t us':>8} {f'{n}t us':>8} {'speedup':>7} {'busy':>5} {'lost us':>8} "
+          f"{'calls':>5}  instruction")
+    for k in np.argsort(-lost)[:top]:
+        instr = by_name.get(labels[k])
+        what = _describe(instr) if instr is not None else labels[k]
+        busy_pct = f"{100 * tb[k] / (n * tn[k]):4.0f}%" if split[k] else "    -"
+        print(f"{t1[k]:8.1f} {tn[k]:8.1f} {t1[k] / tn[k]:6.2f}x {busy_pct} {lost[k]:8.1f} "
+              f"{calls[k]:5d}  {what}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only", help="substring of the model names to run")
+    ap.add_argument("--profile", metavar="MODEL", choices=sorted(MODELS),
+                    help="time per HLO instruction of MODEL, one thread against N")
+    ap.add_argument("--top", type=int, default=25, help="rows of --profile")
     args = ap.parse_args()
     n = args.threads
+    if args.profile:
+        profile(args.profile, MODELS[args.profile](), n, args.runs, args.top)
+        return
     print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
     head = (f"{'model':<14} {'xlac 1t ms':>10} {f'xlac {n}t ms':>10} {'speedup':>8} "
             f"{'ort 1t ms':>10} {f'ort {n}t ms':>10} {'ratio 1t':>9} {f'ratio {n}t':>9} "

@@ -38,8 +38,8 @@ class EmitOptions:
     features: str | None = None
     opt_level: int = 2
     parallel: bool = False       # also NAME_run_parallel (emitter/parallel.py)
-    # Count cycles per call site of NAME_compute (profile.py); Artifact.profile_sites
-    # names each site's callee.
+    # Count cycles per step of NAME_compute (and NAME_compute_parallel) (profile.py);
+    # Artifact.profile_sites (profile_parallel_sites) names each slot's instruction.
     profile: bool = False
 
 
@@ -59,6 +59,7 @@ class Artifact:
     # the object where there is one, else the C library functions the IR calls.
     symbols: tuple[str, ...] = ()
     profile_sites: tuple[str, ...] = ()
+    profile_parallel_sites: tuple[str, ...] = ()
 
 
 def weights_section(name: str, target: TargetInfo) -> str | None:
@@ -83,11 +84,17 @@ def emit(module: Module, assignment: BufferAssignment, options: EmitOptions,
         llvm_module.data_layout = target.data_layout
         constants = ConstantPool(llvm_module, f"{options.name}.",
                                  Path(tmp) if use_incbin else None, section)
-        libcalls, thread_scratch = emit_entry(llvm_module, module, assignment, interface,
-                                              target, constants, options.parallel)
+        libcalls, thread_scratch, computes = emit_entry(
+            llvm_module, module, assignment, interface, target, constants, options.parallel)
         emit_model_info(llvm_module, interface, target, assignment.arena_size,
                         assignment.alignment)
-        sites = instrument_calls(llvm_module, options.name) if options.profile else []
+        sites, parallel_sites = [], []
+        if options.profile:
+            sites = instrument_calls(llvm_module, options.name, computes[0].sites)
+            if options.parallel:
+                parallel_sites = instrument_calls(llvm_module, options.name,
+                                                  computes[1].sites, computes[1].tasks,
+                                                  "profile_parallel")
         report_frame_sizes(llvm_module)
         parsed = None
         if kinds:   # the header alone (--emit hlo) needs the IR built, not compiled
@@ -122,6 +129,7 @@ def emit(module: Module, assignment: BufferAssignment, options: EmitOptions,
             footprint=footprint,
             symbols=symbols,
             profile_sites=tuple(sites),
+            profile_parallel_sites=tuple(parallel_sites),
         )
 
 

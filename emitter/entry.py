@@ -175,6 +175,11 @@ class _ComputeEmitter:
         self.libcalls: set[str] = set()
         self._kernels: dict[tuple, ir.Function] = {}
         self.thread_scratch = scratch
+        # Each step's call (a loop or kernel function, or the pool's parallel_for) with
+        # its instruction's name, and the task function of each split step: what
+        # profile.py brackets with cycle counts.
+        self.sites: list[tuple[ir.CallInstr, str]] = []
+        self.tasks: dict[str, ir.Function] = {}
         self.size_t = ir.IntType(target.pointer_bits)
         params = [PTR, PTR, PTR] + ([PTR] if scratch is not None else [])
         suffix = "_parallel" if scratch is not None else ""
@@ -342,7 +347,7 @@ class _ComputeEmitter:
             loc = self.assignment.scratch[instr]
             args.append(self.pointer(Place(loc.space, loc.index, loc.offset)))
         if split is None:
-            self.b.call(fn, args)
+            self.sites.append((self.b.call(fn, args), instr.name))
             return
         dim, cap = split
         extent = instr.shape.leaves()[0].dims[dim]
@@ -367,7 +372,8 @@ class _ComputeEmitter:
         for k, v in enumerate(pointers + [tasks]):
             b.store(v, b.gep(ctx, [ir.Constant(I32, 0), ir.Constant(I32, k)], inbounds=True))
         n = tasks if self.size_t.width == 64 else b.trunc(tasks, self.size_t)
-        b.call(self.parallel_for, [self.pool_ctx, fn, ctx, n])
+        self.sites.append((b.call(self.parallel_for, [self.pool_ctx, fn, ctx, n]), instr.name))
+        self.tasks[instr.name] = fn
 
     def _emit_kernel_call(self, instr: Instruction) -> None:
         # Kernels take the sizes that vary between layers as i64 arguments: ops with one
@@ -398,7 +404,8 @@ class _ComputeEmitter:
         if self.thread_scratch is not None:
             split = kernel_split(plan, tiling_for(self.target))
         if split is None:
-            self.b.call(fn, args + [i64(v) for v in plan.arguments])
+            self.sites.append((self.b.call(fn, args + [i64(v) for v in plan.arguments]),
+                               instr.name))
             return
         with_scratch = plan.scratch_bytes > 0
         n_extra = plan.spec.extra_operands
@@ -435,7 +442,7 @@ class _ComputeEmitter:
         fn = kernel.emit(self.llvm_module, self._function_name(instr), self.constants)
         args = [self.pointer(self.places[instr])]
         args += [self.pointer(self.places[instr.operands[k]]) for k in kernel.passed]
-        self.b.call(fn, args)
+        self.sites.append((self.b.call(fn, args), instr.name))
 
     def _memcpy(self, dst: ir.Value, src: ir.Value, size: int) -> None:
         memcpy = self.llvm_module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
@@ -553,18 +560,20 @@ def _emit_run(llvm_module: ir.Module, interface: ModelInterface, run_v: ir.Funct
 
 def emit_entry(llvm_module: ir.Module, module: Module, assignment: BufferAssignment,
                interface: ModelInterface, target: TargetInfo, constants: ConstantPool,
-               parallel: bool = False) -> tuple[set[str], ThreadScratch | None]:
+               parallel: bool = False
+               ) -> tuple[set[str], ThreadScratch | None, list[_ComputeEmitter]]:
     """Define NAME_compute, NAME_run_v and NAME_run, and with ``parallel``
     NAME_compute_parallel, NAME_run_parallel_v and NAME_run_parallel; returns the C
-    library functions the code calls (see ElementalEmitter.libcalls) and, with
-    ``parallel``, where the extra threads' scratch lies."""
+    library functions the code calls (see ElementalEmitter.libcalls), with
+    ``parallel`` where the extra threads' scratch lies, and the compute functions'
+    emitters (their ``sites`` and ``tasks``, for profile.py)."""
     compute = _ComputeEmitter(llvm_module, module, assignment, interface, target, constants)
     compute.emit()
     run_v = _emit_run_v(llvm_module, interface, compute.fn, assignment.arena_size,
                         assignment.alignment)
     _emit_run(llvm_module, interface, run_v)
     if not parallel:
-        return compute.libcalls, None
+        return compute.libcalls, None, [compute]
     scratch = thread_scratch(module, assignment, target)
     threaded = _ComputeEmitter(llvm_module, module, assignment, interface, target, constants,
                                scratch)
@@ -572,4 +581,4 @@ def emit_entry(llvm_module: ir.Module, module: Module, assignment: BufferAssignm
     run_pv = _emit_run_v(llvm_module, interface, run_v, assignment.arena_size,
                          assignment.alignment, threaded.fn, target.pointer_bits)
     _emit_run(llvm_module, interface, run_pv, parallel=True)
-    return compute.libcalls | threaded.libcalls, scratch
+    return compute.libcalls | threaded.libcalls, scratch, [compute, threaded]

@@ -1,13 +1,20 @@
-"""Cycle counts per call site of NAME_compute, for profiling (``EmitOptions.profile``).
+"""Cycle counts per step of NAME_compute and NAME_compute_parallel, for profiling
+(``EmitOptions.profile``).
 
-Every call NAME_compute makes to one of the model's functions (the loop of a fused
-instruction, a kernel) is bracketed by reads of the cycle counter
-(``llvm.readcyclecounter``: rdtsc on x86), and the difference is added to slot k of the
-exported ``u64 NAME_profile_cycles[]``, k counting the call sites in the order they
-appear in NAME_compute; ``NAME_profile_calls[k]`` counts how often site k ran (a site
-in a while loop's body runs once per iteration); ``u64 NAME_profile_counter(void)``
-reads the counter, so a caller can time its rate. The counters are plain globals, so a
-profiled object is for one thread at a time, never for deployment.
+Every call a compute function makes for a step (the loop of a fused instruction, a
+kernel, or the pool's parallel_for of a split step) is bracketed by reads of the cycle
+counter (``llvm.readcyclecounter``: rdtsc on x86), and the difference is added to slot
+k of the exported ``u64 NAME_profile_cycles[]``, k counting the call sites in the order
+they appear in NAME_compute; ``NAME_profile_calls[k]`` counts how often site k ran (a
+site in a while loop's body runs once per iteration). The parallel entry has its own
+``NAME_profile_parallel_cycles[]`` / ``_calls[]`` (the caller's time for the whole
+step, its tasks on every thread included) and ``NAME_profile_parallel_busy[]``: the
+cycles spent inside the step's tasks summed over the threads that ran them, so
+``busy / (threads * cycles)`` is how much of the pool the step kept busy and
+``cycles - busy / threads`` what its dispatch and imbalance cost.
+``u64 NAME_profile_counter(void)`` reads the counter, so a caller can time its rate.
+The counters are plain globals (the busy ones added atomically), so a profiled object
+is for one call at a time, never for deployment.
 """
 from __future__ import annotations
 
@@ -18,28 +25,47 @@ from .irutil import i64
 I64 = ir.IntType(64)
 
 
-def instrument_calls(llvm_module: ir.Module, name: str) -> list[str]:
-    """Instrument NAME_compute in place; returns the callee's name of each slot."""
-    compute = llvm_module.get_global(f"{name}_compute")
-    sites = [(block, instr) for block in compute.blocks for instr in list(block.instructions)
-             if isinstance(instr, ir.CallInstr) and instr.callee.name.startswith(f"{name}.")]
-    counter = llvm_module.declare_intrinsic("llvm.readcyclecounter", (),
-                                            ir.FunctionType(I64, ()))
-    arrays = []
-    for what in ("cycles", "calls"):
-        g = ir.GlobalVariable(llvm_module, ir.ArrayType(I64, max(len(sites), 1)),
-                              f"{name}_profile_{what}")
-        g.initializer = ir.Constant(g.value_type, None)
-        arrays.append(g)
-    now = ir.Function(llvm_module, ir.FunctionType(I64, ()), f"{name}_profile_counter")
-    b = ir.IRBuilder(now.append_basic_block("entry"))
-    b.ret(b.call(counter, []))
-    for k, (block, call) in enumerate(sites):
+def _counter(llvm_module: ir.Module) -> ir.Function:
+    return llvm_module.declare_intrinsic("llvm.readcyclecounter", (), ir.FunctionType(I64, ()))
+
+
+def _array(llvm_module: ir.Module, name: str, n: int) -> ir.GlobalVariable:
+    g = ir.GlobalVariable(llvm_module, ir.ArrayType(I64, max(n, 1)), name)
+    g.initializer = ir.Constant(g.value_type, None)
+    return g
+
+
+def instrument_calls(llvm_module: ir.Module, name: str, sites, tasks=None,
+                     prefix: str = "profile") -> list[str]:
+    """Bracket each call of ``sites`` ((call, label) pairs) with cycle counts into
+    NAME_``prefix``_cycles / _calls; with ``tasks`` (label -> task function) also the
+    tasks' own cycles into NAME_``prefix``_busy. Returns the label of each slot."""
+    counter = _counter(llvm_module)
+    cycles, calls = (_array(llvm_module, f"{name}_{prefix}_{what}", len(sites))
+                     for what in ("cycles", "calls"))
+    if llvm_module.globals.get(f"{name}_profile_counter") is None:
+        now = ir.Function(llvm_module, ir.FunctionType(I64, ()), f"{name}_profile_counter")
+        b = ir.IRBuilder(now.append_basic_block("entry"))
+        b.ret(b.call(counter, []))
+    b = ir.IRBuilder()
+    for k, (call, _) in enumerate(sites):
         b.position_before(call)
         start = b.call(counter, [])
         b.position_after(call)
         elapsed = b.sub(b.call(counter, []), start)
-        for array, value in zip(arrays, (elapsed, i64(1))):
+        for array, value in zip((cycles, calls), (elapsed, i64(1))):
             slot = b.gep(array, [i64(0), i64(k)], inbounds=True)
             b.store(b.add(b.load(slot, typ=I64), value), slot)
-    return [call.callee.name for _, call in sites]
+    if tasks is not None:
+        busy = _array(llvm_module, f"{name}_{prefix}_busy", len(sites))
+        for k, (_, label) in enumerate(sites):
+            task = tasks.get(label)
+            if task is None:
+                continue
+            b.position_at_start(task.entry_basic_block)
+            start = b.call(counter, [])
+            b.position_before(next(bb.terminator for bb in task.blocks
+                                   if isinstance(bb.terminator, ir.Ret)))
+            slot = b.gep(busy, [i64(0), i64(k)], inbounds=True)
+            b.atomic_rmw("add", slot, b.sub(b.call(counter, []), start), "monotonic")
+    return [label for _, label in sites]
