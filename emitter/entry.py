@@ -29,6 +29,7 @@ from . import kernels
 from .constants import CONSTANT_ALIGN, ConstantPool
 from .elemental import ElementalEmitter
 from .interface import ModelInterface
+from .kernels.function import kernel_function
 from .kernels.gemm import tiling_for
 from .kernels.qconv import plan_quantized
 from .irutil import I1, I8, I32, I64, PTR, VOID, gep_bytes, i64
@@ -407,6 +408,14 @@ class _ComputeEmitter:
             self.sites.append((self.b.call(fn, args + [i64(v) for v in plan.arguments]),
                                instr.name))
             return
+        spec = plan.spec
+        if split.spec is not None:
+            # The kernel variant that finds its part from a size argument.
+            spec = split.spec
+            fn = self._kernels.get((instr.opcode, spec))
+            if fn is None:
+                fn = kernel_function(self.llvm_module, self._function_name(instr), spec)
+                self._kernels[(instr.opcode, spec)] = fn
         with_scratch = plan.scratch_bytes > 0
         n_extra = plan.spec.extra_operands
         channels = plan.spec.epilogue.channel_operands if n_extra else frozenset()
@@ -430,8 +439,8 @@ class _ComputeEmitter:
                 first, slots = values[3 + n_extra], values[4 + n_extra]
                 mine = gep_bytes(b, slots, b.mul(b.sub(index, i64(1)), i64(slot)))
                 pointers.append(b.select(b.icmp_unsigned("==", index, i64(0)), first, mine))
-            sizes = [b.sub(hi, lo) if name == split.param else i64(plan.sizes[name])
-                     for name in plan.spec.params]
+            sizes = [b.sub(hi, lo) if name == split.param else lo if name == split.start
+                     else i64(plan.sizes[name]) for name in spec.params]
             b.call(fn, pointers + sizes)
 
         self._parallel_for(instr, args, split.cap, task)

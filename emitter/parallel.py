@@ -11,8 +11,10 @@ n = min(pool->threads, the step's cap); task i computes part i of n:
 - a dot on the fast paths: its first batch loop, else row blocks (MR rows) or column
   blocks (NR columns), whichever has more blocks; a matrix-vector product: row blocks;
 - a convolution on the fast paths: images, else groups (depthwise), else blocks of MR
-  output channels (``kernel_split``; a Winograd kernel transforms only its part's
-  weights).
+  output channels or, for the implicit GEMM, blocks of NR output pixels, whichever
+  costs the slowest task less (``kernel_split``): a channel block packs every im2col
+  sliver again, a pixel block only its own (``ConvGemm.pixel_range``); a Winograd
+  kernel transforms only its part's weights.
 
 A part runs the same kernel code (its own copy, see entry.py) on a sub-problem: the
 pointers moved by the part's start, one size argument set to the part's length. Each
@@ -27,7 +29,7 @@ NAME_ARENA_SIZE_THREADS(n)).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 
 from llvmlite import ir
@@ -56,18 +58,52 @@ class Split:
     ``param`` = hi - lo. ``cap``: the most parts worth making. ``channels``: output
     channels per unit of ``param``, by which a fused epilogue's per-channel operands
     move (a convolution's or dot's bias; kernels/epilogue.py); its full-size operands
-    (a residual) move as the output does."""
+    (a residual) move as the output does. ``start``: a size argument that takes lo
+    instead (the kernel finds its part itself; the pointers stay), and ``spec`` the
+    kernel variant that has it (None: the plan's own)."""
     param: str
     total: int
     unit: int
     strides: tuple[int, int, int]
     cap: int
     channels: int = 0
+    start: str | None = None
+    spec: object = None
 
 
 def _split(param, total, unit, strides, work, channels: int = 0) -> Split | None:
     cap = min(-(-total // unit), work // MIN_KERNEL_WORK)
     return Split(param, total, unit, strides, cap, channels) if cap >= 2 else None
+
+
+# What packing one element of an im2col sliver costs, in multiply-adds of the GEMM
+# (a masked vector load and store per NR elements against NR FMAs per output channel).
+PACK_COST = 4
+# The thread count a split is chosen for (the parts are made at run time, for the pool).
+THREADS = 2
+
+
+def _conv_gemm_split(spec: ConvGemm, s: dict, t: Tiling, work: int) -> Split | None:
+    """One image and group of the implicit GEMM: blocks of MR output channels (A's rows)
+    or of NR output pixels (its columns), whichever gives the slowest of THREADS tasks
+    less to do: a channel block packs all of B again, a pixel block computes whole
+    slivers (the last one partly empty)."""
+    rank = spec.window.rank
+    pixels = prod(s[f"out{i}"] for i in range(rank))
+    k = s["cin_g"] * spec.window.window
+    cout = s["cout_g"]
+    by_m = _split("cout_g", cout, t.mr, (pixels, 0, k), work, 1)
+    by_px = _split("pxn", pixels, t.nr, (0, 0, 0), work)
+    if by_px is not None:
+        by_px = replace(by_px, start="px0", spec=replace(spec, pixel_range=True))
+    if by_m is None or by_px is None:
+        return by_m or by_px
+
+    def slowest(total, unit):
+        return min(total, -(-(-(-total // unit)) // THREADS) * unit)
+    cost_m = slowest(cout, t.mr) * pixels * k + PACK_COST * k * pixels
+    cost_px = cout * slowest(pixels, t.nr) * k
+    return by_px if cost_px <= cost_m else by_m
 
 
 def kernel_split(plan: KernelPlan, t: Tiling) -> Split | None:
@@ -105,6 +141,8 @@ def kernel_split(plan: KernelPlan, t: Tiling) -> Split | None:
             return _split("groups", s["groups"], 1,
                           (s["cout_g"] * out_px, s["cin_g"] * in_px,
                            s["cout_g"] * s["cin_g"] * window), work, s["cout_g"])
+        if isinstance(spec, ConvGemm):
+            return _conv_gemm_split(spec, s, t, work)
         # One image, one group: the output channels are A's rows (the weights'); in
         # ChannelConv's packed weights, panels of lanes channels (at the same offsets).
         unit = spec.panel if isinstance(spec, ChannelConv) else t.mr

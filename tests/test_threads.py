@@ -86,6 +86,27 @@ def winograd(batch: int = 1):
         _weights("w2", (40, 48, 3, 3)), _weights("b2", (40,))])
 
 
+def pointwise():
+    """Implicit GEMMs split by output pixels (a 1x1 one read in place and a strided one
+    packed, with a residual; their last parts end inside an NR sliver) and by output
+    channels (1x1 layers to 128 channels on a small map, the first lean), with bias and
+    ReLU fused."""
+    n = helper.make_node
+    return _model([
+        n("Conv", ["x", "w1", "b1"], ["c1"]),
+        n("Relu", ["c1"], ["r1"]),
+        n("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        n("Add", ["c2", "r2"], ["a2"]),
+        n("Conv", ["a2", "w3"], ["c3"]),
+        n("Relu", ["c3"], ["r3"]),
+        n("Conv", ["r3", "w4"], ["y"]),
+    ], [("x", [1, 16, 36, 36])], [("y", [1, 128, 18, 18])], [
+        _weights("w1", (24, 16, 1, 1)), _weights("b1", (24,)),
+        _weights("w2", (32, 24, 3, 3)), _weights("b2", (32,)),
+        _weights("r2", (32, 18, 18)), _weights("w3", (128, 32, 1, 1)),
+        _weights("w4", (128, 128, 1, 1))])
+
+
 def encoder():
     """Batched dots (attention), a matrix-vector product, softmax and layer norm rows; a
     bias and erf-GELU fused into a product, a residual into a batched one."""
@@ -149,7 +170,7 @@ def loop():
 
 MODELS = {"cnn": cnn, "cnn_batch": lambda: cnn(2), "encoder": encoder, "mlp": mlp,
           "loop": loop, "stem": stem, "winograd": winograd,
-          "winograd_batch": lambda: winograd(2)}
+          "winograd_batch": lambda: winograd(2), "pointwise": pointwise}
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))
@@ -204,6 +225,32 @@ def test_big_steps_become_tasks_and_the_one_thread_entry_stays_as_it_was(tmp_pat
         assert _function(ir, entry) == _function(alone, entry)
     assert _function(ir, "m_compute") == _function(alone, "m_compute")   # or both inlined
     assert ".task" not in _function(ir, "m_run_v")
+
+
+def _splits(model):
+    """The size each kernel of ``model`` is split along in the parallel entry."""
+    from xlac.emitter import kernels, make_target, scratch_bytes
+    from xlac.emitter.kernels.gemm import tiling_for
+    from xlac.emitter.parallel import kernel_split
+    from xlac.importers.onnx import import_onnx
+    from xlac.optimizer import optimize, plan_memory
+    target, _ = make_target()
+    module = optimize(import_onnx(model))
+    plan = plan_memory(module, alignment=target.arena_align,
+                       scratch=lambda i: scratch_bytes(i, target),
+                       lean_scratch=lambda i: scratch_bytes(i, target, lean=True))
+    return [(type(p.spec).__name__, s and s.param) for p, s in (
+        (p, kernel_split(p, tiling_for(target))) for p in (
+            kernels.plan_kernel(i, target, i in plan.lean_kernels) for i in plan.order
+            if kernels.is_kernel(i, target)))]
+
+
+def test_implicit_gemms_split_by_pixels_where_channel_blocks_would_repack():
+    """Few output channels on a large map: pixel blocks (no im2col sliver packed twice,
+    24 channels are no even split of 8-row blocks); many on a small map: channel
+    blocks (49 pixels are two slivers, one half empty)."""
+    assert _splits(pointwise()) == [("ConvGemm", "pxn"), ("ConvGemm", "pxn"),
+                                    ("DirectConv", "cout_g"), ("ConvGemm", "cout_g")]
 
 
 def test_load_with_threads_needs_the_parallel_entry(tmp_path):

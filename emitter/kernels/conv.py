@@ -276,8 +276,11 @@ class Im2colPacker:
     base: ir.Value          # channel 0 of the group in this image
     tiling: Tiling
     k_block: int
+    first: ir.Value | None = None   # the output pixel of column 0 (ConvGemm.pixel_range)
 
     def pack(self, b, dst, k0, kc, n0, valid):
+        if self.first is not None:
+            n0 = b.add(n0, self.first)
         if self.w.contiguous:
             whole_or_tail(b, valid, self.tiling,
                           lambda v: self._pack(b, dst, k0, kc, n0, v, True))
@@ -314,14 +317,20 @@ class Im2colPacker:
 
 @dataclass(frozen=True)
 class ConvGemm(EpilogueOperands):
-    """Implicit GEMM per image and group (see the module docstring)."""
+    """Implicit GEMM per image and group (see the module docstring).
+
+    ``pixel_range`` (the parallel entry's split hook, parallel.py): the call computes
+    only output pixels ``px0`` .. ``px0 + pxn`` (two more size arguments), i.e. a block
+    of the GEMM's columns, so tasks that split a layer by pixels share no packing (a
+    split by output channels packs every im2col sliver in every task)."""
     window: ConvWindow
     tiling: Tiling
     epilogue: Epilogue = NO_EPILOGUE
+    pixel_range: bool = False
 
     @property
     def params(self) -> tuple[str, ...]:
-        return _size_params(self.window.rank)
+        return _size_params(self.window.rank) + (("px0", "pxn") if self.pixel_range else ())
 
     @property
     def scratch_bytes(self) -> int:
@@ -332,8 +341,9 @@ class ConvGemm(EpilogueOperands):
         geo = Geometry(b, f.size, w.rank)
         coords = None if w.is_pointwise else LaneCoords(b, geo, t.lanes, t.nv)
         kg = b.mul(geo.cin_g, i64(w.window))
-        shape = GemmShape(geo.cout_g, geo.out_pixels, kg, a_sm=kg, a_sk=i64(1),
-                          c_sm=geo.out_pixels)
+        px0 = f.size["px0"] if self.pixel_range else None
+        shape = GemmShape(geo.cout_g, f.size["pxn"] if self.pixel_range else geo.out_pixels,
+                          kg, a_sm=kg, a_sk=i64(1), c_sm=geo.out_pixels)
         with for_range(b, geo.batch, "img") as img:
             with for_range(b, geo.groups, "grp") as grp:
                 chan0 = b.add(b.mul(img, geo.cin), b.mul(grp, geo.cin_g))
@@ -341,11 +351,15 @@ class ConvGemm(EpilogueOperands):
                 a = offset_ptr(b, f.rhs, F32, b.mul(grp, b.mul(geo.cout_g, kg)))
                 ochan0 = b.add(b.mul(img, geo.cout), b.mul(grp, geo.cout_g))
                 c_start = b.mul(ochan0, geo.out_pixels)
+                if px0 is not None:
+                    c_start = b.add(c_start, px0)
                 c = offset_ptr(b, f.out, F32, c_start)
                 if w.is_pointwise:
-                    packer = MatrixPacker(base, geo.in_pixels, i64(1), True, t, w.k_block(t))
+                    # 1x1, stride 1, no padding: output pixel n reads input pixel n.
+                    packer = MatrixPacker(base if px0 is None else offset_ptr(b, base, F32, px0),
+                                          geo.in_pixels, i64(1), True, t, w.k_block(t))
                 else:
-                    packer = Im2colPacker(w, geo, coords, base, t, w.k_block(t))
+                    packer = Im2colPacker(w, geo, coords, base, t, w.k_block(t), px0)
                 extra = self.epilogue.moved(b, f.extra, c_start)
                 emit_gemm(b, shape, a, c, packer, f.scratch, t,
                           self.epilogue.per_row(extra, b.mul(grp, geo.cout_g), geo.out_pixels,
