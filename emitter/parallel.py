@@ -13,8 +13,9 @@ n = min(pool->threads, the step's cap); task i computes part i of n:
 - a convolution on the fast paths: images, else groups (depthwise), else blocks of MR
   output channels or, for the implicit GEMM, blocks of NR output pixels, whichever
   costs the slowest task less (``kernel_split``): a channel block packs every im2col
-  sliver again, a pixel block only its own (``ConvGemm.pixel_range``); a Winograd
-  kernel transforms only its part's weights.
+  sliver again, a pixel block only its own (``ConvGemm.pixel_range``); ChannelConv
+  likewise by panels of output channels or blocks of output rows
+  (``ChannelConv.row_range``); a Winograd kernel transforms only its part's weights.
 
 A part runs the same kernel code (its own copy, see entry.py) on a sub-problem: the
 pointers moved by the part's start, one size argument set to the part's length. Each
@@ -98,12 +99,32 @@ def _conv_gemm_split(spec: ConvGemm, s: dict, t: Tiling, work: int) -> Split | N
         by_px = replace(by_px, start="px0", spec=replace(spec, pixel_range=True))
     if by_m is None or by_px is None:
         return by_m or by_px
-
-    def slowest(total, unit):
-        return min(total, -(-(-(-total // unit)) // THREADS) * unit)
-    cost_m = slowest(cout, t.mr) * pixels * k + PACK_COST * k * pixels
-    cost_px = cout * slowest(pixels, t.nr) * k
+    cost_m = _slowest(cout, t.mr) * pixels * k + PACK_COST * k * pixels
+    cost_px = cout * _slowest(pixels, t.nr) * k
     return by_px if cost_px <= cost_m else by_m
+
+
+def _channel_conv_split(spec: ChannelConv, s: dict, work: int) -> Split | None:
+    """One image and group of ChannelConv: panels of output channels (in its packed
+    weights, at the same offsets as in OIHW) or blocks of its tiles' output rows
+    (``ChannelConv.row_range``), whichever gives the slowest of THREADS tasks less to do:
+    a stem of 32 channels is one panel."""
+    pixels, k = s["out0"] * s["out1"], s["cin_g"] * spec.window.window
+    cout = s["cout_g"]
+    by_panel = _split("cout_g", cout, spec.panel, (pixels, 0, k), work, 1)
+    by_rows = _split("oyn", s["out0"], spec.rows, (0, 0, 0), work)
+    if by_rows is not None:
+        by_rows = replace(by_rows, start="oy0", spec=replace(spec, row_range=True))
+    if by_panel is None or by_rows is None:
+        return by_panel or by_rows
+    cost_panel = _slowest(cout, spec.panel) * pixels * k
+    cost_rows = cout * _slowest(s["out0"], spec.rows) * s["out1"] * k
+    return by_rows if cost_rows < cost_panel else by_panel
+
+
+def _slowest(total: int, unit: int) -> int:
+    """The most of ``total`` that one of THREADS parts of whole units gets."""
+    return min(total, -(-(-(-total // unit)) // THREADS) * unit)
 
 
 def kernel_split(plan: KernelPlan, t: Tiling) -> Split | None:
@@ -143,10 +164,10 @@ def kernel_split(plan: KernelPlan, t: Tiling) -> Split | None:
                            s["cout_g"] * s["cin_g"] * window), work, s["cout_g"])
         if isinstance(spec, ConvGemm):
             return _conv_gemm_split(spec, s, t, work)
-        # One image, one group: the output channels are A's rows (the weights'); in
-        # ChannelConv's packed weights, panels of lanes channels (at the same offsets).
-        unit = spec.panel if isinstance(spec, ChannelConv) else t.mr
-        return _split("cout_g", s["cout_g"], unit, (out_px, 0, s["cin_g"] * window), work,
+        if isinstance(spec, ChannelConv):
+            return _channel_conv_split(spec, s, work)
+        # One image, one group: the output channels are A's rows (the weights').
+        return _split("cout_g", s["cout_g"], t.mr, (out_px, 0, s["cin_g"] * window), work,
                       1)
     return None
 

@@ -86,6 +86,23 @@ def winograd(batch: int = 1):
         _weights("w2", (40, 48, 3, 3)), _weights("b2", (40,))])
 
 
+def stem_rows():
+    """ChannelConv split by output rows: a stem of one panel (32 channels) with its
+    padding copied per part, and a strided window on a small map (one panel, K in
+    blocks with partial sums in scratch) with a residual."""
+    n = helper.make_node
+    return _model([
+        n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        n("Relu", ["c1"], ["r1"]),
+        n("Conv", ["r1", "w2"], ["c2"]),
+        n("Tanh", ["c2"], ["t"]),
+        n("Conv", ["t", "w3"], ["c3"], strides=[2, 2]),
+        n("Add", ["c3", "r3"], ["y"]),
+    ], [("x", [1, 3, 64, 63])], [("y", [1, 32, 15, 15])], [
+        _weights("w1", (32, 3, 3, 3)), _weights("b1", (32,)), _weights("w2", (64, 32, 1, 1)),
+        _weights("w3", (32, 64, 3, 3)), _weights("r3", (32, 15, 15))])
+
+
 def pointwise():
     """Implicit GEMMs split by output pixels (a 1x1 one read in place and a strided one
     packed, with a residual; their last parts end inside an NR sliver) and by output
@@ -170,7 +187,7 @@ def loop():
 
 MODELS = {"cnn": cnn, "cnn_batch": lambda: cnn(2), "encoder": encoder, "mlp": mlp,
           "loop": loop, "stem": stem, "winograd": winograd,
-          "winograd_batch": lambda: winograd(2), "pointwise": pointwise}
+          "winograd_batch": lambda: winograd(2), "pointwise": pointwise, "stem_rows": stem_rows}
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))
@@ -251,6 +268,11 @@ def test_implicit_gemms_split_by_pixels_where_channel_blocks_would_repack():
     blocks (49 pixels are two slivers, one half empty)."""
     assert _splits(pointwise()) == [("ConvGemm", "pxn"), ("ConvGemm", "pxn"),
                                     ("DirectConv", "cout_g"), ("ConvGemm", "cout_g")]
+
+
+def test_channel_convolutions_of_one_panel_split_by_rows():
+    assert _splits(stem_rows()) == [("ChannelConv", "oyn"), ("DirectConv", "cout_g"),
+                                    ("ChannelConv", "oyn")]
 
 
 def test_load_with_threads_needs_the_parallel_entry(tmp_path):

@@ -726,6 +726,10 @@ class ChannelConv(EpilogueOperands):
     variant. The results are transposed in registers (channels x pixels to pixels x
     channels) and stored ``cols`` pixels at a time, the epilogue applied with the lanes
     as channels (``Epilogue.lane_values``). Taken only with SIMD (4 lanes or more).
+
+    ``row_range`` (the parallel entry's split hook, parallel.py): the call computes only
+    output rows ``oy0`` .. ``oy0 + oyn`` (two more size arguments) and pads only the
+    input rows they read, so a stem of one panel (32 channels) splits too.
     """
     window: ConvWindow
     lanes: int
@@ -735,10 +739,11 @@ class ChannelConv(EpilogueOperands):
     k_channels: int     # input channels per K block
     blocked: bool       # more input channels than one K block: partial sums in scratch
     epilogue: Epilogue = NO_EPILOGUE
+    row_range: bool = False
 
     @property
     def params(self) -> tuple[str, ...]:
-        return _size_params(2)
+        return _size_params(2) + (("oy0", "oyn") if self.row_range else ())
 
     @property
     def panel(self) -> int:
@@ -791,6 +796,13 @@ class ChannelConv(EpilogueOperands):
         else:
             ph, pw = ih, iw
         plane = b.mul(ph, pw)
+        oy0, oy_end, span = 0, oh, None
+        if self.row_range:
+            oy0 = f.size["oy0"]
+            oy_end = b.add(oy0, f.size["oyn"])
+            # The padded rows the part's output rows read.
+            span = (b.mul(oy0, i64(sh)),
+                    b.add(b.mul(b.sub(oy_end, i64(1)), i64(sh)), i64((w.size[0] - 1) * dh + 1)))
         taps = alloca_once(b, I64, "taps", size=i64(w.window))
         for r, (ky, kx) in enumerate(w.positions):
             b.store(b.add(b.mul(i64(ky * dh), pw), i64(kx * dw)),
@@ -808,7 +820,7 @@ class ChannelConv(EpilogueOperands):
                 chan0 = b.add(b.mul(img, geo.cin), b.mul(grp, geo.cin_g))
                 x = offset_ptr(b, f.lhs, F32, b.mul(chan0, geo.in_pixels))
                 if self.padded:
-                    self._pad(b, geo, x, f.scratch, ph, pw)
+                    self._pad(b, geo, x, f.scratch, ph, pw, span)
                     x = f.scratch
                 ochan0 = b.add(b.mul(img, geo.cout), b.mul(grp, geo.cout_g))
                 chan_of_group = b.mul(grp, geo.cout_g)
@@ -830,7 +842,8 @@ class ChannelConv(EpilogueOperands):
                         # K blocks: each block of the panel's weights is read for all
                         # tiles while it is in cache (small maps: few pixels, long K).
                         with self._k_blocks(b, geo) as k:
-                            with for_range(b, oh, "oy", step=self.rows) as oy:
+                            with for_range(b, oy_end, "oy", start=oy0,
+                                           step=self.rows) as oy:
                                 def tiles(rows):
                                     with for_range(b, col_tiles, "ct") as ct:
                                         ox = imin(b, b.mul(ct, i64(self.cols)), last_col)
@@ -842,7 +855,7 @@ class ChannelConv(EpilogueOperands):
                                                               b.mul(tile, i64(slot_floats)))
                                         self._tile(b, geo, x, plane, pw, taps, panel, dst,
                                                    values, oy, ox, rows, vectors, k, slot)
-                                _down_to(b, b.sub(oh, oy), self.rows, 1, tiles)
+                                _down_to(b, b.sub(oy_end, oy), self.rows, 1, tiles)
                     # The last panel of a group may be narrower (fewer vectors).
                     _down_to(b, b.udiv(b.sub(geo.cout_g, oc0), i64(lanes)), self.vectors,
                              1, panel_of)
@@ -860,28 +873,36 @@ class ChannelConv(EpilogueOperands):
                          b.icmp_signed("==", c0, i64(0)),
                          b.icmp_signed(">=", b.add(c0, i64(kc)), geo.cin_g))
 
-    def _pad(self, b, geo: Geometry, x, dst, ph, pw) -> None:
-        """The group's input with its padding, ``ph`` x ``pw`` per channel, at ``dst``."""
+    def _pad(self, b, geo: Geometry, x, dst, ph, pw, span=None) -> None:
+        """The group's input with its padding, ``ph`` x ``pw`` per channel, at ``dst``;
+        ``span``: only padded rows [lo, hi) of each channel."""
+        if span is None:
+            with for_range(b, b.mul(geo.cin_g, ph), "pr") as r:
+                self._pad_row(b, geo, x, dst, pw, b.udiv(r, ph), b.urem(r, ph), r)
+            return
+        with for_range(b, geo.cin_g, "pch") as c:
+            with for_range(b, span[1], "pr", start=span[0]) as y:
+                self._pad_row(b, geo, x, dst, pw, c, y, b.add(b.mul(c, ph), y))
+
+    def _pad_row(self, b, geo: Geometry, x, dst, pw, c, y, r) -> None:
+        """Padded row ``y`` of channel ``c`` (row ``r`` of the copy)."""
         w, lanes = self.window, self.lanes
         (ih, iw) = geo.in_sp
         vty = vec_type(F32, lanes)
-        rows = b.mul(geo.cin_g, ph)
-        with for_range(b, rows, "pr") as r:
-            c = b.udiv(r, ph)
-            iy = b.sub(b.urem(r, ph), i64(w.pad_low[0]))
-            inside = b.icmp_unsigned("<", iy, ih)
-            src_row = offset_ptr(b, x, F32, b.add(b.mul(c, geo.in_pixels),
-                                                  b.mul(b.select(inside, iy, i64(0)), iw)))
-            dst_row = offset_ptr(b, dst, F32, b.mul(r, pw))
-            with for_range(b, pw, "pc", step=lanes) as j:
-                cols = b.add(splat_i32(b, b.sub(j, i64(w.pad_low[1])), lanes),
-                             const_vec(I32, range(lanes)))
-                load = b.and_(b.icmp_unsigned("<", cols, splat_i32(b, iw, lanes)),
-                              splat(b, inside, lanes))
-                ptr = offset_ptr(b, src_row, F32, b.sub(j, i64(w.pad_low[1])))
-                value = masked_load(b, ptr, vty, load)
-                masked_store(b, value, offset_ptr(b, dst_row, F32, j),
-                             first_lanes(b, lanes, 0, b.sub(pw, j)))
+        iy = b.sub(y, i64(w.pad_low[0]))
+        inside = b.icmp_unsigned("<", iy, ih)
+        src_row = offset_ptr(b, x, F32, b.add(b.mul(c, geo.in_pixels),
+                                              b.mul(b.select(inside, iy, i64(0)), iw)))
+        dst_row = offset_ptr(b, dst, F32, b.mul(r, pw))
+        with for_range(b, pw, "pc", step=lanes) as j:
+            cols = b.add(splat_i32(b, b.sub(j, i64(w.pad_low[1])), lanes),
+                         const_vec(I32, range(lanes)))
+            load = b.and_(b.icmp_unsigned("<", cols, splat_i32(b, iw, lanes)),
+                          splat(b, inside, lanes))
+            ptr = offset_ptr(b, src_row, F32, b.sub(j, i64(w.pad_low[1])))
+            value = masked_load(b, ptr, vty, load)
+            masked_store(b, value, offset_ptr(b, dst_row, F32, j),
+                         first_lanes(b, lanes, 0, b.sub(pw, j)))
 
     def _tile(self, b, geo: Geometry, x, plane, pw, taps, panel, dst, values, oy, ox,
               rows: int, vectors: int, k: "_Block", slot) -> None:
