@@ -2,6 +2,7 @@
 
     python benchmarks/threads.py [--runs 15] [--threads 2] [--only NAME]
     python benchmarks/threads.py --profile MODEL [--threads 2] [--top 25]
+    python benchmarks/threads.py --dispatch [--threads 2]
 
 Models: ResNet-18 and MobileNetV2 (benchmarks/memory_models.py, 224x224) and a
 BERT-style encoder (``bert_encoder``: sequence 128, hidden 256, 4 heads, FFN 1024,
@@ -24,6 +25,9 @@ one-thread time), worst first; then the lost time in three parts: steps not spli
 dispatch and imbalance of split steps (their time minus their tasks' busy time / N),
 and tasks slower than their share of the one-thread time (memory bandwidth, work every
 task repeats).
+
+``--dispatch`` times one parallel_for of N empty tasks on xlac_threadpool, back to back
+and after gaps of busy work or sleep: how quickly the workers wake.
 """
 from __future__ import annotations
 
@@ -184,6 +188,89 @@ def profile(name: str, model: onnx.ModelProto, n: int, runs: int, top: int) -> N
               f"{calls[k]:5d}  {what}")
 
 
+DISPATCH_C = r"""
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <time.h>
+#include "xlac_runtime.h"
+
+#include <pthread.h>
+
+static pthread_t caller;
+static unsigned long by_workers;    /* tasks the workers ran (added atomically) */
+
+static double now_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
+}
+
+/* Each task spins for TASK_US microseconds. */
+static void task(void *ctx, size_t i) {
+  double until = now_us() + TASK_US;
+  (void)ctx;
+  (void)i;
+  if (!pthread_equal(pthread_self(), caller))
+    __atomic_add_fetch(&by_workers, 1, __ATOMIC_RELAXED);
+  while (now_us() < until) {}
+}
+
+int main(void) {
+  xlac_threadpool *pool = xlac_threadpool_create(%(threads)d);
+  const long gaps_us[] = {0, 10, 100, 1000, 10000};
+  size_t g;
+  int k;
+  caller = pthread_self();
+  for (g = 0; g < sizeof gaps_us / sizeof gaps_us[0]; g++) {
+    double total = 0;
+    int calls = g == 0 ? 20000 : g < 3 ? 2000 : 100;
+    by_workers = 0;
+    for (k = 0; k < calls; k++) {
+      double t;
+      if (gaps_us[g]) {
+        double until = now_us() + gaps_us[g];
+        if (gaps_us[g] >= 1000) {
+          struct timespec d = {0, gaps_us[g] * 1000};
+          nanosleep(&d, NULL);
+        }
+        while (now_us() < until) {}
+      }
+      t = now_us();
+      pool->parallel_for(pool->ctx, task, NULL, %(threads)d);
+      total += now_us() - t;
+    }
+    printf("%%8ld %%10.2f %%10.2f %%9.0f%%%%\n", gaps_us[g], total / calls,
+           total / calls - TASK_US, 100.0 * by_workers / (calls * (%(threads)d - 1.0)));
+  }
+  xlac_threadpool_destroy(pool);
+  return 0;
+}
+"""
+
+
+TASK_US = 5
+
+
+def dispatch(n: int) -> None:
+    """What one parallel_for of n tasks of TASK_US costs on xlac_threadpool beyond
+    TASK_US (a perfect split), after a gap of the caller's own work (busy) or sleep
+    (1 ms and more) since the last one, and how many of the tasks the workers ran."""
+    import subprocess
+    runtime = Path(xlac.runtime_c.__file__).parent
+    with tempfile.TemporaryDirectory() as tmp:
+        src, exe = Path(tmp) / "dispatch.c", Path(tmp) / "dispatch"
+        src.write_text(DISPATCH_C % {"threads": n})
+        subprocess.run(["cc", "-O2", "-std=c99", f"-DTASK_US={TASK_US}", f"-I{runtime}",
+                        str(src),
+                        str(runtime / "xlac_threadpool.c"), "-pthread", "-o", str(exe)],
+                       check=True)
+        out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+    print(f"xlac_threadpool, {n} threads: one parallel_for of {n} tasks of {TASK_US} us; "
+          f"load average {os.getloadavg()[0]:.2f}")
+    print(f"{'gap us':>8} {'call us':>10} {'over us':>10} {'workers':>9}")
+    print(out, end="")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=15)
@@ -192,8 +279,13 @@ def main() -> None:
     ap.add_argument("--profile", metavar="MODEL", choices=sorted(MODELS),
                     help="time per HLO instruction of MODEL, one thread against N")
     ap.add_argument("--top", type=int, default=25, help="rows of --profile")
+    ap.add_argument("--dispatch", action="store_true",
+                    help="what one parallel_for costs on xlac_threadpool")
     args = ap.parse_args()
     n = args.threads
+    if args.dispatch:
+        dispatch(n)
+        return
     if args.profile:
         profile(args.profile, MODELS[args.profile](), n, args.runs, args.top)
         return
