@@ -48,6 +48,11 @@ from .loops import LOOP_BODIES
 # a worker takes some microseconds). Multiply-adds for kernels, elements for loops.
 MIN_KERNEL_WORK = 1 << 17
 MIN_LOOP_WORK = 1 << 14
+# A depthwise multiply-add takes about as long as this many of a GEMM's: each input
+# value feeds one output channel, not a tile of them (MobileNetV2 on one Zen 5 core:
+# 15-23 multiply-adds per ns in its depthwise layers, 80-120 in its 1x1 GEMMs), so a
+# depthwise layer of 576 channels on a 7x7 map (17 us) is worth splitting.
+DEPTHWISE_COST = 4
 # Matrix-vector rows per unit.
 GEMV_ROWS = 8
 
@@ -156,6 +161,8 @@ def kernel_split(plan: KernelPlan, t: Tiling) -> Split | None:
         window = spec.window.window
         cin, cout = s["cin_g"] * s["groups"], s["cout_g"] * s["groups"]
         work = s["batch"] * cout * out_px * s["cin_g"] * window
+        if isinstance(spec, (Depthwise, DepthwiseRows)):
+            work *= DEPTHWISE_COST
         if s["batch"] >= 2:
             return _split("batch", s["batch"], 1, (cout * out_px, cin * in_px, 0), work)
         if s["groups"] >= 2:
