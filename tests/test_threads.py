@@ -275,6 +275,43 @@ def test_channel_convolutions_of_one_panel_split_by_rows():
                                     ("ChannelConv", "oyn")]
 
 
+def test_profile_counts_both_entries_and_the_tasks_on_every_thread(tmp_path):
+    """EmitOptions(profile=True, parallel=True): one slot per step in each entry, named
+    by its instruction; a split step's tasks add their cycles to its busy slot, and no
+    task of an unsplit step does."""
+    import ctypes
+    from xlac.emitter import EmitOptions, emit, kernels, make_target, scratch_bytes
+    from xlac.emitter.kernels.gemm import tiling_for
+    from xlac.emitter.parallel import kernel_split, loop_split
+    from xlac.importers.onnx import import_onnx
+    from xlac.optimizer import optimize, plan_memory
+    target, _ = make_target()
+    module = optimize(import_onnx(cnn()))
+    plan = plan_memory(module, alignment=target.arena_align,
+                       scratch=lambda i: scratch_bytes(i, target),
+                       lean_scratch=lambda i: scratch_bytes(i, target, lean=True))
+    art = emit(module, plan, EmitOptions("m", profile=True, parallel=True))
+    by_name = {i.name: i for i in module.entry.instructions}
+    assert art.profile_sites == art.profile_parallel_sites
+    assert len(art.profile_sites) >= 2 and set(art.profile_sites) <= set(by_name)
+    (tmp_path / "m.o").write_bytes(art.object_code)
+    (tmp_path / "m.h").write_text(art.header)
+    m = xlac.load(tmp_path / "m.o", threads=2)
+    lib = ctypes.CDLL(str(m.library_path))
+    n = len(art.profile_sites)
+    cycles, calls, busy = (np.ctypeslib.as_array((ctypes.c_uint64 * n).in_dll(
+        lib, f"m_profile_parallel_{w}")) for w in ("cycles", "calls", "busy"))
+    m(RNG.standard_normal((1, 16, 40, 40)).astype(np.float32))
+    assert list(calls) == [1] * n and all(cycles > 0)
+    tiling = tiling_for(target)
+    split = np.array([(kernel_split(kernels.plan_kernel(i, target, i in plan.lean_kernels),
+                                    tiling) if kernels.is_kernel(i, target)
+                       else loop_split(i)) is not None
+                      for i in (by_name[s] for s in art.profile_sites)])
+    assert 0 < split.sum() < n and list(busy > 0) == list(split)
+    assert all(busy[split] <= 2 * cycles[split])
+
+
 def test_load_with_threads_needs_the_parallel_entry(tmp_path):
     path = tmp_path / "m.o"
     xlac.compile(loop(), path)
