@@ -26,8 +26,8 @@ dispatch and imbalance of split steps (their time minus their tasks' busy time /
 and tasks slower than their share of the one-thread time (memory bandwidth, work every
 task repeats).
 
-``--dispatch`` times one parallel_for of N empty tasks on xlac_threadpool, back to back
-and after gaps of busy work or sleep: how quickly the workers wake.
+``--dispatch`` times one parallel_for of N tasks of 5 us each on xlac_threadpool, back
+to back and after gaps of busy work or sleep: how quickly the workers wake.
 """
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ import argparse
 import ctypes
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -190,11 +191,11 @@ def profile(name: str, model: onnx.ModelProto, n: int, runs: int, top: int) -> N
 
 DISPATCH_C = r"""
 #define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
 #include <stdio.h>
 #include <time.h>
-#include "xlac_runtime.h"
 
-#include <pthread.h>
+#include "xlac_runtime.h"
 
 static pthread_t caller;
 static unsigned long by_workers;    /* tasks the workers ran (added atomically) */
@@ -246,8 +247,6 @@ int main(void) {
   return 0;
 }
 """
-
-
 TASK_US = 5
 
 
@@ -255,15 +254,13 @@ def dispatch(n: int) -> None:
     """What one parallel_for of n tasks of TASK_US costs on xlac_threadpool beyond
     TASK_US (a perfect split), after a gap of the caller's own work (busy) or sleep
     (1 ms and more) since the last one, and how many of the tasks the workers ran."""
-    import subprocess
     runtime = Path(xlac.runtime_c.__file__).parent
     with tempfile.TemporaryDirectory() as tmp:
         src, exe = Path(tmp) / "dispatch.c", Path(tmp) / "dispatch"
         src.write_text(DISPATCH_C % {"threads": n})
         subprocess.run(["cc", "-O2", "-std=c99", f"-DTASK_US={TASK_US}", f"-I{runtime}",
-                        str(src),
-                        str(runtime / "xlac_threadpool.c"), "-pthread", "-o", str(exe)],
-                       check=True)
+                        str(src), str(runtime / "xlac_threadpool.c"), "-pthread", "-o",
+                        str(exe)], check=True)
         out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
     print(f"xlac_threadpool, {n} threads: one parallel_for of {n} tasks of {TASK_US} us; "
           f"load average {os.getloadavg()[0]:.2f}")
