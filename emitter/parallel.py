@@ -9,7 +9,8 @@ n = min(pool->threads, the step's cap); task i computes part i of n:
 - an element loop (fusion, element-wise, reduce, gather...): a range of its outermost
   dimension of more than one element (``loop_split``), the dimensions above it being 1;
 - a dot on the fast paths: its first batch loop, else row blocks (MR rows) or column
-  blocks (NR columns), whichever has more blocks; a matrix-vector product: row blocks;
+  blocks (NR columns), whichever costs the slowest task less (row blocks pack all of
+  B again); a matrix-vector product: row blocks;
 - a convolution on the fast paths: images, else groups (depthwise), else blocks of MR
   output channels or, for the implicit GEMM, blocks of NR output pixels, whichever
   costs the slowest task less (``kernel_split``): a channel block packs every im2col
@@ -82,8 +83,9 @@ def _split(param, total, unit, strides, work, channels: int = 0) -> Split | None
     return Split(param, total, unit, strides, cap, channels) if cap >= 2 else None
 
 
-# What packing one element of an im2col sliver costs, in multiply-adds of the GEMM
-# (a masked vector load and store per NR elements against NR FMAs per output channel).
+# What packing one element of a B sliver (a matrix's or an im2col one) costs, in
+# multiply-adds of the GEMM (a masked vector load and store per NR elements against NR
+# FMAs per row of A).
 PACK_COST = 4
 # The thread count a split is chosen for (the parts are made at run time, for the pool).
 THREADS = 2
@@ -151,8 +153,12 @@ def kernel_split(plan: KernelPlan, t: Tiling) -> Split | None:
         by_m = _split("m", s["m"], t.mr, (s["c_sm"], s["a_sm"], 0), work)
         if by_n is None or by_m is None:
             return by_n or by_m
-        # Column blocks pack only their own slivers of B; row blocks all pack all of it.
-        return by_n if by_n.cap >= by_m.cap else by_m
+        # Column blocks pack only their own slivers of B; row blocks all pack all of it:
+        # the one whose slowest of THREADS tasks has less to do.
+        m, n, k = s["m"], s["n"], s["k"]
+        cost_n = batch * m * _slowest(n, t.nr) * k
+        cost_m = batch * (_slowest(m, t.mr) * n * k + PACK_COST * k * n)
+        return by_n if cost_n <= cost_m else by_m
     if isinstance(spec, (ConvGemm, ChannelConv, DirectConv, Depthwise, DepthwiseRows,
                          WinogradConv)):
         rank = spec.window.rank

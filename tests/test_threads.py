@@ -166,6 +166,19 @@ def mlp():
         _weights("b2", (600,))])
 
 
+def dense():
+    """A product of 64 rows split by column blocks (row blocks would each pack all of
+    B), its bias, residual and ReLU fused."""
+    n = helper.make_node
+    return _model([
+        n("MatMul", ["x", "w"], ["h"]),
+        n("Add", ["h", "b"], ["hb"]),
+        n("Add", ["hb", "x"], ["r"]),
+        n("Relu", ["r"], ["y"]),
+    ], [("x", [1, 64, 256])], [("y", [1, 64, 256])], [
+        _weights("w", (256, 256)), _weights("b", (256,))])
+
+
 def loop():
     """A Loop whose body's dot and element-wise ops are split, three iterations."""
     n = helper.make_node
@@ -187,7 +200,8 @@ def loop():
 
 MODELS = {"cnn": cnn, "cnn_batch": lambda: cnn(2), "encoder": encoder, "mlp": mlp,
           "loop": loop, "stem": stem, "winograd": winograd,
-          "winograd_batch": lambda: winograd(2), "pointwise": pointwise, "stem_rows": stem_rows}
+          "winograd_batch": lambda: winograd(2), "pointwise": pointwise, "stem_rows": stem_rows,
+          "dense": dense}
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))
@@ -268,6 +282,11 @@ def test_implicit_gemms_split_by_pixels_where_channel_blocks_would_repack():
     blocks (49 pixels are two slivers, one half empty)."""
     assert _splits(pointwise()) == [("ConvGemm", "pxn"), ("ConvGemm", "pxn"),
                                     ("DirectConv", "cout_g"), ("ConvGemm", "cout_g")]
+
+
+def test_products_split_by_columns_where_row_blocks_would_repack():
+    assert _splits(dense()) == [("FastDot", "n")]
+    assert _splits(encoder())[0] == ("FastDot", "m")      # 36 row blocks, 7 column ones
 
 
 def test_channel_convolutions_of_one_panel_split_by_rows():
