@@ -51,7 +51,7 @@ MIN_KERNEL_WORK = 1 << 17
 MIN_LOOP_WORK = 1 << 14
 # A depthwise multiply-add takes about as long as this many of a GEMM's: each input
 # value feeds one output channel, not a tile of them (MobileNetV2 on one Zen 5 core:
-# 15-23 multiply-adds per ns in its depthwise layers, 80-120 in its 1x1 GEMMs), so a
+# 15-23 multiply-adds per ns in its depthwise layers, 80-100 in its 1x1 GEMMs), so a
 # depthwise layer of 576 channels on a 7x7 map (17 us) is worth splitting.
 DEPTHWISE_COST = 4
 # Matrix-vector rows per unit.
