@@ -340,6 +340,8 @@ class _ComputeEmitter:
                 and instr not in self.assignment.scratch):
             split = loop_split(instr)
         extra = {} if split is None else {"split_dim": split[0]}
+        if emit_function is emit_elemental_function:
+            extra["vector_bytes"] = self.target.vector_bytes
         fn = emit_function(self.llvm_module, instr, self._function_name(instr), factory,
                            out_arg, operand_args, self.assignment.alignment, **extra)
         self.libcalls.update(*(e.libcalls for e in em))

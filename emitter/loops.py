@@ -24,6 +24,7 @@ from ..optimizer.aliasing import tuple_element_offset
 from .elemental import ElementalEmitter, Generator, clamped_starts, window_interior
 from .indexing import linearize
 from .irutil import I64, PTR, VOID, for_range, gep_bytes, gep_elem, llvm_type
+from .pooling import plan_pool_rows
 
 
 def leaf_offsets(shape: Shape, alignment: int) -> list[int]:
@@ -212,7 +213,7 @@ def operand_generators(em: ElementalEmitter, b: ir.IRBuilder, fn: ir.Function,
 def emit_elemental_function(llvm_module: ir.Module, instr: Instruction, name: str,
                             em_factory: Callable[[ir.IRBuilder], ElementalEmitter],
                             out: PointerArg, operands: Sequence[PointerArg], alignment: int,
-                            split_dim: int | None = None):
+                            split_dim: int | None = None, vector_bytes: int = 0):
     """Define ``void name(ptr out, ptr operand...)`` computing ``instr``; ``operands`` holds
     one PointerArg per entry of ``passed_operands(instr)``; a tuple result's elements lie
     at ``leaf_offsets(shape, alignment)``. A dynamic-update-slice is a copy of its
@@ -220,7 +221,8 @@ def emit_elemental_function(llvm_module: ir.Module, instr: Instruction, name: st
     code calls are in the ``libcalls`` of the emitter ``em_factory`` made.
     ``split_dim``: the function takes two more arguments, i64 ``lo, hi``, and computes
     only the elements whose index in that dimension lies in [lo, hi) (a task of the
-    parallel entry, parallel.py)."""
+    parallel entry, parallel.py). ``vector_bytes``: the target's SIMD width, for the
+    max/min pooling rows of pooling.py (0: element loops only)."""
     passed = passed_operands(instr)
     fn, b = operand_function(llvm_module, instr, name, out, operands,
                              [I64, I64] if split_dim is not None else [])
@@ -229,6 +231,14 @@ def emit_elemental_function(llvm_module: ir.Module, instr: Instruction, name: st
     if instr.opcode in LOOP_BODIES:
         in_place = 0 in passed and operands[passed.index(0)].is_output
         LOOP_BODIES[instr.opcode](em, instr, gens, fn.args[0], out.align, in_place)
+        b.ret_void()
+        return fn
+    bounds = {split_dim: tuple(fn.args[-2:])} if split_dim is not None else None
+    pool = plan_pool_rows(instr, vector_bytes, split_dim)
+    if pool is not None and pool.operand in passed \
+            and not operands[passed.index(pool.operand)].is_output:
+        x = fn.args[1 + passed.index(pool.operand)]
+        pool.emit(em, fn.args[0], x, bounds and bounds[split_dim], split_dim)
         b.ret_void()
         return fn
     generate = em.generator(instr, gens)
@@ -248,7 +258,6 @@ def emit_elemental_function(llvm_module: ir.Module, instr: Instruction, name: st
             at = linearize(b, index, leaf.dims, leaf.layout)
             b.store(v, gep_elem(b, ptr, llvm_type(leaf.dtype), at), align=align)
 
-    bounds = {split_dim: tuple(fn.args[-2:])} if split_dim is not None else None
     cuts = sorted(set(concatenation_cuts(instr)) | set(window_cuts(instr)))
     reshape = row_major_root_reshape(instr)
     if reshape is not None and not cuts and split_dim in (None, 0):

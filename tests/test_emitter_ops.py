@@ -17,6 +17,7 @@ from xlac.hlo import (Builder, ConvDimensionNumbers, DotDimensionNumbers, Gather
                       Module, Opcode, ScatterDimensionNumbers, Shape, Window, dtypes,
                       scalar_computation)
 from xlac.hlo.evaluator import evaluate
+from xlac.emitter.pooling import plan_pool_rows
 
 rng = np.random.default_rng(0)
 
@@ -233,6 +234,63 @@ _POOLING_SWEEP = [
     ]]
 
 
+_MIN_F32 = scalar_computation("min_f32", Opcode.MINIMUM, F32)
+_MIN_U8 = scalar_computation("min_u8", Opcode.MINIMUM, U8)
+
+
+def _with_specials(x, every=7):
+    """``x`` with NaN, +-inf and signed zeros at every ``every``-th element."""
+    flat = x.reshape(-1).copy()
+    flat[::every] = np.resize(SPECIALS, flat[::every].size)
+    return flat.reshape(x.shape)
+
+
+def _fused_pool(size, stride, pad, init, comp):
+    """A loop fusion whose root is a 2-d reduce-window over its parameter (the pooling
+    rows read the fusion's operand)."""
+    def build(b, p):
+        fb = Builder("fused_pool")
+        x = fb.parameter(0, p.shape, "x")
+        window = Window.make((1, 1, *size), (1, 1, *stride), (0, 0, *pad), (0, 0, *pad))
+        fused = fb.build(fb.reduce_window(x, fb.constant(init), window, comp))
+        return b.op(Opcode.FUSION, p, called=[fused], kind="kLoop")
+    return build
+
+
+# Max / min pooling rows (emitter/pooling.py): NaN and infinities in the windows, padding
+# at init, a finite init that joins every window, min, 8-bit lanes, a 1-d pool, rows
+# narrower than a vector (lanes halved), a row of one vector plus one element, a loop
+# fusion's root; odd sizes throughout.
+_POOL_ROWS = [
+    Case("pool_rows_max_specials", [_with_specials(f32(2, 3, 17, 45))],
+         _pool((3, 3), (2, 2), (1, 1), (1, 1), (1, 1), "max")),
+    Case("pool_rows_max_specials_dilated", [_with_specials(f32(1, 2, 19, 41), 5)],
+         _pool((3, 2), (1, 3), (2, 1), (0, 2), (2, 3), "max")),
+    Case("pool_rows_max_finite_init", [f32(1, 2, 11, 23)],
+         lambda b, p: b.reduce_window(p, b.constant(np.float32(0.25)),
+                                      Window.make((1, 1, 3, 3), (1, 1, 2, 2), (0, 0, 1, 1),
+                                                  (0, 0, 1, 1)), _MAX_F32)),
+    Case("pool_rows_min_specials", [_with_specials(f32(1, 3, 9, 33), 4)],
+         lambda b, p: b.reduce_window(p, b.constant(np.float32(np.inf)),
+                                      Window.make((1, 1, 2, 4), (1, 1, 1, 4), (0, 0, 1, 0),
+                                                  (0, 0, 0, 3)), _MIN_F32)),
+    Case("pool_rows_min_u8_finite_init", [i8(1, 2, 7, 70, unsigned=True)],
+         lambda b, p: b.reduce_window(p, b.constant(np.uint8(200)),
+                                      Window.make((1, 1, 3, 3), (1, 1, 2, 2), (0, 0, 1, 1),
+                                                  (0, 0, 1, 1)), _MIN_U8)),
+    Case("pool_rows_1d", [_with_specials(f32(2, 5, 51), 9)],
+         lambda b, p: b.reduce_window(p, b.constant(np.float32(-np.inf)),
+                                      Window.make((1, 1, 5), (1, 1, 2), (0, 0, 2), (0, 0, 2)),
+                                      _MAX_F32)),
+    Case("pool_rows_narrow", [f32(1, 3, 7, 5)],
+         _pool((3, 3), (2, 2), (1, 1), (1, 1), (1, 1), "max")),
+    Case("pool_rows_one_vector_and_one", [f32(1, 2, 6, 34)],
+         _pool((2, 2), (2, 2), (0, 0), (0, 0), (1, 1), "max")),
+    Case("pool_rows_fused", [_with_specials(f32(1, 4, 15, 29), 6)],
+         _fused_pool((3, 3), (2, 2), (1, 1), np.float32(-np.inf), _MAX_F32)),
+]
+
+
 CASES = [
     # element-wise binary
     binary(Opcode.ADD, f32(3, 5), f32(3, 5)),
@@ -428,6 +486,7 @@ CASES = [
                                       Window.make((3, 2), (2, 1), (1, 0), (2, 1), (2, 1),
                                                   (1, 1)), _ADD_F32), tol=1e-6),
     *_POOLING_SWEEP,
+    *_POOL_ROWS,
     # sort: rows of at most 16 (insertion only), and longer rows with an even and an odd
     # number of merge passes, along the last and a strided dim; ties show stability
     Case("sort_short_rows", [_ties(5, 7)], _sort("LT", 1)),
@@ -487,6 +546,13 @@ CASES = [
 def compiled(tmp_path_factory):
     modules = {c.name: _module(c) for c in CASES}
     return compile_modules(modules, tmp_path_factory.mktemp("ops"))
+
+
+@pytest.mark.parametrize("case", _POOL_ROWS, ids=lambda c: c.name)
+def test_pool_rows_cases_take_the_pooling_rows(case):
+    """The cases above test emitter/pooling.py only if it takes them (AVX-512 or not)."""
+    for vector_bytes in (16, 32, 64):
+        assert plan_pool_rows(_module(case).entry.root, vector_bytes) is not None
 
 
 def test_case_names_are_unique():

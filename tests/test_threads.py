@@ -124,6 +124,20 @@ def pointwise():
         _weights("w4", (128, 128, 1, 1))])
 
 
+def pool():
+    """Max pooling rows (emitter/pooling.py) split by channels, then on one channel by
+    output rows (both parts of a row's border / interior split), with the ReLU before
+    it fused into the loop (the element loop) and not (the pooling rows)."""
+    n = helper.make_node
+    return _model([
+        n("MaxPool", ["x"], ["p"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        n("Conv", ["p", "w"], ["c"]),
+        n("MaxPool", ["c"], ["q"], kernel_shape=[3, 2], strides=[1, 2], pads=[1, 0, 1, 1]),
+        n("Relu", ["q"], ["r"]),
+        n("MaxPool", ["r"], ["y"], kernel_shape=[2, 3], strides=[2, 1], pads=[0, 1, 1, 1]),
+    ], [("x", [1, 4, 256, 130])], [("y", [1, 1, 128, 65])], [_weights("w", (1, 4, 1, 1))])
+
+
 def encoder():
     """Batched dots (attention), a matrix-vector product, softmax and layer norm rows; a
     bias and erf-GELU fused into a product, a residual into a batched one."""
@@ -201,7 +215,7 @@ def loop():
 MODELS = {"cnn": cnn, "cnn_batch": lambda: cnn(2), "encoder": encoder, "mlp": mlp,
           "loop": loop, "stem": stem, "winograd": winograd,
           "winograd_batch": lambda: winograd(2), "pointwise": pointwise, "stem_rows": stem_rows,
-          "dense": dense}
+          "dense": dense, "pool": pool}
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))

@@ -63,18 +63,21 @@ def store_vec(b: ir.IRBuilder, value: ir.Value, ptr: ir.Value) -> None:
 
 
 def masked_load(b: ir.IRBuilder, ptr: ir.Value, vty: ir.VectorType, mask: ir.Value,
-                align: int = 4) -> ir.Value:
-    """Load the lanes of ``mask``; the others read as 0 and touch no memory."""
+                align: int = 4, passthrough: ir.Value | None = None) -> ir.Value:
+    """Load the lanes of ``mask``; the others read as ``passthrough`` (default 0) and
+    touch no memory."""
     fn = intrinsic(b.module, f"llvm.masked.load.{_suffix(vty)}.p0", vty,
                    [PTR, I32, vec_type(I1, vty.count), vty])
-    return b.call(fn, [ptr, ir.Constant(I32, align), mask, zeros(vty)])
+    return b.call(fn, [ptr, ir.Constant(I32, align), mask,
+                       zeros(vty) if passthrough is None else passthrough])
 
 
-def masked_store(b: ir.IRBuilder, value: ir.Value, ptr: ir.Value, mask: ir.Value) -> None:
+def masked_store(b: ir.IRBuilder, value: ir.Value, ptr: ir.Value, mask: ir.Value,
+                 align: int = 4) -> None:
     vty = value.type
     fn = intrinsic(b.module, f"llvm.masked.store.{_suffix(vty)}.p0", ir.VoidType(),
                    [vty, PTR, I32, vec_type(I1, vty.count)])
-    b.call(fn, [value, ptr, ir.Constant(I32, 4), mask])
+    b.call(fn, [value, ptr, ir.Constant(I32, align), mask])
 
 
 def masked_gather(b: ir.IRBuilder, base: ir.Value, elem: ir.Type, offsets: ir.Value,
