@@ -62,6 +62,7 @@ class CompiledKernel:
         target = target or host_target()
         self.instr, self.target, self.lean = instr, target, lean
         self._packs = {}
+        self._calls = {}        # id(instr) -> (instr, plan, scratch bytes)
         module = ir.Module("kernel")
         module.triple = llvm.get_process_triple()
         kernel = emit_kernel(module, instr, "kernel", target, lean)
@@ -121,12 +122,17 @@ class CompiledKernel:
         if out is None:
             out = np.empty(shape.dims, shape.dtype.np)
         # The instruction's own scratch, 64-byte aligned as in the arena, and a guard
-        # after it: a kernel writing past what scratch_bytes promised is a bug.
-        need = scratch_bytes(instr, self.target, self.lean)
+        # after it: a kernel writing past what scratch_bytes promised is a bug. The plan
+        # is made once per instruction: planning costs tens of microseconds, as much as
+        # a small kernel's run, which a benchmark would time with it.
+        hit = self._calls.get(id(instr))
+        if hit is None or hit[0] is not instr:
+            hit = self._calls[id(instr)] = (instr, plan_kernel(instr, self.target, self.lean),
+                                            scratch_bytes(instr, self.target, self.lean))
+        _, plan, need = hit
         block = np.empty(need + 2 * _GUARD, np.uint8)
         start = -block.ctypes.data % 64
         block[start + need:] = 0xA5
-        plan = plan_kernel(instr, self.target, self.lean)
         if hasattr(plan.spec, "pack_weights"):
             args[1] = self._packed(plan, args[1])
         pointers = np.array([a.ctypes.data for a in args], np.uintp)
