@@ -236,6 +236,7 @@ _POOLING_SWEEP = [
 
 _MIN_F32 = scalar_computation("min_f32", Opcode.MINIMUM, F32)
 _MIN_U8 = scalar_computation("min_u8", Opcode.MINIMUM, U8)
+_MAX_S32 = scalar_computation("max_s32", Opcode.MAXIMUM, S32)
 
 
 def _with_specials(x, every=7):
@@ -278,6 +279,10 @@ _POOL_ROWS = [
          lambda b, p: b.reduce_window(p, b.constant(np.uint8(200)),
                                       Window.make((1, 1, 3, 3), (1, 1, 2, 2), (0, 0, 1, 1),
                                                   (0, 0, 1, 1)), _MIN_U8)),
+    Case("pool_rows_max_s32_edges", [np.resize(INT_EDGES, (1, 2, 9, 40))],
+         lambda b, p: b.reduce_window(p, b.constant(np.int32(-2**31)),
+                                      Window.make((1, 1, 3, 2), (1, 1, 2, 2), (0, 0, 1, 0),
+                                                  (0, 0, 1, 1)), _MAX_S32)),
     Case("pool_rows_1d", [_with_specials(f32(2, 5, 51), 9)],
          lambda b, p: b.reduce_window(p, b.constant(np.float32(-np.inf)),
                                       Window.make((1, 1, 5), (1, 1, 2), (0, 0, 2), (0, 0, 2)),
