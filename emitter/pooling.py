@@ -115,8 +115,11 @@ def plan_pool_rows(instr: Instruction, vector_bytes: int,
     w = rw.attrs["window"]
     comp = rw.called[0]
     root = comp.root
+    # The loop function stores in its instruction's layout and reads its operand's,
+    # which a fusion's may not share with its body (channels-minor quantized maps).
     if (rank < 2 or shape.dtype not in _DTYPES or x.dtype != shape.dtype
-            or shape.layout != row_major or x.layout != row_major
+            or any(s.layout != row_major for s in (shape, x, instr.shape,
+                                                   instr.operands[operand].shape))
             or root.opcode not in _REDUCERS or set(root.operands) != set(comp.parameters)
             or len(comp.parameters) != 2 or init is None
             or split_dim == rank - 1 or shape.num_elements == 0

@@ -560,6 +560,16 @@ def test_pool_rows_cases_take_the_pooling_rows(case):
         assert plan_pool_rows(_module(case).entry.root, vector_bytes) is not None
 
 
+def test_pool_rows_do_not_take_a_fusion_writing_another_layout():
+    """A loop fusion stores in its own layout (here channels-minor, as quantized maps
+    are), which its reduce-window body does not show: the element loop computes it."""
+    case = _POOL_ROWS[-1]
+    root = _module(case).entry.root
+    assert plan_pool_rows(root, 64) is not None
+    root.shape = Shape.array(root.shape.dtype, root.shape.dims, (1, 3, 2, 0))
+    assert plan_pool_rows(root, 64) is None
+
+
 def test_case_names_are_unique():
     names = [c.name for c in CASES]
     assert len(names) == len(set(names))
