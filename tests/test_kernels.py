@@ -203,7 +203,9 @@ CONV_CASES = [
     ("many_channels_k_blocks", dict(xd=(1, 70, 6, 5), wd=(13, 70, 3, 3),
                                     pad=((1, 1), (1, 1))), "gemm"),
     ("depthwise", dict(xd=(1, 8, 12, 10), wd=(8, 1, 3, 3), pad=((1, 1), (1, 1)), groups=8),
-     "depthwise"),
+     "depthwise_rows"),
+    ("depthwise_narrow", dict(xd=(1, 8, 12, 2), wd=(8, 1, 3, 3), pad=((1, 1), (1, 1)),
+                              groups=8), "depthwise"),
     ("depthwise_stride2_dilated", dict(xd=(2, 6, 13, 11), wd=(12, 1, 3, 3), stride=(2, 2),
                                        dil=(2, 2), pad=((2, 1), (1, 2)), groups=6),
      "depthwise_rows"),
@@ -247,7 +249,13 @@ CONV_CASES = [
                                                groups=2, constant=True), "channels"),
     ("small_map_wide_rows_k_blocks", dict(xd=(1, 60, 7, 33), wd=(16, 60, 3, 3),
                                           pad=((1, 1), (1, 1)), constant=True), "channels"),
-    ("small_map_pointwise", dict(xd=(1, 40, 7, 7), wd=(32, 40, 1, 1), constant=True), "gemm"),
+    # 1x1 on maps below 64 pixels, where the GEMM's slivers of pixels go partly empty.
+    ("small_map_pointwise", dict(xd=(1, 40, 7, 7), wd=(32, 40, 1, 1), constant=True),
+     "channels"),
+    ("small_map_pointwise_k_blocks", dict(xd=(2, 600, 3, 3), wd=(48, 600, 1, 1),
+                                          constant=True), "channels"),
+    ("pointwise_8x8_constant", dict(xd=(1, 40, 8, 8), wd=(32, 40, 1, 1), constant=True),
+     "gemm"),
     ("large_map_constant", dict(xd=(1, 8, 17, 17), wd=(16, 8, 3, 3), pad=((1, 1), (1, 1)),
                                 constant=True), "gemm"),
     ("s32_groups", dict(xd=(1, 4, 5, 5), wd=(4, 2, 2, 2), groups=2, dtype=S32), "naive"),
@@ -348,7 +356,7 @@ def test_channel_conv_packs_weights_in_panels_of_output_channels():
 
 
 GEMM_CONV_CASES = [c for c in CONV_CASES if c[2] in ("gemm", "winograd") or c[2] == "channels"
-                   and c[0] != "stem_unpadded_tail_panel"]
+                   and c[0] not in ("stem_unpadded_tail_panel", "small_map_pointwise")]
 WINOGRAD_CASES = [c for c in CONV_CASES if c[2] == "winograd"]
 
 
@@ -455,7 +463,9 @@ def _depthwise(dims, kernel, multiplier, stride, pad, dil):
 def test_depthwise(case, vector_bytes):
     instr = _depthwise(*case[1:])
     target = HostTarget(vector_bytes)
-    rows = 2 <= case[4][1] <= conv_mod.DEPTHWISE_MAX_STRIDE
+    # Rows for strides 2 to 4, and at stride 1 where an output row fills a vector.
+    sw, ow = case[4][1], instr.shape.dims[-1]
+    rows = 2 <= sw <= conv_mod.DEPTHWISE_MAX_STRIDE or sw == 1 and 2 * ow > vector_bytes // 4
     assert type(plan_kernel(instr, target).spec) is \
         (conv_mod.DepthwiseRows if rows else conv_mod.Depthwise)
     x, w = (_random(o.shape.dims, F32) for o in instr.operands)
@@ -506,7 +516,7 @@ EPILOGUES = {
 # Convolutions of every kernel: (input channels, output channels, groups, window,
 # stride, lean) and the kernel they take.
 EPILOGUE_CONVS = {
-    "depthwise_s1": ((5, 5, 5, 3, 1, False), "Depthwise"),
+    "depthwise_s1": ((5, 5, 5, 3, 1, False), "DepthwiseRows"),
     "depthwise_s2": ((5, 5, 5, 3, 2, False), "DepthwiseRows"),
     "dense_3x3": ((4, 7, 1, 3, 1, False), "ConvGemm"),
     "dense_k_blocks": ((70, 9, 1, 3, 2, False), "ConvGemm"),
@@ -518,6 +528,7 @@ EPILOGUE_CONVS = {
     "stem": ((3, 48, 1, 3, 2, False), "ChannelConv"),
     # more input channels than the Winograd kernel takes (WINOGRAD_MAX_CIN)
     "small_map_k_blocks": ((300, 32, 1, 3, 1, False), "ChannelConv"),
+    "pointwise_s2_small_map": ((24, 32, 1, 1, 2, False), "ChannelConv"),
     # the residual with strides, K blocks, groups and the lean kernel's clamped rows
     "depthwise_s3": ((5, 10, 5, 3, 3, False), "DepthwiseRows"),
     "depthwise_s5": ((3, 3, 3, 3, 5, False), "Depthwise"),
@@ -745,7 +756,7 @@ SHARING_CASES = [
      True),
     ("depthwise_channels_and_size", make_conv((1, 8, 12, 10), (8, 1, 3, 3),
                                               pad=((1, 1), (1, 1)), groups=8),
-     make_conv((2, 5, 6, 7), (10, 1, 3, 3), pad=((1, 1), (1, 1)), groups=5), True),
+     make_conv((2, 5, 6, 13), (10, 1, 3, 3), pad=((1, 1), (1, 1)), groups=5), True),
     ("gemm_sizes", make_dot((37, 53), (53, 29), (), (1,), (), (0,)),
      make_dot((9, 20), (20, 50), (), (1,), (), (0,)), True),
     ("batched_gemm_sizes", make_dot((2, 9, 7), (2, 7, 20), (0,), (2,), (0,), (1,)),

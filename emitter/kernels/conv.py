@@ -13,19 +13,20 @@ feature groups and number of spatial dims:
   the input (``MatrixPacker``).
 - depthwise (one input channel per group, few outputs per group): direct convolution
   vectorized over output pixels, the R weights of a channel broadcast once
-  (``Depthwise``); 2-D windows with a column stride of 2 to 4 go along output rows
-  instead (``DepthwiseRows``: interior/border split, wide loads and a shuffle in place
-  of gathers).
+  (``Depthwise``); 2-D windows with a column stride of 2 to 4, or of 1 on maps at least
+  half a vector wide, go along output rows instead (``DepthwiseRows``: interior/border
+  split, wide loads and a shuffle in place of gathers).
 - direct (``lean``, any channels): the same direct scheme with an MR x NV tile of
   output channels by pixels; no scratch, for the layers where the GEMM's packed sliver
   would raise the arena's peak (the memory planner asks for it).
 - Winograd F(2x2, 3x3) (winograd.py, ``WinogradConv``): 3x3 stride-1 windows of one
   group with enough channels on large enough maps (``_winograd_pays``); lean: DirectConv.
-- channels in lanes (``ChannelConv``): 2-D stems (Cin <= 4) and windows on small maps
-  (<= 256 output pixels) with constant weights, which it takes packed at compile time
-  (``pack_weights``): a direct convolution vectorized over output channels, each input
-  value broadcast to two vectors of them, the padded input copied to scratch, K in
-  blocks on long K; lean: DirectConv.
+- channels in lanes (``ChannelConv``): 2-D stems (Cin <= 4), windows on small maps
+  (<= 256 output pixels) and 1x1 windows on maps below 64 pixels, with constant
+  weights, which it takes packed at compile time (``pack_weights``): a direct
+  convolution vectorized over output channels, each input value broadcast to two
+  vectors of them, the padded input copied to scratch, K in blocks on long K; lean:
+  DirectConv.
 
 All are compiled from the window alone (``ConvWindow``: size, stride, padding,
 dilation, slack); batch, groups, channels and image sizes are run-time arguments, so e.g.
@@ -472,8 +473,11 @@ class DepthwiseRows(EpilogueOperands):
     no gather). ``lanes`` is the target's vector width, halved for narrow images.
 
     Taken for column strides 2 to 4 (DEPTHWISE_MAX_STRIDE), where it runs 2 to 3 times
-    as fast as Depthwise's gathers on MobileNetV2's layers; at stride 1 Depthwise's flat
-    pixel vectors measured faster (fewer partial vectors on 7x7 to 56x56 maps).
+    as fast as Depthwise's gathers on MobileNetV2's layers, and at stride 1 where an
+    output row fills a vector (kernel time against Depthwise, one Zen 5 core, AVX-512:
+    112x112 0.77, 28x28 0.90, 14x14 0.64, 12x12 0.80, 48x48 0.64; 56x56 equal). On
+    narrower maps (7x7, 6x6, 25x5) Depthwise's flat vectors of pixels, which run across
+    rows, waste fewer lanes (1.06 to 1.45 times faster there).
     """
     window: ConvWindow
     lanes: int
@@ -1045,15 +1049,20 @@ def _path(instr: Instruction, t: Tiling, constant_weights: bool) -> str:
     if not fast:
         return "naive"
     sizes = _sizes_of(instr)
+    pixels = prod(instr.shape.dims[2:])
     if sizes["cin_g"] == 1 and sizes["cout_g"] < t.mr:
-        return ("depthwise_rows" if w.rank == 2 and 2 <= w.stride[1] <= DEPTHWISE_MAX_STRIDE
-                and prod(w.size) <= DIRECT_MAX_POSITIONS else "depthwise")
+        # Rows at stride 1 only where a row fills a whole vector: narrower maps (7x7,
+        # 25x5) fill Depthwise's flat vectors of pixels better.
+        rows = w.rank == 2 and (2 <= w.stride[1] <= DEPTHWISE_MAX_STRIDE
+                                or w.stride[1] == 1 and 2 * instr.shape.dims[-1] > t.lanes)
+        return "depthwise_rows" if rows and prod(w.size) <= DIRECT_MAX_POSITIONS else "depthwise"
     if _winograd_pays(instr, w, sizes, t):
         return "winograd"
     if (constant_weights and w.rank == 2 and t.lanes >= 4 and sizes["cout_g"] % t.lanes == 0
             and prod(w.size) <= DIRECT_MAX_POSITIONS
             and (sizes["cin_g"] <= CHANNELS_MAX_CIN
-                 or prod(instr.shape.dims[2:]) <= CHANNELS_MAX_PIXELS and prod(w.size) > 1)):
+                 or pixels <= CHANNELS_MAX_PIXELS and prod(w.size) > 1
+                 or pixels < CHANNELS_MAX_POINTWISE_PIXELS)):
         return "channels"
     return "gemm"
 
@@ -1099,10 +1108,14 @@ DEPTHWISE_MAX_STRIDE = 4
 # costly as its FMAs, and for windows on small maps, where vectors of pixels go partly
 # empty (7 x 7 = 3 x 16 + 1). Measured against the implicit GEMM (benchmarks/
 # kernels.py, one Zen 5 core): ResNet-18's 7x7/2 stem 0.71 of its time, 3x3 layers on
-# 14x14 and 7x7 maps 0.74 to 0.92; 1x1 layers on small maps 1.0 to 1.15 (a GEMM over
-# the input as it lies needs no gathers), so they keep the GEMM.
+# 14x14 and 7x7 maps 0.74 to 0.92. 1x1 layers (a GEMM over the input as it lies, no
+# gathers) only below 64 pixels, where the GEMM's 32-pixel slivers go partly empty
+# (kernel time, one Zen 5 core, AVX-512: 256->256 @3x3 0.44, 128->128 @6x6 0.70,
+# 320->1280 and 160->960 @7x7 0.81; 64->128 @8x8 1.05, @10x10 0.98, 96->576 @14x14
+# 1.1, 64->64 @25x5 1.05).
 CHANNELS_MAX_CIN = 4
 CHANNELS_MAX_PIXELS = 256
+CHANNELS_MAX_POINTWISE_PIXELS = 64
 # Its tile: pixels by CHANNELS_VECTORS vectors of output channels (each broadcast of an
 # input value feeds that many FMAs: at one, the broadcasts, not the FMAs, set the pace),
 # at most CHANNELS_COLS pixels along a row, as many accumulators as the registers left
