@@ -38,7 +38,8 @@ from llvmlite import ir
 
 from ..hlo import Instruction
 from .irutil import I64, PTR, VOID, gep_bytes, i64
-from .kernels.conv import ChannelConv, ConvGemm, Depthwise, DepthwiseRows, DirectConv
+from .kernels.conv import (ChannelConv, ConvGemm, Depthwise, DepthwiseRows, DirectConv,
+                           RowConv)
 from .kernels.dot import FastDot
 from .kernels.function import KernelPlan
 from .kernels.gemm import Tiling
@@ -160,7 +161,7 @@ def kernel_split(plan: KernelPlan, t: Tiling) -> Split | None:
         cost_m = batch * (_slowest(m, t.mr) * n * k + PACK_COST * k * n)
         return by_n if cost_n <= cost_m else by_m
     if isinstance(spec, (ConvGemm, ChannelConv, DirectConv, Depthwise, DepthwiseRows,
-                         WinogradConv)):
+                         WinogradConv, RowConv)):
         rank = spec.window.rank
         in_px = prod(s[f"in{i}"] for i in range(rank))
         out_px = prod(s[f"out{i}"] for i in range(rank))
@@ -179,8 +180,10 @@ def kernel_split(plan: KernelPlan, t: Tiling) -> Split | None:
             return _conv_gemm_split(spec, s, t, work)
         if isinstance(spec, ChannelConv):
             return _channel_conv_split(spec, s, work)
-        # One image, one group: the output channels are A's rows (the weights').
-        return _split("cout_g", s["cout_g"], t.mr, (out_px, 0, s["cin_g"] * window), work,
+        # One image, one group: the output channels are A's rows (the weights'); RowConv's
+        # in tiles of mr.
+        unit = spec.mr if isinstance(spec, RowConv) else t.mr
+        return _split("cout_g", s["cout_g"], unit, (out_px, 0, s["cin_g"] * window), work,
                       1)
     return None
 

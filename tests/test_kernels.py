@@ -191,14 +191,15 @@ CONV_CASES = [
     ("3x3_same", dict(xd=(2, 5, 11, 13), wd=(7, 5, 3, 3), pad=((1, 1), (1, 1))), "gemm"),
     ("1x1_pointwise", dict(xd=(1, 16, 7, 9), wd=(20, 16, 1, 1)), "gemm"),
     ("1x1_stride2", dict(xd=(1, 8, 9, 9), wd=(12, 8, 1, 1), stride=(2, 2)), "gemm"),
-    ("5x5_valid", dict(xd=(1, 3, 12, 14), wd=(9, 3, 5, 5)), "gemm"),
-    ("7x7_stride2_pad3", dict(xd=(1, 3, 20, 22), wd=(8, 3, 7, 7), stride=(2, 2),
+    # (More than CHANNELS_MAX_CIN input channels per group: no stem kernel.)
+    ("5x5_valid", dict(xd=(1, 5, 12, 14), wd=(9, 5, 5, 5)), "gemm"),
+    ("7x7_stride2_pad3", dict(xd=(1, 5, 20, 22), wd=(8, 5, 7, 7), stride=(2, 2),
                               pad=((3, 3), (3, 3))), "gemm"),
-    ("3x3_stride4_asym_pad", dict(xd=(1, 4, 17, 15), wd=(6, 4, 3, 3), stride=(4, 4),
+    ("3x3_stride4_asym_pad", dict(xd=(1, 5, 17, 15), wd=(6, 5, 3, 3), stride=(4, 4),
                                   pad=((2, 0), (0, 1))), "gemm"),
     ("3x3_dilated", dict(xd=(1, 6, 13, 11), wd=(10, 6, 3, 3), dil=(2, 3),
                          pad=((2, 2), (3, 3))), "gemm"),
-    ("groups2", dict(xd=(2, 4, 9, 9), wd=(6, 2, 3, 3), stride=(2, 2),
+    ("groups2", dict(xd=(2, 10, 9, 9), wd=(6, 5, 3, 3), stride=(2, 2),
                      pad=((1, 0), (2, 1)), groups=2), "gemm"),
     ("many_channels_k_blocks", dict(xd=(1, 70, 6, 5), wd=(13, 70, 3, 3),
                                     pad=((1, 1), (1, 1))), "gemm"),
@@ -215,7 +216,7 @@ CONV_CASES = [
     ("conv1d", dict(xd=(2, 3, 17), wd=(4, 3, 5), pad=((2, 2),)), "gemm"),
     ("conv1d_stride2", dict(xd=(1, 5, 30), wd=(7, 5, 4), stride=(2,), pad=((1, 2),)), "gemm"),
     ("conv3d", dict(xd=(1, 2, 5, 6, 7), wd=(3, 2, 3, 3, 3), pad=((1, 1),) * 3), "gemm"),
-    ("negative_padding", dict(xd=(1, 3, 10, 10), wd=(4, 3, 3, 3), pad=((-1, 1), (1, -2))),
+    ("negative_padding", dict(xd=(1, 5, 10, 10), wd=(4, 5, 3, 3), pad=((-1, 1), (1, -2))),
      "gemm"),
     ("nhwc_general", dict(xd=(2, 7, 6, 4), wd=(3, 3, 4, 5), pad=((1, 1), (0, 1)), dn=NHWC),
      "naive"),
@@ -225,22 +226,41 @@ CONV_CASES = [
     ("f64", dict(xd=(1, 3, 7, 7), wd=(4, 3, 3, 3), stride=(2, 2), pad=((1, 1), (1, 1)),
                  dtype=F64), "naive"),
     # Stems with constant weights: vectors of output channels (ChannelConv).
-    ("stem_7x7_stride2", dict(xd=(1, 3, 37, 41), wd=(32, 3, 7, 7), stride=(2, 2),
+    ("stem_7x7_stride2", dict(xd=(1, 3, 37, 41), wd=(48, 3, 7, 7), stride=(2, 2),
                               pad=((3, 3), (3, 3)), constant=True), "channels"),
-    ("stem_cin1_asym_pad", dict(xd=(2, 1, 13, 29), wd=(16, 1, 3, 5), stride=(1, 2),
+    ("stem_cin1_asym_pad", dict(xd=(2, 1, 13, 29), wd=(48, 1, 3, 5), stride=(1, 2),
                                 pad=((1, 0), (2, 1)), constant=True), "channels"),
-    ("stem_dilated_groups", dict(xd=(1, 4, 15, 17), wd=(32, 2, 3, 3), dil=(2, 2),
+    ("stem_dilated_groups", dict(xd=(1, 4, 15, 17), wd=(96, 2, 3, 3), dil=(2, 2),
                                  pad=((2, 2), (1, 3)), groups=2, constant=True), "channels"),
     ("stem_unpadded_tail_panel", dict(xd=(1, 3, 9, 31), wd=(48, 3, 2, 3), stride=(2, 2),
                                       constant=True), "channels"),
-    ("stem_negative_padding", dict(xd=(1, 3, 10, 12), wd=(16, 3, 3, 3),
+    ("stem_negative_padding", dict(xd=(1, 3, 10, 12), wd=(48, 3, 3, 3),
                                    pad=((-1, 1), (1, -2)), constant=True), "channels"),
-    ("stem_narrow_rows", dict(xd=(1, 2, 30, 4), wd=(16, 2, 3, 3), pad=((1, 1), (1, 1)),
+    ("stem_narrow_rows", dict(xd=(1, 2, 30, 4), wd=(48, 2, 3, 3), pad=((1, 1), (1, 1)),
                               constant=True), "channels"),
-    ("stem_weights_at_run_time", dict(xd=(1, 3, 37, 41), wd=(32, 3, 7, 7), stride=(2, 2),
+    ("stem_weights_at_run_time", dict(xd=(1, 3, 37, 41), wd=(48, 3, 7, 7), stride=(2, 2),
                                       pad=((3, 3), (3, 3))), "gemm"),
-    ("stem_channels_not_lanes", dict(xd=(1, 3, 12, 12), wd=(20, 3, 3, 3),
+    ("stem_channels_not_lanes", dict(xd=(1, 3, 12, 12), wd=(40, 3, 3, 3),
                                      pad=((1, 1), (1, 1)), constant=True), "gemm"),
+    # Stems of few output channels: vectors along output rows (RowConv), every column
+    # stride it takes, padding, dilation, groups, tiles of channels past the last one.
+    ("stem_rows_stride2", dict(xd=(1, 3, 37, 41), wd=(8, 3, 3, 3), stride=(2, 2),
+                               pad=((1, 1), (1, 1))), "rows"),
+    ("stem_rows_cin1_asym_pad", dict(xd=(2, 1, 13, 29), wd=(8, 1, 3, 5), stride=(1, 2),
+                                     pad=((1, 0), (2, 1))), "rows"),
+    ("stem_rows_dilated_groups", dict(xd=(1, 4, 15, 27), wd=(6, 2, 3, 3), dil=(2, 2),
+                                      pad=((2, 2), (1, 3)), groups=2), "rows"),
+    ("stem_rows_stride4_negative_pad", dict(xd=(1, 3, 10, 70), wd=(4, 3, 3, 3),
+                                            stride=(1, 4), pad=((-1, 1), (1, -2))), "rows"),
+    ("stem_rows_5x5_stride3_constant", dict(xd=(1, 2, 20, 50), wd=(7, 2, 5, 5), stride=(3, 3),
+                                            pad=((2, 2), (2, 2)), constant=True), "rows"),
+    ("stem_rows_valid_wide", dict(xd=(1, 3, 5, 131), wd=(8, 3, 3, 3)), "rows"),
+    ("stem_rows_last_tile_short", dict(xd=(1, 3, 12, 12), wd=(20, 3, 3, 3),
+                                       pad=((1, 1), (1, 1)), constant=True), "rows"),
+    ("stem_rows_32_channels", dict(xd=(1, 3, 23, 35), wd=(32, 3, 3, 3), stride=(2, 2),
+                                   pad=((1, 1), (1, 1)), constant=True), "rows"),
+    ("stem_few_channels_narrow", dict(xd=(1, 3, 12, 6), wd=(8, 3, 3, 3),
+                                      pad=((1, 1), (1, 1))), "gemm"),
     # Windows on small maps: ChannelConv in K blocks (partial sums in scratch).
     ("small_map_k_blocks", dict(xd=(1, 70, 6, 5), wd=(32, 70, 3, 3),
                                 pad=((1, 1), (1, 1)), constant=True), "channels"),
@@ -328,11 +348,26 @@ def test_channel_conv_other_vector_widths(case, vector_bytes):
            F32)
 
 
-def test_channel_conv_needs_simd():
+@pytest.mark.parametrize("vector_bytes", [16, 32])
+@pytest.mark.parametrize("case", [c for c in CONV_CASES if c[2] == "rows"],
+                         ids=[c[0] for c in CONV_CASES if c[2] == "rows"])
+def test_row_conv_other_vector_widths(case, vector_bytes):
+    """SSE and AVX2: 4 and 8 lanes, fewer vectors per tile (16 registers)."""
+    _, kw, _path = case
+    instr = make_conv(**kw)
+    x, w = _operands(instr)
+    assert type(plan_kernel(instr, HostTarget(vector_bytes)).spec).__name__ == "RowConv"
+    _check(CompiledKernel(instr, HostTarget(vector_bytes))(x, w), conv_reference(instr, x, w),
+           F32)
+
+
+@pytest.mark.parametrize("channels,kernel", [(48, "ChannelConv"), (16, "RowConv")])
+def test_stem_kernels_need_simd(channels, kernel):
     """A scalar target (Cortex-M: one lane) keeps the GEMM: no transposes, no padded copy
-    in its small RAM."""
-    instr = make_conv((1, 3, 20, 22), (16, 3, 3, 3), pad=((1, 1), (1, 1)), constant=True)
-    assert type(plan_kernel(instr, HostTarget(64)).spec).__name__ == "ChannelConv"
+    in its small RAM, no vectors of pixels."""
+    instr = make_conv((1, 3, 20, 22), (channels, 3, 3, 3), pad=((1, 1), (1, 1)),
+                      constant=True)
+    assert type(plan_kernel(instr, HostTarget(64)).spec).__name__ == kernel
     assert type(plan_kernel(instr, HostTarget(4)).spec).__name__ == "ConvGemm"
 
 
@@ -355,8 +390,10 @@ def test_channel_conv_packs_weights_in_panels_of_output_channels():
         np.testing.assert_array_equal(panel, w[first:first + width].reshape(width, k).T)
 
 
+# (RowConv takes the narrow stem where vectors are shorter.)
 GEMM_CONV_CASES = [c for c in CONV_CASES if c[2] in ("gemm", "winograd") or c[2] == "channels"
-                   and c[0] not in ("stem_unpadded_tail_panel", "small_map_pointwise")]
+                   and c[0] not in ("stem_unpadded_tail_panel", "small_map_pointwise",
+                                    "stem_few_channels_narrow")]
 WINOGRAD_CASES = [c for c in CONV_CASES if c[2] == "winograd"]
 
 
@@ -518,14 +555,15 @@ EPILOGUES = {
 EPILOGUE_CONVS = {
     "depthwise_s1": ((5, 5, 5, 3, 1, False), "DepthwiseRows"),
     "depthwise_s2": ((5, 5, 5, 3, 2, False), "DepthwiseRows"),
-    "dense_3x3": ((4, 7, 1, 3, 1, False), "ConvGemm"),
+    "dense_3x3": ((5, 7, 1, 3, 1, False), "ConvGemm"),
     "dense_k_blocks": ((70, 9, 1, 3, 2, False), "ConvGemm"),
     "pointwise": ((6, 13, 1, 1, 1, False), "ConvGemm"),
-    "grouped": ((6, 8, 2, 3, 1, False), "ConvGemm"),
-    "direct_lean": ((4, 7, 1, 3, 1, True), "DirectConv"),
+    "grouped": ((10, 8, 2, 3, 1, False), "ConvGemm"),
+    "direct_lean": ((5, 7, 1, 3, 1, True), "DirectConv"),
     "winograd": ((32, 37, 1, 3, 1, False), "WinogradConv"),
     # constant weights (the test makes %w one)
     "stem": ((3, 48, 1, 3, 2, False), "ChannelConv"),
+    "stem_rows": ((3, 6, 1, 3, 1, False), "RowConv"),
     # more input channels than the Winograd kernel takes (WINOGRAD_MAX_CIN)
     "small_map_k_blocks": ((300, 32, 1, 3, 1, False), "ChannelConv"),
     "pointwise_s2_small_map": ((24, 32, 1, 1, 2, False), "ChannelConv"),
@@ -536,10 +574,10 @@ EPILOGUE_CONVS = {
     "grouped_s2": ((6, 8, 2, 3, 2, False), "ConvGemm"),
     "direct_lean_s2": ((4, 11, 1, 5, 2, True), "DirectConv"),
 }
-EPILOGUE_CASES = ([(conv, name) for conv in ("depthwise_s1", "dense_3x3", "stem")
+EPILOGUE_CASES = ([(conv, name) for conv in ("depthwise_s1", "dense_3x3", "stem", "stem_rows")
                    for name in EPILOGUES]
                   + [(conv, name) for conv in EPILOGUE_CONVS
-                     if conv not in ("depthwise_s1", "dense_3x3", "stem")
+                     if conv not in ("depthwise_s1", "dense_3x3", "stem", "stem_rows")
                      for name in ("bias_relu6", "scale_shift", "bias_residual_relu")])
 
 

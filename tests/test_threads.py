@@ -138,6 +138,21 @@ def pool():
     ], [("x", [1, 4, 256, 130])], [("y", [1, 1, 128, 65])], [_weights("w", (1, 4, 1, 1))])
 
 
+def row_conv():
+    """Stems of few output channels (RowConv): 3->8 stride 2 with its bias and ReLU (one
+    tile of channels, one task), then a grouped one (split by groups) with a residual
+    add fused."""
+    n = helper.make_node
+    return _model([
+        n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        n("Relu", ["c1"], ["r1"]),
+        n("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], group=2),
+        n("Add", ["c2", "r1"], ["y"]),
+    ], [("x", [1, 3, 33, 64])], [("y", [1, 8, 17, 32])], [
+        _weights("w1", (8, 3, 3, 3)), _weights("b1", (8,)), _weights("w2", (8, 4, 3, 3)),
+        _weights("b2", (8,))])
+
+
 def encoder():
     """Batched dots (attention), a matrix-vector product, softmax and layer norm rows; a
     bias and erf-GELU fused into a product, a residual into a batched one."""
@@ -215,7 +230,7 @@ def loop():
 MODELS = {"cnn": cnn, "cnn_batch": lambda: cnn(2), "encoder": encoder, "mlp": mlp,
           "loop": loop, "stem": stem, "winograd": winograd,
           "winograd_batch": lambda: winograd(2), "pointwise": pointwise, "stem_rows": stem_rows,
-          "dense": dense, "pool": pool}
+          "dense": dense, "pool": pool, "row_conv": row_conv}
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))
