@@ -465,8 +465,9 @@ class DepthwiseRows(EpilogueOperands):
     them read as well as lanes over channels would in NHWC, with no transposes around
     the layer. Padding is handled by splitting each dim into the border and the
     interior: output rows whose window rows all lie in the image, and vectors of
-    columns whose window columns do, read with plain vector loads, unrolled ``UNROLL``
-    vectors at a time so that independent chains of FMAs hide their latency; the border
+    columns whose window columns do, read with plain vector loads, ``block`` rows by
+    ``unroll`` vectors at a time, so that independent chains of FMAs hide their latency
+    and, at stride 1, rows of a block share the input rows they read; the border
     rows select zeros for the window rows outside the image, and the border vectors
     (and the last, partial one) mask their loads and stores. A stride-s row reads s *
     lanes contiguous columns once per window position and keeps every s-th (a shuffle,
@@ -481,9 +482,9 @@ class DepthwiseRows(EpilogueOperands):
     """
     window: ConvWindow
     lanes: int
+    block: int = 1      # interior output rows per step
+    unroll: int = 4     # interior vectors of columns per step
     epilogue: Epilogue = NO_EPILOGUE
-
-    UNROLL = 4
 
     @property
     def params(self) -> tuple[str, ...]:
@@ -503,8 +504,17 @@ class DepthwiseRows(EpilogueOperands):
         v_lo = b.udiv(b.add(cols_lo, i64(lanes - 1)), i64(lanes))
         v_hi = b.udiv(cols_hi, i64(lanes))
         v_hi = b.select(b.icmp_signed("<", v_hi, v_lo), v_lo, v_hi)
-        v_unrolled = b.add(v_lo, b.mul(b.udiv(b.sub(v_hi, v_lo), i64(self.UNROLL)),
-                                       i64(self.UNROLL)))
+        v_unrolled = b.add(v_lo, b.mul(b.udiv(b.sub(v_hi, v_lo), i64(self.unroll)),
+                                       i64(self.unroll)))
+        vectors = (v_lo, v_hi, v_unrolled, nv)
+        # Interior rows in blocks of ``block`` (then one by one): neighbouring output
+        # rows share input rows at stride 1, each loaded once for the block.
+        rows_blocked = b.add(rows_lo, b.mul(b.udiv(b.sub(rows_hi, rows_lo), i64(self.block)),
+                                            i64(self.block)))
+        row_ranges = [(i64(0), rows_lo, True, 1), (rows_lo, rows_blocked, False, self.block),
+                      (rows_blocked, rows_hi, False, 1), (rows_hi, oh, True, 1)]
+        if self.block == 1:
+            del row_ranges[2]
         with for_range(b, geo.batch, "img") as img:
             with for_range(b, geo.cout, "oc") as oc:
                 ic = b.add(b.mul(img, geo.cin), b.udiv(oc, geo.cout_g))
@@ -517,11 +527,9 @@ class DepthwiseRows(EpilogueOperands):
                 values = self.epilogue.values(b, f.extra, oc, lanes)
                 extra = self.epilogue.moved(b, f.extra, dst_start)
                 row = _DepthwiseRow(self, b, geo, chan, dst, ws, values, extra)
-                for start, stop, checked in ((i64(0), rows_lo, True),
-                                             (rows_lo, rows_hi, False),
-                                             (rows_hi, oh, True)):
-                    with for_range(b, stop, "oy", start=start) as oy:
-                        row.emit(oy, checked, v_lo, v_hi, v_unrolled, nv)
+                for start, stop, checked, block in row_ranges:
+                    with for_range(b, stop, "oy", start=start, step=block) as oy:
+                        row.emit(oy, checked, vectors, block)
 
 
 class _DepthwiseRow:
@@ -533,55 +541,62 @@ class _DepthwiseRow:
         self.values, self.extra = values, extra
         self.vty = vec_type(F32, k.lanes)
 
-    def emit(self, oy, checked: bool, v_lo, v_hi, v_unrolled, nv) -> None:
-        """Output row ``oy``; ``checked``: some window rows may lie outside the image."""
+    def emit(self, oy, checked: bool, vectors, block: int) -> None:
+        """Output rows ``oy`` .. ``oy + block``; ``checked``: some window rows may lie
+        outside the image. An input row is addressed by its offset from row oy * stride
+        - pad (``r * stride + ky * dil`` for output row oy + r)."""
         b, w, lanes = self.b, self.k.window, self.k.lanes
+        v_lo, v_hi, v_unrolled, nv = vectors
         ih, iw = self.geo.in_sp
         (sh, _), (ph, _), (dh, _) = w.stride, w.pad_low, w.dil
-        self.rows, self.valid = [], []
-        for ky in range(w.size[0]):
-            iy = b.add(b.mul(oy, i64(sh)), i64(ky * dh - ph))
+        self.block, self.rows, self.valid = block, {}, {}
+        for j in sorted({r * sh + ky * dh for r in range(block) for ky in range(w.size[0])}):
+            iy = b.add(b.mul(oy, i64(sh)), i64(j - ph))
             valid = None
             if checked:
                 valid = b.icmp_unsigned("<", iy, ih)
                 iy = b.select(valid, iy, i64(0))
-            self.rows.append(offset_ptr(b, self.chan, F32, b.mul(iy, iw)))
-            self.valid.append(valid)
-        self.row_start = b.mul(oy, self.geo.out_sp[1])
-        self.out_row = offset_ptr(b, self.dst, F32, self.row_start)
+            self.rows[j] = offset_ptr(b, self.chan, F32, b.mul(iy, iw))
+            self.valid[j] = valid
+        self.row_start = [b.mul(b.add(oy, i64(r)), self.geo.out_sp[1]) for r in range(block)]
+        self.out_row = [offset_ptr(b, self.dst, F32, start) for start in self.row_start]
         with for_range(b, v_lo, "vb") as v:
             self._vectors(v, 1, masked=True)
-        with for_range(b, v_unrolled, "vu", start=v_lo, step=self.k.UNROLL) as v:
-            self._vectors(v, self.k.UNROLL, masked=False)
+        with for_range(b, v_unrolled, "vu", start=v_lo, step=self.k.unroll) as v:
+            self._vectors(v, self.k.unroll, masked=False)
         with for_range(b, v_hi, "vi", start=v_unrolled) as v:
             self._vectors(v, 1, masked=False)
         with for_range(b, nv, "ve", start=v_hi) as v:
             self._vectors(v, 1, masked=True)
 
     def _vectors(self, v, count: int, masked: bool) -> None:
-        """``count`` vectors of output columns from vector ``v`` of the row."""
+        """``count`` vectors of output columns from vector ``v`` of each row of the
+        block."""
         b, w, lanes = self.b, self.k.window, self.k.lanes
+        (sh, _), (dh, _) = w.stride, w.dil
         ow = self.geo.out_sp[1]
         x0s = [b.mul(b.add(v, i64(u)), i64(lanes)) for u in range(count)]
-        accs = [zeros(self.vty)] * count
-        for r, (ky, kx) in enumerate(w.positions):
-            for u, x0 in enumerate(x0s):
-                accs[u] = fma(b, self.ws[r], self._load(ky, kx, x0, masked), accs[u])
+        accs = [[zeros(self.vty)] * count for _ in range(self.block)]
+        loaded = {}
+        for i, (ky, kx) in enumerate(w.positions):
+            for r in range(self.block):
+                j = r * sh + ky * dh
+                for u, x0 in enumerate(x0s):
+                    if (j, kx, u) not in loaded:
+                        loaded[j, kx, u] = _row_vector(b, w, lanes, self.geo, self.rows[j],
+                                                       self.valid[j], kx, x0, masked)
+                    accs[r][u] = fma(b, self.ws[i], loaded[j, kx, u], accs[r][u])
         epilogue = self.k.epilogue
-        for x0, acc in zip(x0s, accs):
-            mask = first_lanes(b, lanes, 0, b.sub(ow, x0)) if masked else None
-            full = epilogue.full(b, self.extra, b.add(self.row_start, x0), mask, lanes)
-            acc = epilogue.apply(b, acc, self.values | full)
-            ptr = offset_ptr(b, self.out_row, F32, x0)
-            if masked:
-                masked_store(b, acc, ptr, mask)
-            else:
-                store_vec(b, acc, ptr)
-
-    def _load(self, ky: int, kx: int, x0, masked: bool) -> ir.Value:
-        """Input under window position (ky, kx) for output columns x0 .. x0 + lanes."""
-        return _row_vector(self.b, self.k.window, self.k.lanes, self.geo, self.rows[ky],
-                           self.valid[ky], kx, x0, masked)
+        for r in range(self.block):
+            for x0, acc in zip(x0s, accs[r]):
+                mask = first_lanes(b, lanes, 0, b.sub(ow, x0)) if masked else None
+                full = epilogue.full(b, self.extra, b.add(self.row_start[r], x0), mask, lanes)
+                acc = epilogue.apply(b, acc, self.values | full)
+                ptr = offset_ptr(b, self.out_row[r], F32, x0)
+                if masked:
+                    masked_store(b, acc, ptr, mask)
+                else:
+                    store_vec(b, acc, ptr)
 
 
 def _row_vector(b: ir.IRBuilder, w: ConvWindow, lanes: int, geo: Geometry, row, valid,
@@ -1329,7 +1344,12 @@ def plan_conv(instr: Instruction, target, lean: bool = False,
     if path == "depthwise_rows":
         # Narrow images take half vectors: a 7-wide row fills 7 of 8 lanes, not of 16.
         lanes = t.lanes if 2 * instr.shape.dims[3] > t.lanes or t.lanes <= 4 else t.lanes // 2
-        return KernelPlan(DepthwiseRows(window, lanes), _sizes_of(instr))
+        # 32 registers: 4 rows by 2 vectors of accumulators beside the 9 weights of a
+        # 3x3 window (kernel time against one row of 4 vectors, one Zen 5 core, stride 1:
+        # 144 channels @56x56 0.42, 32 @112x112 0.7, 192 @28x28 0.5, 576 @14x14 0.68;
+        # stride 2, 96 @112x112: 0.88); 16 keep one row.
+        block, unroll = (4, 2) if t.lanes >= 16 else (1, 4)
+        return KernelPlan(DepthwiseRows(window, lanes, block, unroll), _sizes_of(instr))
     if path == "depthwise":
         return KernelPlan(Depthwise(window, t.lanes), _sizes_of(instr))
     a = instr.attrs
