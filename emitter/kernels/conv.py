@@ -649,9 +649,9 @@ class RowConv(EpilogueOperands):
     a tile past the group's last one recompute it (same weights, same value), so every
     tile is ``mr`` channels high.
 
-    ChannelConv, the other stem kernel, has output channels in its lanes: with fewer
-    output channels than lanes (8 of 16) its vectors would go half empty, and it needs
-    them a multiple of the lanes.
+    ChannelConv, the other stem kernel, has output channels in its lanes: it needs them
+    a multiple of the lanes (8 of 16 would leave its vectors half empty) and constant
+    weights; RowConv takes the stems it does not.
     """
     window: ConvWindow
     lanes: int
@@ -1219,16 +1219,16 @@ def _path(instr: Instruction, t: Tiling, constant_weights: bool) -> str:
         return "depthwise_rows" if rows and prod(w.size) <= DIRECT_MAX_POSITIONS else "depthwise"
     if _winograd_pays(instr, w, sizes, t):
         return "winograd"
-    if (w.rank == 2 and t.lanes >= 4 and sizes["cin_g"] <= CHANNELS_MAX_CIN
-            and sizes["cout_g"] <= ROWS_MAX_COUT and w.stride[1] <= DEPTHWISE_MAX_STRIDE
-            and 2 * instr.shape.dims[-1] > t.lanes and prod(w.size) <= DIRECT_MAX_POSITIONS):
-        return "rows"
     if (constant_weights and w.rank == 2 and t.lanes >= 4 and sizes["cout_g"] % t.lanes == 0
             and prod(w.size) <= DIRECT_MAX_POSITIONS
             and (sizes["cin_g"] <= CHANNELS_MAX_CIN
                  or pixels <= CHANNELS_MAX_PIXELS and prod(w.size) > 1
                  or pixels < CHANNELS_MAX_POINTWISE_PIXELS)):
         return "channels"
+    if (w.rank == 2 and t.lanes >= 4 and sizes["cin_g"] <= CHANNELS_MAX_CIN
+            and sizes["cout_g"] <= ROWS_MAX_COUT and w.stride[1] <= DEPTHWISE_MAX_STRIDE
+            and 2 * instr.shape.dims[-1] > t.lanes and prod(w.size) <= DIRECT_MAX_POSITIONS):
+        return "rows"
     return "gemm"
 
 
@@ -1280,14 +1280,13 @@ DEPTHWISE_MAX_STRIDE = 4
 # 1.1, 64->64 @25x5 1.05).
 CHANNELS_MAX_CIN = 4
 CHANNELS_MAX_PIXELS = 256
-# RowConv for stems of up to 32 output channels, on maps at least half a vector wide,
-# whatever the weights (ChannelConv needs them constant and a multiple of the lanes).
-# Kernel time inside a model (one Zen 5 core, AVX-512) against what they took before:
-# 3x3/2 3->8 @96 (MobileNetV1's) 4.8 against 18.5 us (the GEMM), 3->12 9.5 against 37
-# (GEMM), 3->16 10 against 37 (ChannelConv), 3->32 19.5 against 71 (ChannelConv),
-# 3->32 @224 (MobileNetV2's) 126 against 351; 7x7/2 3->32 @96 125 against 359 and 5x5/2
-# 3->16 33 against 90. ResNet's 7x7/2 3->64 @224 keeps ChannelConv (1.25 ms against
-# 5.7). ROWS_MR channels per tile: each input vector feeds that many FMAs.
+# RowConv for the stems ChannelConv does not take (output channels not a multiple of
+# the lanes, or weights computed at run time) of up to 32 output channels, on maps at
+# least half a vector wide, in place of the GEMM. Kernel time inside a model (one Zen 5
+# core, AVX-512): 3x3/2 3->8 @96 (MobileNetV1's) 4.8 against the GEMM's 18.5 us, 3->12
+# @96 9.5 against 37, 3->20 14 against 55, 7x7/2 3->8 @96 31 against 93. Where ChannelConv
+# applies it stays: MobileNetV2's 3x3/2 3->32 @224 takes 150 us there, 185 as RowConv.
+# ROWS_MR channels per tile: each input vector feeds that many FMAs.
 ROWS_MAX_COUT = 32
 ROWS_MR = 8
 CHANNELS_MAX_POINTWISE_PIXELS = 64
