@@ -545,7 +545,7 @@ class _DepthwiseRow:
         """Output rows ``oy`` .. ``oy + block``; ``checked``: some window rows may lie
         outside the image. An input row is addressed by its offset from row oy * stride
         - pad (``r * stride + ky * dil`` for output row oy + r)."""
-        b, w, lanes = self.b, self.k.window, self.k.lanes
+        b, w = self.b, self.k.window
         v_lo, v_hi, v_unrolled, nv = vectors
         ih, iw = self.geo.in_sp
         (sh, _), (ph, _), (dh, _) = w.stride, w.pad_low, w.dil
@@ -692,11 +692,12 @@ class RowConv(EpilogueOperands):
                     chans = [imin(b, b.add(oc, i64(m)), last) if m else oc for m in range(mr)]
                     channels = [b.add(b.mul(grp, geo.cout_g), c) for c in chans]
                     starts = [b.mul(b.add(ochan0, c), geo.out_pixels) for c in chans]
-                    tile = _RowTile(self, b, geo, x, acc)
-                    tile.weights = [offset_ptr(b, f.rhs, F32, b.mul(c, kg)) for c in channels]
-                    tile.dst = [offset_ptr(b, f.out, F32, start) for start in starts]
-                    tile.values = [self.epilogue.values(b, f.extra, c, lanes) for c in channels]
-                    tile.extra = [self.epilogue.moved(b, f.extra, start) for start in starts]
+                    tile = _RowTile(
+                        self, b, geo, x, acc,
+                        weights=[offset_ptr(b, f.rhs, F32, b.mul(c, kg)) for c in channels],
+                        dst=[offset_ptr(b, f.out, F32, start) for start in starts],
+                        values=[self.epilogue.values(b, f.extra, c, lanes) for c in channels],
+                        extra=[self.epilogue.moved(b, f.extra, start) for start in starts])
                     for start, stop, checked in ((i64(0), rows_lo, True),
                                                  (rows_lo, rows_hi, False),
                                                  (rows_hi, oh, True)):
@@ -705,10 +706,14 @@ class RowConv(EpilogueOperands):
 
 
 class _RowTile:
-    """The code of one output row of RowConv's tile of channels."""
+    """The code of one output row of RowConv's tile of channels: per channel of the
+    tile, its weights, output plane, epilogue operands (per channel and moved to its
+    plane); ``acc``: the accumulators (allocas), channels by vectors."""
 
-    def __init__(self, k: RowConv, b: ir.IRBuilder, geo: Geometry, x, acc):
+    def __init__(self, k: RowConv, b: ir.IRBuilder, geo: Geometry, x, acc, weights, dst,
+                 values, extra):
         self.k, self.b, self.geo, self.x, self.acc = k, b, geo, x, acc
+        self.weights, self.dst, self.values, self.extra = weights, dst, values, extra
         self.vty = vec_type(F32, k.lanes)
 
     def row(self, oy, checked: bool, v_lo, v_hi, v_unrolled, nv) -> None:
@@ -1212,8 +1217,8 @@ def _path(instr: Instruction, t: Tiling, constant_weights: bool) -> str:
     sizes = _sizes_of(instr)
     pixels = prod(instr.shape.dims[2:])
     if sizes["cin_g"] == 1 and sizes["cout_g"] < t.mr:
-        # Rows at stride 1 only where a row fills a whole vector: narrower maps (7x7,
-        # 25x5) fill Depthwise's flat vectors of pixels better.
+        # Rows at stride 1 only where a row fills more than half a vector: narrower maps
+        # (7x7, 25x5) fill Depthwise's flat vectors of pixels better.
         rows = w.rank == 2 and (2 <= w.stride[1] <= DEPTHWISE_MAX_STRIDE
                                 or w.stride[1] == 1 and 2 * instr.shape.dims[-1] > t.lanes)
         return "depthwise_rows" if rows and prod(w.size) <= DIRECT_MAX_POSITIONS else "depthwise"
