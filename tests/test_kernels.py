@@ -349,9 +349,13 @@ def test_channel_conv_other_vector_widths(case, vector_bytes):
            F32)
 
 
+ROW_WIDTH_CASES = [c for c in CONV_CASES if c[0] in (
+    "stem_rows_stride2", "stem_rows_dilated_groups", "stem_rows_stride4_negative_pad",
+    "stem_rows_last_tile_short")]
+
+
 @pytest.mark.parametrize("vector_bytes", [16, 32])
-@pytest.mark.parametrize("case", [c for c in CONV_CASES if c[2] == "rows"],
-                         ids=[c[0] for c in CONV_CASES if c[2] == "rows"])
+@pytest.mark.parametrize("case", ROW_WIDTH_CASES, ids=[c[0] for c in ROW_WIDTH_CASES])
 def test_row_conv_other_vector_widths(case, vector_bytes):
     """SSE and AVX2: 4 and 8 lanes, fewer vectors per tile (16 registers)."""
     _, kw, _path = case
@@ -392,7 +396,7 @@ def test_channel_conv_packs_weights_in_panels_of_output_channels():
 
 
 # (RowConv takes the narrow stem where vectors are shorter.)
-GEMM_CONV_CASES = [c for c in CONV_CASES if c[2] in ("gemm", "winograd") or c[2] == "channels"
+GEMM_CONV_CASES = [c for c in CONV_CASES if c[2] in ("gemm", "winograd", "channels")
                    and c[0] not in ("stem_unpadded_tail_panel", "small_map_pointwise",
                                     "stem_few_channels_narrow")]
 WINOGRAD_CASES = [c for c in CONV_CASES if c[2] == "winograd"]
