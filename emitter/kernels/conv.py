@@ -455,6 +455,23 @@ def _inside(b: ir.IRBuilder, pad: int, stride: int, dil: int, k: int, n_in: ir.V
     return lo, b.select(b.icmp_signed("<", hi, lo), lo, hi)
 
 
+def _row_interior(b: ir.IRBuilder, w: ConvWindow, geo: Geometry, lanes: int, unroll: int):
+    """The interior of a 2-D window over rows of ``lanes``-wide vectors of output
+    columns: output rows [lo, hi) whose windows lie inside the image, and the vector
+    bounds (v_lo, v_hi, v_unrolled, nv): vectors [0, v_lo) and [v_hi, nv) are masked,
+    [v_lo, v_hi) read the interior, [v_lo, v_unrolled) in steps of ``unroll``."""
+    (ih, iw), (oh, ow) = geo.in_sp, geo.out_sp
+    (sh, sw), (ph, pw), (dh, dw) = w.stride, w.pad_low, w.dil
+    rows_lo, rows_hi = _inside(b, ph, sh, dh, w.size[0], ih, oh)
+    cols_lo, cols_hi = _inside(b, pw, sw, dw, w.size[1], iw, ow)
+    nv = b.udiv(b.add(ow, i64(lanes - 1)), i64(lanes))
+    v_lo = b.udiv(b.add(cols_lo, i64(lanes - 1)), i64(lanes))
+    v_hi = b.udiv(cols_hi, i64(lanes))
+    v_hi = b.select(b.icmp_signed("<", v_hi, v_lo), v_lo, v_hi)
+    v_unrolled = b.add(v_lo, b.mul(b.udiv(b.sub(v_hi, v_lo), i64(unroll)), i64(unroll)))
+    return rows_lo, rows_hi, (v_lo, v_hi, v_unrolled, nv)
+
+
 @dataclass(frozen=True)
 class DepthwiseRows(EpilogueOperands):
     """Depthwise 2-D convolution (one input channel per group), vectorized along output
@@ -495,17 +512,9 @@ class DepthwiseRows(EpilogueOperands):
     def emit(self, f: Frame) -> None:
         b, w, lanes = f.b, self.window, self.lanes
         geo = Geometry(b, f.size, 2)
-        (ih, iw), (oh, ow) = geo.in_sp, geo.out_sp
-        (sh, sw), (ph, pw), (dh, dw) = w.stride, w.pad_low, w.dil
-        rows_lo, rows_hi = _inside(b, ph, sh, dh, w.size[0], ih, oh)
-        cols_lo, cols_hi = _inside(b, pw, sw, dw, w.size[1], iw, ow)
-        # Vectors [0, v_lo) and [v_hi, nv) are masked; [v_lo, v_hi) read the interior.
-        nv = b.udiv(b.add(ow, i64(lanes - 1)), i64(lanes))
-        v_lo = b.udiv(b.add(cols_lo, i64(lanes - 1)), i64(lanes))
-        v_hi = b.udiv(cols_hi, i64(lanes))
-        v_hi = b.select(b.icmp_signed("<", v_hi, v_lo), v_lo, v_hi)
-        v_unrolled = b.add(v_lo, b.mul(b.udiv(b.sub(v_hi, v_lo), i64(self.unroll)),
-                                       i64(self.unroll)))
+        oh = geo.out_sp[0]
+        rows_lo, rows_hi, (v_lo, v_hi, v_unrolled, nv) = _row_interior(b, w, geo, lanes,
+                                                                       self.unroll)
         vectors = (v_lo, v_hi, v_unrolled, nv)
         # Interior rows in blocks of ``block`` (then one by one): neighbouring output
         # rows share input rows at stride 1, each loaded once for the block.
@@ -668,17 +677,9 @@ class RowConv(EpilogueOperands):
     def emit(self, f: Frame) -> None:
         b, w, lanes, mr = f.b, self.window, self.lanes, self.mr
         geo = Geometry(b, f.size, 2)
-        (ih, iw), (oh, ow) = geo.in_sp, geo.out_sp
-        (sh, sw), (ph, pw), (dh, dw) = w.stride, w.pad_low, w.dil
-        rows_lo, rows_hi = _inside(b, ph, sh, dh, w.size[0], ih, oh)
-        cols_lo, cols_hi = _inside(b, pw, sw, dw, w.size[1], iw, ow)
-        # Vectors [0, v_lo) and [v_hi, nv) are masked; [v_lo, v_hi) read the interior.
-        nv = b.udiv(b.add(ow, i64(lanes - 1)), i64(lanes))
-        v_lo = b.udiv(b.add(cols_lo, i64(lanes - 1)), i64(lanes))
-        v_hi = b.udiv(cols_hi, i64(lanes))
-        v_hi = b.select(b.icmp_signed("<", v_hi, v_lo), v_lo, v_hi)
-        v_unrolled = b.add(v_lo, b.mul(b.udiv(b.sub(v_hi, v_lo), i64(self.unroll)),
-                                       i64(self.unroll)))
+        oh = geo.out_sp[0]
+        rows_lo, rows_hi, (v_lo, v_hi, v_unrolled, nv) = _row_interior(b, w, geo, lanes,
+                                                                       self.unroll)
         kg = b.mul(geo.cin_g, i64(w.window))
         last = b.sub(geo.cout_g, i64(1))
         acc = [[alloca_once(b, vec_type(F32, lanes), f"racc{m}.{u}")
