@@ -336,32 +336,23 @@ def test_conv_path(case):
     assert conv_mod._path(instr, tiling_for(host_target()), constant) == path
 
 
-@pytest.mark.parametrize("vector_bytes", [16, 32])
-@pytest.mark.parametrize("case", [c for c in CONV_CASES if c[2] == "channels"],
-                         ids=[c[0] for c in CONV_CASES if c[2] == "channels"])
-def test_channel_conv_other_vector_widths(case, vector_bytes):
-    """SSE and AVX2 tiles: 4 and 8 lanes, fewer registers, other transposes."""
-    _, kw, _path = case
-    instr = make_conv(**kw)
-    x, w = _operands(instr)
-    assert type(plan_kernel(instr, HostTarget(vector_bytes)).spec).__name__ == "ChannelConv"
-    _check(CompiledKernel(instr, HostTarget(vector_bytes))(x, w), conv_reference(instr, x, w),
-           F32)
-
-
 ROW_WIDTH_CASES = [c for c in CONV_CASES if c[0] in (
     "stem_rows_stride2", "stem_rows_dilated_groups", "stem_rows_stride4_negative_pad",
     "stem_rows_last_tile_short")]
+OTHER_WIDTH_CASES = ([("ChannelConv", c) for c in CONV_CASES if c[2] == "channels"]
+                     + [("RowConv", c) for c in ROW_WIDTH_CASES])
 
 
 @pytest.mark.parametrize("vector_bytes", [16, 32])
-@pytest.mark.parametrize("case", ROW_WIDTH_CASES, ids=[c[0] for c in ROW_WIDTH_CASES])
-def test_row_conv_other_vector_widths(case, vector_bytes):
-    """SSE and AVX2: 4 and 8 lanes, fewer vectors per tile (16 registers)."""
+@pytest.mark.parametrize("kernel,case", OTHER_WIDTH_CASES,
+                         ids=[c[0] for _, c in OTHER_WIDTH_CASES])
+def test_stem_kernels_other_vector_widths(kernel, case, vector_bytes):
+    """SSE and AVX2: 4 and 8 lanes, fewer registers (fewer vectors per tile), other
+    transposes."""
     _, kw, _path = case
     instr = make_conv(**kw)
     x, w = _operands(instr)
-    assert type(plan_kernel(instr, HostTarget(vector_bytes)).spec).__name__ == "RowConv"
+    assert type(plan_kernel(instr, HostTarget(vector_bytes)).spec).__name__ == kernel
     _check(CompiledKernel(instr, HostTarget(vector_bytes))(x, w), conv_reference(instr, x, w),
            F32)
 
