@@ -292,6 +292,7 @@ def main() -> None:
             f"{'max |diff|':>10}")
     print(head)
     print("-" * len(head))
+    ratios = []
     for name, build in MODELS.items():
         if args.only and args.only not in name:
             continue
@@ -327,6 +328,11 @@ def main() -> None:
         x1, xn, o1, on = (statistics.median(ts) * 1e3 for ts in times)
         print(f"{name:<14} {x1:>10.2f} {xn:>10.2f} {x1 / xn:>7.2f}x {o1:>10.2f} {on:>10.2f} "
               f"{x1 / o1:>9.2f} {xn / on:>9.2f} {float(np.abs(y1 - ref).max()):>10.2e}")
+        ratios.append((x1 / o1, xn / on))
+    if ratios:
+        one, many = (float(np.exp(np.mean(np.log(r)))) for r in zip(*ratios))
+        print(f"geometric mean of xlac/onnxruntime latency over {len(ratios)} models: "
+              f"{one:.2f} on one thread, {many:.2f} on {n}")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
