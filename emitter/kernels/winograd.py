@@ -33,9 +33,9 @@ one column wider than the tiles: the vertical half of the input transform runs a
 input rows with plain (edge-masked) loads and leaves its rows split into m phases of
 columns, so that the horizontal half reads the m + 2 columns of a vector of tiles, m
 apart, as m + 2 plain loads (``_phases``); the output tiles go the opposite way, their
-phases interleaved into rows of output pixels (``_outputs``). Every output element is computed by the same instructions whatever
-the blocks, so splitting the output channels between threads (parallel.py) gives
-NAME_run's results bit for bit.
+phases interleaved into rows of output pixels (``_outputs``). Every output element is
+computed by the same instructions whatever the blocks, so splitting the output
+channels between threads (parallel.py) gives NAME_run's results bit for bit.
 
 F(2x2, 3x3) only: F(4x4, 3x3) (36 GEMMs, 4x fewer multiplies than direct) measured
 faster only on 64 channels at 56 x 56 (0.55 against 0.65 ms), slower from 128 channels
