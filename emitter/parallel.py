@@ -105,11 +105,8 @@ def _conv_gemm_split(spec: ConvGemm, s: dict, t: Tiling, work: int) -> Split | N
     by_px = _split("pxn", pixels, t.nr, (0, 0, 0), work)
     if by_px is not None:
         by_px = replace(by_px, start="px0", spec=replace(spec, pixel_range=True))
-    if by_m is None or by_px is None:
-        return by_m or by_px
-    cost_m = _slowest(cout, t.mr) * pixels * k + PACK_COST * k * pixels
-    cost_px = cout * _slowest(pixels, t.nr) * k
-    return by_px if cost_px <= cost_m else by_m
+    return _cheaper(by_px, cout * _slowest(pixels, t.nr) * k,
+                    by_m, _slowest(cout, t.mr) * pixels * k + PACK_COST * k * pixels)
 
 
 def _channel_conv_split(spec: ChannelConv, s: dict, work: int) -> Split | None:
@@ -123,11 +120,16 @@ def _channel_conv_split(spec: ChannelConv, s: dict, work: int) -> Split | None:
     by_rows = _split("oyn", s["out0"], spec.rows, (0, 0, 0), work)
     if by_rows is not None:
         by_rows = replace(by_rows, start="oy0", spec=replace(spec, row_range=True))
-    if by_panel is None or by_rows is None:
-        return by_panel or by_rows
-    cost_panel = _slowest(cout, spec.panel) * pixels * k
-    cost_rows = cout * _slowest(s["out0"], spec.rows) * s["out1"] * k
-    return by_rows if cost_rows < cost_panel else by_panel
+    return _cheaper(by_panel, _slowest(cout, spec.panel) * pixels * k,
+                    by_rows, cout * _slowest(s["out0"], spec.rows) * s["out1"] * k)
+
+
+def _cheaper(a: Split | None, cost_a: int, b: Split | None, cost_b: int) -> Split | None:
+    """The split that exists, or of two the one whose slowest task has less to do (the
+    first on a tie); costs in multiply-adds of the slowest of THREADS tasks."""
+    if a is None or b is None:
+        return a or b
+    return a if cost_a <= cost_b else b
 
 
 def _slowest(total: int, unit: int) -> int:
@@ -152,14 +154,10 @@ def kernel_split(plan: KernelPlan, t: Tiling) -> Split | None:
         if spec.path == "gemm_direct":
             return by_n
         by_m = _split("m", s["m"], t.mr, (s["c_sm"], s["a_sm"], 0), work)
-        if by_n is None or by_m is None:
-            return by_n or by_m
-        # Column blocks pack only their own slivers of B; row blocks all pack all of it:
-        # the one whose slowest of THREADS tasks has less to do.
+        # Column blocks pack only their own slivers of B; row blocks all pack all of it.
         m, n, k = s["m"], s["n"], s["k"]
-        cost_n = batch * m * _slowest(n, t.nr) * k
-        cost_m = batch * (_slowest(m, t.mr) * n * k + PACK_COST * k * n)
-        return by_n if cost_n <= cost_m else by_m
+        return _cheaper(by_n, batch * m * _slowest(n, t.nr) * k,
+                        by_m, batch * (_slowest(m, t.mr) * n * k + PACK_COST * k * n))
     if isinstance(spec, (ConvGemm, ChannelConv, DirectConv, Depthwise, DepthwiseRows,
                          WinogradConv, RowConv)):
         rank = spec.window.rank
