@@ -190,7 +190,24 @@ CONV_CASES = [
     # id, kwargs of make_conv, expected path
     ("3x3_same", dict(xd=(2, 5, 11, 13), wd=(7, 5, 3, 3), pad=((1, 1), (1, 1))), "gemm"),
     ("1x1_pointwise", dict(xd=(1, 16, 7, 9), wd=(20, 16, 1, 1)), "gemm"),
-    ("1x1_stride2", dict(xd=(1, 8, 9, 9), wd=(12, 8, 1, 1), stride=(2, 2)), "gemm"),
+    # Strided 1x1: B packed from input rows (SubsamplePacker), vectors of pixels on up to
+    # 4 output rows (5 x 5), on 2 (31 wide, two images), column strides 1 to 4, groups, K
+    # blocks; a stride of 5, a padded window and vectors on more rows keep im2col.
+    ("1x1_stride2", dict(xd=(1, 8, 9, 9), wd=(12, 8, 1, 1), stride=(2, 2)), "gemm_subsample"),
+    ("1x1_stride2_wide", dict(xd=(2, 19, 30, 61), wd=(21, 19, 1, 1), stride=(2, 2)),
+     "gemm_subsample"),
+    ("1x1_stride3x2_groups", dict(xd=(1, 12, 17, 40), wd=(10, 6, 1, 1), stride=(3, 2),
+                                  groups=2), "gemm_subsample"),
+    ("1x1_stride4_odd", dict(xd=(1, 5, 23, 71), wd=(9, 5, 1, 1), stride=(4, 4)),
+     "gemm_subsample"),
+    ("1x1_stride2x1", dict(xd=(1, 7, 13, 33), wd=(11, 7, 1, 1), stride=(2, 1)),
+     "gemm_subsample"),
+    ("1x1_stride3_k_blocks", dict(xd=(1, 300, 14, 52), wd=(13, 300, 1, 1), stride=(3, 3)),
+     "gemm_subsample"),
+    ("1x1_stride5", dict(xd=(1, 6, 21, 41), wd=(8, 6, 1, 1), stride=(5, 5)), "gemm"),
+    ("1x1_stride2_padded", dict(xd=(1, 6, 20, 41), wd=(8, 6, 1, 1), stride=(2, 2),
+                                pad=((1, 0), (0, 1))), "gemm"),
+    ("1x1_stride2_narrow", dict(xd=(1, 8, 30, 4), wd=(8, 8, 1, 1), stride=(2, 2)), "gemm"),
     # (More than CHANNELS_MAX_CIN input channels per group: no stem kernel.)
     ("5x5_valid", dict(xd=(1, 5, 12, 14), wd=(9, 5, 5, 5)), "gemm"),
     ("7x7_stride2_pad3", dict(xd=(1, 5, 20, 22), wd=(8, 5, 7, 7), stride=(2, 2),
@@ -387,7 +404,8 @@ def test_channel_conv_packs_weights_in_panels_of_output_channels():
 
 
 # (RowConv takes the narrow stem where vectors are shorter.)
-GEMM_CONV_CASES = [c for c in CONV_CASES if c[2] in ("gemm", "winograd", "channels")
+GEMM_CONV_CASES = [c for c in CONV_CASES if c[2] in ("gemm", "gemm_subsample", "winograd",
+                                                     "channels")
                    and c[0] not in ("stem_unpadded_tail_panel", "small_map_pointwise",
                                     "stem_few_channels_narrow")]
 WINOGRAD_CASES = [c for c in CONV_CASES if c[2] == "winograd"]
@@ -402,6 +420,27 @@ def test_winograd_other_vector_widths(case, vector_bytes):
     assert type(plan_kernel(instr, HostTarget(vector_bytes)).spec).__name__ == "WinogradConv"
     _check(CompiledKernel(instr, HostTarget(vector_bytes))(x, w), conv_reference(instr, x, w),
            F32)
+
+
+SUBSAMPLE_CASES = [c for c in CONV_CASES if c[2] == "gemm_subsample"]
+
+
+@pytest.mark.parametrize("vector_bytes", [16, 32])
+@pytest.mark.parametrize("case", SUBSAMPLE_CASES, ids=[c[0] for c in SUBSAMPLE_CASES])
+def test_strided_pointwise_other_vector_widths(case, vector_bytes):
+    """SSE and AVX2: pieces of rows in vectors of 4 and 8 pixels (fewer rows each)."""
+    instr = make_conv(**case[1])
+    x, w = _operands(instr)
+    spec = plan_kernel(instr, HostTarget(vector_bytes)).spec
+    assert type(spec).__name__ == "ConvGemm" and spec.pieces >= 2
+    _check(CompiledKernel(instr, HostTarget(vector_bytes))(x, w), conv_reference(instr, x, w),
+           F32)
+
+
+def test_strided_pointwise_pieces_cover_a_vector():
+    """A vector of 16 pixels lies on 2 rows of 28 or 16, 3 of 14 or 8, 4 of 5."""
+    assert [conv_mod.subsample_pieces(cols, 16) for cols in (28, 16, 15, 14, 8, 5, 4)] == \
+        [2, 2, 2, 3, 3, 4, 5]
 
 
 def test_winograd_transforms_compute_a_3x3_correlation():
@@ -554,6 +593,7 @@ EPILOGUE_CONVS = {
     "dense_3x3": ((5, 7, 1, 3, 1, False), "ConvGemm"),
     "dense_k_blocks": ((70, 9, 1, 3, 2, False), "ConvGemm"),
     "pointwise": ((6, 13, 1, 1, 1, False), "ConvGemm"),
+    "pointwise_s2_rows": ((9, 10, 1, 1, 2, False), "ConvGemm"),     # SubsamplePacker
     "grouped": ((10, 8, 2, 3, 1, False), "ConvGemm"),
     "direct_lean": ((5, 7, 1, 3, 1, True), "DirectConv"),
     "winograd": ((32, 37, 1, 3, 1, False), "WinogradConv"),

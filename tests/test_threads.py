@@ -124,6 +124,28 @@ def pointwise():
         _weights("w4", (128, 128, 1, 1))])
 
 
+def shortcut():
+    """ResNet's downsampling block (after a 1x1 pair that sets the arena's peak, so the
+    block's kernels keep their scratch): a 3x3/2 convolution beside a strided 1x1 one (B packed
+    from input rows, SubsamplePacker) with its bias and the residual add fused, split by
+    output pixels (19 x 23: parts end inside rows and slivers); then a 1x1 of column
+    stride 3 on a 7-wide map (vectors of pixels on 3 or 4 rows)."""
+    n = helper.make_node
+    return _model([
+        n("Conv", ["x", "wa"], ["big"]),
+        n("Conv", ["big", "wb"], ["t"]),
+        n("Conv", ["t", "w1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        n("Relu", ["c1"], ["r1"]),
+        n("Conv", ["t", "ws", "bs"], ["s"], strides=[2, 2]),
+        n("Add", ["r1", "s"], ["a"]),
+        n("Relu", ["a"], ["r"]),
+        n("Conv", ["r", "w2"], ["y"], strides=[2, 3]),
+    ], [("x", [1, 8, 38, 46])], [("y", [1, 96, 10, 8])], [
+        _weights("wa", (64, 8, 1, 1)), _weights("wb", (16, 64, 1, 1)),
+        _weights("w1", (40, 16, 3, 3)), _weights("ws", (40, 16, 1, 1)), _weights("bs", (40,)),
+        _weights("w2", (96, 40, 1, 1))])
+
+
 def pool():
     """Max pooling rows (emitter/pooling.py) split by channels, then on one channel by
     output rows (both parts of a row's border / interior split), with the ReLU before
@@ -230,6 +252,7 @@ def loop():
 MODELS = {"cnn": cnn, "cnn_batch": lambda: cnn(2), "encoder": encoder, "mlp": mlp,
           "loop": loop, "stem": stem, "winograd": winograd,
           "winograd_batch": lambda: winograd(2), "pointwise": pointwise, "stem_rows": stem_rows,
+          "shortcut": shortcut,
           "dense": dense, "pool": pool, "row_conv": row_conv}
 
 
@@ -311,6 +334,13 @@ def test_implicit_gemms_split_by_pixels_where_channel_blocks_would_repack():
     blocks (49 pixels are two slivers, one half empty)."""
     assert _splits(pointwise()) == [("ConvGemm", "pxn"), ("ConvGemm", "pxn"),
                                     ("DirectConv", "cout_g"), ("ConvGemm", "cout_g")]
+
+
+def test_strided_pointwise_gemm_splits_by_pixels():
+    """The shortcut (40 channels, 437 pixels) by pixel blocks, whose packer starts
+    mid-row; the 1x1 of stride 3 (96 channels, 80 pixels) by channel blocks."""
+    assert _splits(shortcut())[2:] == [("ConvGemm", "pxn"), ("ConvGemm", "pxn"),
+                                       ("ConvGemm", "cout_g")]
 
 
 def test_products_split_by_columns_where_row_blocks_would_repack():

@@ -10,7 +10,8 @@ feature groups and number of spatial dims:
   built: gemm.py packs one KC x NR sliver of it at a time (``Im2colPacker``), reading
   NR output pixels per window position with vector loads, masked where the window
   leaves the image (zero padding). 1x1 / stride 1 / no padding is a plain GEMM over
-  the input (``MatrixPacker``).
+  the input (``MatrixPacker``); a strided 1x1 window packs its slivers from input rows
+  with wide loads and a shuffle (``SubsamplePacker``), no gathers.
 - depthwise (one input channel per group, few outputs per group): direct convolution
   vectorized over output pixels, the R weights of a channel broadcast once
   (``Depthwise``); 2-D windows with a column stride of 2 to 4, or of 1 on maps at least
@@ -314,6 +315,84 @@ class Im2colPacker:
                     store_vec(b, lanes.load(b, chan, kpos), offset_ptr(b, dst, F32, dst_idx))
 
 
+@dataclass(frozen=True)
+class SubsamplePacker:
+    """Packs a sliver of the B matrix of a strided 1x1 convolution (``ConvGemm.pieces``)
+    of one image and group: column n is output pixel n = oy * ow + ox, which reads input
+    pixel (oy * sy, ox * sx) of each channel, without gathers.
+
+    A vector of ``lanes`` output pixels lies on at most ``pieces`` output rows. Each
+    piece is one contiguous read of sx * lanes input columns, masked to the columns its
+    lanes use, then every sx-th kept (a shuffle); the pieces are blended by their lanes.
+    Where the pieces lie is computed once per sliver (one division per vector), so the
+    channel loop does only the reads, shuffles, blends and stores. Lanes past ``valid``
+    read nothing and pack zeros."""
+    w: ConvWindow
+    geo: Geometry
+    base: ir.Value          # channel 0 of the group in this image
+    tiling: Tiling
+    pieces: int
+    first: ir.Value | None = None   # the output pixel of column 0 (ConvGemm.pixel_range)
+
+    @property
+    def k_block(self) -> int:
+        return self.tiling.kc
+
+    def pack(self, b, dst, k0, kc, n0, valid):
+        t, geo = self.tiling, self.geo
+        sy, sx = self.w.stride
+        lanes, span = t.lanes, sx * t.lanes
+        if self.first is not None:
+            n0 = b.add(n0, self.first)
+        ow = geo.out_sp[1]
+        row = b.mul(geo.in_sp[1], i64(sy))      # input elements per output row
+        # Element e of a wide read is used by lane e / sx where e % sx == 0; the others
+        # name a lane no piece holds.
+        lane_of = const_vec(I32, [e // sx if e % sx == 0 else lanes for e in range(span)])
+        lane_ids = const_vec(I32, range(lanes))
+        reads = []      # per vector: (offset of the read, its mask, the lanes it fills)
+        for v in range(t.nv):
+            p = b.add(n0, i64(v * lanes))
+            oy = b.udiv(p, ow)
+            ox = b.sub(p, b.mul(oy, ow))
+            real = b.sub(valid, i64(v * lanes))
+            pieces = []
+            for r in range(self.pieces):
+                # Lanes [lo, hi) lie on output row oy + r; lane j reads input element
+                # (oy + r) * row + sx * (ox + j - r * ow).
+                lo = b.sub(b.mul(ow, i64(r)), ox) if r else i64(0)
+                hi = imin(b, b.sub(b.mul(ow, i64(r + 1)), ox), real)
+                lo32, hi32 = splat_i32(b, lo, span), splat_i32(b, hi, span)
+                read = b.and_(b.icmp_signed(">=", lane_of, lo32),
+                              b.icmp_signed("<", lane_of, hi32))
+                fills = b.and_(b.icmp_signed(">=", lane_ids, splat_i32(b, lo, lanes)),
+                               b.icmp_signed("<", lane_ids, splat_i32(b, hi, lanes)))
+                at = b.add(b.mul(b.add(oy, i64(r)), row),
+                           b.mul(b.sub(ox, b.mul(ow, i64(r))), i64(sx)))
+                pieces.append((at, read, fills))
+            reads.append(pieces)
+        wide = vec_type(F32, span)
+        keep = const_vec(I32, range(0, span, sx))
+        with for_range(b, kc, "pc") as c:
+            chan = offset_ptr(b, self.base, F32, b.mul(b.add(k0, c), geo.in_pixels))
+            row0 = b.mul(c, i64(t.nr))
+            for v, pieces in enumerate(reads):
+                value = None
+                for at, read, fills in pieces:
+                    x = masked_load(b, offset_ptr(b, chan, F32, at), wide, read)
+                    if sx > 1:
+                        x = b.shuffle_vector(x, x, keep)
+                    # Lanes no read filled are zeros (the masked load's), so the first
+                    # piece needs no blend.
+                    value = x if value is None else b.select(fills, x, value)
+                store_vec(b, value, offset_ptr(b, dst, F32, b.add(row0, i64(v * lanes))))
+
+
+def subsample_pieces(out_cols: int, lanes: int) -> int:
+    """The most output rows a vector of ``lanes`` consecutive output pixels lies on."""
+    return 1 + -(-(lanes - 1) // out_cols)
+
+
 # --- the kernels ------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -328,6 +407,9 @@ class ConvGemm(EpilogueOperands):
     tiling: Tiling
     epilogue: Epilogue = NO_EPILOGUE
     pixel_range: bool = False
+    # A strided 1x1 window: B is packed from rows of the input (SubsamplePacker), each
+    # vector of output pixels lying on at most this many output rows; 0: im2col.
+    pieces: int = 0
 
     @property
     def params(self) -> tuple[str, ...]:
@@ -340,7 +422,7 @@ class ConvGemm(EpilogueOperands):
     def emit(self, f: Frame) -> None:
         b, w, t = f.b, self.window, self.tiling
         geo = Geometry(b, f.size, w.rank)
-        coords = None if w.is_pointwise else LaneCoords(b, geo, t.lanes, t.nv)
+        coords = None if w.is_pointwise or self.pieces else LaneCoords(b, geo, t.lanes, t.nv)
         kg = b.mul(geo.cin_g, i64(w.window))
         px0 = f.size["px0"] if self.pixel_range else None
         shape = GemmShape(geo.cout_g, f.size["pxn"] if self.pixel_range else geo.out_pixels,
@@ -359,6 +441,8 @@ class ConvGemm(EpilogueOperands):
                     # 1x1, stride 1, no padding: output pixel n reads input pixel n.
                     packer = MatrixPacker(base if px0 is None else offset_ptr(b, base, F32, px0),
                                           geo.in_pixels, i64(1), True, t, w.k_block(t))
+                elif self.pieces:
+                    packer = SubsamplePacker(w, geo, base, t, self.pieces, px0)
                 else:
                     packer = Im2colPacker(w, geo, coords, base, t, w.k_block(t), px0)
                 extra = self.epilogue.moved(b, f.extra, c_start)
@@ -1235,6 +1319,11 @@ def _path(instr: Instruction, t: Tiling, constant_weights: bool) -> str:
             and sizes["cout_g"] <= ROWS_MAX_COUT and w.stride[1] <= DEPTHWISE_MAX_STRIDE
             and 2 * instr.shape.dims[-1] > t.lanes and prod(w.size) <= DIRECT_MAX_POSITIONS):
         return "rows"
+    if (w.rank == 2 and t.lanes >= 4 and all(k == 1 for k in w.size) and not any(w.pad_low)
+            and not any(w.pad_high) and any(v > 1 for v in w.stride)
+            and w.stride[1] <= SUBSAMPLE_MAX_STRIDE
+            and subsample_pieces(instr.shape.dims[-1], t.lanes) <= SUBSAMPLE_MAX_PIECES):
+        return "gemm_subsample"
     return "gemm"
 
 
@@ -1296,6 +1385,17 @@ CHANNELS_MAX_PIXELS = 256
 ROWS_MAX_COUT = 32
 ROWS_MR = 8
 CHANNELS_MAX_POINTWISE_PIXELS = 64
+# Strided 1x1 windows (ResNet's downsampling shortcuts) take the implicit GEMM with B
+# packed from input rows by wide reads and a shuffle (SubsamplePacker) in place of
+# im2col's gathers. Kernel time against the gathers (one Zen 5 core, AVX-512): ResNet's
+# 64->128 @56 0.90, 128->256 @28 0.96, 256->512 @56 0.89, 512->1024 @28 0.94; 64->16
+# @56 0.80, 32->64 @112 0.81 (the fewer output channels, the more the packing counts).
+# What is left against the stride-1 GEMM of the same size (48 against 56 us at 64->128
+# @56) is reading whole input rows for every other column. Column strides up to 4 (a
+# read of stride x lanes columns per piece) and vectors on up to 4 rows (maps at least
+# 5 wide at 16 lanes).
+SUBSAMPLE_MAX_STRIDE = 4
+SUBSAMPLE_MAX_PIECES = 4
 # Its tile: pixels by CHANNELS_VECTORS vectors of output channels (each broadcast of an
 # input value feeds that many FMAs: at one, the broadcasts, not the FMAs, set the pace),
 # at most CHANNELS_COLS pixels along a row, as many accumulators as the registers left
@@ -1337,10 +1437,14 @@ def plan_conv(instr: Instruction, target, lean: bool = False,
         spec = WinogradConv(window, t, 2)
         sizes = _sizes_of(instr)
         return KernelPlan(spec, sizes, spec.scratch_floats(sizes) * 4)
-    if path == "gemm" and lean and len(window.positions) <= DIRECT_MAX_POSITIONS:
+    if (path in ("gemm", "gemm_subsample") and lean
+            and len(window.positions) <= DIRECT_MAX_POSITIONS):
         return KernelPlan(DirectConv(window, t), _sizes_of(instr))
     if path == "gemm":
         return KernelPlan(ConvGemm(window, t), _sizes_of(instr))
+    if path == "gemm_subsample":
+        pieces = subsample_pieces(instr.shape.dims[-1], t.lanes)
+        return KernelPlan(ConvGemm(window, t, pieces=pieces), _sizes_of(instr))
     if path == "rows":
         sizes = _sizes_of(instr)
         mr = min(sizes["cout_g"], ROWS_MR)
