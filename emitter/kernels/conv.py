@@ -1389,15 +1389,15 @@ ROWS_MR = 8
 CHANNELS_MAX_POINTWISE_PIXELS = 64
 # Strided 1x1 windows (ResNet's downsampling shortcuts) take the implicit GEMM with B
 # packed from input rows by wide reads and a shuffle (SubsamplePacker) in place of
-# im2col's gathers. Kernel time against the gathers (one Zen 5 core, AVX-512): ResNet's
-# 64->128 @56 0.90, 128->256 @28 0.96, 256->512 @56 0.89, 512->1024 @28 0.94; 64->16
-# @56 0.80, 32->64 @112 0.81 (the fewer output channels, the more the packing counts).
-# What is left against the stride-1 GEMM of the same size (48 against 56 us at 64->128
-# @56) is reading whole input rows for every other column. Column strides up to 4 (a
-# read of stride x lanes columns per piece) and vectors on up to 4 rows (maps at least
-# 5 wide at 16 lanes). Its reads are masked at run time: 8 lanes or more (AVX's and
-# AVX-512's masked loads; 16-byte vectors, SSE and NEON, have none, and LLVM would
-# load each element behind a branch).
+# im2col's gathers. Kernel time against the gathers (one Zen 5 core, AVX-512, two runs):
+# ResNet's 64->128 @56 0.86-0.91, 128->256 @28 0.97-1.0, 256->512 @56 0.93, 512->1024
+# @28 0.97-1.0; 64->16 @56 0.63-0.73, 32->64 @112 0.84 (the fewer output channels, the
+# more the packing counts). What is left against the stride-1 GEMM of the same size (48
+# against 54 us at 64->128 @56) is reading whole input rows for every other column, twice
+# the bytes. Column strides up to 4 (a read of stride x lanes columns per piece) and
+# vectors on up to 4 rows (maps at least 5 wide at 16 lanes). Its reads are masked at
+# run time: 8 lanes or more (AVX's and AVX-512's masked loads; 16-byte vectors, SSE and
+# NEON, have none, and LLVM would load each element behind a branch).
 SUBSAMPLE_MAX_STRIDE = 4
 SUBSAMPLE_MAX_PIECES = 4
 SUBSAMPLE_MIN_LANES = 8
