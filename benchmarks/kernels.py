@@ -5,12 +5,13 @@
 Both sides run single-threaded on this machine; the table shows medians over --runs
 runs (after one warm-up), each as a fraction of one core's FP32 peak, the largest
 difference between the two outputs, and the time to generate, optimize (O3) and
-JIT-compile the kernel. Each side is timed on operands bound once (the kernel through
-``CompiledKernel.bind``, one foreign call; onnxruntime through an IOBinding), so the
-times are the ops', not those of the Python calls around them (about 12 us for
-``CompiledKernel.__call__``, 4 for ``InferenceSession.run``). The kernel is the generic code that layers of a model share:
+JIT-compile the kernel. The kernel is the generic code that layers of a model share:
 its sizes are read at run time, not folded in. A convolution's weights are a constant,
-as in a model (kernels may take them packed at compile time).
+as in a model (kernels may take them packed at compile time). Each side is timed on
+operands bound once (the kernel through ``CompiledKernel.bind``, one foreign call;
+onnxruntime through an IOBinding), so the times are the ops', not those of the Python
+around them (``CompiledKernel.__call__`` costs about 12 us, ``InferenceSession.run``
+2 us more than its IOBinding: a fifth of ResNet's 1x1/2 layers).
 
 GFLOP/s count the direct convolution's FLOPs (2 x output elements x Cin/group x window),
 whatever the kernel does: the 3x3 stride-1 layers that take Winograd's F(2x2, 3x3)
@@ -161,8 +162,7 @@ def ort_session(instr, node):
 
 def ort_bound(sess, x, w, like):
     """onnxruntime's run on inputs and an output bound once (IOBinding), as the kernel
-    is timed through CompiledKernel.bind: the table compares the ops, not the Python
-    calls around them (a session.run costs about 2 us more)."""
+    is timed through CompiledKernel.bind."""
     io = sess.io_binding()
     io.bind_cpu_input("x", x)
     io.bind_cpu_input("w", w)

@@ -885,6 +885,16 @@ def test_shared_kernel_computes_both_instructions(case):
         _check(kernel(x, y, instr=instr), want, F32)
 
 
+def test_bound_call_computes_what_a_call_does():
+    """CompiledKernel.bind (what benchmarks/kernels.py times) runs the same call."""
+    instr = make_conv((1, 8, 9, 9), (12, 8, 1, 1), stride=(2, 2), constant=True)
+    kernel = CompiledKernel(instr)
+    x, w = _operands(instr)
+    out = np.full(instr.shape.dims, np.nan, np.float32)
+    kernel.bind(x, w, out=out)()
+    np.testing.assert_array_equal(out, kernel(x, w))
+
+
 def test_kernel_rejects_an_instruction_with_another_key():
     kernel = CompiledKernel(SHARING_CASES[-3][1])
     other = SHARING_CASES[-3][2]

@@ -325,7 +325,7 @@ class SubsamplePacker:
     piece is one contiguous read of sx * lanes input columns, masked to the columns its
     lanes use, then every sx-th kept (a shuffle); the pieces are ORed together.
     Where the pieces lie is computed once per sliver (one division per vector), so the
-    channel loop does only the reads, shuffles, blends and stores. Lanes past ``valid``
+    channel loop does only the reads, shuffles, ORs and stores. Lanes past ``valid``
     read nothing and pack zeros."""
     w: ConvWindow
     geo: Geometry
@@ -1321,8 +1321,7 @@ def _path(instr: Instruction, t: Tiling, constant_weights: bool) -> str:
             and 2 * instr.shape.dims[-1] > t.lanes and prod(w.size) <= DIRECT_MAX_POSITIONS):
         return "rows"
     if (w.rank == 2 and t.lanes >= SUBSAMPLE_MIN_LANES and all(k == 1 for k in w.size)
-            and not any(w.pad_low)
-            and not any(w.pad_high) and any(v > 1 for v in w.stride)
+            and not any(w.pad_low) and not any(w.pad_high) and any(v > 1 for v in w.stride)
             and w.stride[1] <= SUBSAMPLE_MAX_STRIDE
             and subsample_pieces(instr.shape.dims[-1], t.lanes) <= SUBSAMPLE_MAX_PIECES):
         return "gemm_subsample"

@@ -114,7 +114,7 @@ class CompiledKernel:
              instr: Instruction | None = None):
         """A function of no arguments that runs the kernel on ``operands`` (as __call__
         does, into ``out``) with one foreign call: what a benchmark times. __call__'s
-        conversions, checks and fresh scratch cost about 10 us, a third of a small
+        conversions, checks and fresh scratch cost about 12 us, a third of a small
         layer's run, which a model calling the kernel from C does not pay."""
         return self._bound(operands, out, instr)
 
