@@ -125,11 +125,11 @@ def pointwise():
 
 
 def shortcut():
-    """ResNet's downsampling block (after a 1x1 pair that sets the arena's peak, so the
-    block's kernels keep their scratch): a 3x3/2 convolution beside a strided 1x1 one (B packed
-    from input rows, SubsamplePacker) with its bias and the residual add fused, split by
-    output pixels (19 x 23: parts end inside rows and slivers); then a 1x1 of column
-    stride 3 on a 7-wide map (vectors of pixels on 3 or 4 rows)."""
+    """ResNet's downsampling block, after a 1x1 pair that sets the arena's peak (so the
+    block's kernels keep their scratch): a 3x3/2 convolution beside a strided 1x1 one (B
+    packed from input rows, SubsamplePacker) with its bias and the residual add fused,
+    split by output pixels (19 x 23: parts end inside rows and slivers); then a 1x1 of
+    strides 2 x 3 onto an 8-wide map (vectors of 16 pixels on up to 3 rows)."""
     n = helper.make_node
     return _model([
         n("Conv", ["x", "wa"], ["big"]),
