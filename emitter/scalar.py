@@ -87,11 +87,15 @@ def from_compute(b: ir.IRBuilder, v: ir.Value, dtype: DType) -> ir.Value:
 
 
 def pred_to_i1(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """A pred's storage (i8 0/1, or a vector of them: a kernel's epilogue) as i1."""
     return b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
 
 
 def i1_to_pred(b: ir.IRBuilder, c: ir.Value) -> ir.Value:
-    return b.zext(c, I8)
+    """An i1 (or a vector of them) as a pred's storage; LLVM folds the pair away where a
+    select reads the compare."""
+    vector = isinstance(c.type, ir.VectorType)
+    return b.zext(c, ir.VectorType(I8, c.type.count) if vector else I8)
 
 
 def convert(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType,

@@ -582,6 +582,9 @@ EPILOGUES = {
     "silu_residual": "%g = logistic(%conv)\n%a = multiply(%conv, %g)\n%out = add(%a, %r)",
     "leaky_relu": "%ge = compare(%conv, %zb)\n%n = multiply(%conv, %tenthb)\n"
                   "%out = select(%ge, %conv, %n)",
+    # NE is true on NaN, the others false: a NaN result picks %bb here, not %sb
+    "ne_select": "%ge = compare_NE(%conv, %zb)\n%out = select(%ge, %bb, %sb)",
+    "lt_select": "%ge = compare_LT(%conv, %bb)\n%out = select(%ge, %sb, %bb)",
     "tanh_exp_divide": "%t = tanh(%conv)\n%e = exponential(%t)\n%d = divide(%bb, %e)\n"
                        "%out = subtract(%d, %sb)",
 }
@@ -650,8 +653,8 @@ def _fused_module(x: str, w: str, y: str, channels: int, channel_dim: int, core:
         op, args = expr[:-1].split("(")
         typed = ", ".join(f"f32[] {a}" if a in ("%zero", "%six") else
                           f"{pred} {a}" if a == "%ge" else f"{y} {a}" for a in args.split(", "))
-        if op == "compare":
-            body.append(f"{target} = {pred} compare({typed}), direction=GE")
+        if op.startswith("compare"):         # compare_NE: direction NE; compare: GE
+            body.append(f"{target} = {pred} compare({typed}), direction={op[8:] or 'GE'}")
         else:
             body.append(f"{target} = {y} {op}({typed})")
     body[-1] = "ROOT " + body[-1]
@@ -711,7 +714,7 @@ EPILOGUE_DOTS = {
 TRANSPOSED = ("gemm_a_transposed", "gemm_b_transposed")
 EPILOGUE_DOT_CASES = [(d, n) for d in EPILOGUE_DOTS if d not in TRANSPOSED
                       for n in ("bias_relu6", "scale_shift", "bias_residual_relu", "residual",
-                                "bias_gelu", "leaky_relu")] + \
+                                "bias_gelu", "leaky_relu", "ne_select")] + \
     [(d, n) for d in TRANSPOSED for n in ("bias_residual_relu", "bias_gelu")] + \
     [(d, n) for d in ("gemm", "row_dot") for n in ("silu_residual", "tanh_exp_divide")]
 

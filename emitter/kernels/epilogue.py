@@ -102,14 +102,9 @@ class Epilogue:
 
         def value(a):
             return acc if a == ("acc",) else results[a[1]] if a[0] == "step" else values[a]
-        for (opcode, args, _), instr in zip(self.steps, self.instructions):
+        for (_, args, _), instr in zip(self.steps, self.instructions):
             xs = [value(a) for a in args]
-            if opcode == "compare":
-                results.append(_compare(b, instr.attrs["direction"], *xs))
-            elif opcode == "select":
-                results.append(b.select(*xs))
-            else:
-                results.append(RULES[instr.opcode](em, instr, [_given(x) for x in xs], []))
+            results.append(RULES[instr.opcode](em, instr, [_given(x) for x in xs], []))
         return results[-1] if results else acc
 
     @property
@@ -173,16 +168,6 @@ def _load(b: ir.IRBuilder, ptr: ir.Value, lanes: int | None, mask) -> ir.Value:
 
 def _given(x: ir.Value):
     return lambda index: x
-
-
-_COMPARE = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
-
-
-def _compare(b: ir.IRBuilder, direction: str, x: ir.Value, y: ir.Value) -> ir.Value:
-    # As elemental._compare, left as i1 (lanes) for the select that reads it: ordered
-    # (false on NaN) except NE.
-    op = _COMPARE[direction]
-    return (b.fcmp_unordered if op == "!=" else b.fcmp_ordered)(op, x, y)
 
 
 NO_EPILOGUE = Epilogue()
