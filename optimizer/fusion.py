@@ -228,26 +228,45 @@ def _integer_contraction(instr: Instruction) -> bool:
 
 
 class _OutputFuser:
+    """One run over the entry. Users, and a def-before-use position per instruction
+    (``order``, an index into ``slots``), are computed once and kept up to date as each
+    fusion replaces its members, in time proportional to the fusion (a pass over the
+    computation per kernel made a deep chain of kernels quadratic): the fusion takes its
+    root's position, the members leave ``users``. At the end the computation is the
+    instructions left, in their order, then the fusions, sorted once: the order that a
+    sort after each fusion gave."""
+
     def __init__(self, module: Module):
         self.module = module
         self.comp = module.entry
         self.pinned = set(module.output_instructions) | {self.comp.root}
 
     def run(self) -> bool:
+        cores = [c for c in reversed(self.comp.instructions)
+                 if _integer_contraction(c) or float_convolution(c) or float_dot(c)]
+        if not cores:
+            return False
+        # dicts as ordered sets: a value read by many (a broadcast zero) loses a user in O(1)
+        self.users = {i: dict.fromkeys(us) for i, us in self.comp.users().items()}
+        self.slots = list(self.comp.instructions)
+        self.order = {i: k for k, i in enumerate(self.slots)}
         changed = False
-        for core in reversed(list(self.comp.instructions)):
-            if _integer_contraction(core) or float_convolution(core) or float_dot(core):
-                changed |= self._fuse(core, self.comp.users())
+        for core in cores:
+            changed |= self._fuse(core)
+        if changed:     # comp.add appended the fusions; the members leave
+            self.comp.instructions = [i for i in self.comp.instructions if i in self.users]
+            self.comp.sort()
         return changed
 
-    def _chain(self, core: Instruction, users) -> list[Instruction]:
+    def _chain(self, core: Instruction) -> list[Instruction]:
         """The element-wise ops after ``core`` that the epilogue computes, cut back to
         the narrowest value (the last of equally narrow ones)."""
         if float_convolution(core) or float_dot(core):
-            return self._float_epilogue(core, users)
+            return self._float_epilogue(core)
+        users = self.users
         chain, cur = [], core
         while cur not in self.pinned and len(users[cur]) == 1:
-            u = users[cur][0]
+            u = next(iter(users[cur]))
             if (u.opcode not in ELEMENTWISE or u.shape.dims != core.shape.dims
                     or u.operands.count(cur) != 1
                     or not all(o is cur or epilogue_operand(o, core) for o in u.operands)):
@@ -265,13 +284,13 @@ class _OutputFuser:
         end = max(k for k, n in enumerate(sizes) if n == narrowest)
         return chain[:end + 1]
 
-    def _float_epilogue(self, core: Instruction, users) -> list[Instruction]:
+    def _float_epilogue(self, core: Instruction) -> list[Instruction]:
         """The ops after a float kernel that it applies in registers, in order, the last
         one the fusion's root: the largest set of steps (``_float_epilogue_step``, and
         reshapes that keep a dot's columns) reachable from ``core`` whose values nothing
         else reads, so one exit leaves the kernel (GELU's x * (1 + erf(x / sqrt 2)) / 2
         reads x twice; a softmax's reduce of x, reading another element, ends it)."""
-        order = {i: k for k, i in enumerate(self.comp.instructions)}
+        users, order = self.users, self.order
         start = order[core]
         known: dict[Instruction, bool] = {}
 
@@ -294,7 +313,7 @@ class _OutputFuser:
         frontier, queued = [order[u] for u in users[core]], set(users[core])
         heapq.heapify(frontier)
         while frontier and len(candidates) < MAX_FLOAT_EPILOGUE:
-            u = self.comp.instructions[heapq.heappop(frontier)]
+            u = self.slots[heapq.heappop(frontier)]
             cur = next(o for o in u.operands if o in inside)
             if not (keeps_columns(u, cur, core)
                     or _float_epilogue_step(u, inside, core, after_core)):
@@ -309,12 +328,12 @@ class _OutputFuser:
             if root.opcode is Opcode.RESHAPE or root.shape.dtype != dtypes.F32:
                 continue                # a reshape is a view: it stays out of the kernel
             region = _ancestors(root, inside)
-            if all(m is root or (m not in self.pinned and set(users[m]) <= region)
+            if all(m is root or (m not in self.pinned and users[m].keys() <= region)
                    for m in region):
                 return [c for c in candidates if c in region]
         return []
 
-    def _prologue(self, core: Instruction, users) -> list[Instruction]:
+    def _prologue(self, core: Instruction) -> list[Instruction]:
         """The ``_PROLOGUE`` ops that make an integer dot's activations (its lhs) out of a
         model input, in order (a quantized MLP's first QuantizeLinear), each read only by
         the next and everything else they read a constant or a broadcast of a scalar one;
@@ -322,7 +341,8 @@ class _OutputFuser:
         if core.opcode is not Opcode.DOT or not _integer_contraction(core):
             return []
         chain, reader, x = [], core, core.operands[0]
-        while x.opcode in _PROLOGUE and users[x] == [reader] and x not in self.pinned:
+        while x.opcode in _PROLOGUE and list(self.users[x]) == [reader] \
+                and x not in self.pinned:
             rest = [o for o in x.operands
                     if not _scalar_like(o) and o.opcode is not Opcode.CONSTANT]
             if len(rest) != 1 or rest[0].shape.dims != x.shape.dims:
@@ -333,14 +353,14 @@ class _OutputFuser:
             return []
         return chain[::-1]
 
-    def _fuse(self, core: Instruction, users) -> bool:
-        chain = self._chain(core, users)
+    def _fuse(self, core: Instruction) -> bool:
+        chain = self._chain(core)
         pad = core.operands[0]
         absorb_pad = (_integer_contraction(core) and pad.opcode is Opcode.PAD
                       and pad.operands[1].opcode is Opcode.CONSTANT
-                      and users[pad] == [core] and pad not in self.pinned
+                      and list(self.users[pad]) == [core] and pad not in self.pinned
                       and core.opcode is Opcode.CONVOLUTION)
-        prologue = self._prologue(core, users)
+        prologue = self._prologue(core)
         if not chain and not absorb_pad and not prologue:
             return False
         root = chain[-1] if chain else core
@@ -393,10 +413,23 @@ class _OutputFuser:
         fusion = self.comp.add(Instruction(Opcode.FUSION, root.shape, operands,
                                            {"kind": "kOutput"}, [fused], name="fusion",
                                            metadata=core.metadata))
-        self.comp.replace_all_uses(root, fusion)
+        # The fusion's operands are the members', which come before the root: its slot
+        # keeps the order def-before-use.
+        readers = self.users[root]
+        for u in readers:
+            u.operands = [fusion if o is root else o for o in u.operands]
+        if self.comp.root is root:
+            self.comp.root = fusion
         for m in members:
-            self.comp.remove(m)
-        self.comp.sort()
+            for o in m.operands:
+                if o not in inside:
+                    self.users[o].pop(m, None)
+            del self.users[m]
+        self.users[fusion] = readers
+        for o in operands:
+            self.users[o][fusion] = None
+        self.order[fusion] = self.order[root]
+        self.slots[self.order[root]] = fusion
         return True
 
 

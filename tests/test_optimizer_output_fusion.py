@@ -304,6 +304,31 @@ def test_float_convolution_takes_the_residual_add_and_the_relu_after_it():
     assert fusion.operands[0] is x and r in fusion.operands[2:]
 
 
+def test_each_convolution_of_a_chain_takes_its_epilogue():
+    # Fused from the last: each fusion replaces values the epilogues before it read (the
+    # first ReLU is the second convolution's input and the third's residual), and every
+    # ReLU reads one broadcast zero
+    def conv(n: int, x: str) -> str:
+        return (f"%c{n} = {FY} convolution({FY} %{x}, {shape('f32', WD)} %w), window="
+                "{size=3x3 pad=1_1x1_1}, dim_labels=bf01_oi01->bf01, feature_group_count=3")
+    m, changed = float_fused(depthwise(f"""
+      %zb = {FY} broadcast(f32[]{{}} %zero), dimensions={{}}
+      %a = {FY} add({FY} %conv, {FY} %bb)
+      %y0 = {FY} maximum({FY} %a, {FY} %zb)
+      {conv(1, "y0")}
+      %a1 = {FY} add({FY} %c1, {FY} %bb)
+      %y1 = {FY} maximum({FY} %a1, {FY} %zb)
+      {conv(2, "y1")}
+      %s2 = {FY} add({FY} %c2, {FY} %y0)
+      %y = {FY} maximum({FY} %s2, {FY} %zb)"""), loop_fusion=True)
+    assert changed
+    f0, f1, f2 = output_fusions(m)
+    assert m.entry.root is f2
+    assert f0.operands[0] is m.entry.parameters[0]
+    assert f1.operands[0] is f0 and f2.operands[0] is f1 and f0 in f2.operands[2:]
+    assert fused_ops(f2) == ["convolution", "add", "broadcast", "maximum"]
+
+
 def test_a_residual_that_is_the_convolutions_input_is_passed_again():
     # x + conv(x): the kernel reads x as its input (operand 0) and as the residual (2)
     m, changed = float_fused(depthwise(f"""
