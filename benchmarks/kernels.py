@@ -2,6 +2,9 @@
 
     python benchmarks/kernels.py [--runs 7] [--only NAME]
 
+A second table times pooling (memory-bound: microseconds, no FLOPs) as a one-node model
+compiled whole, next to onnxruntime, alternating runs (models.py's ``measure``).
+
 Both sides run single-threaded on this machine; the table shows medians over --runs
 runs (after one warm-up), each as a fraction of one core's FP32 peak, the largest
 difference between the two outputs, and the time to generate, optimize (O3) and
@@ -36,7 +39,9 @@ import numpy as np
 import onnxruntime as ort
 from llvmlite import binding as llvm
 from llvmlite import ir
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, shape_inference
+
+import models
 
 from xlac.hlo import (Builder, ConvDimensionNumbers, DotDimensionNumbers, Shape, Window,
                       dtypes)
@@ -93,6 +98,28 @@ CASES = [
     gemm_case("gemv 25088x4096 (transB)", 1, 25088, 4096, True),
     gemm_case("gemv 4096x4096 (MatMul)", 1, 4096, 4096, False),
     gemm_case("gemm 512x512x512", 512, 512, 512, False),
+]
+
+
+def pool_case(name, op, x, **attrs):
+    graph = helper.make_graph([helper.make_node(op, ["x"], ["y"], **attrs)], "pool",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    return name, shape_inference.infer_shapes(model)
+
+
+POOL_CASES = [
+    pool_case("avgpool 3x3/2 64 @56", "AveragePool", (1, 64, 56, 56), kernel_shape=[3, 3],
+              strides=[2, 2], pads=[1, 1, 1, 1]),
+    pool_case("avgpool 3x3/2 64 @56 include_pad", "AveragePool", (1, 64, 56, 56),
+              kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=1),
+    pool_case("avgpool 2x2/2 64 @56", "AveragePool", (1, 64, 56, 56), kernel_shape=[2, 2],
+              strides=[2, 2]),
+    pool_case("resnet maxpool 3x3/2 64 @112", "MaxPool", (1, 64, 112, 112),
+              kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    pool_case("resnet global avgpool 512 @7", "GlobalAveragePool", (1, 512, 7, 7)),
+    pool_case("mobilenet_v2 global avgpool 1280 @7", "GlobalAveragePool", (1, 1280, 7, 7)),
 ]
 
 
@@ -211,6 +238,13 @@ def main():
         gx, go = flops / t_x / 1e9, flops / t_o / 1e9
         print(f"{name:32} {gx:10.1f} {go:10.1f} {100 * gx / peak:8.0f}% {100 * go / peak:7.0f}% "
               f"{t_x * 1e3:9.2f} {t_o * 1e3:9.2f} {diff:10.2e} {t_compile:10.2f}", flush=True)
+    pools = [(name, model) for name, model in POOL_CASES if args.only in name]
+    if pools:
+        print(f"\n{'pooling':36} {'xlac us':>9} {'ort us':>9} {'ratio':>6} {'max|diff|':>10}")
+    for name, model in pools:
+        r = models.measure("pool", model, 2 * args.runs + 1, 0.02)
+        print(f"{name:36} {r['xlac_ms'] * 1e3:9.1f} {r['ort_ms'] * 1e3:9.1f} "
+              f"{r['ratio']:6.2f} {r['max_diff']:10.2e}", flush=True)
 
 
 if __name__ == "__main__":

@@ -119,10 +119,12 @@ def concatenation_cuts(instr: Instruction) -> list[int]:
 
 
 def window_root(instr: Instruction) -> Instruction | None:
-    """The reduce-window whose output index is the loop's index: ``instr`` itself or the
-    root of its loop fusion (None if neither)."""
+    """The reduce-window whose output index is the loop's index: ``instr`` itself, the
+    root of its loop fusion or what that root divides (average pooling; None if none)."""
     body = _loop_fusion_body(instr)
     root = body.root if body is not None else instr
+    if root.opcode is Opcode.DIVIDE and body is not None:
+        root = root.operands[0]
     return root if root.opcode is Opcode.REDUCE_WINDOW else None
 
 
@@ -235,10 +237,10 @@ def emit_elemental_function(llvm_module: ir.Module, instr: Instruction, name: st
         return fn
     bounds = {split_dim: tuple(fn.args[-2:])} if split_dim is not None else None
     pool = plan_pool_rows(instr, vector_bytes, split_dim)
-    if pool is not None and pool.operand in passed \
-            and not operands[passed.index(pool.operand)].is_output:
-        x = fn.args[1 + passed.index(pool.operand)]
-        pool.emit(em, fn.args[0], x, bounds and bounds[split_dim], split_dim)
+    if pool is not None and all(k in passed and not operands[passed.index(k)].is_output
+                                for k in pool.operands):
+        pointers = [fn.args[1 + passed.index(k)] for k in pool.operands]
+        pool.emit(em, fn.args[0], pointers, bounds and bounds[split_dim], split_dim)
         b.ret_void()
         return fn
     generate = em.generator(instr, gens)

@@ -1,22 +1,27 @@
-"""Max and min pooling along output rows.
+"""Max, min and sum pooling along output rows, and average pooling's divide.
 
-A reduce-window whose reducer is maximum or minimum over the two minor dimensions of a
-row-major array (ONNX's MaxPool in NCHW, a 1-D pool over N C W), computed as the loop
-of an element loop function (loops.py) but a vector of ``lanes`` output columns of one
-row at a time instead of one element at a time. The element loop vectorizes only its
+A reduce-window whose reducer is maximum, minimum or add over the two minor dimensions
+of a row-major array (ONNX's MaxPool in NCHW, a 1-D pool over N C W), computed as the
+loop of an element loop function (loops.py) but a vector of ``lanes`` output columns of
+one row at a time instead of one element at a time. The element loop vectorizes only its
 interior columns and leaves per row a scalar remainder and border whose nine NaN-aware
 compares per element cost more than the vectors: ResNet-18's 3x3/2 pool on 64 x 112 x
-112 took 170 us, onnxruntime's NCHW MaxPool 105 us.
+112 took 170 us, onnxruntime's NCHW MaxPool 105 us. Average pooling is a loop fusion
+whose root divides the window sums by the count (a constant, or with padding a count
+per output position that all planes share; fusion.py's ``_averaged_sum``): the rows
+divide each vector of sums by the vector of counts before storing it.
 
 Per vector of output columns ``ox0 .. ox0 + lanes``, the input columns its windows read
 (``col0 = ox0 * sw - pw`` onwards, ``span`` of them) are loaded as ``chunks`` vectors
 per window row and combined over the window rows first, as they lie in memory; then,
 per window column kx, one or two shuffles pick the element ``kx * dw + j * sw`` of the
 chunks for lane j (wide loads and shuffles, no gathers), and the window columns are
-combined. Maximum and minimum are associative and commutative as elemental.py computes
-them (NaN-propagating; any NaN in a window gives NaN), so the order of the fold does not
-change the result; init joins the fold once (both are idempotent, so padding that holds
-init needs nothing more) and not at all where it is the reducer's identity.
+combined. Positions in the padding hold init and init joins the fold once, as the
+reduce-window's semantics say (init not at all where it is the reducer's identity).
+Maximum and minimum are associative and commutative as elemental.py computes them
+(NaN-propagating; any NaN in a window gives NaN), so the order of the fold does not
+change the result; a float sum may differ from the element loop's in the last bits
+(rows before columns here, row-major positions there).
 
 Rows whose window rows all lie in the image and vectors whose columns do read with plain
 loads; the border rows replace window rows outside the image by init (a select), the
@@ -32,11 +37,11 @@ import numpy as np
 from llvmlite import ir
 
 from ..hlo import Instruction, Opcode, dtypes
-from .elemental import ElementalEmitter, window_interior
+from .elemental import RULES, ElementalEmitter, window_interior
 from .irutil import I1, I32, for_range, i64, llvm_type
-from .kernels.vec import const_vec, masked_load, masked_store, offset_ptr, splat, vec_type
+from .kernels.vec import F32, const_vec, masked_load, masked_store, offset_ptr, splat, vec_type
 
-_REDUCERS = {Opcode.MAXIMUM: "max", Opcode.MINIMUM: "min"}
+_REDUCERS = {Opcode.MAXIMUM: "max", Opcode.MINIMUM: "min", Opcode.ADD: "add"}
 _DTYPES = (dtypes.F32, dtypes.S8, dtypes.U8, dtypes.S16, dtypes.U16, dtypes.S32, dtypes.U32)
 # Chunks of input columns per vector of outputs (span / lanes, rounded up): a 3x3/2
 # window takes 3, stride 4 and wider windows up to 5; beyond, the element loop.
@@ -49,22 +54,33 @@ MAX_BORDER_VECTORS = 8
 @dataclass(frozen=True)
 class PoolRows:
     """What ``plan_pool_rows`` found: the reduce-window, which operand of the loop
-    function holds its input, the init value and the vector shape."""
+    function holds its input, the init value and the vector shape; for average pooling
+    the divide at the loop fusion's root and its divisor: a constant, or the operand
+    holding one per output row and column (``counts``), the same for every plane."""
     rw: Instruction
     operand: int           # index into the loop function's operands (instr.operands)
     init: ir.Constant
     neutral: bool          # init is the reducer's identity: it never changes a result
     lanes: int
     chunks: int
+    divide: Instruction | None = None
+    divisor: ir.Constant | None = None
+    counts: int | None = None
+
+    @property
+    def operands(self) -> tuple[int, ...]:
+        """The operands the rows read through pointers."""
+        return (self.operand,) + ((self.counts,) if self.counts is not None else ())
 
     @property
     def elem(self) -> ir.Type:
         return llvm_type(self.rw.shape.dtype)
 
-    def emit(self, em: ElementalEmitter, out: ir.Value, x: ir.Value,
+    def emit(self, em: ElementalEmitter, out: ir.Value, pointers: list[ir.Value],
              bounds: tuple[ir.Value, ir.Value] | None, split_dim: int | None) -> None:
-        """The whole result at ``out`` from the input at ``x``; ``bounds``: only the
-        output indices in [lo, hi) of dimension ``split_dim``."""
+        """The whole result at ``out`` from the ``operands`` at ``pointers``; ``bounds``:
+        only the output indices in [lo, hi) of dimension ``split_dim``."""
+        x, counts = pointers[0], pointers[1] if self.counts is not None else None
         b, rw = em.b, self.rw
         dims = rw.shape.dims
         rank = len(dims)
@@ -91,7 +107,7 @@ class PoolRows:
                 lo = _max(b, i64(start), r_lo)
                 hi = _min(b, i64(stop), r_hi)
                 with for_range(b, hi, "oy", start=lo) as oy:
-                    _Row(self, em, src, dst, oy, checked).emit()
+                    _Row(self, em, src, dst, counts, oy, checked).emit()
 
 
 def _max(b, x, y):
@@ -105,8 +121,9 @@ def _min(b, x, y):
 def plan_pool_rows(instr: Instruction, vector_bytes: int,
                    split_dim: int | None = None) -> PoolRows | None:
     """The row code for ``instr`` (a reduce-window, or a loop fusion that is one over a
-    parameter) where it applies, else None (the element loop computes it)."""
-    rw, operand, init = _reduce_window_of(instr)
+    parameter or divides one by a ``_divisor``) where it applies, else None (the element
+    loop computes it)."""
+    rw, operand, init, divide = _reduce_window_of(instr)
     if rw is None or vector_bytes < 16:
         return None
     shape, x = rw.shape, rw.operands[0].shape
@@ -140,39 +157,90 @@ def plan_pool_rows(instr: Instruction, vector_bytes: int,
     v_lo, v_hi = _interior_vectors(cols_in, cols_out, lanes, vectors)
     if chunks > MAX_CHUNKS or v_lo + vectors - v_hi > MAX_BORDER_VECTORS:
         return None
+    divisor = counts = None
+    if divide is not None:
+        divisor, counts = _divisor(instr, divide)
+        if shape.dtype != dtypes.F32 or (divisor, counts) == (None, None):
+            return None
     value = np.asarray(init.literal).item()
     identity = _identity(shape.dtype, _REDUCERS[root.opcode])
+    neutral = np.asarray(value, shape.dtype.np).tobytes() == \
+        np.asarray(identity, shape.dtype.np).tobytes()      # -0.0 for a float sum, not +0.0
     elem = llvm_type(shape.dtype)
-    return PoolRows(rw, operand, ir.Constant(elem, value), value == identity, lanes, chunks)
+    return PoolRows(rw, operand, ir.Constant(elem, value), neutral, lanes, chunks, divide,
+                    divisor, counts)
 
 
 def _reduce_window_of(instr: Instruction):
-    """(reduce-window, operand of ``instr`` holding its input, its constant init) for a
-    single-operand reduce-window or a loop fusion whose root is one over a parameter;
-    (None, None, None) otherwise."""
+    """(reduce-window, operand of ``instr`` holding its input, its constant init, the
+    divide of it at the root) for a single-operand reduce-window, or a loop fusion whose
+    root is one over a parameter or divides one (average pooling); Nones otherwise."""
+    none = None, None, None, None
     if instr.opcode is Opcode.REDUCE_WINDOW:
-        rw, operand = instr, 0
-        init = instr.operands[1] if instr.operands[1].opcode is Opcode.CONSTANT else None
         if len(instr.operands) != 2 or instr.operands[0].opcode is Opcode.CONSTANT:
-            return None, None, None
-        return rw, operand, init
+            return none
+        init = instr.operands[1] if instr.operands[1].opcode is Opcode.CONSTANT else None
+        return instr, 0, init, None
     if instr.opcode is not Opcode.FUSION or instr.attrs.get("kind") != "kLoop":
-        return None, None, None
-    rw = instr.called[0].root
+        return none
+    rw, divide = instr.called[0].root, None
+    if rw.opcode is Opcode.DIVIDE:
+        rw, divide = rw.operands[0], rw
     if rw.opcode is not Opcode.REDUCE_WINDOW or len(rw.operands) != 2:
-        return None, None, None
+        return none
     x, init = rw.operands
     if x.opcode is not Opcode.PARAMETER:
-        return None, None, None
+        return none
     operand = x.attrs["number"]
     if instr.operands[operand].opcode is Opcode.CONSTANT:
-        return None, None, None
-    if init.opcode is Opcode.PARAMETER:
-        init = instr.operands[init.attrs["number"]]
-    return rw, operand, init if init.opcode is Opcode.CONSTANT else None
+        return none
+    return rw, operand, _constant(instr, init), divide
+
+
+def _constant(instr: Instruction, v: Instruction) -> Instruction | None:
+    """The constant ``v`` is in loop fusion ``instr``'s computation (itself, or the
+    constant operand of ``instr`` that parameter ``v`` stands for), else None."""
+    if v.opcode is Opcode.PARAMETER:
+        v = instr.operands[v.attrs["number"]]
+    return v if v.opcode is Opcode.CONSTANT else None
+
+
+def _divisor(instr: Instruction, divide: Instruction):
+    """(constant, None) where ``divide`` (the root of loop fusion ``instr``) divides by a
+    broadcast scalar constant; (None, k) where it divides by a broadcast along the
+    planes of operand k, which holds one value per output row and column, row-major (with
+    padding, average pooling's count); (None, None) otherwise."""
+    d = divide.operands[1]
+    if d.opcode is not Opcode.BROADCAST:
+        return None, None
+    src = d.operands[0]
+    c = _constant(instr, src)
+    if c is not None and c.shape.rank == 0:
+        return ir.Constant(F32, float(np.asarray(c.literal).item())), None
+    rank = d.shape.rank
+    # (rows, columns) of each plane, the dims of size 1 left out: src must hold them in
+    # this order, nothing else, and row-major (then a reshape of it leaves them in place)
+    kept = [(k, n) for k, n in zip(d.attrs["dimensions"], src.shape.dims) if n != 1]
+    plane = [(k, d.shape.dims[k]) for k in (rank - 2, rank - 1) if d.shape.dims[k] != 1]
+    if kept != plane:
+        return None, None
+    if src.opcode is Opcode.RESHAPE:
+        src = src.operands[0]
+        if [n for n in src.shape.dims if n != 1] != [n for _, n in plane]:
+            return None, None
+    if src.opcode is not Opcode.PARAMETER or src.shape.dtype != dtypes.F32:
+        return None, None
+    k = src.attrs["number"]
+    if instr.operands[k].opcode is Opcode.CONSTANT or \
+            not (src.shape.has_default_layout and instr.operands[k].shape.has_default_layout
+                 and d.operands[0].shape.has_default_layout):
+        return None, None
+    return None, k
 
 
 def _identity(dtype, reducer: str):
+    if reducer == "add":
+        return -0.0 if dtype.is_float else 0
     if dtype.is_float:
         return -np.inf if reducer == "max" else np.inf
     info = np.iinfo(dtype.np)
@@ -191,7 +259,8 @@ class _Row:
     """The code of output row ``oy`` of one plane; ``checked``: some window rows may lie
     outside the image."""
 
-    def __init__(self, plan: PoolRows, em: ElementalEmitter, src, dst, oy, checked: bool):
+    def __init__(self, plan: PoolRows, em: ElementalEmitter, src, dst, counts, oy,
+                 checked: bool):
         self.plan, self.em, self.b = plan, em, em.b
         rw = plan.rw
         self.w = rw.attrs["window"]
@@ -213,6 +282,8 @@ class _Row:
             self.rows.append(offset_ptr(b, src, plan.elem, b.mul(iy, i64(self.iw))))
             self.valid.append(valid)
         self.out_row = offset_ptr(b, dst, plan.elem, b.mul(oy, i64(self.ow)))
+        self.counts_row = None if counts is None else \
+            offset_ptr(b, counts, F32, b.mul(oy, i64(self.ow)))
 
     def emit(self) -> None:
         plan = self.plan
@@ -248,26 +319,42 @@ class _Row:
         for c, mask in enumerate(masks):
             acc = None
             for row, valid in zip(self.rows, self.valid):
-                if mask is False:
-                    break
-                ptr = offset_ptr(b, row, elem, b.add(col0, i64(c * lanes)))
-                x = (b.load(ptr, typ=self.vty, align=self.align) if mask is None
-                     else masked_load(b, ptr, self.vty, mask, self.align, self.init))
-                if valid is not None:
-                    x = b.select(valid, x, self.init)
+                if mask is False:           # all padding: init per window row (a sum's)
+                    x = self.init
+                else:
+                    ptr = offset_ptr(b, row, elem, b.add(col0, i64(c * lanes)))
+                    x = (b.load(ptr, typ=self.vty, align=self.align) if mask is None
+                         else masked_load(b, ptr, self.vty, mask, self.align, self.init))
+                    if valid is not None:
+                        x = b.select(valid, x, self.init)
                 acc = x if acc is None else self.em.apply(self.comp, [acc, x])
-            chunks.append(self.init if acc is None else acc)
+            chunks.append(acc)
         # The window columns: lane j of column kx is element kx * dw + j * sw.
         result = None if plan.neutral else self.init
         for kx in range(kw):
             x = _pick(b, chunks, [kx * dw + j * sw for j in range(lanes)], lanes)
             result = x if result is None else self.em.apply(self.comp, [result, x])
+        store = None if real == lanes else const_vec(I1, [j < real for j in range(lanes)])
+        if plan.divide is not None:
+            result = self._divided(result, ox0, store)
         ptr = offset_ptr(b, self.out_row, elem, ox0)
-        if real == lanes:
+        if store is None:
             b.store(result, ptr, align=self.align)
         else:
-            masked_store(b, result, ptr, const_vec(I1, [j < real for j in range(lanes)]),
-                         self.align)
+            masked_store(b, result, ptr, store, self.align)
+
+    def _divided(self, sums: ir.Value, ox0: ir.Value, mask) -> ir.Value:
+        """Average pooling: the root's divide (elemental.py's rule) of the vector of sums
+        by the divisor's vector (the lanes outside ``mask``, not stored, divide by 1)."""
+        b, plan = self.b, self.plan
+        if plan.divisor is not None:
+            d = splat(b, plan.divisor, plan.lanes)
+        else:
+            ptr = offset_ptr(b, self.counts_row, F32, ox0)
+            d = (b.load(ptr, typ=self.vty, align=4) if mask is None else
+                 masked_load(b, ptr, self.vty, mask, 4, splat(b, ir.Constant(F32, 1.0),
+                                                                   plan.lanes)))
+        return RULES[Opcode.DIVIDE](self.em, plan.divide, [lambda _: sums, lambda _: d], [])
 
 
 def _pick(b: ir.IRBuilder, chunks: list[ir.Value], index: list[int], lanes: int) -> ir.Value:

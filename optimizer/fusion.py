@@ -17,7 +17,7 @@ Rules (XLA's instruction fusion, for one-output loop fusions):
     the indices hold; Resize's taps and embedding lookups fuse into their weighted
     sums; a dynamic-slice reads one window), iota, and scalar constants. Never dot,
     convolution, reduce-window, scatter, parameters, tuples, or a model output (its value
-    must land in the caller's buffer); a reduce only as below.
+    must land in the caller's buffer); a reduce or reduce-window only as below.
   - a producer with one user is moved into it; a producer with several users is
     fused only when it is cheap to duplicate (broadcast, iota, reshape, bitcast,
     scalar constant), so no arithmetic, transcendental or not, is ever computed twice.
@@ -29,6 +29,7 @@ Rules (XLA's instruction fusion, for one-output loop fusions):
   - a reduce fuses into its only user only where that saves memory: the user reads each
     of its elements once and stores fewer bytes (``_narrowing_reduce``: a quantized
     model's Resize, a weighted sum in f32, requantized to 8 bits by the loop after it).
+    A reduce-window fuses only into the divide of average pooling (``_averaged_sum``).
 Consumers are visited from the root up, and each absorbs producers until none
 qualifies, so a chain collapses into the fusion of its last instruction.
 The entry and every computation a while or conditional calls are fused alike (a
@@ -475,6 +476,8 @@ class _Fuser:
             return False
         if p.opcode is Opcode.REDUCE:
             return _narrowing_reduce(p, consumer, self.users[p])
+        if p.opcode is Opcode.REDUCE_WINDOW:
+            return _averaged_sum(p, consumer, self.users[p])
         if not (p.opcode in ELEMENTWISE or p.opcode in FUSIBLE_MOVEMENT
                 or _is_scalar_constant(p)):
             return False
@@ -563,6 +566,25 @@ def _narrowing_reduce(p: Instruction, consumer: Instruction, users) -> bool:
     return (len(users) == 1 and not p.shape.is_tuple
             and consumer.shape.byte_size < p.shape.byte_size
             and not _reuses_operand(consumer, p))
+
+
+def _averaged_sum(p: Instruction, consumer: Instruction, users) -> bool:
+    """Whether the reduce-window ``p`` fuses into ``consumer``: its only user, whose root
+    divides ``p`` by something else (average pooling's sum by the count), reading each of
+    its elements once. The pooling rows (emitter/pooling.py) then divide each vector of
+    sums before storing it, and the sums never reach memory. A reduce-window otherwise
+    stays the root of its own loop."""
+    if len(users) != 1 or p.shape.is_tuple:
+        return False
+    if consumer.opcode is Opcode.FUSION:
+        fused = consumer.called[0]
+        x, root = fused.parameters[consumer.operands.index(p)], fused.root
+        if consumer.attrs.get("kind") != "kLoop" or fused.users()[x] != [root]:
+            return False
+    else:
+        x, root = p, consumer
+    return root.opcode is Opcode.DIVIDE and root.operands[0] is x \
+        and root.operands[1] is not x
 
 
 def _fits_epilogue(p: Instruction, fusion: Instruction) -> bool:

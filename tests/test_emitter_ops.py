@@ -258,6 +258,38 @@ def _fused_pool(size, stride, pad, init, comp):
     return build
 
 
+_ADD_S32 = scalar_computation("add_s32", Opcode.ADD, S32)
+
+
+def _exact(x):
+    """``x`` rounded to integers, -0.0 for the zeros: the sums of a window of them (and of
+    SPECIALS every 7 elements) are exact in any order, so the pooling rows, which sum in
+    another order than the evaluator, agree with it bit for bit, sign of zero included."""
+    x = np.round(x)
+    return np.where(x == 0, np.float32(-0.0), x).astype(np.float32)
+
+
+def _average_pool(size, stride, pad_low, pad_high, divisor=None):
+    """Average pooling as fusion.py leaves it: a loop fusion whose root divides the window
+    sums of its operand 0 by the constant ``divisor`` or, where None, by its operand 1:
+    one count per output row and column, which every plane shares."""
+    window = Window.make((1, 1, *size), (1, 1, *stride), (0, 0, *pad_low), (0, 0, *pad_high))
+
+    def build(b, p, *counts):
+        fb = Builder("average_pool")
+        total = fb.reduce_window(fb.parameter(0, p.shape, "x"), fb.constant(np.float32(0)),
+                                 window, _ADD_F32)
+        dims = total.shape.dims
+        if divisor is None:
+            c = fb.parameter(1, counts[0].shape, "counts")
+            d = fb.broadcast(fb.reshape(c, dims[-2:]), dims, (len(dims) - 2, len(dims) - 1))
+        else:
+            d = fb.broadcast(fb.constant(np.float32(divisor)), dims, ())
+        fused = fb.build(fb.op(Opcode.DIVIDE, total, d))
+        return b.op(Opcode.FUSION, p, *counts, called=[fused], kind="kLoop")
+    return build
+
+
 # Max / min pooling rows (emitter/pooling.py): NaN and infinities in the windows, padding
 # at init, a finite init that joins every window, min, 8-bit lanes, a 1-d pool, rows
 # narrower than a vector (lanes halved), a row of one vector plus one element, a loop
@@ -293,6 +325,33 @@ _POOL_ROWS = [
          _pool((2, 2), (2, 2), (0, 0), (0, 0), (1, 1), "max")),
     Case("pool_rows_fused", [_with_specials(f32(1, 4, 15, 29), 6)],
          _fused_pool((3, 3), (2, 2), (1, 1), np.float32(-np.inf), _MAX_F32)),
+    # sums: a finite init joins once and once per padded position; -0.0, the identity,
+    # not at all (+0.0 would turn a window of -0.0 into +0.0); integers wrap
+    Case("pool_rows_sum_finite_init", [_exact(_with_specials(f32(1, 3, 11, 31)))],
+         lambda b, p: b.reduce_window(p, b.constant(np.float32(0.5)),
+                                      Window.make((1, 1, 3, 3), (1, 1, 2, 2), (0, 0, 1, 1),
+                                                  (0, 0, 1, 1)), _ADD_F32)),
+    Case("pool_rows_sum_negative_zero_init", [_exact(f32(1, 2, 9, 37, lo=-0.6, hi=0.6))],
+         lambda b, p: b.reduce_window(p, b.constant(np.float32(-0.0)),
+                                      Window.make((1, 1, 2, 3), (1, 1, 1, 2), (0, 0, 1, 1),
+                                                  (0, 0, 0, 1)), _ADD_F32)),
+    Case("pool_rows_sum_s32_wraps", [np.resize(INT_EDGES, (1, 2, 9, 40))],
+         lambda b, p: b.reduce_window(p, b.constant(np.int32(3)),
+                                      Window.make((1, 1, 3, 2), (1, 1, 2, 2), (0, 0, 1, 0),
+                                                  (0, 0, 1, 1)), _ADD_S32)),
+    # average pooling: the divide on the row vectors, by the counts with padding (ONNX's
+    # count_include_pad either way gives other counts), by 9 (no exact reciprocal), by 4
+    # (LLVM multiplies by 0.25, the same bits); ceil mode pads the high side only
+    Case("pool_rows_average_counts",
+         [_exact(_with_specials(f32(2, 3, 13, 29))),
+          np.round(f32(1, 1, 7, 15, lo=1, hi=9))], _average_pool((3, 3), (2, 2), (1, 1), (1, 1))),
+    Case("pool_rows_average_ceil_mode", [_exact(_with_specials(f32(1, 3, 12, 30), 5))],
+         _average_pool((3, 3), (2, 2), (0, 0), (1, 1), divisor=9)),
+    Case("pool_rows_average_2x2", [_exact(_with_specials(f32(1, 5, 14, 34), 4))],
+         _average_pool((2, 2), (2, 2), (0, 0), (0, 0), divisor=4)),
+    Case("pool_rows_average_narrow_counts", [_exact(f32(1, 2, 7, 7)),
+                                             np.round(f32(1, 1, 7, 7, lo=1, hi=9))],
+         _average_pool((3, 3), (1, 1), (1, 1), (1, 1))),
 ]
 
 
@@ -567,6 +626,18 @@ def test_pool_rows_do_not_take_a_fusion_writing_another_layout():
     root = _module(case).entry.root
     assert plan_pool_rows(root, 64) is not None
     root.shape = Shape.array(root.shape.dtype, root.shape.dims, (1, 3, 2, 0))
+    assert plan_pool_rows(root, 64) is None
+
+
+def test_pool_rows_do_not_take_an_average_by_values_of_each_plane():
+    """A divisor that varies along the planes is no count the rows read per row."""
+    case = next(c for c in _POOL_ROWS if c.name == "pool_rows_average_counts")
+    root = _module(case).entry.root
+    assert plan_pool_rows(root, 64).counts == 1
+    fused = root.called[0]
+    d = fused.root.operands[1]
+    d.attrs["dimensions"] = (1, 3)          # counts[0, 0, i, j] read at channel i, column j
+    d.operands[0].shape = d.operands[0].shape.__class__.array(F32, (3, 15))
     assert plan_pool_rows(root, 64) is None
 
 

@@ -409,6 +409,59 @@ def _reduce_roots(m) -> int:
                for f in m.entry.instructions)
 
 
+AVERAGE_POOL = SUM + """
+ENTRY %main (x: f32[1,2,7,9], n: f32[1,1,4,5]) -> f32[1,2,4,5] {
+  %x = f32[1,2,7,9] parameter(0)
+  %n = f32[1,1,4,5] parameter(1)
+  %zero = f32[] constant(0)
+  %s = f32[1,2,4,5] reduce-window(%x, %zero), window={size=1x1x3x3 stride=1x1x2x2 \
+pad=0_0x0_0x1_1x1_1}, to_apply=%sum
+  %r = f32[4,5] reshape(%n)
+  %nb = f32[1,2,4,5] broadcast(%r), dimensions={2,3}
+  ROOT %avg = f32[1,2,4,5] divide(%s, %nb)
+}
+"""
+
+
+def test_average_pool_sum_fuses_into_its_divide():
+    # The pooling rows divide each vector of sums by its counts: the sums take no memory.
+    changed, m = fuse(AVERAGE_POOL)
+    assert changed
+    assert_hlo(m, SUM + """
+%fused_computation (param_x: f32[1,2,7,9], param_n: f32[1,1,4,5]) -> f32[1,2,4,5] {
+  %param_x = f32[1,2,7,9] parameter(0)
+  %zero = f32[] constant(0)
+  %s = f32[1,2,4,5] reduce-window(%param_x, %zero), window={size=1x1x3x3 stride=1x1x2x2 \
+pad=0_0x0_0x1_1x1_1}, to_apply=%sum
+  %param_n = f32[1,1,4,5] parameter(1)
+  %r = f32[4,5] reshape(%param_n)
+  %nb = f32[1,2,4,5] broadcast(%r), dimensions={2,3}
+  ROOT %avg = f32[1,2,4,5] divide(%s, %nb)
+}
+
+ENTRY %main (x: f32[1,2,7,9], n: f32[1,1,4,5]) -> f32[1,2,4,5] {
+  %x = f32[1,2,7,9] parameter(0)
+  %n = f32[1,1,4,5] parameter(1)
+  ROOT %fusion = f32[1,2,4,5] fusion(%x, %n), kind=kLoop, calls=%fused_computation
+}
+""")
+
+
+def test_does_not_fuse_a_window_sum_into_other_users():
+    # A divisor, a second user, another element-wise root: the sum keeps its own loop.
+    for text in (AVERAGE_POOL.replace("divide(%s, %nb)", "divide(%nb, %s)"),
+                 AVERAGE_POOL.replace("divide(%s, %nb)", "maximum(%s, %nb)"),
+                 AVERAGE_POOL.replace("-> f32[1,2,4,5] {\n  %x", "-> (f32[1,2,4,5], "
+                                      "f32[1,2,4,5]) {\n  %x").replace(
+                     "ROOT %avg = f32[1,2,4,5] divide(%s, %nb)",
+                     "%avg = f32[1,2,4,5] divide(%s, %nb)\n  %e = f32[1,2,4,5] exponential(%s)"
+                     "\n  ROOT %t = (f32[1,2,4,5], f32[1,2,4,5]) tuple(%avg, %e)")):
+        _, m = fuse(text)
+        assert sum(f.opcode is Opcode.FUSION
+                   and f.called[0].root.opcode is Opcode.REDUCE_WINDOW
+                   for f in m.entry.instructions) == 1, text
+
+
 def test_existing_fusion_grows():
     changed, m = fuse("""%fused_computation (param_x: f32[4,8]) -> f32[4,8] {
   %param_x = f32[4,8] parameter(0)

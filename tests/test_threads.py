@@ -160,6 +160,19 @@ def pool():
     ], [("x", [1, 4, 256, 130])], [("y", [1, 1, 128, 65])], [_weights("w", (1, 4, 1, 1))])
 
 
+def average_pool():
+    """Average pooling rows (emitter/pooling.py: the divide on each row vector) split by
+    channels, dividing by counts (padding, ceil mode), then on one channel by output
+    rows, dividing by a constant."""
+    n = helper.make_node
+    return _model([
+        n("AveragePool", ["x"], ["a"], kernel_shape=[3, 3], strides=[2, 2],
+          pads=[1, 1, 1, 1], ceil_mode=1),
+        n("Conv", ["a", "w"], ["c"]),
+        n("AveragePool", ["c"], ["y"], kernel_shape=[2, 2]),
+    ], [("x", [1, 4, 64, 70])], [("y", [1, 1, 32, 35])], [_weights("w", (1, 4, 1, 1))])
+
+
 def row_conv():
     """Stems of few output channels (RowConv): 3->8 stride 2 with its bias and ReLU (one
     tile of channels, one task), then a grouped one (split by groups) with a residual
@@ -253,7 +266,7 @@ MODELS = {"cnn": cnn, "cnn_batch": lambda: cnn(2), "encoder": encoder, "mlp": ml
           "loop": loop, "stem": stem, "winograd": winograd,
           "winograd_batch": lambda: winograd(2), "pointwise": pointwise, "stem_rows": stem_rows,
           "shortcut": shortcut,
-          "dense": dense, "pool": pool, "row_conv": row_conv}
+          "dense": dense, "pool": pool, "average_pool": average_pool, "row_conv": row_conv}
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))
