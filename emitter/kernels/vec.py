@@ -103,6 +103,13 @@ def hsum(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
     return b.extract_element(v, ir.Constant(I32, 0))
 
 
+def prefetch(b: ir.IRBuilder, ptr: ir.Value, locality: int = 3) -> None:
+    """A read prefetch of the cache line at ``ptr`` (any address: it never faults);
+    ``locality`` 3 keeps it in every level, lower ones in fewer."""
+    fn = intrinsic(b.module, "llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
+    b.call(fn, [ptr, ir.Constant(I32, 0), ir.Constant(I32, locality), ir.Constant(I32, 1)])
+
+
 def offset_ptr(b: ir.IRBuilder, base: ir.Value, elem: ir.Type, index) -> ir.Value:
     """``base + index`` elements; no ``inbounds``: im2col rows may start before the array."""
     idx = ir.Constant(I64, index) if isinstance(index, int) else index
