@@ -287,12 +287,22 @@ CONV_CASES = [
                                                groups=2, constant=True), "channels"),
     ("small_map_wide_rows_k_blocks", dict(xd=(1, 60, 7, 33), wd=(16, 60, 3, 3),
                                           pad=((1, 1), (1, 1)), constant=True), "channels"),
-    # 1x1 on maps below 64 pixels, where the GEMM's slivers of pixels go partly empty.
+    # 1x1 on maps of up to 14 x 14, where the GEMM's slivers of pixels go partly empty:
+    # tiles of 3 vectors (narrower last panels), column tiles shifted back, K blocks,
+    # groups, strides.
     ("small_map_pointwise", dict(xd=(1, 40, 7, 7), wd=(32, 40, 1, 1), constant=True),
      "channels"),
     ("small_map_pointwise_k_blocks", dict(xd=(2, 600, 3, 3), wd=(48, 600, 1, 1),
                                           constant=True), "channels"),
-    ("pointwise_8x8_constant", dict(xd=(1, 40, 8, 8), wd=(32, 40, 1, 1), constant=True),
+    ("pointwise_14x14_tail_panel", dict(xd=(1, 37, 14, 14), wd=(112, 37, 1, 1),
+                                        constant=True), "channels"),
+    ("pointwise_odd_map_groups", dict(xd=(1, 38, 11, 9), wd=(96, 19, 1, 1), groups=2,
+                                      constant=True), "channels"),
+    ("pointwise_stride2_8x7", dict(xd=(1, 24, 15, 13), wd=(32, 24, 1, 1), stride=(2, 2),
+                                   constant=True), "channels"),
+    ("pointwise_stride2_10x10", dict(xd=(1, 24, 20, 19), wd=(32, 24, 1, 1), stride=(2, 2),
+                                     constant=True), "gemm_subsample"),
+    ("pointwise_15x15_constant", dict(xd=(1, 40, 15, 15), wd=(32, 40, 1, 1), constant=True),
      "gemm"),
     ("large_map_constant", dict(xd=(1, 8, 17, 17), wd=(16, 8, 3, 3), pad=((1, 1), (1, 1)),
                                 constant=True), "gemm"),
@@ -407,7 +417,8 @@ def test_channel_conv_packs_weights_in_panels_of_output_channels():
 GEMM_CONV_CASES = [c for c in CONV_CASES if c[2] in ("gemm", "gemm_subsample", "winograd",
                                                      "channels")
                    and c[0] not in ("stem_unpadded_tail_panel", "small_map_pointwise",
-                                    "stem_few_channels_narrow")]
+                                    "pointwise_14x14_tail_panel", "pointwise_odd_map_groups",
+                                    "pointwise_stride2_8x7", "stem_few_channels_narrow")]
 WINOGRAD_CASES = [c for c in CONV_CASES if c[2] == "winograd"]
 
 
@@ -606,6 +617,9 @@ EPILOGUE_CONVS = {
     # more input channels than the Winograd kernel takes (WINOGRAD_MAX_CIN)
     "small_map_k_blocks": ((300, 32, 1, 3, 1, False), "ChannelConv"),
     "pointwise_s2_small_map": ((24, 32, 1, 1, 2, False), "ChannelConv"),
+    # 1x1 on an 11 x 11 map: panels of 3, 3 and 1 vectors; K blocks
+    "pointwise_small_map": ((40, 112, 1, 1, 1, False), "ChannelConv"),
+    "pointwise_small_map_k_blocks": ((600, 48, 1, 1, 1, False), "ChannelConv"),
     # the residual with strides, K blocks, groups and the lean kernel's clamped rows
     "depthwise_s3": ((5, 10, 5, 3, 3, False), "DepthwiseRows"),
     "depthwise_s5": ((3, 3, 3, 3, 5, False), "Depthwise"),

@@ -103,6 +103,32 @@ def stem_rows():
         _weights("w3", (32, 64, 3, 3)), _weights("r3", (32, 15, 15))])
 
 
+def small_pointwise():
+    """1x1 convolutions on a small map (ChannelConv, panels of 3 vectors): to 512
+    channels (11 panels, the last of 2 vectors: 6 of them leave more to one task than 5
+    of 9 rows), to 560 with a bias and ReLU6 (12 panels), back to 96 in K blocks with a
+    residual (2 panels; the steps before it set the arena's peak, so its partial sums
+    in scratch do not, and it keeps its kernel), to 48 (one panel: rows), and from the
+    560 to 48 in K blocks (one panel: rows, each part's partial sums in its own
+    scratch), added."""
+    n = helper.make_node
+    return _model([
+        n("Conv", ["x", "w0"], ["c0"]),
+        n("Conv", ["c0", "w1", "b1"], ["c1"]),
+        n("Clip", ["c1", "lo", "hi"], ["r1"]),
+        n("Conv", ["r1", "w2"], ["c2"]),
+        n("Add", ["c2", "r2"], ["a2"]),
+        n("Conv", ["a2", "w3"], ["c3"]),
+        n("Conv", ["r1", "w4"], ["c4"]),
+        n("Add", ["c3", "c4"], ["y"]),
+    ], [("x", [1, 24, 9, 11])], [("y", [1, 48, 9, 11])], [
+        _weights("w0", (512, 24, 1, 1)), _weights("w1", (560, 512, 1, 1), 0.05),
+        _weights("b1", (560,)), numpy_helper.from_array(np.array(0, np.float32), "lo"),
+        numpy_helper.from_array(np.array(6, np.float32), "hi"),
+        _weights("w2", (96, 560, 1, 1)), _weights("r2", (96, 9, 11)),
+        _weights("w3", (48, 96, 1, 1)), _weights("w4", (48, 560, 1, 1))])
+
+
 def pointwise():
     """Implicit GEMMs split by output pixels (a 1x1 one read in place and a strided one
     packed, with a residual; their last parts end inside an NR sliver) and by output
@@ -266,6 +292,7 @@ MODELS = {"cnn": cnn, "cnn_batch": lambda: cnn(2), "encoder": encoder, "mlp": ml
           "loop": loop, "stem": stem, "winograd": winograd,
           "winograd_batch": lambda: winograd(2), "pointwise": pointwise, "stem_rows": stem_rows,
           "shortcut": shortcut,
+          "small_pointwise": small_pointwise,
           "dense": dense, "pool": pool, "average_pool": average_pool, "row_conv": row_conv}
 
 
@@ -364,6 +391,12 @@ def test_products_split_by_columns_where_row_blocks_would_repack():
 def test_channel_convolutions_of_one_panel_split_by_rows():
     assert _splits(stem_rows()) == [("ChannelConv", "oyn"), ("DirectConv", "cout_g"),
                                     ("ChannelConv", "oyn")]
+
+
+def test_small_map_pointwise_splits_by_panels_or_rows():
+    assert _splits(small_pointwise()) == [("ChannelConv", "oyn"), ("ChannelConv", "cout_g"),
+                                          ("ChannelConv", "cout_g"), ("ChannelConv", "oyn"),
+                                          ("ChannelConv", "oyn")]
 
 
 def test_profile_counts_both_entries_and_the_tasks_on_every_thread(tmp_path):

@@ -23,11 +23,12 @@ feature groups and number of spatial dims:
 - Winograd F(2x2, 3x3) (winograd.py, ``WinogradConv``): 3x3 stride-1 windows of one
   group with enough channels on large enough maps (``_winograd_pays``); lean: DirectConv.
 - channels in lanes (``ChannelConv``): 2-D stems (Cin <= 4), windows on small maps
-  (<= 256 output pixels) and 1x1 windows on maps below 64 pixels, with constant
+  (<= 256 output pixels) and 1x1 windows on maps of up to 14 x 14, with constant
   weights, which it takes packed at compile time (``pack_weights``): a direct
   convolution vectorized over output channels, each input value broadcast to two
-  vectors of them, the padded input copied to scratch, K in blocks on long K, the next
-  block of weights prefetched while a block is computed; lean: DirectConv.
+  vectors of them (three for 1x1 windows), the padded input copied to scratch, K in
+  blocks on long K, the next block of weights prefetched while a block is computed;
+  lean: DirectConv.
 
 All are compiled from the window alone (``ConvWindow``: size, stride, padding,
 dilation, slack); batch, groups, channels and image sizes are run-time arguments, so e.g.
@@ -1373,7 +1374,8 @@ def _path(instr: Instruction, t: Tiling, constant_weights: bool) -> str:
             and prod(w.size) <= DIRECT_MAX_POSITIONS
             and (sizes["cin_g"] <= CHANNELS_MAX_CIN
                  or pixels <= CHANNELS_MAX_PIXELS and prod(w.size) > 1
-                 or pixels < CHANNELS_MAX_POINTWISE_PIXELS)):
+                 or pixels < CHANNELS_MAX_STRIDED_POINTWISE_PIXELS
+                 or pixels <= CHANNELS_MAX_POINTWISE_PIXELS and all(s == 1 for s in w.stride))):
         return "channels"
     if (w.rank == 2 and t.lanes >= 4 and sizes["cin_g"] <= CHANNELS_MAX_CIN
             and sizes["cout_g"] <= ROWS_MAX_COUT and w.stride[1] <= DEPTHWISE_MAX_STRIDE
@@ -1429,10 +1431,12 @@ DEPTHWISE_MAX_STRIDE = 4
 # empty (7 x 7 = 3 x 16 + 1). Measured against the implicit GEMM (benchmarks/
 # kernels.py, one Zen 5 core): ResNet-18's 7x7/2 stem 0.71 of its time, 3x3 layers on
 # 14x14 and 7x7 maps 0.74 to 0.92. 1x1 layers (a GEMM over the input as it lies, no
-# gathers) only below 64 pixels, where the GEMM's 32-pixel slivers go partly empty
-# (kernel time, one Zen 5 core, AVX-512: 256->256 @3x3 0.44, 128->128 @6x6 0.70,
-# 320->1280 and 160->960 @7x7 0.81; 64->128 @8x8 1.05, @10x10 0.98, 96->576 @14x14
-# 1.1, 64->64 @25x5 1.05).
+# gathers) with their own tile (_channel_tile): at stride 1 on maps of up to 14 x 14
+# (inside MobileNetV2, one Zen 5 core, AVX-512: 96->576 and 576->96 @14x14 take 0.88 of
+# the GEMM's kernel time, 64->384 and 384->64 @14x14 0.91 to 0.95; larger maps with few
+# input channels are the GEMM's: 64->256 @20x20 1.2, 32->192 @28x28 1.3); strided ones
+# only on maps below 64 pixels (above, the GEMM packs them from input rows,
+# SubsamplePacker; not measured against the 3-vector tile).
 CHANNELS_MAX_CIN = 4
 CHANNELS_MAX_PIXELS = 256
 # RowConv for the stems ChannelConv does not take (output channels not a multiple of
@@ -1444,7 +1448,8 @@ CHANNELS_MAX_PIXELS = 256
 # ROWS_MR channels per tile: each input vector feeds that many FMAs.
 ROWS_MAX_COUT = 32
 ROWS_MR = 8
-CHANNELS_MAX_POINTWISE_PIXELS = 64
+CHANNELS_MAX_POINTWISE_PIXELS = 196
+CHANNELS_MAX_STRIDED_POINTWISE_PIXELS = 64
 # Strided 1x1 windows (ResNet's downsampling shortcuts) take the implicit GEMM with B
 # packed from input rows by wide reads and a shuffle (SubsamplePacker) in place of
 # im2col's gathers. Kernel time against the gathers (one Zen 5 core, AVX-512, two runs):
@@ -1468,6 +1473,39 @@ SUBSAMPLE_MIN_LANES = 8
 CHANNELS_VECTORS = 2
 CHANNELS_COLS = 14
 CHANNELS_K_ROWS = 512
+# 1x1 windows with 32 registers: POINTWISE_VECTORS vectors by up to
+# POINTWISE_ACCUMULATORS / POINTWISE_VECTORS pixels (7 on 7- and 14-wide maps). Two
+# vectors by 2 x 7 pixels (28 accumulators) left LLVM too few registers for the
+# broadcasts it keeps in flight: it spilled three accumulators in the inner loop and
+# moved others around. Kernel time, weights in cache, one Zen 5 core, as fractions of
+# peak (2 vectors by 2 x 7 pixels -> 3 by 7): 320->1280 @7x7 0.83 -> 0.95, 960->320
+# 0.77 -> 0.97, 160->960 0.78 -> 0.92; the K blocks' size made no difference (128 to
+# 512 rows).
+POINTWISE_VECTORS = 3
+POINTWISE_ACCUMULATORS = 24
+
+
+def _channel_tile(window: ConvWindow, sizes: dict[str, int], t: Tiling) -> tuple[int, int, int]:
+    """ChannelConv's tile: (vectors, rows, cols)."""
+    registers = 32 if t.lanes >= 16 else 16      # as tiling_for counts them
+    if window.window == 1 and registers >= POINTWISE_ACCUMULATORS + POINTWISE_VECTORS + 2:
+        vectors, accumulators = POINTWISE_VECTORS, POINTWISE_ACCUMULATORS
+        cols = _channel_cols(sizes["out1"], min(t.lanes, accumulators // vectors))
+    else:
+        vectors = CHANNELS_VECTORS
+        accumulators = registers - vectors - 2
+        cols = min(sizes["out1"], CHANNELS_COLS, t.lanes, accumulators // vectors)
+    return vectors, max(1, accumulators // (vectors * cols)), cols
+
+
+def _channel_cols(width: int, most: int) -> int:
+    """ChannelConv's pixels per tile along a row of ``width``, at most ``most``: the
+    fewest columns computed per row (the last tile of a row is shifted back inside it
+    and recomputes what it overlaps), then the widest tile, among tiles at least half
+    as wide as they may be (narrower ones leave most accumulators idle and transpose
+    more per pixel)."""
+    most = min(width, most)
+    return min(range(-(-most // 2), most + 1), key=lambda c: (-(-width // c) * c, -c))
 
 
 def plan_conv(instr: Instruction, target, lean: bool = False,
@@ -1483,11 +1521,7 @@ def plan_conv(instr: Instruction, target, lean: bool = False,
     window = ConvWindow.of(instr.attrs["window"], instr.operands[0].shape.dims[2:])
     if path == "channels":
         sizes = _sizes_of(instr)
-        vectors = CHANNELS_VECTORS
-        registers = 32 if t.lanes >= 16 else 16      # as tiling_for counts them
-        accumulators = registers - vectors - 2
-        cols = min(sizes["out1"], CHANNELS_COLS, t.lanes, accumulators // vectors)
-        rows = max(1, accumulators // (vectors * cols))
+        vectors, rows, cols = _channel_tile(window, sizes, t)
         k_channels = max(1, CHANNELS_K_ROWS // window.window)
         spec = ChannelConv(window, t.lanes, vectors, rows, cols, k_channels,
                            sizes["cin_g"] > k_channels)
