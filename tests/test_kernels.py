@@ -413,7 +413,8 @@ def test_channel_conv_packs_weights_in_panels_of_output_channels():
         np.testing.assert_array_equal(panel, w[first:first + width].reshape(width, k).T)
 
 
-# (RowConv takes the narrow stem where vectors are shorter.)
+# The kernels with scratch, whose lean variant has none. (Unpadded ChannelConv without K
+# blocks has no scratch; RowConv takes the narrow stem where vectors are shorter.)
 GEMM_CONV_CASES = [c for c in CONV_CASES if c[2] in ("gemm", "gemm_subsample", "winograd",
                                                      "channels")
                    and c[0] not in ("stem_unpadded_tail_panel", "small_map_pointwise",
