@@ -23,12 +23,12 @@ feature groups and number of spatial dims:
 - Winograd F(2x2, 3x3) (winograd.py, ``WinogradConv``): 3x3 stride-1 windows of one
   group with enough channels on large enough maps (``_winograd_pays``); lean: DirectConv.
 - channels in lanes (``ChannelConv``): 2-D stems (Cin <= 4), windows on small maps
-  (<= 256 output pixels) and 1x1 windows on maps of up to 14 x 14, with constant
-  weights, which it takes packed at compile time (``pack_weights``): a direct
-  convolution vectorized over output channels, each input value broadcast to two
-  vectors of them (three for 1x1 windows), the padded input copied to scratch, K in
-  blocks on long K, the next block of weights prefetched while a block is computed;
-  lean: DirectConv.
+  (<= 256 output pixels) and 1x1 windows on maps of up to 14 x 14 (strided ones below
+  64 pixels), with constant weights, which it takes packed at compile time
+  (``pack_weights``): a direct convolution vectorized over output channels, each input
+  value broadcast to two vectors of them (three for 1x1 windows), the padded input
+  copied to scratch, K in blocks on long K, the next block of weights prefetched while
+  a block is computed; lean: DirectConv.
 
 All are compiled from the window alone (``ConvWindow``: size, stride, padding,
 dilation, slack); batch, groups, channels and image sizes are run-time arguments, so e.g.
