@@ -287,6 +287,12 @@ CONV_CASES = [
                                                groups=2, constant=True), "channels"),
     ("small_map_wide_rows_k_blocks", dict(xd=(1, 60, 7, 33), wd=(16, 60, 3, 3),
                                           pad=((1, 1), (1, 1)), constant=True), "channels"),
+    # rows of 16 and 32 output columns: tiles of 8 columns (_channel_cols), two vectors
+    # of output channels by one row, one vector (16 channels at AVX-512) by three
+    ("small_map_stride2_16_wide", dict(xd=(1, 12, 9, 31), wd=(32, 12, 3, 3), stride=(2, 2),
+                                       pad=((1, 1), (1, 1)), constant=True), "channels"),
+    ("stem_one_vector_32_wide", dict(xd=(1, 3, 7, 32), wd=(16, 3, 3, 3),
+                                     pad=((1, 1), (1, 1)), constant=True), "channels"),
     # 1x1 on maps of up to 14 x 14, where the GEMM's slivers of pixels go partly empty:
     # tiles of 3 vectors (narrower last panels), column tiles shifted back, K blocks,
     # groups, strides.
@@ -382,6 +388,15 @@ def test_stem_kernels_other_vector_widths(kernel, case, vector_bytes):
     assert type(plan_kernel(instr, HostTarget(vector_bytes)).spec).__name__ == kernel
     _check(CompiledKernel(instr, HostTarget(vector_bytes))(x, w), conv_reference(instr, x, w),
            F32)
+
+
+@pytest.mark.parametrize("width,most,cols", [(16, 14, 8), (32, 14, 8), (7, 14, 7),
+                                             (28, 14, 14), (24, 14, 12), (17, 14, 9),
+                                             (3, 6, 3)])
+def test_channel_conv_tiles_waste_fewest_columns(width, most, cols):
+    """The fewest columns computed per row (the last tile is shifted back inside the
+    row), then the widest tile."""
+    assert conv_mod._channel_cols(width, most) == cols
 
 
 @pytest.mark.parametrize("channels,kernel", [(48, "ChannelConv"), (8, "RowConv")])
