@@ -1141,12 +1141,11 @@ class ChannelConv(EpilogueOperands):
     def _pad(self, b, geo: Geometry, x, dst, ph, pw, span=None) -> None:
         """The group's input with its padding, ``ph`` x ``pw`` per channel, at ``dst``;
         ``span``: only padded rows [lo, hi) of each channel."""
-        if span is None:
-            with for_range(b, b.mul(geo.cin_g, ph), "pr") as r:
-                self._pad_row(b, geo, x, dst, pw, b.udiv(r, ph), b.urem(r, ph), r)
-            return
+        lo, hi = span if span is not None else (i64(0), ph)
+        # Channels by rows, not one loop over the rows of all channels: a division per
+        # row to find its channel cost as much as copying it.
         with for_range(b, geo.cin_g, "pch") as c:
-            with for_range(b, span[1], "pr", start=span[0]) as y:
+            with for_range(b, hi, "pr", start=lo) as y:
                 self._pad_row(b, geo, x, dst, pw, c, y, b.add(b.mul(c, ph), y))
 
     def _pad_row(self, b, geo: Geometry, x, dst, pw, c, y, r) -> None:
