@@ -1140,33 +1140,30 @@ class ChannelConv(EpilogueOperands):
 
     def _pad(self, b, geo: Geometry, x, dst, ph, pw, span=None) -> None:
         """The group's input with its padding, ``ph`` x ``pw`` per channel, at ``dst``;
-        ``span``: only padded rows [lo, hi) of each channel."""
-        lo, hi = span if span is not None else (i64(0), ph)
-        # Channels by rows, not one loop over the rows of all channels: a division per
-        # row to find its channel cost as much as copying it.
-        with for_range(b, geo.cin_g, "pch") as c:
-            with for_range(b, hi, "pr", start=lo) as y:
-                self._pad_row(b, geo, x, dst, pw, c, y, b.add(b.mul(c, ph), y))
-
-    def _pad_row(self, b, geo: Geometry, x, dst, pw, c, y, r) -> None:
-        """Padded row ``y`` of channel ``c`` (row ``r`` of the copy)."""
+        ``span``: only padded rows [lo, hi) of each channel. Per channel the rows are
+        zeroed, then the image's rows copied into place with plain vector loads and
+        stores (a masked tail each): masking every vector of every row to let zeros in
+        cost 1.9 of ResNet-8's 10.8 us on its 3x3/2 16->32 @32 layer."""
         w, lanes = self.window, self.lanes
-        (ih, iw) = geo.in_sp
-        vty = vec_type(F32, lanes)
-        iy = b.sub(y, i64(w.pad_low[0]))
-        inside = b.icmp_unsigned("<", iy, ih)
-        src_row = offset_ptr(b, x, F32, b.add(b.mul(c, geo.in_pixels),
-                                              b.mul(b.select(inside, iy, i64(0)), iw)))
-        dst_row = offset_ptr(b, dst, F32, b.mul(r, pw))
-        with for_range(b, pw, "pc", step=lanes) as j:
-            cols = b.add(splat_i32(b, b.sub(j, i64(w.pad_low[1])), lanes),
-                         const_vec(I32, range(lanes)))
-            load = b.and_(b.icmp_unsigned("<", cols, splat_i32(b, iw, lanes)),
-                          splat(b, inside, lanes))
-            ptr = offset_ptr(b, src_row, F32, b.sub(j, i64(w.pad_low[1])))
-            value = masked_load(b, ptr, vty, load)
-            masked_store(b, value, offset_ptr(b, dst_row, F32, j),
-                         first_lanes(b, lanes, 0, b.sub(pw, j)))
+        ih, iw = geo.in_sp
+        (top, left) = w.pad_low
+        lo, hi = span if span is not None else (i64(0), ph)
+        # Padded row y is input row y - top, padded column j input column j - left: the
+        # copy writes rows [max(lo, top), min(hi, top + ih)), columns from max(left, 0)
+        # on, as many as the image and the padded row both hold.
+        j0 = max(left, 0)
+        cols = imin(b, b.sub(pw, i64(j0)), b.sub(iw, i64(j0 - left)))
+        y0 = b.select(b.icmp_signed("<", lo, i64(top)), i64(top), lo)
+        y1 = imin(b, hi, b.add(ih, i64(top)))
+        with for_range(b, geo.cin_g, "pch") as c:
+            plane = offset_ptr(b, dst, F32, b.mul(c, b.mul(ph, pw)))
+            _fill_zeros(b, offset_ptr(b, plane, F32, b.mul(lo, pw)),
+                        b.mul(b.sub(hi, lo), pw), lanes)
+            src = offset_ptr(b, x, F32, b.add(b.mul(c, geo.in_pixels), i64(j0 - left)))
+            with for_range(b, y1, "pr", start=y0) as y:
+                _copy_floats(b, offset_ptr(b, src, F32, b.mul(b.sub(y, i64(top)), iw)),
+                             offset_ptr(b, plane, F32, b.add(b.mul(y, pw), i64(j0))),
+                             cols, lanes)
 
     def _tile(self, b, geo: Geometry, x, plane, pw, taps, panel, dst, values, oy, ox,
               rows: int, vectors: int, k: "_Block", slot, fetch) -> None:
@@ -1257,6 +1254,27 @@ class ChannelConv(EpilogueOperands):
                         store_vec(b, out, ptr)
                     else:
                         masked_store(b, out, ptr, mask)
+
+
+def _fill_zeros(b: ir.IRBuilder, dst: ir.Value, count: ir.Value, lanes: int) -> None:
+    """``count`` zero floats at ``dst``: vectors, then a masked tail."""
+    _copy_floats(b, None, dst, count, lanes)
+
+
+def _copy_floats(b: ir.IRBuilder, src: ir.Value | None, dst: ir.Value, count: ir.Value,
+                 lanes: int) -> None:
+    """``count`` floats from ``src`` (None: zeros) to ``dst``: vectors, then a masked
+    tail; nothing when ``count`` <= 0."""
+    vty = vec_type(F32, lanes)
+    full = b.mul(b.sdiv(count, i64(lanes)), i64(lanes))
+    with for_range(b, full, "cp", step=lanes) as j:
+        value = zeros(vty) if src is None else load_vec(b, offset_ptr(b, src, F32, j), vty)
+        store_vec(b, value, offset_ptr(b, dst, F32, j))
+    with b.if_then(b.icmp_signed(">", count, full)):
+        mask = first_lanes(b, lanes, 0, b.sub(count, full))
+        value = zeros(vty) if src is None else masked_load(b, offset_ptr(b, src, F32, full),
+                                                           vty, mask)
+        masked_store(b, value, offset_ptr(b, dst, F32, full), mask)
 
 
 @dataclass(frozen=True)
