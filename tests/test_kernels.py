@@ -188,7 +188,18 @@ NHWC = ConvDimensionNumbers(0, 3, (1, 2), 3, 2, (0, 1), 0, 3, (1, 2))   # b01f_0
 
 CONV_CASES = [
     # id, kwargs of make_conv, expected path
-    ("3x3_same", dict(xd=(2, 5, 11, 13), wd=(7, 5, 3, 3), pad=((1, 1), (1, 1))), "gemm"),
+    ("3x3_same", dict(xd=(2, 5, 11, 13), wd=(40, 5, 3, 3), pad=((1, 1), (1, 1))), "gemm"),
+    # 3x3 stride 1 keeping the map's size, few output channels: DirectConv (_direct_pays),
+    # two images, groups, a stem, weights constant or not; not on maps below 64 pixels
+    ("3x3_same_few_channels", dict(xd=(2, 5, 11, 13), wd=(7, 5, 3, 3), pad=((1, 1), (1, 1))),
+     "direct"),
+    ("3x3_same_few_channels_groups", dict(xd=(1, 10, 9, 8), wd=(12, 5, 3, 3),
+                                          pad=((1, 1), (1, 1)), groups=2, constant=True),
+     "direct"),
+    ("3x3_same_stem", dict(xd=(1, 3, 17, 19), wd=(16, 3, 3, 3), pad=((1, 1), (1, 1)),
+                           constant=True), "direct"),
+    ("3x3_same_7x7_map", dict(xd=(1, 24, 7, 7), wd=(32, 24, 3, 3), pad=((1, 1), (1, 1)),
+                              constant=True), "channels"),
     ("1x1_pointwise", dict(xd=(1, 16, 7, 9), wd=(20, 16, 1, 1)), "gemm"),
     # Strided 1x1: B packed from input rows (SubsamplePacker), vectors of pixels on up to
     # 4 output rows (5 x 5), on 2 (31 wide, two images), column strides 1 to 4, groups, K
@@ -272,26 +283,26 @@ CONV_CASES = [
     ("stem_rows_5x5_stride3_constant", dict(xd=(1, 2, 20, 50), wd=(7, 2, 5, 5), stride=(3, 3),
                                             pad=((2, 2), (2, 2)), constant=True), "rows"),
     ("stem_rows_valid_wide", dict(xd=(1, 3, 5, 131), wd=(8, 3, 3, 3)), "rows"),
-    ("stem_rows_last_tile_short", dict(xd=(1, 3, 12, 12), wd=(22, 3, 3, 3),
+    ("stem_rows_last_tile_short", dict(xd=(1, 3, 12, 12), wd=(22, 3, 3, 3), stride=(2, 1),
                                        pad=((1, 1), (1, 1)), constant=True), "rows"),
     ("stem_rows_32_channels_weights_at_run_time", dict(xd=(1, 3, 23, 35), wd=(32, 3, 3, 3),
                                                        stride=(2, 2), pad=((1, 1), (1, 1))),
      "rows"),
     ("stem_few_channels_narrow", dict(xd=(1, 3, 12, 6), wd=(8, 3, 3, 3),
-                                      pad=((1, 1), (1, 1))), "gemm"),
+                                      pad=((1, 1), (1, 0))), "gemm"),
     # Windows on small maps: ChannelConv in K blocks (partial sums in scratch).
     ("small_map_k_blocks", dict(xd=(1, 70, 6, 5), wd=(32, 70, 3, 3),
                                 pad=((1, 1), (1, 1)), constant=True), "channels"),
     ("small_map_k_blocks_groups_stride2", dict(xd=(2, 130, 9, 11), wd=(96, 65, 3, 3),
                                                stride=(2, 2), pad=((1, 1), (0, 1)),
                                                groups=2, constant=True), "channels"),
-    ("small_map_wide_rows_k_blocks", dict(xd=(1, 60, 7, 33), wd=(16, 60, 3, 3),
+    ("small_map_wide_rows_k_blocks", dict(xd=(1, 60, 3, 33), wd=(48, 60, 3, 3),
                                           pad=((1, 1), (1, 1)), constant=True), "channels"),
     # rows of 16 and 32 output columns: tiles of 8 columns (_channel_cols), two vectors
     # of output channels by one row, one vector (16 channels at AVX-512) by three
     ("small_map_stride2_16_wide", dict(xd=(1, 12, 9, 31), wd=(32, 12, 3, 3), stride=(2, 2),
                                        pad=((1, 1), (1, 1)), constant=True), "channels"),
-    ("stem_one_vector_32_wide", dict(xd=(1, 3, 7, 32), wd=(16, 3, 3, 3),
+    ("stem_one_vector_32_wide", dict(xd=(1, 3, 9, 32), wd=(16, 3, 3, 3), stride=(2, 1),
                                      pad=((1, 1), (1, 1)), constant=True), "channels"),
     # 1x1 on maps of up to 14 x 14, where the GEMM's slivers of pixels go partly empty:
     # tiles of 3 vectors (narrower last panels), column tiles shifted back, K blocks,
@@ -310,7 +321,7 @@ CONV_CASES = [
                                      constant=True), "gemm_subsample"),
     ("pointwise_15x15_constant", dict(xd=(1, 40, 15, 15), wd=(32, 40, 1, 1), constant=True),
      "gemm"),
-    ("large_map_constant", dict(xd=(1, 8, 17, 17), wd=(16, 8, 3, 3), pad=((1, 1), (1, 1)),
+    ("large_map_constant", dict(xd=(1, 8, 17, 17), wd=(48, 8, 3, 3), pad=((1, 1), (1, 1)),
                                 constant=True), "gemm"),
     ("s32_groups", dict(xd=(1, 4, 5, 5), wd=(4, 2, 2, 2), groups=2, dtype=S32), "naive"),
     # 3x3 stride 1, one group, 32 channels or more: Winograd F(2x2, 3x3), odd maps (partial
@@ -333,12 +344,12 @@ CONV_CASES = [
                                 constant=True), "winograd"),
     # where it does not pay: 16 channels; many channel pairs per pixel; an 8 x 8 map
     ("3x3_16_channels", dict(xd=(1, 16, 20, 20), wd=(16, 16, 3, 3), pad=((1, 1), (1, 1))),
-     "gemm"),
+     "direct"),
     ("3x3_many_pairs_per_pixel", dict(xd=(1, 256, 7, 7), wd=(256, 256, 3, 3),
                                       pad=((1, 1), (1, 1)), constant=True), "channels"),
-    ("3x3_8x8_map", dict(xd=(1, 32, 8, 8), wd=(32, 32, 3, 3), pad=((1, 1), (1, 1)),
+    ("3x3_8x8_map", dict(xd=(1, 32, 8, 8), wd=(48, 32, 3, 3), pad=((1, 1), (1, 1)),
                          constant=True), "channels"),
-    ("3x3_many_input_channels", dict(xd=(1, 300, 20, 20), wd=(32, 300, 3, 3),
+    ("3x3_many_input_channels", dict(xd=(1, 300, 20, 20), wd=(40, 300, 3, 3),
                                      pad=((1, 1), (1, 1))), "gemm"),
 ]
 
@@ -403,8 +414,8 @@ def test_channel_conv_tiles_waste_fewest_columns(width, most, cols):
 def test_stem_kernels_need_simd(channels, kernel):
     """A scalar target (Cortex-M: one lane) keeps the GEMM: no transposes, no padded copy
     in its small RAM, no vectors of pixels."""
-    instr = make_conv((1, 3, 20, 22), (channels, 3, 3, 3), pad=((1, 1), (1, 1)),
-                      constant=True)
+    instr = make_conv((1, 3, 20, 22), (channels, 3, 3, 3), stride=(2, 2),
+                      pad=((1, 1), (1, 1)), constant=True)
     assert type(plan_kernel(instr, HostTarget(64)).spec).__name__ == kernel
     assert type(plan_kernel(instr, HostTarget(4)).spec).__name__ == "ConvGemm"
 
@@ -620,18 +631,20 @@ EPILOGUES = {
 EPILOGUE_CONVS = {
     "depthwise_s1": ((5, 5, 5, 3, 1, False), "DepthwiseRows"),
     "depthwise_s2": ((5, 5, 5, 3, 2, False), "DepthwiseRows"),
-    "dense_3x3": ((5, 7, 1, 3, 1, False), "ConvGemm"),
+    "dense_3x3": ((5, 40, 1, 3, 1, False), "ConvGemm"),
+    "direct": ((5, 7, 1, 3, 1, False), "DirectConv"),
     "dense_k_blocks": ((70, 9, 1, 3, 2, False), "ConvGemm"),
     "pointwise": ((6, 13, 1, 1, 1, False), "ConvGemm"),
     "pointwise_s2_rows": ((9, 10, 1, 1, 2, False), "ConvGemm"),     # SubsamplePacker
-    "grouped": ((10, 8, 2, 3, 1, False), "ConvGemm"),
+    "grouped": ((10, 80, 2, 3, 1, False), "ConvGemm"),
+    "direct_grouped": ((10, 8, 2, 3, 1, False), "DirectConv"),
     "direct_lean": ((5, 7, 1, 3, 1, True), "DirectConv"),
     "winograd": ((32, 37, 1, 3, 1, False), "WinogradConv"),
     # constant weights (the test makes %w one)
     "stem": ((3, 48, 1, 3, 2, False), "ChannelConv"),
-    "stem_rows": ((3, 6, 1, 3, 1, False), "RowConv"),
+    "stem_rows": ((3, 6, 1, 5, 1, False), "RowConv"),
     # more input channels than the Winograd kernel takes (WINOGRAD_MAX_CIN)
-    "small_map_k_blocks": ((300, 32, 1, 3, 1, False), "ChannelConv"),
+    "small_map_k_blocks": ((300, 48, 1, 3, 1, False), "ChannelConv"),
     "pointwise_s2_small_map": ((24, 32, 1, 1, 2, False), "ChannelConv"),
     # 1x1 on an 11 x 11 map: panels of 3, 3 and 1 vectors; K blocks
     "pointwise_small_map": ((40, 112, 1, 1, 1, False), "ChannelConv"),
@@ -832,12 +845,12 @@ def test_tiling_follows_vector_width():
 def test_kernel_signature_and_attributes():
     from llvmlite import ir
     module = ir.Module("m")
-    conv = make_conv((1, 4, 8, 8), (8, 4, 3, 3), pad=((1, 1), (1, 1)))
+    conv = make_conv((1, 4, 8, 8), (40, 4, 3, 3), pad=((1, 1), (1, 1)))
     target = host_target()
     fn = emit_kernel(module, conv, "k_conv", target)
     # out, x, w, scratch, then batch, groups, cin_g, cout_g, in spatial, out spatial
     assert scratch_bytes(conv, target) > 0
-    assert kernel_arguments(conv, target) == [1, 1, 4, 8, 8, 8, 8, 8]
+    assert kernel_arguments(conv, target) == [1, 1, 4, 40, 8, 8, 8, 8]
     assert [str(a.type) for a in fn.args] == ["ptr"] * 4 + ["i64"] * 8
     assert fn.linkage == "internal" and "nounwind" in fn.attributes
     assert all("noalias" in a.attributes for a in fn.args[:4])
@@ -854,7 +867,7 @@ def test_kernel_signature_and_attributes():
 SHARING_CASES = [
     # id, two instructions, whether they share a kernel
     ("3x3_channels_and_size", make_conv((1, 8, 12, 10), (16, 8, 3, 3), pad=((1, 1), (1, 1))),
-     make_conv((2, 13, 7, 9), (5, 13, 3, 3), pad=((1, 1), (1, 1))), True),
+     make_conv((2, 13, 9, 9), (5, 13, 3, 3), pad=((1, 1), (1, 1))), True),
     ("1x1_channels_and_size", make_conv((1, 24, 9, 9), (16, 24, 1, 1)),
      make_conv((1, 40, 5, 6), (32, 40, 1, 1)), True),
     ("3x3_stride2_groups", make_conv((1, 8, 11, 11), (8, 4, 3, 3), stride=(2, 2),
@@ -975,7 +988,7 @@ def test_model_emits_one_function_for_convolutions_of_different_sizes(tmp_path):
     from xlac.optimizer import assign_buffers
 
     b = Builder("main")
-    dims = [(1, 8, 12, 10), (16, 8, 3, 3), (1, 13, 7, 9), (5, 13, 3, 3)]
+    dims = [(1, 8, 12, 10), (16, 8, 3, 3), (1, 13, 9, 9), (5, 13, 3, 3)]
     params = [b.parameter(i, Shape.array(F32, d)) for i, d in enumerate(dims)]
     nchw = ConvDimensionNumbers.nchw(2)
     win = Window.make((3, 3), None, (1, 1), (1, 1))

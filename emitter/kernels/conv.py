@@ -17,9 +17,11 @@ feature groups and number of spatial dims:
   (``Depthwise``); 2-D windows with a column stride of 2 to 4, or of 1 on maps at least
   half a vector wide, go along output rows instead (``DepthwiseRows``: interior/border
   split, wide loads and a shuffle in place of gathers).
-- direct (``lean``, any channels): the same direct scheme with an MR x NV tile of
-  output channels by pixels; no scratch, for the layers where the GEMM's packed sliver
-  would raise the arena's peak (the memory planner asks for it).
+- direct (``DirectConv``, any channels): the same direct scheme with an MR x NV tile of
+  output channels by pixels; no scratch: the ``lean`` variant, for the layers where the
+  GEMM's packed sliver would raise the arena's peak (the memory planner asks for it),
+  and the fast path of 3x3 stride-1 windows that keep the map's size with few output
+  channels (``_direct_pays``).
 - Winograd F(2x2, 3x3) (winograd.py, ``WinogradConv``): 3x3 stride-1 windows of one
   group with enough channels on large enough maps (``_winograd_pays``); lean: DirectConv.
 - channels in lanes (``ChannelConv``): 2-D stems (Cin <= 4), windows on small maps
@@ -872,11 +874,14 @@ class DirectConv(EpilogueOperands):
     place under each position (PixelLanes) instead of from a packed sliver.
 
     Pixels are the outer loop, so the input under a pixel tile stays in L1 while every
-    channel tile reads it. It needs no scratch memory; measured at 0.9 to 1.1 times
-    the implicit GEMM's speed on stride-1 windows, but about a quarter on strided ones
-    (each channel tile gathers the input again, where the GEMM gathers once per
-    sliver), so the memory planner picks it only for convolutions whose GEMM scratch
-    would raise the arena's peak.
+    channel tile reads it. It needs no scratch memory; on stride-1 windows that keep
+    the map's size it takes 0.56 to 1.0 of the implicit GEMM's time with few output
+    channels (fewer channel tiles to read the input again), about as long with many,
+    but about four times as long on strided ones (each channel tile gathers the input
+    again, where the GEMM gathers once per sliver). So it is the fast path only of the
+    3x3 stride-1 windows with few output channels (``_direct_pays``: ResNet-8's
+    16-channel layers), and elsewhere the lean variant the memory planner picks for
+    convolutions whose scratch would raise the arena's peak.
     """
     window: ConvWindow
     tiling: Tiling
@@ -1387,6 +1392,8 @@ def _path(instr: Instruction, t: Tiling, constant_weights: bool) -> str:
         return "depthwise_rows" if rows and prod(w.size) <= DIRECT_MAX_POSITIONS else "depthwise"
     if _winograd_pays(instr, w, sizes, t):
         return "winograd"
+    if _direct_pays(instr, w, sizes, t):
+        return "direct"
     if (constant_weights and w.rank == 2 and t.lanes >= 4 and sizes["cout_g"] % t.lanes == 0
             and prod(w.size) <= DIRECT_MAX_POSITIONS
             and (sizes["cin_g"] <= CHANNELS_MAX_CIN
@@ -1419,6 +1426,31 @@ def _winograd_pays(instr: Instruction, w: Window, sizes: dict[str, int], t: Tili
     return (min(cin, cout) >= WINOGRAD_MIN_CHANNELS and cin <= WINOGRAD_MAX_CIN
             and pixels >= WINOGRAD_MIN_PIXELS
             and cin * cout <= WINOGRAD_MAX_PAIRS_PER_PIXEL * pixels)
+
+
+def _direct_pays(instr: Instruction, w: Window, sizes: dict[str, int], t: Tiling) -> bool:
+    """3x3 windows at stride 1 that keep the map's size (``ConvWindow.contiguous``: each
+    window position reads the input as it lies, vector loads masked at the borders),
+    with SIMD, few output channels per group and maps of DIRECT_MIN_PIXELS or more: where
+    DirectConv, which reads the input in place for every tile of MR channels, beats the
+    implicit GEMM, whose im2col slivers are packed for only a few such tiles, and
+    ChannelConv, whose vectors of channels few channels leave half empty."""
+    if not (w.rank == 2 and tuple(w.size) == (3, 3) and tuple(w.rhs_dilation) == (1, 1)
+            and t.lanes >= 4 and sizes["cout_g"] <= DIRECT_MAX_COUT
+            and prod(instr.shape.dims[2:]) >= DIRECT_MIN_PIXELS):
+        return False
+    return ConvWindow.of(w, instr.operands[0].shape.dims[2:]).contiguous
+
+
+# Kernel time against the implicit GEMM (benchmarks/kernels.py's timing, one Zen 5
+# core, AVX-512), 3x3 pad 1 stride 1: 16->16 @32 (ResNet-8's) 0.79, 16->8 0.64, 16->32
+# 0.90, 16->48 0.92, 64->16 0.81, 128->16 0.84, 24->24 @64 0.89, 16->16 @56 0.80, @112
+# 0.56; even or slower from 64 output channels (16->64 0.97, 8->64 0.98, 16->96 1.04)
+# and on 5x5 windows (1.4). Against ChannelConv: stems 3->16 @32 (ResNet-8's) 0.69, 3->32
+# @32 0.27, 3->16 @64 0.60; 16->16 @16 0.75, 32->16 @14 0.86, 32->32 @8 0.89; slower on
+# 7x7 maps (64->32, 128->32: 1.14, 1.18), whose vectors of pixels go partly empty.
+DIRECT_MAX_COUT = 32
+DIRECT_MIN_PIXELS = 64
 
 
 # Measured against the implicit GEMM / ChannelConv (benchmarks/kernels.py, one Zen 5
@@ -1556,8 +1588,8 @@ def plan_conv(instr: Instruction, target, lean: bool = False,
         spec = WinogradConv(window, t, 2)
         sizes = _sizes_of(instr)
         return KernelPlan(spec, sizes, spec.scratch_floats(sizes) * 4)
-    if (path in ("gemm", "gemm_subsample") and lean
-            and len(window.positions) <= DIRECT_MAX_POSITIONS):
+    if path == "direct" or (path in ("gemm", "gemm_subsample") and lean
+                            and len(window.positions) <= DIRECT_MAX_POSITIONS):
         return KernelPlan(DirectConv(window, t), _sizes_of(instr))
     if path == "gemm":
         return KernelPlan(ConvGemm(window, t), _sizes_of(instr))
