@@ -1145,30 +1145,37 @@ class ChannelConv(EpilogueOperands):
 
     def _pad(self, b, geo: Geometry, x, dst, ph, pw, span=None) -> None:
         """The group's input with its padding, ``ph`` x ``pw`` per channel, at ``dst``;
-        ``span``: only padded rows [lo, hi) of each channel. Per channel the rows are
-        zeroed, then the image's rows copied into place with plain vector loads and
-        stores (a masked tail each): masking every vector of every row to let zeros in
-        cost 1.9 of ResNet-8's 10.8 us on its 3x3/2 16->32 @32 layer."""
+        ``span``: only padded rows [lo, hi) of each channel. Rows above and below the
+        image are zeroed whole; the image's rows are copied into place with plain vector
+        loads and stores (a masked tail each), their padding columns zeroed beside them:
+        masking every vector of every row to let zeros in cost 1.9 of ResNet-8's 10.8 us
+        on its 3x3/2 16->32 @32 layer."""
         w, lanes = self.window, self.lanes
         ih, iw = geo.in_sp
         (top, left) = w.pad_low
         lo, hi = span if span is not None else (i64(0), ph)
-        # Padded row y is input row y - top, padded column j input column j - left: the
-        # copy writes rows [max(lo, top), min(hi, top + ih)), columns from max(left, 0)
-        # on, as many as the image and the padded row both hold.
-        j0 = max(left, 0)
-        cols = imin(b, b.sub(pw, i64(j0)), b.sub(iw, i64(j0 - left)))
-        y0 = b.select(b.icmp_signed("<", lo, i64(top)), i64(top), lo)
+        # Padded row y is input row y - top, padded column j input column j - left: rows
+        # [y0, y1) hold image rows, columns [j0, j0 + cols) image columns.
+        j0 = imin(b, i64(max(left, 0)), pw)
+        cols = imin(b, b.sub(pw, j0), b.sub(iw, b.sub(j0, i64(left))))
+        cols = b.select(b.icmp_signed("<", cols, i64(0)), i64(0), cols)
+        y0 = imin(b, b.select(b.icmp_signed("<", lo, i64(top)), i64(top), lo), hi)
         y1 = imin(b, hi, b.add(ih, i64(top)))
+        y1 = b.select(b.icmp_signed("<", y1, y0), y0, y1)
         with for_range(b, geo.cin_g, "pch") as c:
             plane = offset_ptr(b, dst, F32, b.mul(c, b.mul(ph, pw)))
             _fill_zeros(b, offset_ptr(b, plane, F32, b.mul(lo, pw)),
-                        b.mul(b.sub(hi, lo), pw), lanes)
-            src = offset_ptr(b, x, F32, b.add(b.mul(c, geo.in_pixels), i64(j0 - left)))
+                        b.mul(b.sub(y0, lo), pw), lanes)
+            _fill_zeros(b, offset_ptr(b, plane, F32, b.mul(y1, pw)),
+                        b.mul(b.sub(hi, y1), pw), lanes)
+            src = offset_ptr(b, x, F32, b.add(b.mul(c, geo.in_pixels), b.sub(j0, i64(left))))
             with for_range(b, y1, "pr", start=y0) as y:
+                row = offset_ptr(b, plane, F32, b.mul(y, pw))
+                _fill_zeros(b, row, j0, lanes)
                 _copy_floats(b, offset_ptr(b, src, F32, b.mul(b.sub(y, i64(top)), iw)),
-                             offset_ptr(b, plane, F32, b.add(b.mul(y, pw), i64(j0))),
-                             cols, lanes)
+                             offset_ptr(b, row, F32, j0), cols, lanes)
+                right = b.add(j0, cols)
+                _fill_zeros(b, offset_ptr(b, row, F32, right), b.sub(pw, right), lanes)
 
     def _tile(self, b, geo: Geometry, x, plane, pw, taps, panel, dst, values, oy, ox,
               rows: int, vectors: int, k: "_Block", slot, fetch) -> None:
