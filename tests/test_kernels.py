@@ -290,14 +290,14 @@ CONV_CASES = [
      "rows"),
     ("stem_few_channels_narrow", dict(xd=(1, 3, 12, 6), wd=(8, 3, 3, 3),
                                       pad=((1, 1), (1, 0))), "gemm"),
-    # Windows on small maps: ChannelConv in K blocks (partial sums in scratch).
-    ("small_map_k_blocks", dict(xd=(1, 70, 6, 5), wd=(32, 70, 3, 3),
-                                pad=((1, 1), (1, 1)), constant=True), "channels"),
-    ("small_map_k_blocks_groups_stride2", dict(xd=(2, 130, 9, 11), wd=(96, 65, 3, 3),
-                                               stride=(2, 2), pad=((1, 1), (0, 1)),
-                                               groups=2, constant=True), "channels"),
-    ("small_map_wide_rows_k_blocks", dict(xd=(1, 60, 3, 33), wd=(48, 60, 3, 3),
-                                          pad=((1, 1), (1, 1)), constant=True), "channels"),
+    # Windows on small maps: ChannelConv, long K (many input channels), groups, stride 2.
+    ("small_map_long_k", dict(xd=(1, 70, 6, 5), wd=(32, 70, 3, 3),
+                              pad=((1, 1), (1, 1)), constant=True), "channels"),
+    ("small_map_long_k_groups_stride2", dict(xd=(2, 130, 9, 11), wd=(96, 65, 3, 3),
+                                             stride=(2, 2), pad=((1, 1), (0, 1)),
+                                             groups=2, constant=True), "channels"),
+    ("small_map_wide_rows_long_k", dict(xd=(1, 60, 3, 33), wd=(48, 60, 3, 3),
+                                        pad=((1, 1), (1, 1)), constant=True), "channels"),
     # rows of 16 and 32 output columns: tiles of 8 columns (_channel_cols), two vectors
     # of output channels by one row, one vector (16 channels at AVX-512) by three
     ("small_map_stride2_16_wide", dict(xd=(1, 12, 9, 31), wd=(32, 12, 3, 3), stride=(2, 2),
@@ -305,12 +305,12 @@ CONV_CASES = [
     ("stem_one_vector_32_wide", dict(xd=(1, 3, 9, 32), wd=(16, 3, 3, 3), stride=(2, 1),
                                      pad=((1, 1), (1, 1)), constant=True), "channels"),
     # 1x1 on maps of up to 14 x 14, where the GEMM's slivers of pixels go partly empty:
-    # tiles of 3 vectors (narrower last panels), column tiles shifted back, K blocks,
+    # tiles of 3 vectors (narrower last panels), column tiles shifted back, long K,
     # groups, strides.
     ("small_map_pointwise", dict(xd=(1, 40, 7, 7), wd=(32, 40, 1, 1), constant=True),
      "channels"),
-    ("small_map_pointwise_k_blocks", dict(xd=(2, 600, 3, 3), wd=(48, 600, 1, 1),
-                                          constant=True), "channels"),
+    ("small_map_pointwise_long_k", dict(xd=(2, 600, 3, 3), wd=(48, 600, 1, 1),
+                                        constant=True), "channels"),
     ("pointwise_14x14_tail_panel", dict(xd=(1, 37, 14, 14), wd=(112, 37, 1, 1),
                                         constant=True), "channels"),
     ("pointwise_odd_map_groups", dict(xd=(1, 38, 11, 9), wd=(96, 19, 1, 1), groups=2,
@@ -321,6 +321,18 @@ CONV_CASES = [
                                      constant=True), "gemm_subsample"),
     ("pointwise_15x15_constant", dict(xd=(1, 40, 15, 15), wd=(32, 40, 1, 1), constant=True),
      "gemm"),
+    # Strided windows on larger maps: ChannelConv, reads checked at the right edge (a
+    # pad past the slack), dilated, a narrower last panel; strided 1x1 keeps the GEMM.
+    ("strided_map", dict(xd=(1, 61, 35, 37), wd=(32, 61, 3, 3), stride=(2, 2),
+                         pad=((1, 1), (1, 1)), constant=True), "channels"),
+    ("strided_map_asym_dilated_tail_panel", dict(xd=(2, 9, 41, 45), wd=(48, 9, 3, 3),
+                                                 stride=(2, 3), dil=(1, 2),
+                                                 pad=((0, 1), (2, 1)), constant=True),
+     "channels"),
+    ("strided_map_wide_pad", dict(xd=(1, 5, 40, 36), wd=(16, 5, 5, 5), stride=(2, 2),
+                                  pad=((2, 3), (4, 3)), constant=True), "channels"),
+    ("strided_map_pointwise", dict(xd=(1, 24, 40, 40), wd=(32, 24, 1, 1), stride=(2, 2),
+                                   constant=True), "gemm_subsample"),
     ("large_map_constant", dict(xd=(1, 8, 17, 17), wd=(48, 8, 3, 3), pad=((1, 1), (1, 1)),
                                 constant=True), "gemm"),
     ("s32_groups", dict(xd=(1, 4, 5, 5), wd=(4, 2, 2, 2), groups=2, dtype=S32), "naive"),
@@ -412,8 +424,8 @@ def test_channel_conv_tiles_waste_fewest_columns(width, most, cols):
 
 @pytest.mark.parametrize("channels,kernel", [(48, "ChannelConv"), (8, "RowConv")])
 def test_stem_kernels_need_simd(channels, kernel):
-    """A scalar target (Cortex-M: one lane) keeps the GEMM: no transposes, no padded copy
-    in its small RAM, no vectors of pixels."""
+    """A scalar target (Cortex-M: one lane) keeps the GEMM: no transposes, no vectors of
+    pixels."""
     instr = make_conv((1, 3, 20, 22), (channels, 3, 3, 3), stride=(2, 2),
                       pad=((1, 1), (1, 1)), constant=True)
     assert type(plan_kernel(instr, HostTarget(64)).spec).__name__ == kernel
@@ -439,13 +451,11 @@ def test_channel_conv_packs_weights_in_panels_of_output_channels():
         np.testing.assert_array_equal(panel, w[first:first + width].reshape(width, k).T)
 
 
-# The kernels with scratch, whose lean variant has none. (Unpadded ChannelConv without K
-# blocks has no scratch; RowConv takes the narrow stem where vectors are shorter.)
-GEMM_CONV_CASES = [c for c in CONV_CASES if c[2] in ("gemm", "gemm_subsample", "winograd",
-                                                     "channels")
-                   and c[0] not in ("stem_unpadded_tail_panel", "small_map_pointwise",
-                                    "pointwise_14x14_tail_panel", "pointwise_odd_map_groups",
-                                    "pointwise_stride2_8x7", "stem_few_channels_narrow")]
+# (RowConv takes the narrow stem where vectors are shorter, ChannelConv the stem of 40
+# channels.)
+GEMM_CONV_CASES = [c for c in CONV_CASES if c[2] in ("gemm", "gemm_subsample", "winograd")
+                   and c[0] not in ("stem_few_channels_narrow", "stem_channels_not_lanes")]
+CHANNEL_CONV_CASES = [c for c in CONV_CASES if c[2] == "channels"]
 WINOGRAD_CASES = [c for c in CONV_CASES if c[2] == "winograd"]
 
 
@@ -513,6 +523,17 @@ def test_lean_conv_needs_no_scratch(case, vector_bytes):
     assert kernel_key(instr, target, lean=True) != kernel_key(instr, target)
     x, w = _operands(instr)
     _check(CompiledKernel(instr, target, lean=True)(x, w), conv_reference(instr, x, w), F32)
+
+
+@pytest.mark.parametrize("vector_bytes", [16, 32, 64])
+def test_channel_conv_is_its_own_lean_variant(vector_bytes):
+    """ChannelConv reads its input in place: no scratch, nothing leaner to ask for."""
+    target = HostTarget(vector_bytes)
+    for _, kw, _path in CHANNEL_CONV_CASES:
+        instr = make_conv(**kw)
+        assert type(plan_kernel(instr, target).spec).__name__ == "ChannelConv"
+        assert scratch_bytes(instr, target) == 0
+        assert kernel_key(instr, target, lean=True) == kernel_key(instr, target)
 
 
 def test_lean_changes_nothing_without_a_lean_variant():
@@ -644,11 +665,11 @@ EPILOGUE_CONVS = {
     "stem": ((3, 48, 1, 3, 2, False), "ChannelConv"),
     "stem_rows": ((3, 6, 1, 5, 1, False), "RowConv"),
     # more input channels than the Winograd kernel takes (WINOGRAD_MAX_CIN)
-    "small_map_k_blocks": ((300, 48, 1, 3, 1, False), "ChannelConv"),
+    "small_map_long_k": ((300, 48, 1, 3, 1, False), "ChannelConv"),
     "pointwise_s2_small_map": ((24, 32, 1, 1, 2, False), "ChannelConv"),
-    # 1x1 on an 11 x 11 map: panels of 3, 3 and 1 vectors; K blocks
+    # 1x1 on an 11 x 11 map: panels of 3, 3 and 1 vectors; long K
     "pointwise_small_map": ((40, 112, 1, 1, 1, False), "ChannelConv"),
-    "pointwise_small_map_k_blocks": ((600, 48, 1, 1, 1, False), "ChannelConv"),
+    "pointwise_small_map_long_k": ((600, 48, 1, 1, 1, False), "ChannelConv"),
     # the residual with strides, K blocks, groups and the lean kernel's clamped rows
     "depthwise_s3": ((5, 10, 5, 3, 3, False), "DepthwiseRows"),
     "depthwise_s5": ((3, 3, 3, 3, 5, False), "Depthwise"),

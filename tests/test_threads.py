@@ -58,7 +58,7 @@ def cnn(batch: int = 1):
 def stem():
     """A stem convolution (3 input channels, constant weights: ChannelConv) with its bias
     and ReLU fused, split by panels of output channels (96 = 3 x 32), then a strided
-    one onto a small map (ChannelConv in K blocks, two panels)."""
+    one onto a small map (ChannelConv, two panels)."""
     n = helper.make_node
     return _model([
         n("Conv", ["x", "w1", "b1"], ["c1"], pads=[3, 3, 3, 3], strides=[2, 2]),
@@ -88,8 +88,7 @@ def winograd(batch: int = 1):
 
 def stem_rows():
     """ChannelConv split by output rows: a stem of one panel (32 channels) with its
-    padding copied per part, and a strided window on a small map (one panel, K in
-    blocks with partial sums in scratch) with a residual."""
+    padding, and a strided window on a small map (one panel) with a residual."""
     n = helper.make_node
     return _model([
         n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
@@ -106,11 +105,9 @@ def stem_rows():
 def small_pointwise():
     """1x1 convolutions on a small map (ChannelConv, panels of 3 vectors): to 512
     channels (11 panels, the last of 2 vectors: 6 of them leave more to one task than 5
-    of 9 rows), to 560 with a bias and ReLU6 (12 panels), back to 96 in K blocks with a
-    residual (2 panels; the steps before it set the arena's peak, so its partial sums
-    in scratch do not, and it keeps its kernel), to 48 (one panel: rows), and from the
-    560 to 48 in K blocks (one panel: rows, each part's partial sums in its own
-    scratch), added."""
+    of 9 rows), to 560 with a bias and ReLU6 (12 panels), back to 96 (a long K) with a
+    residual (2 panels), to 48 (one panel: rows), and from the 560 to 48 (a long K, one
+    panel: rows), added."""
     n = helper.make_node
     return _model([
         n("Conv", ["x", "w0"], ["c0"]),
@@ -129,11 +126,26 @@ def small_pointwise():
         _weights("w3", (48, 96, 1, 1)), _weights("w4", (48, 560, 1, 1))])
 
 
+def strided():
+    """Strided 3x3 windows on maps past 256 pixels (ChannelConv, one panel: split by
+    output rows, the parts' reads checked at the top and the left edge): with a bias
+    and ReLU, then with a residual."""
+    n = helper.make_node
+    return _model([
+        n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        n("Relu", ["c1"], ["r1"]),
+        n("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        n("Add", ["c2", "r2"], ["y"]),
+    ], [("x", [1, 16, 66, 70])], [("y", [1, 32, 17, 18])], [
+        _weights("w1", (32, 16, 3, 3)), _weights("b1", (32,)), _weights("w2", (32, 32, 3, 3)),
+        _weights("r2", (32, 17, 18))])
+
+
 def pointwise():
     """Implicit GEMMs split by output pixels (a 1x1 one read in place and a strided one
-    packed, with a residual; their last parts end inside an NR sliver) and by output
-    channels (1x1 layers to 128 channels on a small map, the first lean), with bias and
-    ReLU fused."""
+    packed, with a residual, its 40 channels no multiple of ChannelConv's lanes; their
+    last parts end inside an NR sliver) and by output channels (1x1 layers to 128
+    channels on a small map, the first lean), with bias and ReLU fused."""
     n = helper.make_node
     return _model([
         n("Conv", ["x", "w1", "b1"], ["c1"]),
@@ -145,8 +157,8 @@ def pointwise():
         n("Conv", ["r3", "w4"], ["y"]),
     ], [("x", [1, 16, 36, 36])], [("y", [1, 128, 18, 18])], [
         _weights("w1", (24, 16, 1, 1)), _weights("b1", (24,)),
-        _weights("w2", (32, 24, 3, 3)), _weights("b2", (32,)),
-        _weights("r2", (32, 18, 18)), _weights("w3", (128, 32, 1, 1)),
+        _weights("w2", (40, 24, 3, 3)), _weights("b2", (40,)),
+        _weights("r2", (40, 18, 18)), _weights("w3", (128, 40, 1, 1)),
         _weights("w4", (128, 128, 1, 1))])
 
 
@@ -291,7 +303,7 @@ def loop():
 MODELS = {"cnn": cnn, "cnn_batch": lambda: cnn(2), "encoder": encoder, "mlp": mlp,
           "loop": loop, "stem": stem, "winograd": winograd,
           "winograd_batch": lambda: winograd(2), "pointwise": pointwise, "stem_rows": stem_rows,
-          "shortcut": shortcut,
+          "shortcut": shortcut, "strided": strided,
           "small_pointwise": small_pointwise,
           "dense": dense, "pool": pool, "average_pool": average_pool, "row_conv": row_conv}
 
@@ -397,6 +409,10 @@ def test_small_map_pointwise_splits_by_panels_or_rows():
     assert _splits(small_pointwise()) == [("ChannelConv", "oyn"), ("ChannelConv", "cout_g"),
                                           ("ChannelConv", "cout_g"), ("ChannelConv", "oyn"),
                                           ("ChannelConv", "oyn")]
+
+
+def test_strided_channel_convolutions_split_by_rows():
+    assert _splits(strided()) == [("ChannelConv", "oyn"), ("ChannelConv", "oyn")]
 
 
 def test_profile_counts_both_entries_and_the_tasks_on_every_thread(tmp_path):

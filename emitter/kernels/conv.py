@@ -25,12 +25,13 @@ feature groups and number of spatial dims:
 - Winograd F(2x2, 3x3) (winograd.py, ``WinogradConv``): 3x3 stride-1 windows of one
   group with enough channels on large enough maps (``_winograd_pays``); lean: DirectConv.
 - channels in lanes (``ChannelConv``): 2-D stems (Cin <= 4), windows on small maps
-  (<= 256 output pixels) and 1x1 windows on maps of up to 14 x 14 (strided ones below
-  64 pixels), with constant weights, which it takes packed at compile time
-  (``pack_weights``): a direct convolution vectorized over output channels, each input
-  value broadcast to two vectors of them (three for 1x1 windows), the padded input
-  copied to scratch, K in blocks on long K, the next block of weights prefetched while
-  a block is computed; lean: DirectConv.
+  (<= 256 output pixels), strided windows of more than one position on any map, and
+  1x1 windows on maps of up to 14 x 14 (strided ones below 64 pixels), with constant
+  weights, which it takes packed at compile time (``pack_weights``): a direct
+  convolution vectorized over output channels, each input value broadcast to two
+  vectors of them (three for 1x1 windows), the input read in place (reads outside the
+  image left out, checked per row and at the edge columns), the next panel's weights
+  prefetched while a panel is computed: no scratch, its own lean variant.
 
 All are compiled from the window alone (``ConvWindow``: size, stride, padding,
 dilation, slack); batch, groups, channels and image sizes are run-time arguments, so e.g.
@@ -966,8 +967,9 @@ class DirectConv(EpilogueOperands):
 @dataclass(frozen=True)
 class ChannelConv(EpilogueOperands):
     """Direct 2-D convolution vectorized over output channels, for stems (few input
-    channels: the implicit GEMM's im2col gathers cost as much as its FMAs) and windows
-    on small maps (7x7 or 14x14 pixels fill vectors of pixels badly: 49 = 3 x 16 + 1).
+    channels: the implicit GEMM's im2col gathers cost as much as its FMAs), windows on
+    small maps (7x7 or 14x14 pixels fill vectors of pixels badly: 49 = 3 x 16 + 1) and
+    strided windows (broadcasts cost the same at any stride).
 
     A tile is ``rows`` x ``cols`` output pixels (one accumulator per pixel and vector)
     by ``vectors`` vectors of ``lanes`` output channels: per input channel and window
@@ -976,32 +978,41 @@ class ChannelConv(EpilogueOperands):
     time (``pack_weights``) in the kernel's order: per group, panels of ``vectors`` x
     ``lanes`` output channels (the last one narrower), each K x its width contiguous (K
     = Cin_g x window, OIHW's K order), so a panel starts where its first channel does
-    in OIHW. Padding costs nothing in the inner loop: a padded copy of the group's input
-    is made in the scratch first (none without padding). The window positions are a
-    run-time loop over a table of their offsets (unrolled, LLVM keeps the broadcasts
-    that neighbouring pixels of a stride-1 window share in registers, and spills).
-    With more input channels than ``k_channels`` (``blocked``), K goes in blocks, each
-    block of a panel's weights read by all its tiles while it is in cache, and a tile's
-    partial sums wait in a slot of the scratch between blocks. The tiles at the right
-    edge are shifted back inside the image (they recompute a few pixels, bit for bit
-    the same, each tile from its own slot); the last rows take a shorter compile-time
-    variant. The results are transposed in registers (channels x pixels to pixels x
-    channels) and stored ``cols`` pixels at a time, the epilogue applied with the lanes
-    as channels (``Epilogue.lane_values``). Taken only with SIMD (4 lanes or more).
+    in OIHW. The window positions are a run-time loop over a table of their offsets
+    (unrolled, LLVM keeps the broadcasts that neighbouring pixels of a stride-1 window
+    share in registers, and spills). The tiles at the right edge are shifted back inside
+    the image (they recompute a few pixels, bit for bit the same); the last rows take a
+    shorter compile-time variant. The results are transposed in registers (channels x
+    pixels to pixels x channels) and stored ``cols`` pixels at a time, the epilogue
+    applied with the lanes as channels (``Epilogue.lane_values``). Taken only with SIMD
+    (4 lanes or more).
+
+    The input is read where it lies, so the kernel needs no scratch and is its own lean
+    variant. With padding, a tile leaves out the products of the reads outside the image
+    (they would be zeros): per window position, a branch per row of the tile where rows
+    may leave it, and per column at the edges (``_edges``: a compile-time variant of the
+    tiles at the edges), well predicted. Measured against a padded copy of
+    the input in the scratch with K in blocks of 512 rows (partial sums in the scratch
+    between blocks), kernel time on one Zen 5 core, AVX-512: 3x3/2 256->512 @14 0.84 to
+    0.87, 3x3 256->256 @14 0.84 to 0.94, 512->512 @7 0.82 to 0.90, 300->64 @10 0.83,
+    7x7/2 3->64 @224 0.94; 1x1 320->1280 and 960->320 @7 0.98 and 1.0 with the weights
+    in cache (the blocks of weights gained nothing over reading a panel's K from L2;
+    with the weights from memory, as in a model, what counts is the prefetch of the
+    next panel's weights, ``_Stream``).
 
     ``row_range`` (the parallel entry's split hook, parallel.py): the call computes only
-    output rows ``oy0`` .. ``oy0 + oyn`` (two more size arguments) and pads only the
-    input rows they read, so a stem of one panel (32 channels) splits too.
+    output rows ``oy0`` .. ``oy0 + oyn`` (two more size arguments), so a stem of one
+    panel (32 channels) splits too.
     """
     window: ConvWindow
     lanes: int
     vectors: int        # of output channels per tile: a panel is vectors x lanes wide
     rows: int
     cols: int
-    k_channels: int     # input channels per K block
-    blocked: bool       # more input channels than one K block: partial sums in scratch
     epilogue: Epilogue = NO_EPILOGUE
     row_range: bool = False
+
+    scratch_bytes = 0
 
     @property
     def params(self) -> tuple[str, ...]:
@@ -1010,33 +1021,6 @@ class ChannelConv(EpilogueOperands):
     @property
     def panel(self) -> int:
         return self.vectors * self.lanes
-
-    @property
-    def padded(self) -> bool:
-        return any(self.window.pad_low) or any(self.window.pad_high)
-
-    @property
-    def scratch_bytes(self) -> int:
-        # The padded copy's and the partial sums' sizes depend on the call: the plan
-        # states them (scratch_floats); this only says the function takes a scratch.
-        return 64 if self.padded or self.blocked else 0
-
-    def scratch_floats(self, sizes: dict[str, int]) -> int:
-        """The padded copy, then one slot of partial sums per tile of a panel."""
-        if not self.blocked:
-            return self.padded_floats(sizes)
-        tiles = -(-sizes["out0"] // self.rows) * -(-sizes["out1"] // self.cols)
-        return self.padded_floats(sizes) + tiles * self.rows * self.cols * self.panel
-
-    def padded_floats(self, sizes: dict[str, int]) -> int:
-        """Floats of the padded copy of one image and group: the input rows and columns
-        the outputs read, (out - 1) * stride + (size - 1) * dil + 1 per dim."""
-        if not self.padded:
-            return 0
-        w = self.window
-        span = [(sizes[f"out{i}"] - 1) * w.stride[i] + (w.size[i] - 1) * w.dil[i] + 1
-                for i in range(2)]
-        return sizes["cin_g"] * span[0] * span[1]
 
     def pack_weights(self, weights: np.ndarray, sizes: dict[str, int]) -> np.ndarray:
         """OIHW weights in the kernel's order (class docstring); same size."""
@@ -1049,41 +1033,24 @@ class ChannelConv(EpilogueOperands):
     def emit(self, f: Frame) -> None:
         b, w, lanes = f.b, self.window, self.lanes
         geo = Geometry(b, f.size, 2)
-        (oh, ow), (ih, iw) = geo.out_sp, geo.in_sp
-        (sh, sw), (dh, dw) = w.stride, w.dil
+        oh, iw = geo.out_sp[0], geo.in_sp[1]
         kg = b.mul(geo.cin_g, i64(w.window))
-        if self.padded:
-            ph = b.add(b.mul(b.sub(oh, i64(1)), i64(sh)), i64((w.size[0] - 1) * dh + 1))
-            pw = b.add(b.mul(b.sub(ow, i64(1)), i64(sw)), i64((w.size[1] - 1) * dw + 1))
-        else:
-            ph, pw = ih, iw
-        plane = b.mul(ph, pw)
-        oy0, oy_end, span = i64(0), oh, None
-        if self.row_range:
-            oy0 = f.size["oy0"]
-            oy_end = b.add(oy0, f.size["oyn"])
-            # The padded rows the part's output rows read.
-            span = (b.mul(oy0, i64(sh)),
-                    b.add(b.mul(b.sub(oy_end, i64(1)), i64(sh)), i64((w.size[0] - 1) * dh + 1)))
+        oy0, oy_end = (i64(0), oh) if not self.row_range else \
+            (f.size["oy0"], b.add(f.size["oy0"], f.size["oyn"]))
         taps = alloca_once(b, I64, "taps", size=i64(w.window))
         for r, (ky, kx) in enumerate(w.positions):
-            b.store(b.add(b.mul(i64(ky * dh), pw), i64(kx * dw)),
+            b.store(b.add(b.mul(i64(ky * w.dil[0]), iw), i64(kx * w.dil[1])),
                     offset_ptr(b, taps, I64, i64(r)))
-        # The column tiles: the last one shifted back to end at the last column.
-        col_tiles = b.udiv(b.add(ow, i64(self.cols - 1)), i64(self.cols))
-        last_col = b.sub(ow, i64(self.cols))
-        slot_floats = self.rows * self.cols * self.panel
-        partial = None
-        if self.blocked:
-            partial = f.scratch if not self.padded else \
-                offset_ptr(b, f.scratch, F32, b.mul(geo.cin_g, plane))
+        checked = any(w.pad_low) or any(w.pad_high)
+        col_tiles = b.udiv(b.add(geo.out_sp[1], i64(self.cols - 1)), i64(self.cols))
         with for_range(b, geo.batch, "img") as img:
             with for_range(b, geo.groups, "grp") as grp:
                 chan0 = b.add(b.mul(img, geo.cin), b.mul(grp, geo.cin_g))
-                x = offset_ptr(b, f.lhs, F32, b.mul(chan0, geo.in_pixels))
-                if self.padded:
-                    self._pad(b, geo, x, f.scratch, ph, pw, span)
-                    x = f.scratch
+                # Where row y, column c of the padded image would lie: y * iw + c elements
+                # on (read only inside the image).
+                x = offset_ptr(b, f.lhs, F32, b.sub(b.mul(chan0, geo.in_pixels),
+                                                    b.add(b.mul(i64(w.pad_low[0]), iw),
+                                                          i64(w.pad_low[1]))))
                 ochan0 = b.add(b.mul(img, geo.cout), b.mul(grp, geo.cout_g))
                 chan_of_group = b.mul(grp, geo.cout_g)
                 with for_range(b, geo.cout_g, "oc", step=self.panel) as oc0:
@@ -1092,7 +1059,6 @@ class ChannelConv(EpilogueOperands):
                     dst = offset_ptr(b, f.out, F32,
                                      b.mul(b.add(ochan0, oc0), geo.out_pixels))
                     channel0 = b.add(chan_of_group, oc0)
-
                     extra = self.epilogue.moved(
                         b, f.extra, b.mul(b.add(ochan0, oc0), geo.out_pixels))
 
@@ -1101,138 +1067,119 @@ class ChannelConv(EpilogueOperands):
                         values = ([self.epilogue.lane_values(
                             b, f.extra, b.add(channel0, i64(v * lanes)), lanes)
                             for v in range(vectors)], extra, channel0)
-                        # K blocks: each block of the panel's weights is read for all
-                        # tiles while it is in cache (small maps: few pixels, long K).
-                        with self._k_blocks(b, geo) as k:
-                            row_tiles = b.udiv(b.add(b.sub(oy_end, oy0), i64(self.rows - 1)),
-                                               i64(self.rows))
-                            stream = _Stream.of(b, panel, k, w.window, vectors * lanes,
-                                                b.mul(row_tiles, col_tiles))
-                            with for_range(b, oy_end, "oy", start=oy0,
-                                           step=self.rows) as oy:
-                                def tiles(rows):
-                                    with for_range(b, col_tiles, "ct") as ct:
-                                        ox = imin(b, b.mul(ct, i64(self.cols)), last_col)
-                                        order = b.add(b.mul(b.udiv(b.sub(oy, oy0),
-                                                                   i64(self.rows)),
-                                                            col_tiles), ct)
-                                        slot = None
-                                        if self.blocked:
-                                            tile = b.add(b.mul(b.udiv(oy, i64(self.rows)),
-                                                               col_tiles), ct)
-                                            slot = offset_ptr(b, partial, F32,
-                                                              b.mul(tile, i64(slot_floats)))
-                                        self._tile(b, geo, x, plane, pw, taps, panel, dst,
-                                                   values, oy, ox, rows, vectors, k, slot,
-                                                   stream.at(b, order))
-                                _down_to(b, b.sub(oy_end, oy), self.rows, 1, tiles)
+                        row_tiles = b.udiv(b.add(b.sub(oy_end, oy0), i64(self.rows - 1)),
+                                           i64(self.rows))
+                        stream = _Stream.of(b, panel, kg, vectors * lanes,
+                                            b.mul(row_tiles, col_tiles))
+                        with for_range(b, oy_end, "oy", start=oy0, step=self.rows) as oy:
+                            def tile(ct, ox, rows, check=None):
+                                order = b.add(b.mul(b.udiv(b.sub(oy, oy0), i64(self.rows)),
+                                                    col_tiles), ct)
+                                self._tile(b, geo, x, taps, panel, dst, values, oy, ox,
+                                           rows, vectors, stream.at(b, order), check)
+                            _down_to(b, b.sub(oy_end, oy), self.rows, 1,
+                                     lambda rows: self._col_tiles(b, geo, col_tiles, rows,
+                                                                  tile, checked))
                     # The last panel of a group may be narrower (fewer vectors).
                     _down_to(b, b.udiv(b.sub(geo.cout_g, oc0), i64(lanes)), self.vectors,
                              1, panel_of)
 
-    @contextmanager
-    def _k_blocks(self, b, geo: Geometry):
-        """Yields each K block (one: all input channels, unless ``blocked``)."""
-        if not self.blocked:
-            yes = ir.Constant(I1, 1)
-            yield _Block(i64(0), geo.cin_g, yes, yes)
-            return
-        kc = self.k_channels
-        with for_range(b, geo.cin_g, "kb", step=kc) as c0:
-            yield _Block(c0, imin(b, b.sub(geo.cin_g, c0), kc),
-                         b.icmp_signed("==", c0, i64(0)),
-                         b.icmp_signed(">=", b.add(c0, i64(kc)), geo.cin_g))
+    def _edges(self) -> tuple[int, int]:
+        """Output columns at the left and at the right edge whose windows leave the image
+        (their reads are checked): the first ceil(pad_low / stride); the last
+        ceil((pad_high - slack) / stride) (``ConvWindow.may_leave``)."""
+        w = self.window
+        return (max(0, -(-w.pad_low[1] // w.stride[1])),
+                max(0, -(-(w.pad_high[1] - w.slack[1]) // w.stride[1])))
 
-    def _pad(self, b, geo: Geometry, x, dst, ph, pw, span=None) -> None:
-        """The group's input with its padding, ``ph`` x ``pw`` per channel, at ``dst``;
-        ``span``: only padded rows [lo, hi) of each channel. Rows above and below the
-        image are zeroed whole; the image's rows are copied into place with plain vector
-        loads and stores (a masked tail each), their padding columns zeroed beside them:
-        masking every vector of every row to let zeros in cost 1.9 of ResNet-8's 10.8 us
-        on its 3x3/2 16->32 @32 layer."""
-        w, lanes = self.window, self.lanes
-        ih, iw = geo.in_sp
-        (top, left) = w.pad_low
-        lo, hi = span if span is not None else (i64(0), ph)
-        # Padded row y is input row y - top, padded column j input column j - left: rows
-        # [y0, y1) hold image rows, columns [j0, j0 + cols) image columns.
-        j0 = imin(b, i64(max(left, 0)), pw)
-        cols = imin(b, b.sub(pw, j0), b.sub(iw, b.sub(j0, i64(left))))
-        cols = b.select(b.icmp_signed("<", cols, i64(0)), i64(0), cols)
-        y0 = imin(b, b.select(b.icmp_signed("<", lo, i64(top)), i64(top), lo), hi)
-        y1 = imin(b, hi, b.add(ih, i64(top)))
-        y1 = b.select(b.icmp_signed("<", y1, y0), y0, y1)
-        with for_range(b, geo.cin_g, "pch") as c:
-            plane = offset_ptr(b, dst, F32, b.mul(c, b.mul(ph, pw)))
-            _fill_zeros(b, offset_ptr(b, plane, F32, b.mul(lo, pw)),
-                        b.mul(b.sub(y0, lo), pw), lanes)
-            _fill_zeros(b, offset_ptr(b, plane, F32, b.mul(y1, pw)),
-                        b.mul(b.sub(hi, y1), pw), lanes)
-            src = offset_ptr(b, x, F32, b.add(b.mul(c, geo.in_pixels), b.sub(j0, i64(left))))
-            with for_range(b, y1, "pr", start=y0) as y:
-                row = offset_ptr(b, plane, F32, b.mul(y, pw))
-                _fill_zeros(b, row, j0, lanes)
-                _copy_floats(b, offset_ptr(b, src, F32, b.mul(b.sub(y, i64(top)), iw)),
-                             offset_ptr(b, row, F32, j0), cols, lanes)
-                right = b.add(j0, cols)
-                _fill_zeros(b, offset_ptr(b, row, F32, right), b.sub(pw, right), lanes)
+    def _col_tiles(self, b, geo: Geometry, col_tiles, rows: int, tile,
+                   checked: bool) -> None:
+        """A row of ``col_tiles`` tiles (``tile(ct, ox, rows, check)``), the last shifted
+        back to end at the last column. ``checked`` (padding): each tile checks the input
+        rows it reads, and a tile covering columns of ``_edges`` checks those of both
+        edges (one variant for the edges and one for the interior keep the code small: a
+        7 x 7 map is one tile, at both edges)."""
+        cols, ow = self.cols, geo.out_sp[1]
+        left, right = (min(e, cols) for e in self._edges())
+        with for_range(b, col_tiles, "ct") as ct:
+            ox = imin(b, b.mul(ct, i64(cols)), b.sub(ow, i64(cols)))
+            if not checked:
+                tile(ct, ox, rows)
+                return
+            edges = frozenset(range(left)) | frozenset(range(cols - right, cols))
+            if not edges:
+                tile(ct, ox, rows, check=edges)
+                return
+            at_edge = b.or_(b.icmp_signed("<", ox, i64(left)),
+                            b.icmp_signed(">", b.add(ox, i64(cols)), b.sub(ow, i64(right))))
+            with b.if_else(at_edge) as (edge, interior):
+                with edge:
+                    tile(ct, ox, rows, check=edges)
+                with interior:
+                    tile(ct, ox, rows, check=frozenset())
 
-    def _tile(self, b, geo: Geometry, x, plane, pw, taps, panel, dst, values, oy, ox,
-              rows: int, vectors: int, k: "_Block", slot, fetch) -> None:
+    def _tile(self, b, geo: Geometry, x, taps, panel, dst, values, oy, ox, rows: int,
+              vectors: int, fetch, check=None) -> None:
         """Output pixels (oy .. oy + rows) x (ox .. ox + cols) of the panel's channels
-        (``vectors`` x lanes of them), summed over the input channels of block ``k``;
-        ``slot``: where the tile's partial sums wait between K blocks (blocked only);
-        ``fetch``: where this tile prefetches its share of the next block's weights
-        (``_Stream``), one address per K row."""
+        (``vectors`` x lanes of them). ``fetch``: where this tile prefetches its share of
+        the next panel's weights (``_Stream``), one address per K row. ``check``
+        (padding): the tile's columns whose reads may leave the image; its rows', and
+        those columns', reads outside it are left out (they would read zeros)."""
         w, lanes, cols = self.window, self.lanes, self.cols
-        (sh, sw), (dh, dw) = w.stride, w.dil
+        sh, sw = w.stride
         vty = vec_type(F32, lanes)
         width = vectors * lanes
-        starts = [offset_ptr(b, x, F32, b.add(b.mul(b.add(oy, i64(r)), b.mul(pw, i64(sh))),
+        iw = geo.in_sp[1]
+        starts = [offset_ptr(b, x, F32, b.add(b.mul(b.add(oy, i64(r)), b.mul(iw, i64(sh))),
                                               b.mul(ox, i64(sw))))
                   for r in range(rows)]
         acc = [[[alloca_once(b, vty, f"cacc{r}.{c}.{v}") for v in range(vectors)]
                 for c in range(cols)] for r in range(rows)]
-        flat = [a for row in acc for pixel in row for a in pixel]
-        if slot is None:
-            for a in flat:
-                b.store(zeros(vty), a)
-        else:
-            with b.if_else(k.first) as (first, later):
-                with first:
-                    for a in flat:
-                        b.store(zeros(vty), a)
-                with later:
-                    for i, a in enumerate(flat):
-                        b.store(load_vec(b, offset_ptr(b, slot, F32, i64(i * lanes)), vty), a)
-        with for_range(b, b.add(k.start, k.count), "ic", start=k.start) as c:
-            chan = b.mul(c, plane)
+        for a in (a for row in acc for pixel in row for a in pixel):
+            b.store(zeros(vty), a)
+        with for_range(b, geo.cin_g, "ic") as c:
+            chan = b.mul(c, geo.in_pixels)
             wk = offset_ptr(b, panel, F32, b.mul(c, i64(w.window * width)))
             # The window positions are a run-time loop over a table of their offsets:
             # unrolled, LLVM would keep the broadcasts that neighbouring pixels share
             # under a stride-1 window in registers across positions, and spill.
             with for_range(b, i64(w.window), "tap") as r:
                 row_w = b.mul(r, i64(width))
-                fetch(b, b.add(b.mul(b.sub(c, k.start), i64(w.window)), r))
+                fetch(b, b.add(b.mul(c, i64(w.window)), r))
                 wv = [load_vec(b, offset_ptr(b, wk, F32, b.add(row_w, i64(v * lanes))), vty)
                       for v in range(vectors)]
                 tap = b.load(offset_ptr(b, taps, I64, r), typ=I64)
                 at = b.add(chan, tap)
-                for start, row in zip(starts, acc):
-                    for cc, pixel in enumerate(row):
-                        ptr = offset_ptr(b, start, F32, b.add(at, i64(cc * sw)))
-                        s = splat(b, b.load(ptr, typ=F32), lanes)
-                        for wvv, a in zip(wv, pixel):
-                            b.store(fma(b, s, wvv, b.load(a, typ=vty)), a)
-        if slot is None:
-            self._store(b, geo, acc, values, dst, oy, ox, vectors)
-            return
-        with b.if_else(k.last) as (last, partial):
-            with last:
-                self._store(b, geo, acc, values, dst, oy, ox, vectors)
-            with partial:
-                for i, a in enumerate(flat):
-                    store_vec(b, b.load(a, typ=vty), offset_ptr(b, slot, F32, i64(i * lanes)))
+                rows_in, cols_in = self._inside_tile(b, geo, r, oy, ox, rows, check)
+                for start, row, row_in in zip(starts, acc, rows_in):
+                    # A read outside the image is a zero: its products are left out.
+                    with _when(b, row_in):
+                        for cc, pixel in enumerate(row):
+                            with _when(b, cols_in.get(cc)):
+                                ptr = offset_ptr(b, start, F32, b.add(at, i64(cc * sw)))
+                                s = splat(b, b.load(ptr, typ=F32), lanes)
+                                for wvv, a in zip(wv, pixel):
+                                    b.store(fma(b, s, wvv, b.load(a, typ=vty)), a)
+        self._store(b, geo, acc, values, dst, oy, ox, vectors)
+
+    def _inside_tile(self, b, geo: Geometry, r, oy, ox, rows: int, check):
+        """For window position ``r`` of a tile (``check``: the columns to check, None
+        without padding), whether each of its rows (where rows may leave the image), and
+        each checked column, reads inside it: ([i1 or None per row], {column: i1})."""
+        if check is None:
+            return [None] * rows, {}
+        w = self.window
+        (sh, sw), (ph, pw), (dh, dw) = w.stride, w.pad_low, w.dil
+        rows_in = [None] * rows
+        if ph > 0 or w.pad_high[0] > w.slack[0]:
+            dy = b.mul(b.udiv(r, i64(w.size[1])), i64(dh))
+            iy0 = b.add(b.mul(oy, i64(sh)), b.sub(dy, i64(ph)))
+            rows_in = [b.icmp_unsigned("<", b.add(iy0, i64(i * sh)), geo.in_sp[0])
+                       for i in range(rows)]
+        dx = b.mul(b.urem(r, i64(w.size[1])), i64(dw))
+        ix0 = b.add(b.mul(ox, i64(sw)), b.sub(dx, i64(pw)))
+        return rows_in, {c: b.icmp_unsigned("<", b.add(ix0, i64(c * sw)), geo.in_sp[1])
+                         for c in sorted(check)}
 
     def _store(self, b, geo: Geometry, acc, values, dst, oy, ox, vectors: int) -> None:
         """The tile's results, with the epilogue, transposed to rows of pixels. ``values``:
@@ -1268,51 +1215,31 @@ class ChannelConv(EpilogueOperands):
                         masked_store(b, out, ptr, mask)
 
 
-def _fill_zeros(b: ir.IRBuilder, dst: ir.Value, count: ir.Value, lanes: int) -> None:
-    """``count`` zero floats at ``dst``: vectors, then a masked tail."""
-    _copy_floats(b, None, dst, count, lanes)
-
-
-def _copy_floats(b: ir.IRBuilder, src: ir.Value | None, dst: ir.Value, count: ir.Value,
-                 lanes: int) -> None:
-    """``count`` floats from ``src`` (None: zeros) to ``dst``: vectors, then a masked
-    tail; nothing when ``count`` <= 0."""
-    vty = vec_type(F32, lanes)
-    full = b.mul(b.sdiv(count, i64(lanes)), i64(lanes))
-    with for_range(b, full, "cp", step=lanes) as j:
-        value = zeros(vty) if src is None else load_vec(b, offset_ptr(b, src, F32, j), vty)
-        store_vec(b, value, offset_ptr(b, dst, F32, j))
-    with b.if_then(b.icmp_signed(">", count, full)):
-        mask = first_lanes(b, lanes, 0, b.sub(count, full))
-        value = zeros(vty) if src is None else masked_load(b, offset_ptr(b, src, F32, full),
-                                                           vty, mask)
-        masked_store(b, value, offset_ptr(b, dst, F32, full), mask)
-
-
 @dataclass(frozen=True)
 class _Stream:
-    """ChannelConv's weights are read in the order they lie (panel after panel, each in
-    its K blocks), and a block is read from cache by all of its tiles after the first
-    brought it in: without help the first tile waits on memory while the rest compute.
-    So the tiles of one block prefetch the next block (the bytes after it, as long as
-    it), spread evenly: tile ``t`` of ``T``, at its K row ``s``, the ``step`` bytes
-    from ``end + (t x rows + s) x step``, ``step`` = ceil(row bytes / T): one cache
-    line, or on maps of one or two tiles (step over a line) each line of them.
-    Inside a model the weights come from memory (MobileNetV2's 14 MB do not stay in
-    the shared L3 between calls): kernel time of its 1x1 layers on 7x7 maps, the caches
-    flushed before each call but for the input and output, one Zen 5 core: 320->1280
-    286 -> 189 us (175 with the weights in cache), 960->320 225 -> 151 (135), 160->960
-    100 -> 75 (67); the cache level of the prefetch made no difference."""
-    end: ir.Value       # the first byte after the block
-    rows: ir.Value      # K rows of the block
+    """ChannelConv's weights are read in the order they lie (panel after panel, each
+    K x its width), and a panel's weights are read from cache by all of its tiles after
+    the first brought them in: without help the first tile waits on memory while the
+    rest compute. So the tiles of one panel prefetch the next panel's weights (the bytes
+    after the panel's, as many), spread evenly: tile ``t`` of ``T``, at its K row ``s``,
+    the ``step`` bytes from ``end + (t x rows + s) x step``, ``step`` = ceil(row bytes /
+    T): one cache line, or on maps of one or two tiles (step over a line) each line of
+    them. Inside a model the weights come from memory (MobileNetV2's 14 MB do not stay
+    in the shared L3 between calls): kernel time of its 1x1 layers on 7x7 maps, the
+    caches flushed before each call but for the input and output, one Zen 5 core, K in
+    blocks of 512 rows, each block prefetching the next: 320->1280 286 -> 189 us (175
+    with the weights in cache), 960->320 225 -> 151 (135), 160->960 100 -> 75 (67); the
+    cache level of the prefetch made no difference."""
+    end: ir.Value       # the first byte after the panel
+    rows: ir.Value      # K rows of the panel
     step: ir.Value      # bytes per K row and tile
     lines: int          # the most cache lines a step spans (a row's)
 
     @staticmethod
-    def of(b: ir.IRBuilder, panel, k: "_Block", window: int, width: int, tiles) -> "_Stream":
-        rows = b.mul(k.count, i64(window))
-        end = offset_ptr(b, panel, F32, b.mul(b.add(b.mul(k.start, i64(window)), rows),
-                                              i64(width)))
+    def of(b: ir.IRBuilder, panel, rows, width: int, tiles) -> "_Stream":
+        """The stream of a panel at ``panel`` of ``rows`` K rows of ``width`` floats,
+        computed in ``tiles`` tiles."""
+        end = offset_ptr(b, panel, F32, b.mul(rows, i64(width)))
         step = b.udiv(b.add(i64(4 * width - 1), tiles), tiles)
         return _Stream(end, rows, step, -(-4 * width // CACHE_LINE))
 
@@ -1337,14 +1264,14 @@ class _Stream:
 CACHE_LINE = 64
 
 
-@dataclass(frozen=True)
-class _Block:
-    """A K block of ChannelConv: input channels start .. start + count; ``first`` and
-    ``last`` (i1) whether it is the group's first and last."""
-    start: ir.Value
-    count: ir.Value
-    first: ir.Value
-    last: ir.Value
+@contextmanager
+def _when(b: ir.IRBuilder, cond):
+    """The body under ``cond`` (i1), or always where it is None."""
+    if cond is None:
+        yield
+        return
+    with b.if_then(cond, likely=True):
+        yield
 
 
 def _down_to(b: ir.IRBuilder, have: ir.Value, most: int, least: int, body) -> None:
@@ -1404,7 +1331,7 @@ def _path(instr: Instruction, t: Tiling, constant_weights: bool) -> str:
     if (constant_weights and w.rank == 2 and t.lanes >= 4 and sizes["cout_g"] % t.lanes == 0
             and prod(w.size) <= DIRECT_MAX_POSITIONS
             and (sizes["cin_g"] <= CHANNELS_MAX_CIN
-                 or pixels <= CHANNELS_MAX_PIXELS and prod(w.size) > 1
+                 or prod(w.size) > 1 and (pixels <= CHANNELS_MAX_PIXELS or max(w.stride) > 1)
                  or pixels < CHANNELS_MAX_STRIDED_POINTWISE_PIXELS
                  or pixels <= CHANNELS_MAX_POINTWISE_PIXELS and all(s == 1 for s in w.stride))):
         return "channels"
@@ -1495,6 +1422,14 @@ DEPTHWISE_MAX_STRIDE = 4
 # SubsamplePacker; not measured against the 3-vector tile).
 CHANNELS_MAX_CIN = 4
 CHANNELS_MAX_PIXELS = 256
+# Strided windows take ChannelConv on larger maps too: it reads the input by broadcasts,
+# which cost the same at any stride, where the implicit GEMM gathers its im2col slivers
+# (a stride-2 row is no contiguous load). Kernel time against the GEMM, one Zen 5 core,
+# AVX-512 (benchmarks/kernels.py' cases, the lower of three runs on a loaded machine):
+# 3x3/2 64->128 @56 (ResNet-18) 0.79, 128->128 @56 (ResNet-50) 0.80, 32->64 @112 0.67,
+# 16->32 @224 0.48; 256->256 @56 about even (a panel's K of 2304 rows read from L2 at
+# each tile). Strided 1x1 windows keep the GEMM (0.8x to 1.3x on ResNet-18's shortcuts,
+# 0.35x on a 112 x 112 map).
 # RowConv for the stems ChannelConv does not take (output channels not a multiple of
 # the lanes, or weights computed at run time) of up to 32 output channels, on maps at
 # least half a vector wide, in place of the GEMM. Kernel time inside a model (one Zen 5
@@ -1523,20 +1458,17 @@ SUBSAMPLE_MIN_LANES = 8
 # Its tile: pixels by CHANNELS_VECTORS vectors of output channels (each broadcast of an
 # input value feeds that many FMAs: at one, the broadcasts, not the FMAs, set the pace),
 # at most CHANNELS_COLS pixels along a row, as many accumulators as the registers left
-# by the weights' vectors and a broadcast allow. K blocks of about CHANNELS_K_ROWS rows
-# (whole input channels): a panel's block of weights (64 KiB at AVX-512) is read from
-# cache by every tile (7x7 maps: 0.9 of the time with blocks of 256 rows or 1024).
+# by the weights' vectors and a broadcast allow.
 CHANNELS_VECTORS = 2
 CHANNELS_COLS = 14
-CHANNELS_K_ROWS = 512
 # 1x1 windows with 32 registers: POINTWISE_VECTORS vectors by up to
 # POINTWISE_ACCUMULATORS / POINTWISE_VECTORS pixels (7 on 7- and 14-wide maps). Two
 # vectors by 2 x 7 pixels (28 accumulators) left LLVM too few registers for the
 # broadcasts it keeps in flight: it spilled three accumulators in the inner loop and
 # moved others around. Kernel time, weights in cache, one Zen 5 core, as fractions of
 # peak (2 vectors by 2 x 7 pixels -> 3 by 7): 320->1280 @7x7 0.83 -> 0.95, 960->320
-# 0.77 -> 0.97, 160->960 0.78 -> 0.92; the K blocks' size made no difference (128 to
-# 512 rows).
+# 0.77 -> 0.97, 160->960 0.78 -> 0.92 (K in blocks of 128 to 512 rows then; their
+# size made no difference).
 POINTWISE_VECTORS = 3
 POINTWISE_ACCUMULATORS = 24
 
@@ -1572,9 +1504,10 @@ def _channel_cols(width: int, most: int) -> int:
 def plan_conv(instr: Instruction, target, lean: bool = False,
               constant_weights: bool | None = None) -> KernelPlan:
     """``lean``: a variant with no scratch where the fast path needs some (DirectConv),
-    for windows of at most DIRECT_MAX_POSITIONS positions. ``constant_weights``: the
-    weights are known at compile time (default: the kernel operand is a constant), so a
-    kernel may take them packed in its own order (``spec.pack_weights``)."""
+    for windows of at most DIRECT_MAX_POSITIONS positions; ChannelConv needs none.
+    ``constant_weights``: the weights are known at compile time (default: the kernel
+    operand is a constant), so a kernel may take them packed in its own order
+    (``spec.pack_weights``)."""
     t = tiling_for(target)
     if constant_weights is None:
         constant_weights = instr.operands[1].opcode is Opcode.CONSTANT
@@ -1583,12 +1516,7 @@ def plan_conv(instr: Instruction, target, lean: bool = False,
     if path == "channels":
         sizes = _sizes_of(instr)
         vectors, rows, cols = _channel_tile(window, sizes, t)
-        k_channels = max(1, CHANNELS_K_ROWS // window.window)
-        spec = ChannelConv(window, t.lanes, vectors, rows, cols, k_channels,
-                           sizes["cin_g"] > k_channels)
-        if lean and spec.scratch_bytes:
-            return KernelPlan(DirectConv(window, t), sizes)
-        return KernelPlan(spec, sizes, spec.scratch_floats(sizes) * 4)
+        return KernelPlan(ChannelConv(window, t.lanes, vectors, rows, cols), sizes)
     if path == "winograd":
         if lean:
             return KernelPlan(DirectConv(window, t), _sizes_of(instr))
