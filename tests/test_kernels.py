@@ -536,6 +536,15 @@ def test_channel_conv_is_its_own_lean_variant(vector_bytes):
         assert kernel_key(instr, target, lean=True) == kernel_key(instr, target)
 
 
+def test_channel_conv_prefetches_the_next_panels_weights():
+    """Without K blocks, a panel's tiles prefetch the weights after it (conv._Stream), as
+    the K blocks' tiles did the next block's: in a model the weights come from memory."""
+    instr = make_conv((1, 320, 7, 7), (1280, 320, 1, 1), constant=True)
+    target = HostTarget(64)
+    assert type(plan_kernel(instr, target).spec).__name__ == "ChannelConv"
+    assert "llvm.prefetch" in CompiledKernel(instr, target).llvm_ir
+
+
 def test_lean_changes_nothing_without_a_lean_variant():
     dot = make_dot((37, 53), (53, 29), (), (1,), (), (0,))
     target = host_target()
