@@ -10,10 +10,9 @@ arguments, so e.g. every 1x1 convolution of a model runs the same code.
 Spec classes implement ``params`` (the names of the i64 arguments, in order),
 ``extra_operands`` (how many pointers follow lhs and rhs), ``scratch_bytes`` (the most
 any call uses, a KernelPlan saying where its call uses less; or, where the scratch grows
-with the sizes, as ChannelConv's padded copy does, any positive stand-in, every plan
-stating its own) and ``emit(frame)``; a spec with ``pack_weights(array, sizes)`` reads
-its rhs, a constant, in the order that returns (the emitter packs it at compile time);
-``emit``
+with the sizes, as Winograd's does, any positive stand-in, every plan stating its own)
+and ``emit(frame)``; a spec with ``pack_weights(array, sizes)`` reads its rhs, a
+constant, in the order that returns (the emitter packs it at compile time); ``emit``
 sees the spec and the frame only, never the instruction, so nothing shape-specific can
 leak into a shared function.
 """
