@@ -311,8 +311,14 @@ CONV_CASES = [
      "channels"),
     ("small_map_pointwise_long_k", dict(xd=(2, 600, 3, 3), wd=(48, 600, 1, 1),
                                         constant=True), "channels"),
-    ("pointwise_14x14_tail_panel", dict(xd=(1, 37, 14, 14), wd=(112, 37, 1, 1),
+    ("pointwise_14x14_tail_panel", dict(xd=(1, 130, 14, 14), wd=(112, 130, 1, 1),
                                         constant=True), "channels"),
+    # from 64 pixels up, a short K and a 1-vector panel (64 channels at AVX-512) keep
+    # the GEMM; a 3 x 3 map takes a tile of 2 vectors (_channel_tile)
+    ("pointwise_25x5_short_k", dict(xd=(1, 64, 25, 5), wd=(64, 64, 1, 1), constant=True),
+     "gemm"),
+    ("pointwise_3x3_map", dict(xd=(1, 40, 3, 3), wd=(80, 40, 1, 1), constant=True),
+     "channels"),
     ("pointwise_odd_map_groups", dict(xd=(1, 38, 11, 9), wd=(96, 19, 1, 1), groups=2,
                                       constant=True), "channels"),
     ("pointwise_stride2_8x7", dict(xd=(1, 24, 15, 13), wd=(32, 24, 1, 1), stride=(2, 2),
@@ -420,6 +426,18 @@ def test_channel_conv_tiles_waste_fewest_columns(width, most, cols):
     """The fewest columns computed per row (the last tile is shifted back inside the
     row), then the widest tile."""
     assert conv_mod._channel_cols(width, most) == cols
+
+
+@pytest.mark.parametrize("side,vectors", [(2, 3), (3, 2), (7, 3), (14, 3)])
+def test_pointwise_tile_reads_a_small_maps_weights_once(side, vectors):
+    """1x1 windows at AVX-512 take tiles of 3 vectors by up to 8 pixels, but 2 vectors
+    where one such tile covers the map and one of 3 does not (3 x 3)."""
+    instr = make_conv((1, 40, side, side), (96, 40, 1, 1), constant=True)
+    window = conv_mod.ConvWindow.of(instr.attrs["window"], (side, side))
+    tile = conv_mod._channel_tile(window, conv_mod._sizes_of(instr), tiling_for(HostTarget(64)))
+    assert tile[0] == vectors
+    if side == 3:
+        assert tile[1] * tile[2] >= 9
 
 
 @pytest.mark.parametrize("channels,kernel", [(48, "ChannelConv"), (8, "RowConv")])
@@ -676,8 +694,9 @@ EPILOGUE_CONVS = {
     # more input channels than the Winograd kernel takes (WINOGRAD_MAX_CIN)
     "small_map_long_k": ((300, 48, 1, 3, 1, False), "ChannelConv"),
     "pointwise_s2_small_map": ((24, 32, 1, 1, 2, False), "ChannelConv"),
-    # 1x1 on an 11 x 11 map: panels of 3, 3 and 1 vectors; long K
-    "pointwise_small_map": ((40, 112, 1, 1, 1, False), "ChannelConv"),
+    # 1x1 on an 11 x 11 map: panels of 3, 3 and 1 vectors (a K of 128 or more, so
+    # ChannelConv); long K
+    "pointwise_small_map": ((130, 112, 1, 1, 1, False), "ChannelConv"),
     "pointwise_small_map_long_k": ((600, 48, 1, 1, 1, False), "ChannelConv"),
     # the residual with strides, K blocks, groups and the lean kernel's clamped rows
     "depthwise_s3": ((5, 10, 5, 3, 3, False), "DepthwiseRows"),

@@ -103,7 +103,8 @@ def stem_rows():
 
 
 def small_pointwise():
-    """1x1 convolutions on a small map (ChannelConv, panels of 3 vectors): to 512
+    """1x1 convolutions on a small map (ChannelConv, panels of 3 vectors): from 128
+    channels (a K long enough for ChannelConv where the panels are not full) to 512
     channels (11 panels, the last of 2 vectors: 6 of them leave more to one task than 5
     of 9 rows), to 560 with a bias and ReLU6 (12 panels), back to 96 (a long K) with a
     residual (2 panels), to 48 (one panel: rows), and from the 560 to 48 (a long K, one
@@ -118,8 +119,8 @@ def small_pointwise():
         n("Conv", ["a2", "w3"], ["c3"]),
         n("Conv", ["r1", "w4"], ["c4"]),
         n("Add", ["c3", "c4"], ["y"]),
-    ], [("x", [1, 24, 9, 11])], [("y", [1, 48, 9, 11])], [
-        _weights("w0", (512, 24, 1, 1)), _weights("w1", (560, 512, 1, 1), 0.05),
+    ], [("x", [1, 128, 9, 11])], [("y", [1, 48, 9, 11])], [
+        _weights("w0", (512, 128, 1, 1)), _weights("w1", (560, 512, 1, 1), 0.05),
         _weights("b1", (560,)), numpy_helper.from_array(np.array(0, np.float32), "lo"),
         numpy_helper.from_array(np.array(6, np.float32), "hi"),
         _weights("w2", (96, 560, 1, 1)), _weights("r2", (96, 9, 11)),

@@ -26,9 +26,10 @@ feature groups and number of spatial dims:
   group with enough channels on large enough maps (``_winograd_pays``); lean: DirectConv.
 - channels in lanes (``ChannelConv``): 2-D stems (Cin <= 4), windows on small maps
   (<= 256 output pixels), strided windows of more than one position on any map, and
-  1x1 windows on maps of up to 14 x 14 (strided ones below 64 pixels), with constant
-  weights, which it takes packed at compile time (``pack_weights``): a direct
-  convolution vectorized over output channels, each input value broadcast to two
+  1x1 windows on maps below 64 pixels (at stride 1 up to 14 x 14, where the output
+  channels fill its panels or K is long), with constant weights, which it takes packed
+  at compile time (``pack_weights``): a direct convolution vectorized over output
+  channels, each input value broadcast to two
   vectors of them (three for 1x1 windows), the input read in place (reads outside the
   image left out, checked per row and at the edge columns), the next panel's weights
   prefetched while a panel is computed: no scratch, its own lean variant.
@@ -1333,7 +1334,9 @@ def _path(instr: Instruction, t: Tiling, constant_weights: bool) -> str:
             and (sizes["cin_g"] <= CHANNELS_MAX_CIN
                  or prod(w.size) > 1 and (pixels <= CHANNELS_MAX_PIXELS or max(w.stride) > 1)
                  or pixels < CHANNELS_MAX_STRIDED_POINTWISE_PIXELS
-                 or pixels <= CHANNELS_MAX_POINTWISE_PIXELS and all(s == 1 for s in w.stride))):
+                 or pixels <= CHANNELS_MAX_POINTWISE_PIXELS and all(s == 1 for s in w.stride)
+                 and (sizes["cout_g"] % (POINTWISE_VECTORS * t.lanes) == 0
+                      or sizes["cin_g"] >= CHANNELS_MIN_POINTWISE_CIN))):
         return "channels"
     if (w.rank == 2 and t.lanes >= 4 and sizes["cin_g"] <= CHANNELS_MAX_CIN
             and sizes["cout_g"] <= ROWS_MAX_COUT and w.stride[1] <= DEPTHWISE_MAX_STRIDE
@@ -1417,9 +1420,14 @@ DEPTHWISE_MAX_STRIDE = 4
 # gathers) with their own tile (_channel_tile): at stride 1 on maps of up to 14 x 14
 # (inside MobileNetV2, one Zen 5 core, AVX-512: 96->576 and 576->96 @14x14 take 0.88 of
 # the GEMM's kernel time, 64->384 and 384->64 @14x14 0.91 to 0.95; larger maps with few
-# input channels are the GEMM's: 64->256 @20x20 1.2, 32->192 @28x28 1.3); strided ones
-# only on maps below 64 pixels (above, the GEMM packs them from input rows,
-# SubsamplePacker; not measured against the 3-vector tile).
+# input channels are the GEMM's: 64->256 @20x20 1.2, 32->192 @28x28 1.3). From 64
+# pixels up, only where the output channels fill 3-vector panels or K is long
+# (CHANNELS_MIN_POINTWISE_CIN): 64 channels are a panel of 3 vectors and one of 1, whose
+# broadcasts feed one FMA each (kernel time against the GEMM, weights in cache: 64->64
+# @25x5 (DS-CNN) 1.21, 32->64 and 64->64 @12x12 (MobileNetV1-0.25) 1.47 and 1.14; in
+# MobileNetV2 384->64 @14x14 0.95). Strided ones only on maps below 64 pixels (above,
+# the GEMM packs them from input rows, SubsamplePacker; not measured against the
+# 3-vector tile).
 CHANNELS_MAX_CIN = 4
 CHANNELS_MAX_PIXELS = 256
 # Strided windows take ChannelConv on larger maps too: it reads the input by broadcasts,
@@ -1440,6 +1448,7 @@ CHANNELS_MAX_PIXELS = 256
 ROWS_MAX_COUT = 32
 ROWS_MR = 8
 CHANNELS_MAX_POINTWISE_PIXELS = 196
+CHANNELS_MIN_POINTWISE_CIN = 128     # a long K: 1x1 layers from 64 pixels up (above)
 CHANNELS_MAX_STRIDED_POINTWISE_PIXELS = 64
 # Strided 1x1 windows (ResNet's downsampling shortcuts) take the implicit GEMM with B
 # packed from input rows by wide reads and a shuffle (SubsamplePacker) in place of
@@ -1476,7 +1485,13 @@ POINTWISE_ACCUMULATORS = 24
 def _channel_tile(window: ConvWindow, sizes: dict[str, int], t: Tiling) -> tuple[int, int, int]:
     """ChannelConv's tile: (vectors, rows, cols)."""
     registers = 32 if t.lanes >= 16 else 16      # as tiling_for counts them
-    if window.window == 1 and registers >= POINTWISE_ACCUMULATORS + POINTWISE_VECTORS + 2:
+    # A map that one tile of 2 vectors covers and one of 3 does not (3 x 3 pixels) takes
+    # 2: a panel's weights, from memory in a model, are then read once (MobileNetV1-
+    # 0.25's 256->256 @3x3 in the model 6.6 -> 5.2 us).
+    pixels = sizes["out0"] * sizes["out1"]
+    if (window.window == 1 and registers >= POINTWISE_ACCUMULATORS + POINTWISE_VECTORS + 2
+            and not POINTWISE_ACCUMULATORS // POINTWISE_VECTORS < pixels
+            <= (registers - CHANNELS_VECTORS - 2) // CHANNELS_VECTORS):
         vectors, accumulators = POINTWISE_VECTORS, POINTWISE_ACCUMULATORS
         cols = _channel_cols(sizes["out1"], min(t.lanes, accumulators // vectors))
     else:
