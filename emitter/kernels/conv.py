@@ -29,10 +29,10 @@ feature groups and number of spatial dims:
   1x1 windows on maps below 64 pixels (at stride 1 up to 14 x 14, where the output
   channels fill its panels or K is long), with constant weights, which it takes packed
   at compile time (``pack_weights``): a direct convolution vectorized over output
-  channels, each input value broadcast to two
-  vectors of them (three for 1x1 windows), the input read in place (reads outside the
-  image left out, checked per row and at the edge columns), the next panel's weights
-  prefetched while a panel is computed: no scratch, its own lean variant.
+  channels, each input value broadcast to two vectors of them (three for 1x1 windows),
+  the input read in place (reads outside the image left out, checked per row and at
+  the edge columns), the next panel's weights prefetched while a panel is computed: no
+  scratch, its own lean variant.
 
 All are compiled from the window alone (``ConvWindow``: size, stride, padding,
 dilation, slack); batch, groups, channels and image sizes are run-time arguments, so e.g.
