@@ -1335,7 +1335,7 @@ def _path(instr: Instruction, t: Tiling, constant_weights: bool) -> str:
                  or prod(w.size) > 1 and (pixels <= CHANNELS_MAX_PIXELS or max(w.stride) > 1)
                  or pixels < CHANNELS_MAX_STRIDED_POINTWISE_PIXELS
                  or pixels <= CHANNELS_MAX_POINTWISE_PIXELS and all(s == 1 for s in w.stride)
-                 and (sizes["cout_g"] % (POINTWISE_VECTORS * t.lanes) == 0
+                 and (sizes["cout_g"] % _channel_panel(instr, sizes, t) == 0
                       or sizes["cin_g"] >= CHANNELS_MIN_POINTWISE_CIN))):
         return "channels"
     if (w.rank == 2 and t.lanes >= 4 and sizes["cin_g"] <= CHANNELS_MAX_CIN
@@ -1421,13 +1421,13 @@ DEPTHWISE_MAX_STRIDE = 4
 # (inside MobileNetV2, one Zen 5 core, AVX-512: 96->576 and 576->96 @14x14 take 0.88 of
 # the GEMM's kernel time, 64->384 and 384->64 @14x14 0.91 to 0.95; larger maps with few
 # input channels are the GEMM's: 64->256 @20x20 1.2, 32->192 @28x28 1.3). From 64
-# pixels up, only where the output channels fill 3-vector panels or K is long
-# (CHANNELS_MIN_POINTWISE_CIN): 64 channels are a panel of 3 vectors and one of 1, whose
-# broadcasts feed one FMA each (kernel time against the GEMM, weights in cache: 64->64
-# @25x5 (DS-CNN) 1.21, 32->64 and 64->64 @12x12 (MobileNetV1-0.25) 1.47 and 1.14; in
-# MobileNetV2 384->64 @14x14 0.95). Strided ones only on maps below 64 pixels (above,
-# the GEMM packs them from input rows, SubsamplePacker; not measured against the
-# 3-vector tile).
+# pixels up, only where the output channels fill the tile's panels (_channel_panel) or
+# K is long (CHANNELS_MIN_POINTWISE_CIN): at AVX-512 64 channels are a panel of 3
+# vectors and one of 1, whose broadcasts feed one FMA each (kernel time against the
+# GEMM, weights in cache: 64->64 @25x5 (DS-CNN) 1.21, 32->64 and 64->64 @12x12
+# (MobileNetV1-0.25) 1.47 and 1.14; in MobileNetV2 384->64 @14x14 0.95). Strided ones
+# only on maps below 64 pixels (above, the GEMM packs them from input rows,
+# SubsamplePacker; not measured against the 3-vector tile).
 CHANNELS_MAX_CIN = 4
 CHANNELS_MAX_PIXELS = 256
 # Strided windows take ChannelConv on larger maps too: it reads the input by broadcasts,
@@ -1502,6 +1502,12 @@ def _channel_tile(window: ConvWindow, sizes: dict[str, int], t: Tiling) -> tuple
         cols = _channel_cols(sizes["out1"],
                              min(CHANNELS_COLS, t.lanes, accumulators // vectors))
     return vectors, max(1, accumulators // (vectors * cols)), cols
+
+
+def _channel_panel(instr: Instruction, sizes: dict[str, int], t: Tiling) -> int:
+    """Output channels per panel of ChannelConv's tile for ``instr``."""
+    window = ConvWindow.of(instr.attrs["window"], instr.operands[0].shape.dims[2:])
+    return _channel_tile(window, sizes, t)[0] * t.lanes
 
 
 def _channel_cols(width: int, most: int) -> int:
