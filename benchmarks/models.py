@@ -199,17 +199,16 @@ def compile_profiled(name: str, model: onnx.ModelProto, path: Path, parallel: bo
     """Compile ``model`` to ``path`` with a cycle counter around every step
     (``EmitOptions(profile=True)``); returns the C name, the optimized module and the
     Artifact (``profile_sites``: each slot's instruction name)."""
-    from xlac.emitter import EmitOptions, emit, make_target, scratch_bytes
+    from xlac.backends import make_backend
+    from xlac.emitter import EmitOptions
     from xlac.importers.onnx import import_onnx
     from xlac.optimizer import optimize, plan_memory
 
     cname = name.replace("-", "_")
-    module = optimize(import_onnx(model, name=cname))
-    target, _ = make_target()
-    assignment = plan_memory(module, alignment=target.arena_align,
-                             scratch=lambda i: scratch_bytes(i, target),
-                             lean_scratch=lambda i: scratch_bytes(i, target, lean=True))
-    art = emit(module, assignment, EmitOptions(cname, profile=True, parallel=parallel))
+    backend = make_backend()
+    module = optimize(import_onnx(model, name=cname), backend)
+    assignment = plan_memory(module, backend)
+    art = backend.emit(module, assignment, EmitOptions(cname, profile=True, parallel=parallel))
     path.write_bytes(art.object_code)
     path.with_suffix(".h").write_text(art.header)
     return cname, module, art

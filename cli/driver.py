@@ -18,20 +18,21 @@ from pathlib import Path
 import numpy as np
 
 from .archive import static_library
-from .emitter import EmitOptions, emit, make_target, scratch_bytes
+from .backends import make_backend
+from .emitter import EmitOptions, build_steps, format_steps
 from .emitter.names import c_identifier_for_model
-from .hlo import Module, Opcode, XlacError, XlacWarning
+from .hlo import Module, XlacError, XlacWarning
 from .hlo.text import print_module
 from .importers.onnx import import_onnx, pin_const_inputs
 from .importers.onnx.importer import _load as load_model
 from .importers.onnx.liveness import onnx_order_lower_bound
-from .optimizer import optimize, plan_memory
+from .optimizer import alternatives, optimize, plan_memory
 from .optimizer.exact_scheduling import DEFAULT_BUDGET
 from .outputs import write_files
 from .progress import Progress
 from .report import build_report, op_counts
 
-EMIT_KINDS = ("obj", "lib", "asm", "llvm", "hlo")
+EMIT_KINDS = ("obj", "lib", "asm", "llvm", "hlo", "steps")
 OPT_LEVELS = (0, 1, 2, 3)
 # NAME prefixes every exported symbol; a leading underscore would make reserved C names.
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
@@ -215,42 +216,27 @@ def _compile(model, output, *, name, target, cpu, features, emit_kind, input_sha
         with progress.stage("import"):
             module = import_onnx(model, input_shapes=input_shapes, name=name,
                                  const_inputs=const_inputs, absent_inputs=absent_inputs)
-            imported_ops = op_counts(module)
             if dump is not None:
                 dump("imported", module)
+            # The module and its rewrites that may need less memory (a recurrent loop's
+            # projection computed per step); footprint first: the smallest arena wins.
+            candidates = alternatives(module)
+            imported = [op_counts(m) for m in candidates]
+        backend = make_backend(target, cpu, features, opt_level)
         with progress.stage("optimize"):
-            optimize(module, opt_level=opt_level, dump=dump)
+            for m, prefix in zip(candidates, ("", "step-projection/")):
+                optimize(m, backend, opt_level=opt_level, dump=dump and (
+                    lambda n, m, prefix=prefix: dump(prefix + n, m)))
         with progress.stage("plan"):
-            target_info, _ = make_target(target, cpu, features, opt_level)
-
-            def plan(m: Module):
-                return plan_memory(
-                    m, alignment=target_info.arena_align,
-                    scratch=lambda i: scratch_bytes(i, target_info),
-                    lean_scratch=lambda i: scratch_bytes(i, target_info, lean=True),
-                    exact_budget=DEFAULT_BUDGET if opt_level >= 2 else 0)
-            assignment = plan(module)
-            if any(i.opcode is Opcode.WHILE for i in module.entry.instructions):
-                # Recurrent networks project all steps' inputs before their loop (a
-                # buffer of steps x batch x gates); each step's own projection in the
-                # loop needs no such buffer and runs about as fast at batch 1. Footprint
-                # first: the other form wins when its arena is smaller.
-                other = import_onnx(model, input_shapes=input_shapes, name=name,
-                                    const_inputs=const_inputs, absent_inputs=absent_inputs,
-                                    hoist_recurrent_projection=False)
-                other_ops = op_counts(other)
-                optimize(other, opt_level=opt_level, dump=dump and (
-                    lambda n, m: dump(f"step-projection/{n}", m)))
-                other_assignment = plan(other)
-                if other_assignment.arena_size < assignment.arena_size:
-                    module, assignment, imported_ops = other, other_assignment, other_ops
+            plans = [plan_memory(m, backend, exact_budget=DEFAULT_BUDGET if opt_level >= 2 else 0)
+                     for m in candidates]
+            best = min(range(len(plans)), key=lambda k: plans[k].arena_size)
+            module, assignment, imported_ops = candidates[best], plans[best], imported[best]
         with progress.stage("emit"):
             kinds = {"obj": ("obj",), "lib": ("obj",), "asm": ("asm",), "llvm": ("llvm",),
-                     "hlo": ()}[emit_kind]
-            artifact = emit(module, assignment,
-                            EmitOptions(name, triple=target, cpu=cpu, features=features,
-                                        opt_level=opt_level, parallel=parallel),
-                            kinds=kinds)
+                     "hlo": (), "steps": ()}[emit_kind]
+            artifact = backend.emit(module, assignment, EmitOptions(name, parallel=parallel),
+                                    kinds=kinds)
             body = {
                 "obj": lambda: artifact.object_code,
                 "lib": lambda: static_library(name, artifact.object_code,
@@ -258,6 +244,8 @@ def _compile(model, output, *, name, target, cpu, features, emit_kind, input_sha
                 "asm": lambda: artifact.assembly.encode(),
                 "llvm": lambda: artifact.llvm_ir.encode(),
                 "hlo": lambda: print_module(module).encode(),
+                "steps": lambda: (format_steps(build_steps(module, assignment, backend))
+                                  + "\n").encode(),
             }[emit_kind]()
         onnx_bound = (_onnx_order_bound(model, input_shapes, const_inputs)
                       if want_report else None)

@@ -1,7 +1,7 @@
 """The ``xlac`` command.
 
     xlac MODEL.onnx -o OUT.o [--name NAME] [--target TRIPLE] [--cpu CPU] [--features +F,-G]
-         [--emit obj|lib|asm|llvm|hlo] [--input-shape NAME=1x3x224x224 ...]
+         [--emit obj|lib|asm|llvm|hlo|steps] [--input-shape NAME=1x3x224x224 ...]
          [--const-input NAME=FILE.npy ...] [--absent-input NAME ...] [--report]
          [--report-json FILE]
          [--report-memory[=FILE.svg]] [--dump-passes DIR] [-O0|-O1|-O2|-O3] [--strict]
@@ -70,7 +70,8 @@ def _parser() -> argparse.ArgumentParser:
                    "e.g. +vfp4d16sp for an FPU on a soft-float ARM triple")
     p.add_argument("--emit", choices=EMIT_KINDS, default="obj",
                    help="what OUT holds: object code (default), a static library (the object "
-                   "and the runtime objects it needs), assembly, LLVM IR or HLO text")
+                   "and the runtime objects it needs), assembly, LLVM IR, the optimized HLO text or "
+                   "the step list the code runs (buffers resolved)")
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMxDIM...",
                    help="pin the shape of an input with dynamic dimensions; a sequence "
                    "input's element shapes in brackets, NAME=[2x3,4x3] (repeatable)")

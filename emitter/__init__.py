@@ -1,148 +1,16 @@
-"""xlac.emitter: LLVM IR for a whole model, object code for a target, and the C header.
+"""xlac.emitter: the step list, and its CPU renderer: LLVM IR for a whole model, object code
+for a target, and the C header. Reached through a backend (xlac.backends):
 
-    art = emit(module, assign_buffers(module), EmitOptions("mnist"), kinds=("obj",))
+    backend = make_backend(triple, cpu, features, opt_level)
+    art = backend.emit(module, plan_memory(module, backend), EmitOptions("mnist"))
     art.object_code, art.header
     art.footprint, art.stack_bytes      # what it costs on the target
 """
 from __future__ import annotations
 
-import tempfile
-from dataclasses import dataclass
-from pathlib import Path
+from .render import KINDS, Artifact, EmitOptions, weights_section
+from .steps import build_steps, format_steps
+from .target import TargetInfo, make_target
 
-import llvmlite.binding as llvm
-from llvmlite import ir
-
-from ..hlo import Instruction, Module, Opcode, XlacError
-from ..optimizer.buffer_assignment import BufferAssignment
-from . import kernels, sort
-from .constants import ConstantPool
-from .elf import ElfObject, set_arm_vfp_args
-from .entry import emit_entry
-from .header import render_header
-from .info import emit_model_info
-from .interface import model_interface
-from .limits import check_fits
-from .profile import instrument_calls
-from .stack import call_graph, report_frame_sizes, stack_depth
-from .target import TargetInfo, emit_assembly, emit_object, make_target, optimize_ir
-
-KINDS = ("obj", "asm", "llvm")
-
-
-@dataclass(frozen=True)
-class EmitOptions:
-    name: str                    # NAME: the C identifier every exported symbol starts with
-    triple: str | None = None    # default: the host
-    cpu: str | None = None
-    features: str | None = None
-    opt_level: int = 2
-    parallel: bool = False       # also NAME_run_parallel (emitter/parallel.py)
-    # Count cycles per step of NAME_compute (and NAME_compute_parallel) (profile.py);
-    # Artifact.profile_sites (profile_parallel_sites) names each slot's instruction.
-    profile: bool = False
-
-
-@dataclass(frozen=True)
-class Artifact:
-    llvm_ir: str | None          # optimized LLVM IR text, when "llvm" was asked for
-    object_code: bytes | None    # when "obj" was asked for
-    assembly: str | None         # when "asm" was asked for
-    header: str
-    target: TargetInfo
-    # The most stack bytes NAME_run / NAME_run_v use (the C library's calls aside); None
-    # where no machine code was generated ("llvm" alone).
-    stack_bytes: int | None = None
-    # ElfObject.footprint of the object ("obj" on ELF targets): code, weights, rodata, data.
-    footprint: dict | None = None
-    # What the object needs from the C library and the compiler's runtime (nm -u); from
-    # the object where there is one, else the C library functions the IR calls.
-    symbols: tuple[str, ...] = ()
-    profile_sites: tuple[str, ...] = ()
-    profile_parallel_sites: tuple[str, ...] = ()
-
-
-def weights_section(name: str, target: TargetInfo) -> str | None:
-    """The section of the constants: one per model on ELF targets."""
-    return f".rodata.{name}.weights" if target.is_elf else None
-
-
-def emit(module: Module, assignment: BufferAssignment, options: EmitOptions,
-         kinds=("obj",)) -> Artifact:
-    unknown = set(kinds) - set(KINDS)
-    if unknown:
-        raise XlacError(f"unknown output kind(s) {sorted(unknown)}; choose from {list(KINDS)}")
-    target, tm = make_target(options.triple, options.cpu, options.features, options.opt_level)
-    interface = model_interface(module, options.name)
-    check_fits(module, assignment, interface, target)
-    section = weights_section(options.name, target)
-    # .incbin only where nothing textual is asked for: the text would name a temp file.
-    use_incbin = set(kinds) == {"obj"} and target.is_host and "linux" in target.triple
-    with tempfile.TemporaryDirectory(prefix="xlac-") as tmp:
-        llvm_module = ir.Module(name=options.name)
-        llvm_module.triple = target.triple
-        llvm_module.data_layout = target.data_layout
-        constants = ConstantPool(llvm_module, f"{options.name}.",
-                                 Path(tmp) if use_incbin else None, section)
-        libcalls, thread_scratch, computes = emit_entry(
-            llvm_module, module, assignment, interface, target, constants, options.parallel)
-        emit_model_info(llvm_module, interface, target, assignment.arena_size,
-                        assignment.alignment)
-        sites, parallel_sites = [], []
-        if options.profile:
-            sites = instrument_calls(llvm_module, options.name, computes[0].sites)
-            if options.parallel:
-                parallel_sites = instrument_calls(llvm_module, options.name,
-                                                  computes[1].sites, computes[1].tasks,
-                                                  "profile_parallel")
-        report_frame_sizes(llvm_module)
-        parsed = None
-        if kinds:   # the header alone (--emit hlo) needs the IR built, not compiled
-            parsed = llvm.parse_assembly(f"{llvm_module}\n{constants.module_asm()}")
-            parsed.verify()
-            optimize_ir(parsed, tm, options.opt_level)
-        object_code = assembly = frames = None
-        if "obj" in kinds:
-            object_code, frames = emit_object(tm, parsed)
-            if target.float_abi == "hard":
-                object_code = set_arm_vfp_args(object_code)
-        if "asm" in kinds:
-            assembly, frames = emit_assembly(tm, parsed)
-        stack = footprint = None
-        if frames is not None:
-            stack = stack_depth(call_graph(parsed), frames,
-                                [f"{options.name}_run", f"{options.name}_run_v"],
-                                target.return_address_bytes)
-        symbols = tuple(sorted({"memcpy", "memset", *libcalls}))
-        if object_code is not None and target.is_elf:
-            elf = ElfObject(object_code)
-            footprint = elf.footprint(section)
-            symbols = tuple(elf.undefined_symbols())
-        return Artifact(
-            llvm_ir=str(parsed) if "llvm" in kinds else None,
-            object_code=object_code,
-            assembly=assembly,
-            header=render_header(interface, target, assignment.arena_size,
-                                 assignment.alignment, symbols, stack, thread_scratch),
-            target=target,
-            stack_bytes=stack,
-            footprint=footprint,
-            symbols=symbols,
-            profile_sites=tuple(sites),
-            profile_parallel_sites=tuple(parallel_sites),
-        )
-
-
-def scratch_bytes(instr: Instruction, target: TargetInfo, lean: bool = False) -> int:
-    """Scratch bytes the kernel of a dot / convolution or a sort needs (0 for other ops):
-    the ``scratch`` callback of ``optimizer.plan_memory``; ``lean``: of its variant with
-    the least scratch (``BufferAssignment.lean_kernels``)."""
-    if instr.opcode is Opcode.SORT:
-        return sort.scratch_bytes(instr)
-    if not kernels.is_kernel(instr, target):
-        return 0
-    return kernels.scratch_bytes(instr, target, lean)
-
-
-__all__ = ["EmitOptions", "Artifact", "emit", "scratch_bytes", "TargetInfo", "make_target",
-           "weights_section", "KINDS"]
+__all__ = ["EmitOptions", "Artifact", "TargetInfo", "make_target", "weights_section",
+           "build_steps", "format_steps", "KINDS"]

@@ -4,17 +4,14 @@
     i32  NAME_run_v(ptr inputs, ptr outputs, ptr arena)
     i32  NAME_run(ptr in0, ..., ptr out0, ..., ptr arena)
 
-NAME_compute walks ``assignment.order``: views, tuples, parameters and constants emit
-no code; dot and convolution call kernels (emitter/kernels/); sort and topk call their
-functions (sort.py), scatter its own (scatter.py); everything else calls its loop
-function (loops.py). Model outputs that do not already live in their output slot are
-copied there at the end. A while becomes a loop in NAME_compute itself that runs its
-condition's steps and, while that gives true, its body's steps (their own loop and
-kernel calls, in ``assignment.computations[c].order``); a conditional jumps to the
-steps of one branch. A callee's parameter and outputs are the places of its caller's
-operands and results (a ``_Frame``); the body's outputs that do not already live in the
-state are copied there at the end of the body. All state lives in the caller's buffers:
-no mutable globals, so the code is reentrant.
+NAME_compute renders the step list (steps.py) in order: a Loop calls its loop function
+(loops.py), a Kernel its kernel (emitter/kernels/: a function shared by the kernels of
+one spec; a quantized kernel or a sort / topk / scatter routine compiled for its
+instruction), a Copy is a memcpy. A While becomes a loop in NAME_compute itself that
+runs its condition's steps and, while the predicate holds, its body's steps; a
+Conditional jumps to the steps of one branch. Every buffer is the slice the buffer
+assignment resolved. All state lives in the caller's buffers: no mutable globals, so
+the code is reentrant.
 """
 from __future__ import annotations
 
@@ -22,111 +19,20 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from ..hlo import Computation, Instruction, Module, Opcode, XlacError
-from ..optimizer.aliasing import parameter_leaf, view_offset
-from ..optimizer.buffer_assignment import BufferAssignment
-from . import kernels
+from ..optimizer.buffer_assignment import BufferAssignment, BufferSlice
 from .constants import CONSTANT_ALIGN, ConstantPool
 from .elemental import ElementalEmitter
 from .interface import ModelInterface
 from .kernels.function import kernel_function
 from .kernels.gemm import tiling_for
-from .kernels.qconv import plan_quantized
 from .irutil import I1, I8, I32, I64, PTR, VOID, gep_bytes, i64
-from .loops import PointerArg, emit_elemental_function, leaf_offsets, passed_operands
+from .loops import PointerArg, emit_elemental_function
 from .parallel import emit_task, kernel_split, loop_split, moved, part, thread_scratch_bytes
-from .scatter import emit_scatter_function
-from .sort import emit_sort_function, emit_topk_function
+from .steps import Conditional, Copy, Kernel, Loop, While, kernel_steps
 from .target import TargetInfo
 
 # runtime_c/xlac_runtime.h: enum xlac_status
 XLAC_OK, XLAC_ERROR_NULL_ARGUMENT, XLAC_ERROR_ARENA_ALIGNMENT = 0, 1, 2
-
-_NO_CODE = frozenset({Opcode.PARAMETER, Opcode.CONSTANT, Opcode.TUPLE, Opcode.GET_TUPLE_ELEMENT})
-# A tuple-shaped value's places: one per element.
-Places = tuple
-
-
-@dataclass(frozen=True)
-class Place:
-    """Where a value's bytes are: ``space`` 'input' | 'output' | 'arena' | 'constant'
-    (``key`` the constant instruction) at ``offset`` bytes into buffer ``index``."""
-    space: str
-    index: int = 0
-    offset: int = 0
-    key: Instruction | None = None
-
-    def overlaps(self, size: int, other: "Place", other_size: int) -> bool:
-        if self.space == "constant" or (self.space, self.index) != (other.space, other.index):
-            return False
-        return self.offset < other.offset + other_size and other.offset < self.offset + size
-
-
-@dataclass(frozen=True)
-class _Frame:
-    """Where a computation's parameter elements and outputs are: for the entry the
-    caller's buffers; for a loop condition or body the loop state's elements
-    (``outputs`` None for the condition, whose result is read where it is); for a
-    branch its operand's elements and the conditional's result's."""
-    inputs: tuple
-    outputs: tuple | None
-
-
-class _Places:
-    """Resolves every value to a Place (a tuple of Places for a tuple-shaped value),
-    following views, tuple elements and, into a callee, its frame."""
-
-    def __init__(self, assignment: BufferAssignment):
-        self._assignment = assignment
-        self._places: dict[Instruction, Place | Places] = {}
-
-    def __getitem__(self, instr: Instruction) -> Place | Places:
-        return self._places[instr]
-
-    def leaves(self, instr: Instruction) -> tuple:
-        place = self._places[instr]
-        return place if isinstance(place, tuple) else (place,)
-
-    def resolve(self, instr: Instruction, frame: _Frame) -> None:
-        op = instr.opcode
-        if op is Opcode.PARAMETER:
-            place = frame.inputs if instr.shape.is_tuple else frame.inputs[instr.number]
-        elif parameter_leaf(instr):
-            place = frame.inputs[instr.attrs["index"]]
-        elif op is Opcode.CONSTANT:
-            place = Place("constant", key=instr)
-        elif op is Opcode.TUPLE:
-            place = tuple(self._places[o] for o in instr.operands)
-        elif op is Opcode.WHILE:     # the state lives where the init's elements do
-            place = self._places[instr.operands[0]]
-        elif op is Opcode.GET_TUPLE_ELEMENT:
-            place = self._places[instr.operands[0]][instr.attrs["index"]]
-        elif view_offset(instr) is not None:       # reshape, bitcast, contiguous slice
-            base = self._places[instr.operands[0]]
-            place = Place(base.space, base.index, base.offset + view_offset(instr), base.key)
-        else:
-            base = self.owned(instr, frame)
-            place = base if not instr.shape.is_tuple else tuple(
-                Place(base.space, base.index, base.offset + off)
-                for off in leaf_offsets(instr.shape, self._assignment.alignment))
-        self._places[instr] = place
-
-    def owned(self, instr: Instruction, frame: _Frame) -> Place:
-        """The start of the buffer ``instr`` owns."""
-        loc = self._assignment.location(instr)
-        if loc.space == "arena":
-            return Place("arena", 0, loc.offset)
-        if loc.space in ("input", "output"):
-            ports = frame.inputs if loc.space == "input" else frame.outputs
-            base = ports[loc.index]
-            return Place(base.space, base.index, base.offset + loc.offset, base.key)
-        raise XlacError(f"%{instr.name}: buffer assignment placed a computed value in "
-                        f"'{loc.space}'")
-
-    def base(self, instr: Instruction) -> Place:
-        """Where the bytes of an array value, or a tuple-shaped op's buffer, start."""
-        place = self._places[instr]
-        return place[0] if isinstance(place, tuple) else place
 
 
 @dataclass(frozen=True)
@@ -137,17 +43,11 @@ class ThreadScratch:
     size: int
 
 
-def thread_scratch(module: Module, assignment: BufferAssignment,
-                   target: TargetInfo) -> ThreadScratch:
-    """The slots every split kernel of ``module`` fits in, after the arena."""
+def thread_scratch(steps, assignment: BufferAssignment, target: TargetInfo) -> ThreadScratch:
+    """The slots every split kernel of ``steps`` fits in, after the arena."""
     tiling = tiling_for(target)
-    plans = []
-    for comp in module.computations:
-        for instr in comp.instructions:
-            if kernels.is_kernel(instr, target):
-                plan = kernels.plan_kernel(instr, target, instr in assignment.lean_kernels)
-                if kernel_split(plan, tiling) is not None:
-                    plans.append(plan)
+    plans = [s.kernel.plan for s in kernel_steps(steps)
+             if s.kernel.kind == "kernel" and kernel_split(s.kernel.plan, tiling) is not None]
     size = thread_scratch_bytes(plans, assignment.alignment)
     align = assignment.alignment
     base = -(-assignment.arena_size // align) * align if size else assignment.arena_size
@@ -155,7 +55,7 @@ def thread_scratch(module: Module, assignment: BufferAssignment,
 
 
 class _ComputeEmitter:
-    """Emits NAME_compute's body: one call per instruction, then the output copies.
+    """Emits NAME_compute's body: one call per step.
 
     With ``scratch`` (a ThreadScratch) it emits NAME_compute_parallel(inputs, outputs,
     arena, pool) instead: the same steps, the big ones split into tasks for the pool
@@ -163,16 +63,14 @@ class _ComputeEmitter:
     would give them a second caller, with sizes that vary, which changes what LLVM
     inlines and specializes in the one-thread entry."""
 
-    def __init__(self, llvm_module: ir.Module, module: Module, assignment: BufferAssignment,
+    def __init__(self, llvm_module: ir.Module, assignment: BufferAssignment,
                  interface: ModelInterface, target: TargetInfo, constants: ConstantPool,
                  scratch: ThreadScratch | None = None):
         self.llvm_module = llvm_module
-        self.module = module
         self.assignment = assignment
         self.interface = interface
         self.target = target
         self.constants = constants
-        self.places = _Places(assignment)
         self.libcalls: set[str] = set()
         self._kernels: dict[tuple, ir.Function] = {}
         self.thread_scratch = scratch
@@ -209,121 +107,112 @@ class _ComputeEmitter:
         b = self.b
         return b.load(b.gep(array, [i64(k)], source_etype=PTR, inbounds=True), typ=PTR)
 
-    # -- places as pointers --
-    def pointer(self, place: Place) -> ir.Value:
-        if place.space == "constant":
-            return gep_bytes(self.b, self.constants.global_for(place.key), place.offset)
-        base = {"input": lambda: self.inputs[place.index],
-                "output": lambda: self.outputs[place.index],
-                "arena": lambda: self.arena}[place.space]()
-        return gep_bytes(self.b, base, place.offset)
+    # -- slices as pointers --
+    def pointer(self, s: BufferSlice) -> ir.Value:
+        if s.space == "constant":
+            return gep_bytes(self.b, self.constants.global_for(s.constant), s.offset)
+        base = {"input": lambda: self.inputs[s.index],
+                "output": lambda: self.outputs[s.index],
+                "arena": lambda: self.arena}[s.space]()
+        return gep_bytes(self.b, base, s.offset)
 
-    def base_align(self, place: Place) -> int:
-        if place.space == "constant":
+    def base_align(self, s: BufferSlice) -> int:
+        if s.space == "constant":
             return CONSTANT_ALIGN
-        if place.space == "arena":
+        if s.space == "arena":
             return self.assignment.alignment
-        ports = self.interface.inputs if place.space == "input" else self.interface.outputs
-        return ports[place.index].dtype.itemsize     # callers' arrays are element-aligned
+        ports = self.interface.inputs if s.space == "input" else self.interface.outputs
+        return ports[s.index].dtype.itemsize     # callers' arrays are element-aligned
 
-    def pointer_arg(self, place: Place, size: int, others) -> PointerArg:
-        align = self.base_align(place)
-        while align > 1 and place.offset % align:
+    def pointer_arg(self, s: BufferSlice, size: int, others) -> PointerArg:
+        align = self.base_align(s)
+        while align > 1 and s.offset % align:
             align //= 2
-        noalias = not any(place.overlaps(size, p, s) for p, s in others)
+        noalias = not any(s.overlaps(size, o, n) for o, n in others)
         return PointerArg(align, noalias)
 
-    # -- instructions --
-    def emit(self) -> None:
-        entry = _Frame(tuple(Place("input", k) for k in range(len(self.interface.inputs))),
-                       tuple(Place("output", k) for k in range(len(self.interface.outputs))))
-        self._emit_computation(self.module.entry, self.assignment.order, entry)
+    # -- steps --
+    def emit(self, steps) -> None:
+        self._emit_steps(steps)
         self.b.ret_void()
 
-    def _emit_computation(self, comp: Computation, order: list[Instruction],
-                          frame: _Frame) -> None:
-        """The steps of ``comp`` at the builder's position, then the copies of its outputs
-        that do not already live in their frame's places."""
-        for instr in order:
-            self.places.resolve(instr, frame)
-            if instr.opcode in _NO_CODE or view_offset(instr) is not None:
-                continue
-            if instr.opcode is Opcode.WHILE:
-                self._emit_while(instr)
-            elif instr.opcode is Opcode.CONDITIONAL:
-                self._emit_conditional(instr)
-            elif instr.shape.num_elements == 0 and not instr.shape.is_tuple:
-                continue
-            elif instr in self.assignment.concats_in_place:
-                self._emit_concat_copies(instr)
-            elif kernels.is_kernel(instr, self.target):
-                self._emit_kernel_call(instr)
-            elif instr.opcode is Opcode.SORT:
-                self._emit_loop_call(instr, emit_sort_function)
-            elif instr.opcode is Opcode.TOPK:
-                self._emit_loop_call(instr, emit_topk_function)
-            elif instr.opcode is Opcode.SCATTER:
-                self._emit_loop_call(instr, emit_scatter_function)
-            elif (quantized := plan_quantized(instr, self.target)) is not None:
-                self._emit_quantized_call(instr, quantized)
+    def _emit_steps(self, steps) -> None:
+        for step in steps:
+            if isinstance(step, Loop):
+                self._emit_loop_call(step)
+            elif isinstance(step, Kernel):
+                self._emit_kernel(step)
+            elif isinstance(step, Copy):
+                self._memcpy(self.pointer(step.dst), self.pointer(step.src),
+                             step.instr.shape.byte_size)
+            elif isinstance(step, While):
+                self._emit_while(step)
             else:
-                self._emit_loop_call(instr)
-        if frame.outputs is not None:
-            self._emit_output_copies(comp, frame)
+                self._emit_conditional(step)
 
-    def _callee(self, comp: Computation, frame: _Frame) -> None:
-        self._emit_computation(comp, self.assignment.computations[comp].order, frame)
+    def _emit_kernel(self, step: Kernel) -> None:
+        kind = step.kernel.kind
+        if kind == "kernel":
+            self._emit_kernel_call(step)
+        elif kind == "quantized":
+            self._emit_quantized_call(step)
+        else:
+            self._emit_loop_call(step, step.kernel.plan, step.scratch)
 
-    def _emit_while(self, w: Instruction) -> None:
+    def _emit_while(self, w: While) -> None:
         """cond: the condition's steps, then on to the body or out; body: the body's
         steps, then back to cond. The state stays where the init's elements are."""
-        cond, body = w.called
-        state = self.places.leaves(w)
         b = self.b
-        head = self.fn.append_basic_block(f"{w.name}.cond")
-        loop = self.fn.append_basic_block(f"{w.name}.body")
-        done = self.fn.append_basic_block(f"{w.name}.end")
+        name = w.instr.name
+        head = self.fn.append_basic_block(f"{name}.cond")
+        loop = self.fn.append_basic_block(f"{name}.body")
+        done = self.fn.append_basic_block(f"{name}.end")
         b.branch(head)
         b.position_at_end(head)
-        self._callee(cond, _Frame(state, None))
-        pred = b.load(self.pointer(self.places[cond.root]), typ=I8)
+        self._emit_steps(w.condition)
+        pred = b.load(self.pointer(w.predicate), typ=I8)
         b.cbranch(b.icmp_unsigned("!=", pred, ir.Constant(I8, 0)), loop, done)
         b.position_at_end(loop)
-        self._callee(body, _Frame(state, state))
+        self._emit_steps(w.body)
         b.branch(head)
         b.position_at_end(done)
 
-    def _emit_conditional(self, c: Instruction) -> None:
+    def _emit_conditional(self, c: Conditional) -> None:
         """A pred picks branch 0 (true) or 1; an s32 index picks its branch, the last
         one when out of range (a switch's default)."""
         b = self.b
-        index_place = self.places[c.operands[0]]
-        results = self.places.leaves(c)
-        blocks = [self.fn.append_basic_block(f"{c.name}.branch{k}") for k in range(len(c.called))]
-        done = self.fn.append_basic_block(f"{c.name}.end")
-        if c.operands[0].shape.dtype.is_pred:
-            pred = b.load(self.pointer(index_place), typ=I8)
+        name = c.instr.name
+        blocks = [self.fn.append_basic_block(f"{name}.branch{k}")
+                  for k in range(len(c.branches))]
+        done = self.fn.append_basic_block(f"{name}.end")
+        if c.instr.operands[0].shape.dtype.is_pred:
+            pred = b.load(self.pointer(c.index), typ=I8)
             b.cbranch(b.icmp_unsigned("!=", pred, ir.Constant(I8, 0)), blocks[0], blocks[1])
         else:
-            index = b.load(self.pointer(index_place), typ=I32)
+            index = b.load(self.pointer(c.index), typ=I32)
             switch = b.switch(index, blocks[-1])
             for k, block in enumerate(blocks[:-1]):
                 switch.add_case(ir.Constant(I32, k), block)
-        for k, (branch, block) in enumerate(zip(c.called, blocks)):
+        for branch, block in zip(c.branches, blocks):
             b.position_at_end(block)
-            self._callee(branch, _Frame(self.places.leaves(c.operands[k + 1]), results))
+            self._emit_steps(branch)
             b.branch(done)
         b.position_at_end(done)
 
-    def _function_name(self, instr: Instruction) -> str:
+    def _function_name(self, instr) -> str:
         return self.llvm_module.get_unique_name(f"{self.interface.name}.{instr.name}")
 
-    def _emit_loop_call(self, instr: Instruction, emit_function=emit_elemental_function) -> None:
-        out = self.places.base(instr)
+    def _emit_loop_call(self, step: Loop | Kernel, emit_function=None,
+                        scratch: BufferSlice | None = None) -> None:
+        """A loop function (``emit_function`` None: of element generators), or a routine
+        of its own (sort, topk, scatter) called as one."""
+        instr = step.instr
+        leaves = step.result if isinstance(step.result, tuple) else (step.result,)
+        out = leaves[0]
         size = instr.shape.byte_size
-        operands = [(self.places.base(instr.operands[k]), instr.operands[k].shape.byte_size)
-                    for k in passed_operands(instr)]
-        in_place = [p == out and s == size for p, s in operands]
+        operands = [(p, instr.operands[k].shape.byte_size)
+                    for p, k in zip(step.operands, step.passed)]
+        in_place = [p.start == out.start and s == size for p, s in operands]
         out_arg = self.pointer_arg(out, size, [o for o, same in zip(operands, in_place)
                                                if not same])
         operand_args = [PointerArg(out_arg.align, False, True) if same
@@ -336,19 +225,19 @@ class _ComputeEmitter:
             return em[-1]
 
         split = None
-        if (self.thread_scratch is not None and emit_function is emit_elemental_function
-                and instr not in self.assignment.scratch):
+        if self.thread_scratch is not None and emit_function is None:
             split = loop_split(instr)
         extra = {} if split is None else {"split_dim": split[0]}
-        if emit_function is emit_elemental_function:
+        if emit_function is None:
+            emit_function = emit_elemental_function
             extra["vector_bytes"] = self.target.vector_bytes
+        offsets = [leaf.offset - out.offset for leaf in leaves]
         fn = emit_function(self.llvm_module, instr, self._function_name(instr), factory,
-                           out_arg, operand_args, self.assignment.alignment, **extra)
+                           out_arg, operand_args, offsets, **extra)
         self.libcalls.update(*(e.libcalls for e in em))
         args = [self.pointer(out)] + [self.pointer(p) for p, _ in operands]
-        if instr in self.assignment.scratch:
-            loc = self.assignment.scratch[instr]
-            args.append(self.pointer(Place(loc.space, loc.index, loc.offset)))
+        if scratch is not None:
+            args.append(self.pointer(scratch))
         if split is None:
             self.sites.append((self.b.call(fn, args), instr.name))
             return
@@ -361,7 +250,7 @@ class _ComputeEmitter:
 
         self._parallel_for(instr, args, cap, task)
 
-    def _parallel_for(self, instr: Instruction, pointers: list, cap: int, body) -> None:
+    def _parallel_for(self, instr, pointers: list, cap: int, body) -> None:
         """pool->parallel_for over min(threads, ``cap``) tasks of
         ``body(b, pointers + [tasks], i)``, the pointers passed through a context on
         the stack."""
@@ -378,31 +267,28 @@ class _ComputeEmitter:
         self.sites.append((b.call(self.parallel_for, [self.pool_ctx, fn, ctx, n]), instr.name))
         self.tasks[instr.name] = fn
 
-    def _emit_kernel_call(self, instr: Instruction) -> None:
+    def _emit_kernel_call(self, step: Kernel) -> None:
         # Kernels take the sizes that vary between layers as i64 arguments: ops with one
-        # kernel key (e.g. all 1x1 convolutions) share one function, which saves most of
+        # spec (e.g. all 1x1 convolutions) share one function, which saves most of
         # LLVM's time (DenseNet-121's 121 convolutions need 3 functions).
-        lean = instr in self.assignment.lean_kernels
-        key = kernels.kernel_key(instr, self.target, lean)
+        instr, plan = step.instr, step.kernel.plan
+        key = (instr.opcode, plan.spec)
         fn = self._kernels.get(key)
         if fn is None:
-            fn = kernels.emit_kernel(self.llvm_module, instr, self._function_name(instr),
-                                     self.target, lean)
+            fn = kernel_function(self.llvm_module, self._function_name(instr), plan.spec)
             self._kernels[key] = fn
-        plan = kernels.plan_kernel(instr, self.target, lean)
         pack = getattr(plan.spec, "pack_weights", None)
-        args = [self.pointer(self.places.base(instr))]
-        for k, o in enumerate(instr.operands):
+        args = [self.pointer(_base(step.result))]
+        for k, (o, operand) in enumerate(zip(instr.operands, step.operands)):
             if k == 1 and pack is not None:
                 # The kernel reads its constant weights packed in its own order, in place
                 # of the constant (not emitted then, unless something else reads it).
                 packed = pack(o.literal, plan.sizes)
                 args.append(self.constants.global_for_bytes(packed.tobytes()))
             else:
-                args.append(self.pointer(self.places[o]))
-        if plan.scratch_bytes > 0:
-            loc = self.assignment.scratch[instr]
-            args.append(self.pointer(Place(loc.space, loc.index, loc.offset)))
+                args.append(self.pointer(operand))
+        if step.scratch is not None:
+            args.append(self.pointer(step.scratch))
         split = None
         if self.thread_scratch is not None:
             split = kernel_split(plan, tiling_for(self.target))
@@ -447,40 +333,21 @@ class _ComputeEmitter:
 
         self._parallel_for(instr, args, split.cap, task)
 
-    def _emit_quantized_call(self, instr: Instruction, kernel) -> None:
+    def _emit_quantized_call(self, step: Kernel) -> None:
         """An integer convolution or dot with its epilogue (kernels/qconv.py), compiled for
         this layer: it reads the fusion's operands that are not constants."""
-        fn = kernel.emit(self.llvm_module, self._function_name(instr), self.constants)
-        args = [self.pointer(self.places[instr])]
-        args += [self.pointer(self.places[instr.operands[k]]) for k in kernel.passed]
-        self.sites.append((self.b.call(fn, args), instr.name))
+        fn = step.kernel.plan.emit(self.llvm_module, self._function_name(step.instr),
+                                   self.constants)
+        args = [self.pointer(step.result)] + [self.pointer(o) for o in step.operands]
+        self.sites.append((self.b.call(fn, args), step.instr.name))
 
     def _memcpy(self, dst: ir.Value, src: ir.Value, size: int) -> None:
         memcpy = self.llvm_module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
         self.b.call(memcpy, [dst, src, i64(size), ir.Constant(I1, 0)])
 
-    def _emit_concat_copies(self, instr: Instruction) -> None:
-        """A concatenation built in place: its operands' producers wrote into their
-        slices; copy in only the operands that live elsewhere (inputs, constants,
-        values that could not take a slot)."""
-        out = self.places[instr]
-        offset = 0
-        for o in instr.operands:
-            size = o.shape.byte_size
-            slot = Place(out.space, out.index, out.offset + offset)
-            if size and self.places[o] != slot:
-                self._memcpy(self.pointer(slot), self.pointer(self.places[o]), size)
-            offset += size
 
-    def _emit_output_copies(self, comp: Computation, frame: _Frame) -> None:
-        # A loop body's outputs live in its own buffers, never in another output's
-        # place (control_flow.py copies rotated state elements), so the order of these
-        # copies does not matter.
-        for instr, target in zip(comp.outputs, frame.outputs):
-            place = self.places[instr]
-            if place == target or instr.shape.byte_size == 0:
-                continue
-            self._memcpy(self.pointer(target), self.pointer(place), instr.shape.byte_size)
+def _base(result: BufferSlice | tuple) -> BufferSlice:
+    return result[0] if isinstance(result, tuple) else result
 
 
 def _emit_run_v(llvm_module: ir.Module, interface: ModelInterface, compute: ir.Function,
@@ -569,26 +436,25 @@ def _emit_run(llvm_module: ir.Module, interface: ModelInterface, run_v: ir.Funct
     return fn
 
 
-def emit_entry(llvm_module: ir.Module, module: Module, assignment: BufferAssignment,
+def emit_entry(llvm_module: ir.Module, steps, assignment: BufferAssignment,
                interface: ModelInterface, target: TargetInfo, constants: ConstantPool,
                parallel: bool = False
                ) -> tuple[set[str], ThreadScratch | None, list[_ComputeEmitter]]:
-    """Define NAME_compute, NAME_run_v and NAME_run, and with ``parallel``
-    NAME_compute_parallel, NAME_run_parallel_v and NAME_run_parallel; returns the C
-    library functions the code calls (see ElementalEmitter.libcalls), with
+    """Define NAME_compute (the ``steps``), NAME_run_v and NAME_run, and with
+    ``parallel`` NAME_compute_parallel, NAME_run_parallel_v and NAME_run_parallel;
+    returns the C library functions the code calls (see ElementalEmitter.libcalls), with
     ``parallel`` where the extra threads' scratch lies, and the compute functions'
     emitters (their ``sites`` and ``tasks``, for profile.py)."""
-    compute = _ComputeEmitter(llvm_module, module, assignment, interface, target, constants)
-    compute.emit()
+    compute = _ComputeEmitter(llvm_module, assignment, interface, target, constants)
+    compute.emit(steps)
     run_v = _emit_run_v(llvm_module, interface, compute.fn, assignment.arena_size,
                         assignment.alignment)
     _emit_run(llvm_module, interface, run_v)
     if not parallel:
         return compute.libcalls, None, [compute]
-    scratch = thread_scratch(module, assignment, target)
-    threaded = _ComputeEmitter(llvm_module, module, assignment, interface, target, constants,
-                               scratch)
-    threaded.emit()
+    scratch = thread_scratch(steps, assignment, target)
+    threaded = _ComputeEmitter(llvm_module, assignment, interface, target, constants, scratch)
+    threaded.emit(steps)
     run_pv = _emit_run_v(llvm_module, interface, run_v, assignment.arena_size,
                          assignment.alignment, threaded.fn, target.pointer_bits)
     _emit_run(llvm_module, interface, run_pv, parallel=True)

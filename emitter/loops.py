@@ -20,19 +20,11 @@ from typing import Callable, Sequence
 from llvmlite import ir
 
 from ..hlo import Instruction, Opcode, Shape, XlacError
-from ..optimizer.aliasing import tuple_element_offset
+from ..hlo.fusion import is_loop_fusion
 from .elemental import ElementalEmitter, Generator, clamped_starts, window_interior
 from .indexing import linearize
 from .irutil import I64, PTR, VOID, for_range, gep_bytes, gep_elem, llvm_type
 from .pooling import plan_pool_rows
-
-
-def leaf_offsets(shape: Shape, alignment: int) -> list[int]:
-    """Byte offset of each element of a tuple-shaped op's buffer (the buffer assignment's
-    layout: elements in order, each at a multiple of ``alignment``)."""
-    if not shape.is_tuple:
-        return [0]
-    return [tuple_element_offset(shape, k, alignment) for k in range(len(shape.tuple_shapes))]
 
 
 def access_align(offset: int, base_align: int, itemsize: int) -> int:
@@ -130,7 +122,7 @@ def window_root(instr: Instruction) -> Instruction | None:
 
 def _loop_fusion_body(instr: Instruction):
     """The computation a loop fusion calls, else None."""
-    if instr.opcode is Opcode.FUSION and instr.attrs.get("kind") == "kLoop":
+    if is_loop_fusion(instr):
         return instr.called[0]
     return None
 
@@ -214,11 +206,12 @@ def operand_generators(em: ElementalEmitter, b: ir.IRBuilder, fn: ir.Function,
 
 def emit_elemental_function(llvm_module: ir.Module, instr: Instruction, name: str,
                             em_factory: Callable[[ir.IRBuilder], ElementalEmitter],
-                            out: PointerArg, operands: Sequence[PointerArg], alignment: int,
+                            out: PointerArg, operands: Sequence[PointerArg],
+                            offsets: Sequence[int],
                             split_dim: int | None = None, vector_bytes: int = 0):
     """Define ``void name(ptr out, ptr operand...)`` computing ``instr``; ``operands`` holds
-    one PointerArg per entry of ``passed_operands(instr)``; a tuple result's elements lie
-    at ``leaf_offsets(shape, alignment)``. A dynamic-update-slice is a copy of its
+    one PointerArg per entry of ``passed_operands(instr)``; ``offsets``: where the result's
+    elements lie, in bytes from ``out`` ([0] for an array). A dynamic-update-slice is a copy of its
     operand and a loop over its update (``LOOP_BODIES``). The C library functions the
     code calls are in the ``libcalls`` of the emitter ``em_factory`` made.
     ``split_dim``: the function takes two more arguments, i64 ``lo, hi``, and computes
@@ -251,7 +244,7 @@ def emit_elemental_function(llvm_module: ir.Module, instr: Instruction, name: st
         raise XlacError(f"%{instr.name}: tuple leaves of different dimensions ({instr.shape})")
     targets = [(gep_bytes(b, fn.args[0], off), leaf, access_align(off, out.align,
                                                                    leaf.dtype.itemsize))
-               for off, leaf in zip(leaf_offsets(instr.shape, alignment), leaves)]
+               for off, leaf in zip(offsets, leaves)]
 
     def store(index):
         value = generate(index)

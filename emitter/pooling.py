@@ -37,6 +37,7 @@ import numpy as np
 from llvmlite import ir
 
 from ..hlo import Instruction, Opcode, dtypes
+from ..hlo.fusion import is_loop_fusion
 from .elemental import RULES, ElementalEmitter, window_interior
 from .irutil import I1, I32, for_range, i64, llvm_type
 from .kernels.vec import F32, const_vec, masked_load, masked_store, offset_ptr, splat, vec_type
@@ -181,7 +182,7 @@ def _reduce_window_of(instr: Instruction):
             return none
         init = instr.operands[1] if instr.operands[1].opcode is Opcode.CONSTANT else None
         return instr, 0, init, None
-    if instr.opcode is not Opcode.FUSION or instr.attrs.get("kind") != "kLoop":
+    if not is_loop_fusion(instr):
         return none
     rw, divide = instr.called[0].root, None
     if rw.opcode is Opcode.DIVIDE:

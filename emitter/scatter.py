@@ -25,7 +25,7 @@ from .loops import (PointerArg, emit_loop_nest, operand_function, operand_genera
 def emit_scatter_function(llvm_module: ir.Module, instr: Instruction, name: str,
                           em_factory: Callable[[ir.IRBuilder], ElementalEmitter],
                           out: PointerArg, operands: Sequence[PointerArg],
-                          alignment: int) -> ir.Function:
+                          offsets: Sequence[int]) -> ir.Function:
     """Define ``void name(ptr out, ptr operand...)`` computing the scatter ``instr``;
     ``operands`` holds one PointerArg per ``passed_operands(instr)`` (an operand 0 that
     is written in place is read through the output pointer)."""

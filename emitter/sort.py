@@ -27,17 +27,20 @@ from typing import Callable, Sequence
 from llvmlite import ir
 
 from ..hlo import Instruction, Shape, XlacError, dtypes
-from ..optimizer.aliasing import align_up
 from .elemental import ElementalEmitter
 from .indexing import linearize
 from .irutil import (I32, I64, PTR, VOID, alloca_once, for_range, gep_bytes, gep_elem, i64,
                      llvm_type)
-from .loops import (PointerArg, access_align, buffer_reader, leaf_offsets, operand_function,
+from .loops import (PointerArg, access_align, buffer_reader, operand_function,
                     passed_operands)
 from .scalar import is_unsigned_like, pred_to_i1, to_compute
 
 RUN = 16        # insertion-sorted run length; longer rows are merged from such runs
 _ROW_ALIGN = 16
+
+
+def _align_up(n: int, a: int) -> int:
+    return -(-n // a) * a
 
 
 def _row_length(instr: Instruction) -> int:
@@ -56,7 +59,7 @@ def scratch_bytes(instr: Instruction) -> int:
     n = _row_length(instr)
     if _merge_passes(n) == 0:
         return 0
-    return sum(align_up(n * o.shape.dtype.itemsize, _ROW_ALIGN) for o in instr.operands)
+    return sum(_align_up(n * o.shape.dtype.itemsize, _ROW_ALIGN) for o in instr.operands)
 
 
 @dataclass
@@ -97,7 +100,7 @@ def _layout_stride(shape: Shape, dim: int) -> int:
 def emit_sort_function(llvm_module: ir.Module, instr: Instruction, name: str,
                        em_factory: Callable[[ir.IRBuilder], ElementalEmitter],
                        out: PointerArg, operands: Sequence[PointerArg],
-                       alignment: int) -> ir.Function:
+                       offsets: Sequence[int]) -> ir.Function:
     """Define ``void name(ptr out, ptr operand..., [ptr scratch])`` computing the sort
     ``instr``; ``operands`` holds one PointerArg per ``passed_operands(instr)``."""
     passed = passed_operands(instr)
@@ -137,18 +140,18 @@ def emit_sort_function(llvm_module: ir.Module, instr: Instruction, name: str,
                 index[d] = loops.enter_context(for_range(b, shape.dims[d], f"i{d}"))
         index[dim] = i64(0)
         outputs = _Rows(
-            [gep_bytes(b, fn.args[0], off) for off in leaf_offsets(instr.shape, alignment)],
+            [gep_bytes(b, fn.args[0], off) for off in offsets],
             [linearize(b, index, leaf.dims, leaf.layout) for leaf in leaves],
             [_layout_stride(leaf, dim) for leaf in leaves], types,
             [access_align(off, out.align, leaf.dtype.itemsize)
-             for off, leaf in zip(leaf_offsets(instr.shape, alignment), leaves)])
+             for off, leaf in zip(offsets, leaves)])
         buffers = [outputs]
         if with_scratch:
-            offsets, at = [], 0
+            rows, at = [], 0
             for leaf in leaves:
-                offsets.append(at)
-                at += align_up(n * leaf.dtype.itemsize, _ROW_ALIGN)
-            buffers.append(_Rows([gep_bytes(b, fn.args[-1], off) for off in offsets],
+                rows.append(at)
+                at += _align_up(n * leaf.dtype.itemsize, _ROW_ALIGN)
+            buffers.append(_Rows([gep_bytes(b, fn.args[-1], off) for off in rows],
                                  [None] * len(leaves), [1] * len(leaves), types,
                                  [leaf.dtype.itemsize for leaf in leaves]))
         passes = _merge_passes(n)
@@ -240,7 +243,7 @@ def _merge(b: ir.IRBuilder, src: _Rows, dst: _Rows, lo, mid, hi, less) -> None:
 def emit_topk_function(llvm_module: ir.Module, instr: Instruction, name: str,
                        em_factory: Callable[[ir.IRBuilder], ElementalEmitter],
                        out: PointerArg, operands: Sequence[PointerArg],
-                       alignment: int) -> ir.Function:
+                       offsets: Sequence[int]) -> ir.Function:
     """Define ``void name(ptr out[, ptr operand])`` computing the topk ``instr``.
 
     Per row, the output row itself holds a binary heap of the k best (value, index)
@@ -263,7 +266,6 @@ def emit_topk_function(llvm_module: ir.Module, instr: Instruction, name: str,
         raise XlacError(f"%{instr.name}: topk results need the default layout")
     k, n = instr.attrs["k"], x.shape.dims[-1]
     worse = _worse(b, x.shape.dtype, instr.attrs["largest"])
-    offsets = leaf_offsets(instr.shape, alignment)
     if k == 0:
         b.ret_void()
         return fn

@@ -7,6 +7,7 @@ maps entry parameters / root to the source model's named inputs and outputs.
 """
 from __future__ import annotations
 
+import copy
 import itertools
 import re
 from dataclasses import dataclass, field
@@ -212,6 +213,29 @@ class Module:
     def remove_computation(self, comp: Computation) -> None:
         self.computations.remove(comp)
 
+    def clone(self) -> "Module":
+        """A copy to rewrite on its own: new computations and instructions (the constants'
+        arrays shared: no pass writes into one), the same names, and name scopes that
+        go on as this module's would."""
+        out = Module(self.name)
+        out.signature, out.notes = self.signature, list(self.notes)
+        out._names = self._names.copy()
+        comps: dict[int, Computation] = {}
+        for comp in self.computations:          # callees first: called ones are mapped
+            c = Computation(comp.name)
+            c._names = comp._names.copy()
+            mapped: dict[int, Instruction] = {}
+            for i in comp.instructions:
+                mapped[id(i)] = Instruction(
+                    i.opcode, i.shape, [mapped[id(o)] for o in i.operands], i.attrs,
+                    [comps[id(x)] for x in i.called], i.literal, i.name, i.metadata)
+                c.instructions.append(mapped[id(i)])
+            c.root = mapped[id(comp.root)]
+            comps[id(comp)] = c
+            out.computations.append(c)
+        out.entry = comps[id(self.entry)]
+        return out
+
     @property
     def output_instructions(self) -> list[Instruction]:
         """The values of the model's outputs: the root's operands if it is a tuple."""
@@ -224,6 +248,12 @@ class _NameUniquer:
     def __init__(self):
         self._used: set[str] = set()
         self._counter = itertools.count(1)
+
+    def copy(self) -> "_NameUniquer":
+        out = _NameUniquer()
+        out._used = set(self._used)
+        out._counter = copy.copy(self._counter)
+        return out
 
     def unique(self, name: str) -> str:
         base = re.sub(r"[^A-Za-z0-9_.\-]", "_", name) or "x"

@@ -71,3 +71,10 @@ class Shape:
 
     def __repr__(self) -> str:
         return f"Shape({self})"
+
+
+def channels_minor(shape: Shape) -> Shape:
+    """``shape`` (N, C, spatial...) laid out with the channels as the minor dim, then the
+    spatial dims from the last, then the batch (NHWC in memory for N C H W)."""
+    rank = shape.rank
+    return Shape.array(shape.dtype, shape.dims, (1,) + tuple(range(rank - 1, 1, -1)) + (0,))

@@ -32,12 +32,13 @@ from . import dtypes
 from .attributes import (ConvDimensionNumbers, DotDimensionNumbers, GatherDimensionNumbers,
                          PaddingConfig, ScatterDimensionNumbers, SliceSpec, Window)
 from .errors import XlacError
+from .fusion import FusionKind
 from .ir import Computation, Instruction, Module
 from .literal_text import format_literal, parse_literal
 from .opcodes import COMPARISON_DIRECTIONS, Opcode
 from .shape import Shape
 from .shape_inference import infer_shape
-from .verifier import FUSION_KINDS, VerifierError, compatible, verify
+from .verifier import VerifierError, compatible, verify
 
 _SMALL_CONSTANT = 64        # elements; larger ones print as {...} in human dumps
 
@@ -119,7 +120,7 @@ _PADDING = _Syntax(_print_padding, lambda p: p.padding())
 _WINDOW = _Syntax(_print_window, lambda p: p.window())
 _DIM_LABELS = _Syntax(_print_dim_labels, lambda p: p.dim_labels())
 _DIRECTION = _choice(COMPARISON_DIRECTIONS)
-_FUSION_KIND = _choice(FUSION_KINDS)
+_FUSION_KIND = _Syntax(str, lambda p: FusionKind(_choice([k.value for k in FusionKind]).parse(p)))
 
 _REQUIRED = object()
 _NO_WINDOW = Window.make(())

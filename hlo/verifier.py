@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 
 from .dtypes import PRED, DType
+from .fusion import FusionKind
 from .ir import Computation, Instruction, Module
 from .opcodes import Opcode
 from .shape import Shape
 from .shape_inference import compatible, infer_shape
 
-FUSION_KINDS = ("kLoop", "kInput", "kOutput")
 _REDUCTIONS = (Opcode.REDUCE, Opcode.REDUCE_WINDOW)
 
 
@@ -91,9 +91,9 @@ def _verify_instruction(comp: Computation, instr: Instruction) -> None:
         raise _fail(comp, instr, f"shape {instr.shape} is not the inferred {inferred}")
     if instr.opcode is Opcode.CONSTANT:
         _verify_literal(comp, instr)
-    elif instr.opcode is Opcode.FUSION and instr.attrs["kind"] not in FUSION_KINDS:
+    elif instr.opcode is Opcode.FUSION and instr.attrs["kind"] not in set(FusionKind):
         raise _fail(comp, instr, f"fusion kind {instr.attrs['kind']!r} is not one of "
-                                 f"{', '.join(FUSION_KINDS)}")
+                                 f"{', '.join(k.value for k in FusionKind)}")
     elif instr.opcode in _REDUCTIONS:
         _verify_reducer(comp, instr)
     elif instr.opcode is Opcode.SORT:

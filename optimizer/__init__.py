@@ -10,16 +10,17 @@ from .heap_simulator import simulate_peak
 from .licm import WhileLoopInvariantCodeMotion
 from .memory_model import MemoryModel
 from .memory_plan import plan_memory
-from .optimize import make_pipeline, optimize
+from .optimize import alternatives, make_pipeline, optimize
 from .pipeline import ComputationPass, Pass, Pipeline
+from .projection_sinking import ProjectionSinking
 from .scheduling import (DEFAULT_SCHEDULERS, DefinitionOrderScheduler, ListScheduler,
                          PostOrderScheduler, ScheduleResult, Scheduler, check_order, schedule,
                          schedule_model)
 
 __all__ = [
-    "ComputationPass", "Pass", "Pipeline", "optimize", "make_pipeline",
+    "ComputationPass", "Pass", "Pipeline", "optimize", "make_pipeline", "alternatives",
     "AlgebraicSimplifier", "ConstantFolding", "CommonSubexpressionElimination",
-    "ConvPhaseSplit",
+    "ConvPhaseSplit", "ProjectionSinking",
     "DeadCodeElimination", "InstructionFusion", "WhileLoopInvariantCodeMotion",
     "MemoryModel", "schedule", "schedule_model", "ScheduleResult", "Scheduler", "DefinitionOrderScheduler", "PostOrderScheduler",
     "ListScheduler", "DEFAULT_SCHEDULERS", "check_order", "simulate_peak",

@@ -11,22 +11,27 @@ from typing import Callable
 
 import numpy as np
 
-from ..hlo import Computation, DotDimensionNumbers, Instruction, Opcode, dtypes
+from ..hlo import Computation, DotDimensionNumbers, Instruction, Opcode
 from ..hlo.opcodes import ELEMENTWISE
 from .pipeline import ComputationPass
+from .policy import BackendPolicy
 from .rewrite import apply_replacements
 
 Rule = Callable[[Instruction], "Instruction | None"]
 
 
 class AlgebraicSimplifier(ComputationPass):
+    """``RULES``, and the rules that ask the backend: ``dot_of_transpose``."""
     name = "algsimp"
 
+    def __init__(self, policy: BackendPolicy):
+        self.rules = {**RULES, Opcode.DOT: (lambda dot: dot_of_transpose(dot, policy),)}
+
     def run_on_computation(self, comp: Computation) -> bool:
-        return _simplify_computation(comp)
+        return _simplify_computation(comp, self.rules)
 
 
-def _simplify_computation(comp: Computation) -> bool:
+def _simplify_computation(comp: Computation, rules: dict[Opcode, tuple[Rule, ...]]) -> bool:
     replaced: dict[Instruction, Instruction] = {}
     present = set(comp.instructions)
     # One walk in def-before-use order. Operands are redirected to their
@@ -34,7 +39,7 @@ def _simplify_computation(comp: Computation) -> bool:
     # appended (not visited again this walk) and put in order at the end.
     for instr in list(comp.instructions):
         instr.operands = [replaced.get(o, o) for o in instr.operands]
-        for rule in RULES.get(instr.opcode, ()):
+        for rule in rules.get(instr.opcode, ()):
             new = rule(instr)
             if new is not None:
                 _add_new(comp, new, present, instr.metadata)
@@ -255,16 +260,15 @@ def elementwise_of_broadcasts(instr):
     return Instruction(Opcode.BROADCAST, instr.shape, [inner], {"dimensions": mapping})
 
 
-def dot_of_transpose(instr):
+def dot_of_transpose(instr, policy: BackendPolicy):
     # dot(transpose(x, p), y) => dot(x, y), each dim d of the transpose's named as x's
-    # p[d] (XLA's TransposeFolding), and alike for y: the dot kernels take any strides
-    # (B's rows contiguous, as K^T in attention, are packed by columns), so the
-    # transposed copy is never made. f32 dots with one contracting dim only (the fast
-    # kernels merge any other into it) whose free dims keep their order (the result's
-    # dims are the free dims in order).
-    dn = instr.attrs["dimension_numbers"]
-    if instr.shape.dtype != dtypes.F32 or len(dn.lhs_contracting) != 1:
+    # p[d] (XLA's TransposeFolding), and alike for y, where the backend's dot kernel
+    # takes any strides (``dot_folds_transpose``), so the transposed copy is never
+    # made; for transposes whose free dims keep their order (the result's dims are the
+    # free dims in order).
+    if not policy.dot_folds_transpose(instr):
         return None
+    dn = instr.attrs["dimension_numbers"]
     sides = [list(dn.lhs_batch), list(dn.lhs_contracting), list(dn.rhs_batch),
              list(dn.rhs_contracting)]
     operands = list(instr.operands)
@@ -311,7 +315,6 @@ RULES: dict[Opcode, tuple[Rule, ...]] = {
     Opcode.PAD: (pad_zero,),
     Opcode.BROADCAST: (broadcast_same_shape,),
     Opcode.GET_TUPLE_ELEMENT: (get_tuple_element_of_tuple,),
-    Opcode.DOT: (dot_of_transpose,),
 }
 # Every element-wise op: its own rules first, then hoisting it above broadcasts.
 RULES = {**RULES, **{op: RULES.get(op, ()) + (elementwise_of_broadcasts,)

@@ -33,6 +33,7 @@ Two rules let one owner's bytes serve another, so nothing is copied:
 from __future__ import annotations
 
 from ..hlo import Computation, Instruction, Opcode, Shape
+from ..hlo.fusion import is_loop_fusion
 from ..hlo.opcodes import ELEMENTWISE
 
 # Always views: same bytes, new shape (row-major layouts on both sides).
@@ -357,7 +358,7 @@ def in_place_operands(instr: Instruction) -> list[int]:
         candidates = list(range(len(instr.operands)))
     elif instr.opcode in (Opcode.DYNAMIC_UPDATE_SLICE, Opcode.SCATTER):
         candidates = [0]
-    elif instr.opcode is Opcode.FUSION and instr.attrs.get("kind") == "kLoop":
+    elif is_loop_fusion(instr):
         fused = instr.called[0]
         candidates = [k for k, p in enumerate(fused.parameters)
                       if _reaches_root_elementwise(fused, p)]

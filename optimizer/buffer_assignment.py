@@ -47,13 +47,18 @@ Contract with the emitter (xlac.emitter):
     in a concatenation's slice is a multiple of ``alignment``.
   - ``blocks`` lists the arena over the schedule for reports (where memory goes):
     every arena buffer and kernel scratch with its bytes and live steps.
+  - ``slice(instr)`` is where ``instr``'s bytes are, resolved all the way (a
+    ``BufferSlice``; a tuple of them for a tuple-shaped value, one per element): views
+    and tuple elements followed to their buffer, a callee's parameter elements and
+    outputs to its caller's operands and results. Backends read locations from it
+    and derive none of their own.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..hlo import Computation, Instruction, Module, Opcode
+from ..hlo import Computation, Instruction, Module, Opcode, XlacError
 from ..hlo.opcodes import CONTROL_FLOW
 from .aliasing import align_up, element_source, parameter_leaf, tuple_element_offset, view_offset
 from .control_flow import ControlFlowPreparation, caller_of, planned_computations
@@ -62,7 +67,7 @@ from .memory_model import MemoryModel, Scratch, ScratchFn
 from .packing import improve_packing
 from .scheduling import check_order
 
-__all__ = ["ArenaBlock", "BufferLocation", "BufferAssignment", "assign_buffers"]
+__all__ = ["ArenaBlock", "BufferLocation", "BufferAssignment", "BufferSlice", "assign_buffers"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,38 @@ class BufferLocation:
     space: str        # 'input' | 'output' | 'arena' | 'constant' | 'none'
     index: int = 0    # input / output number
     offset: int = 0   # bytes: into the arena, or into the input / output buffer
+
+
+@dataclass(frozen=True)
+class BufferSlice:
+    """``size`` bytes at ``offset`` into the arena, into the caller's input or output
+    ``index``, or into the global of ``constant`` (XLA's BufferAllocation::Slice)."""
+    space: str                          # 'arena' | 'input' | 'output' | 'constant'
+    index: int = 0
+    offset: int = 0
+    size: int = 0
+    constant: Instruction | None = None
+
+    @property
+    def start(self) -> tuple:
+        """Where the bytes begin: equal starts are the same bytes."""
+        return self.space, self.index, self.offset, self.constant
+
+    def at(self, offset: int, size: int) -> "BufferSlice":
+        """``size`` bytes ``offset`` bytes into this slice."""
+        return BufferSlice(self.space, self.index, self.offset + offset, size, self.constant)
+
+    def overlaps(self, size: int, other: "BufferSlice", other_size: int) -> bool:
+        """Whether ``size`` bytes from here and ``other_size`` from ``other`` share one
+        (constants never change, so they never conflict)."""
+        if self.space == "constant" or (self.space, self.index) != (other.space, other.index):
+            return False
+        return self.offset < other.offset + other_size and other.offset < self.offset + size
+
+    def __str__(self) -> str:
+        where = f"%{self.constant.name}" if self.space == "constant" else (
+            "arena" if self.space == "arena" else f"{self.space}{self.index}")
+        return f"{where}[{self.offset}:+{self.size}]"
 
 
 @dataclass(frozen=True)
@@ -106,9 +143,35 @@ class BufferAssignment:
     blocks: list[ArenaBlock] = field(default_factory=list)
     # The assignments of the computations whiles and conditionals call.
     computations: dict[Computation, "BufferAssignment"] = field(default_factory=dict)
+    # Every value's bytes, resolved (``resolve_slices``): the entry's and its callees'.
+    slices: dict[Instruction, "BufferSlice | tuple"] = field(default_factory=dict)
 
     def location(self, instr: Instruction) -> BufferLocation:
         return self.locations[instr]
+
+    def is_view(self, instr: Instruction) -> bool:
+        """Whether ``instr`` is a view of its operand's bytes (reshape, bitcast, a
+        contiguous slice): no code computes it."""
+        return view_offset(instr) is not None
+
+    def slice(self, instr: Instruction) -> "BufferSlice | tuple":
+        """Where the value of ``instr`` is: a BufferSlice, or one per element of a tuple."""
+        return self.slices[instr]
+
+    def leaves(self, instr: Instruction) -> tuple:
+        """The slices of the arrays ``instr``'s value consists of."""
+        s = self.slices[instr]
+        return s if isinstance(s, tuple) else (s,)
+
+    def base(self, instr: Instruction) -> BufferSlice:
+        """Where the bytes of an array value, or of a tuple-shaped op's buffer, start."""
+        s = self.slices[instr]
+        return s[0] if isinstance(s, tuple) else s
+
+    def scratch_slice(self, instr: Instruction, size: int) -> BufferSlice:
+        """The kernel scratch of ``instr`` (``size`` bytes: what the kernel asked for)."""
+        loc = self.scratch[instr]
+        return BufferSlice(loc.space, loc.index, loc.offset, size)
 
 
 # Plans one computation: (computation, scratch callback, lean scratch callback) -> its
@@ -131,7 +194,9 @@ def assign_buffers(module: Module, order: list[Instruction] | None = None,
     when the caller already has it.
     """
     if model is not None or not _has_control_flow(module):
-        return assign_computation(module, module.entry, order, alignment, scratch, model)
+        assignment = assign_computation(module, module.entry, order, alignment, scratch, model)
+        resolve_slices(module, assignment)
+        return assignment
 
     def plan(comp, scratch_of, _lean):
         given = _with_inserted(comp, order) if comp is module.entry and order else None
@@ -204,6 +269,7 @@ def plan_module(module: Module, alignment: int, scratch: ScratchFn | None,
         top.concats_in_place |= sub.concats_in_place
         top.lean_kernels |= sub.lean_kernels
         top.computations[comp] = sub
+    resolve_slices(module, top)
     return top
 
 
@@ -294,3 +360,80 @@ def _location(i: Instruction, locs: dict[Instruction, BufferLocation], model: Me
         return BufferLocation("output", buf.output, off)
     # Zero-byte buffers take no part in packing; any offset will do.
     return BufferLocation("arena", 0, offsets.get(storage.get(buf, buf), 0) + off)
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """Where a computation's parameter elements and outputs are: for the entry the
+    caller's buffers; for a loop condition or body the loop state's elements
+    (``outputs`` None for the condition, whose result is read where it is); for a
+    branch its operand's elements and the conditional's result's."""
+    inputs: tuple
+    outputs: tuple | None
+
+
+def resolve_slices(module: Module, assignment: BufferAssignment) -> None:
+    """Fill ``assignment.slices``: every value of the entry and of the computations its
+    whiles and conditionals call, following views, tuple elements and, into a callee,
+    its frame."""
+    slices = assignment.slices
+    slices.clear()
+
+    def owned(instr: Instruction, frame: _Frame) -> BufferSlice:
+        loc = assignment.location(instr)
+        size = instr.shape.byte_size
+        if loc.space == "arena":
+            return BufferSlice("arena", 0, loc.offset, size)
+        if loc.space in ("input", "output"):
+            ports = frame.inputs if loc.space == "input" else frame.outputs
+            return ports[loc.index].at(loc.offset, size)
+        raise XlacError(f"%{instr.name}: buffer assignment placed a computed value in "
+                        f"'{loc.space}'")
+
+    def resolve(instr: Instruction, frame: _Frame) -> BufferSlice | tuple:
+        op = instr.opcode
+        if op is Opcode.PARAMETER:
+            return frame.inputs if instr.shape.is_tuple else frame.inputs[instr.number]
+        if parameter_leaf(instr):
+            return frame.inputs[instr.attrs["index"]]
+        if op is Opcode.CONSTANT:
+            return BufferSlice("constant", 0, 0, instr.shape.byte_size, instr)
+        if op is Opcode.TUPLE:
+            return tuple(slices[o] for o in instr.operands)
+        if op is Opcode.WHILE:          # the state lives where the init's elements do
+            return slices[instr.operands[0]]
+        if op is Opcode.GET_TUPLE_ELEMENT:
+            return slices[instr.operands[0]][instr.attrs["index"]]
+        view = view_offset(instr)
+        if view is not None:            # reshape, bitcast, contiguous slice
+            return slices[instr.operands[0]].at(view, instr.shape.byte_size)
+        base = owned(instr, frame)
+        if not instr.shape.is_tuple:
+            return base
+        return tuple(base.at(tuple_element_offset(instr.shape, k, assignment.alignment),
+                             leaf.byte_size)
+                     for k, leaf in enumerate(instr.shape.tuple_shapes))
+
+    def walk(comp: Computation, order: list[Instruction], frame: _Frame) -> None:
+        for instr in order:
+            slices[instr] = resolve(instr, frame)
+            if instr.opcode is Opcode.WHILE:
+                cond, body = instr.called
+                state = _leaves(slices[instr])
+                walk(cond, assignment.computations[cond].order, _Frame(state, None))
+                walk(body, assignment.computations[body].order, _Frame(state, state))
+            elif instr.opcode is Opcode.CONDITIONAL:
+                results = _leaves(slices[instr])
+                for k, branch in enumerate(instr.called):
+                    walk(branch, assignment.computations[branch].order,
+                         _Frame(_leaves(slices[instr.operands[k + 1]]), results))
+
+    entry = _Frame(tuple(BufferSlice("input", k, 0, p.shape.byte_size)
+                         for k, p in enumerate(module.entry.parameters)),
+                   tuple(BufferSlice("output", k, 0, o.shape.byte_size)
+                         for k, o in enumerate(module.output_instructions)))
+    walk(module.entry, assignment.order, entry)
+
+
+def _leaves(s: BufferSlice | tuple) -> tuple:
+    return s if isinstance(s, tuple) else (s,)

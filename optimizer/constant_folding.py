@@ -8,9 +8,9 @@ materialized as a constant when
 
   1. it is tiny: at most ``SMALL_BYTES`` (1 KiB), so shape arithmetic, masks and
      small tables fold however they were computed; or
-  2. it is an operand of a dot or convolution: those kernels read their operands
-     from memory, so a ConstantOfShape-style weight (a broadcast scalar) must be
-     a real constant anyway; or
+  2. it is an operand of a kernel that reads its operands from memory
+     (``BackendPolicy.kernel_reads_operands``: a dot or convolution), so a
+     ConstantOfShape-style weight (a broadcast scalar) must be a real constant anyway; or
   3. it is no larger than the largest constant it is computed from: folding
      ``add(W, 1)`` or ``transpose(W)`` trades W for a value of the same size.
 
@@ -29,10 +29,10 @@ import numpy as np
 from ..hlo import Computation, Instruction, Opcode
 from ..hlo.evaluator import evaluate_instruction
 from .pipeline import ComputationPass
+from .policy import BackendPolicy
 from .rewrite import apply_replacements
 
 SMALL_BYTES = 1024
-_KERNELS = (Opcode.DOT, Opcode.CONVOLUTION)
 # Control flow is not evaluated at compile time: a loop may run for long.
 _NEVER_FOLDED = (Opcode.PARAMETER, Opcode.CONSTANT, Opcode.TUPLE, Opcode.GET_TUPLE_ELEMENT,
                  Opcode.WHILE, Opcode.CONDITIONAL)
@@ -41,11 +41,14 @@ _NEVER_FOLDED = (Opcode.PARAMETER, Opcode.CONSTANT, Opcode.TUPLE, Opcode.GET_TUP
 class ConstantFolding(ComputationPass):
     name = "constant-folding"
 
+    def __init__(self, policy: BackendPolicy):
+        self.policy = policy
+
     def run_on_computation(self, comp: Computation) -> bool:
-        return _fold_computation(comp)
+        return _fold_computation(comp, self.policy)
 
 
-def _fold_computation(comp: Computation) -> bool:
+def _fold_computation(comp: Computation, policy: BackendPolicy) -> bool:
     known: set[Instruction] = set()
     largest_source: dict[Instruction, int] = {}   # bytes of the largest constant feeding it
     for instr in comp.instructions:
@@ -66,7 +69,7 @@ def _fold_computation(comp: Computation) -> bool:
     while candidates:
         v = candidates.pop()
         if (v.shape.byte_size <= SMALL_BYTES
-                or any(u.opcode in _KERNELS for u in users[v])
+                or any(policy.kernel_reads_operands(u) for u in users[v])
                 or v.shape.byte_size <= largest_source[v]):
             chosen.append(v)
             continue

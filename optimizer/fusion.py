@@ -36,13 +36,17 @@ The entry and every computation a while or conditional calls are fused alike (a
 loop body's code is a computation like the entry's); their outputs stay
 materialized, as the model's do.
 
-Output fusion (``OutputFusion``, before loop fusion; XLA's kOutput): an integer dot or
+Output fusion (``OutputFusion``, before loop fusion; XLA's kOutput): the backend says
+which dots and convolutions take the ops after them, and how
+(``BackendPolicy.epilogue_style``, optimizer/policy.py).
+
+``REQUANTIZE``: an integer dot or
 convolution (quantized arithmetic, s32 accumulators) takes the element-wise ops after it
 into one ``kind='kOutput'`` fusion, so that its kernel stores the requantized narrow
 result and the s32 values never reach memory; a pad of its input by a constant (the zero
 point) goes in too, so that the kernel pads as it reads. So does a dot's prologue: the
-element-wise ops that quantize a model input into its lhs (scalar scale and zero point),
-which the kernel computes as it reads, instead of an 8-bit copy of the input in the arena
+element-wise ops that quantize a model input into its lhs (scalar scale and zero point;
+the policy's ``prologue_ops``), which the kernel computes as it reads, instead of an 8-bit copy of the input in the arena
 (a quantized MLP's first layer; a convolution would compute each input element once per
 tap, so it reads the copy). The epilogue is the chain of single-user element-wise ops of
 the accumulators' dims from the contraction, cut back to its narrowest value; what each
@@ -53,11 +57,11 @@ dequantized) is not cut: the kernel writes the caller's output buffer, and no na
 copy takes arena memory. Loop fusion later moves element-wise producers of such
 operands in, never anything that changes how the epilogue indexes.
 
-A float convolution of the kernels' fast paths (``float_convolution``: f32, N C
-spatial... layout, no base dilation or batch groups) or a float dot whose last dim is its
-product's columns (``float_dot``) takes its epilogue in too: the ops its kernel applies
-to a vector of results in registers (``FLOAT_EPILOGUE``: f32 element-wise arithmetic,
-mathlib's functions, compare and select), any DAG of them with one exit
+``REGISTERS``: a float convolution or dot (the CPU's: a convolution of the kernels' fast
+paths, a dot whose last dim is its product's columns) takes its epilogue in: the ops its
+kernel applies to a vector of results in registers (the policy's ``epilogue_ops``, at
+most ``max_epilogue`` of them; the CPU's: f32 element-wise arithmetic, mathlib's
+functions, compare and select), any DAG of them with one exit
 (``_float_epilogue``: GELU reads its input twice), each reading values inside it and
 scalars, broadcasts along the output channels or values of the result's shape (read at
 the element stored) that do not depend on the kernel; loop fusion moves nothing more
@@ -71,10 +75,13 @@ from __future__ import annotations
 
 import heapq
 
-from ..hlo import ConvDimensionNumbers, Computation, Instruction, Module, Opcode, Shape, dtypes
+from ..hlo import Computation, Instruction, Module, Opcode, dtypes
+from ..hlo.fusion import (FusionKind, epilogue_operand, is_loop_fusion, is_output_fusion,
+                          keeps_columns, output_fusion_core)
 from ..hlo.opcodes import ELEMENTWISE, TRANSCENDENTAL
 from .aliasing import concat_of_blocks
 from .control_flow import planned_computations
+from .policy import BackendPolicy, EpilogueStyle
 
 FUSIBLE_MOVEMENT = frozenset({
     Opcode.BROADCAST, Opcode.RESHAPE, Opcode.TRANSPOSE, Opcode.SLICE, Opcode.PAD,
@@ -91,100 +98,35 @@ EXPENSIVE = TRANSCENDENTAL | {Opcode.DIVIDE, Opcode.REMAINDER, Opcode.SQRT}
 class InstructionFusion:
     name = "fusion"
 
+    def __init__(self, policy: BackendPolicy):
+        self.policy = policy
+
     def run(self, module: Module) -> bool:
         changed = False
         for comp in planned_computations(module):
-            changed |= _Fuser(module, comp).run()
+            changed |= _Fuser(module, comp, self.policy).run()
         return changed
 
 
 class OutputFusion:
     name = "output-fusion"
 
+    def __init__(self, policy: BackendPolicy):
+        self.policy = policy
+
     def run(self, module: Module) -> bool:
-        return _OutputFuser(module).run()
+        return _OutputFuser(module, self.policy).run()
 
 
-def output_channel_dim(core: Instruction, shape: Shape | None = None) -> int:
-    """The result dim of a dot / convolution that per-channel epilogue values vary along:
-    the output feature of a convolution, the last dim of a dot (of ``shape``, where the
-    epilogue reshaped the dot's result, keeping its last dim: ``_keeps_columns``)."""
-    if core.opcode is Opcode.CONVOLUTION:
-        return core.attrs["dimension_numbers"].output_feature
-    return (shape or core.shape).rank - 1
-
-
-def epilogue_operand(v: Instruction, core: Instruction, shape: Shape | None = None) -> bool:
-    """Whether an output fusion's epilogue may read ``v`` beside its chain: a scalar, a
-    value of the accumulators' dims (or of ``shape``, the dims the epilogue is at, read
-    at the same element), or a broadcast to them that varies along the output channels
-    only."""
-    dims = (shape or core.shape).dims
-    if v.shape.is_tuple:
-        return False
-    if v.shape.rank == 0 or v.shape.dims == dims:
-        if v.opcode is not Opcode.BROADCAST:
-            return True
-    if v.opcode is not Opcode.BROADCAST or v.shape.dims != dims:
-        return False
-    channel = output_channel_dim(core, shape)
-    o = v.operands[0].shape
-    return all(n == 1 or d == channel for n, d in zip(o.dims, v.attrs["dimensions"]))
-
-
-# What a float convolution or dot kernel applies to its results in registers
-# (emitter/kernels/epilogue.py runs their element generators on vectors): the f32
-# element-wise ops that need no library call (mathlib's functions are straight-line IR),
-# and compare / select for the activations written with them (LeakyReLU, ELU, PReLU).
-FLOAT_EPILOGUE = TRANSCENDENTAL | frozenset({
-    Opcode.ADD, Opcode.SUBTRACT, Opcode.MULTIPLY, Opcode.DIVIDE, Opcode.MAXIMUM,
-    Opcode.MINIMUM, Opcode.CLAMP, Opcode.NEGATE, Opcode.ABS, Opcode.SIGN, Opcode.SQRT,
-    Opcode.COMPARE, Opcode.SELECT})
-# At most this many ops in a float epilogue: each kernel inlines it in every tile shape.
-MAX_FLOAT_EPILOGUE = 24
-
-
-def float_convolution(instr: Instruction) -> bool:
-    """An f32 convolution over N C spatial... tensors (ONNX's layout), no base dilation
-    and no batch groups: what the float kernels run (emitter/kernels/conv.py)."""
-    if instr.opcode is not Opcode.CONVOLUTION or instr.shape.dtype != dtypes.F32 \
-            or instr.shape.is_tuple or instr.shape.num_elements == 0:
-        return False
-    w, dn = instr.attrs["window"], instr.attrs["dimension_numbers"]
-    return (dn == ConvDimensionNumbers.nchw(w.rank) and all(d == 1 for d in w.lhs_dilation)
-            and instr.attrs.get("batch_group_count", 1) == 1)
-
-
-def float_dot(instr: Instruction) -> bool:
-    """An f32 dot whose output channels (its last dim, ``output_channel_dim``) are the
-    columns of the matrix product its kernel computes: the last dim is the rhs's only
-    free dim of more than one element (emitter/kernels/dot.py merges the others into
-    it)."""
-    if instr.opcode is not Opcode.DOT or instr.shape.dtype != dtypes.F32 \
-            or instr.shape.is_tuple or instr.shape.num_elements == 0:
-        return False
-    dn, rhs = instr.attrs["dimension_numbers"], instr.operands[1].shape
-    free = [d for d in range(rhs.rank) if d not in dn.rhs_batch + dn.rhs_contracting]
-    return bool(free) and all(rhs.dims[d] == 1 for d in free[:-1])
-
-
-def keeps_columns(u: Instruction, cur: Instruction, core: Instruction) -> bool:
-    """Whether ``u`` reshapes a float dot's running value ``cur`` keeping its last dim
-    and the row-major order (how the ONNX importer gives a 3-D MatMul its batch dims
-    back): element i stays element i and its channel, so the kernel stores as before."""
-    return (core.opcode is Opcode.DOT and u.opcode is Opcode.RESHAPE
-            and u.shape.rank >= 1 and u.shape.dims[-1] == cur.shape.dims[-1]
-            and u.shape.has_default_layout and cur.shape.has_default_layout)
-
-
-def _float_epilogue_step(u: Instruction, inside, core: Instruction, after_core) -> bool:
+def _float_epilogue_step(u: Instruction, inside, core: Instruction, after_core,
+                         ops: frozenset[Opcode]) -> bool:
     """Whether a float convolution or dot kernel can apply ``u``, which reads the values
-    ``inside`` the epilogue so far, in registers: an f32 ``FLOAT_EPILOGUE`` op (a compare
+    ``inside`` the epilogue so far, in registers: an f32 op of ``ops`` (a compare
     of f32 values, a select by such a compare), every operand from ``inside`` or one the
     kernel loads where it stores (a scalar, a broadcast along the output channels, or a
     value of the element's shape that no broadcast makes: a residual) and computed
     without the core (``after_core(o)``: whether o depends on it)."""
-    if u.opcode not in FLOAT_EPILOGUE or u.shape.is_tuple:
+    if u.opcode not in ops or u.shape.is_tuple:
         return False
     if u.shape.dtype != (dtypes.PRED if u.opcode is Opcode.COMPARE else dtypes.F32):
         return False
@@ -201,16 +143,6 @@ def _float_epilogue_step(u: Instruction, inside, core: Instruction, after_core) 
     return True
 
 
-def is_output_fusion(instr: Instruction) -> bool:
-    return instr.opcode is Opcode.FUSION and instr.attrs.get("kind") == "kOutput"
-
-
-def output_fusion_core(fused: Computation) -> Instruction:
-    """The dot or convolution of an output fusion's computation."""
-    return next(i for i in fused.instructions
-                if i.opcode in (Opcode.DOT, Opcode.CONVOLUTION))
-
-
 def _ancestors(root: Instruction, among) -> set[Instruction]:
     """``root`` and the instructions of ``among`` it reads, directly or not, through
     instructions of ``among``."""
@@ -223,11 +155,6 @@ def _ancestors(root: Instruction, among) -> set[Instruction]:
     return seen
 
 
-def _integer_contraction(instr: Instruction) -> bool:
-    return (instr.opcode in (Opcode.DOT, Opcode.CONVOLUTION) and instr.shape.dtype.is_integer
-            and not instr.shape.is_tuple)
-
-
 class _OutputFuser:
     """One run over the entry. Users, and a def-before-use position per instruction
     (``order``, an index into ``slots``), are computed once and kept up to date as each
@@ -237,14 +164,14 @@ class _OutputFuser:
     instructions left, in their order, then the fusions, sorted once: the order that a
     sort after each fusion gave."""
 
-    def __init__(self, module: Module):
+    def __init__(self, module: Module, policy: BackendPolicy):
         self.module = module
+        self.policy = policy
         self.comp = module.entry
         self.pinned = set(module.output_instructions) | {self.comp.root}
 
     def run(self) -> bool:
-        cores = [c for c in reversed(self.comp.instructions)
-                 if _integer_contraction(c) or float_convolution(c) or float_dot(c)]
+        cores = [c for c in reversed(self.comp.instructions) if self._style(c) is not None]
         if not cores:
             return False
         # dicts as ordered sets: a value read by many (a broadcast zero) loses a user in O(1)
@@ -259,10 +186,15 @@ class _OutputFuser:
             self.comp.sort()
         return changed
 
+    def _style(self, c: Instruction) -> EpilogueStyle | None:
+        if c.opcode not in (Opcode.DOT, Opcode.CONVOLUTION):
+            return None
+        return self.policy.epilogue_style(c)
+
     def _chain(self, core: Instruction) -> list[Instruction]:
         """The element-wise ops after ``core`` that the epilogue computes, cut back to
         the narrowest value (the last of equally narrow ones)."""
-        if float_convolution(core) or float_dot(core):
+        if self._style(core) is EpilogueStyle.REGISTERS:
             return self._float_epilogue(core)
         users = self.users
         chain, cur = [], core
@@ -313,11 +245,12 @@ class _OutputFuser:
         # Users in the computation's order: a step's operands inside are decided first.
         frontier, queued = [order[u] for u in users[core]], set(users[core])
         heapq.heapify(frontier)
-        while frontier and len(candidates) < MAX_FLOAT_EPILOGUE:
+        ops = self.policy.fusion.epilogue_ops
+        while frontier and len(candidates) < self.policy.fusion.max_epilogue:
             u = self.slots[heapq.heappop(frontier)]
             cur = next(o for o in u.operands if o in inside)
             if not (keeps_columns(u, cur, core)
-                    or _float_epilogue_step(u, inside, core, after_core)):
+                    or _float_epilogue_step(u, inside, core, after_core, ops)):
                 continue
             inside.add(u)
             candidates.append(u)
@@ -335,14 +268,14 @@ class _OutputFuser:
         return []
 
     def _prologue(self, core: Instruction) -> list[Instruction]:
-        """The ``_PROLOGUE`` ops that make an integer dot's activations (its lhs) out of a
+        """The policy's prologue ops that make an integer dot's activations (its lhs) out of a
         model input, in order (a quantized MLP's first QuantizeLinear), each read only by
         the next and everything else they read a constant or a broadcast of a scalar one;
         else []."""
-        if core.opcode is not Opcode.DOT or not _integer_contraction(core):
+        if core.opcode is not Opcode.DOT or self._style(core) is not EpilogueStyle.REQUANTIZE:
             return []
         chain, reader, x = [], core, core.operands[0]
-        while x.opcode in _PROLOGUE and list(self.users[x]) == [reader] \
+        while x.opcode in self.policy.fusion.prologue_ops and list(self.users[x]) == [reader] \
                 and x not in self.pinned:
             rest = [o for o in x.operands
                     if not _scalar_like(o) and o.opcode is not Opcode.CONSTANT]
@@ -357,7 +290,8 @@ class _OutputFuser:
     def _fuse(self, core: Instruction) -> bool:
         chain = self._chain(core)
         pad = core.operands[0]
-        absorb_pad = (_integer_contraction(core) and pad.opcode is Opcode.PAD
+        style = self._style(core)
+        absorb_pad = (style is EpilogueStyle.REQUANTIZE and pad.opcode is Opcode.PAD
                       and pad.operands[1].opcode is Opcode.CONSTANT
                       and list(self.users[pad]) == [core] and pad not in self.pinned
                       and core.opcode is Opcode.CONVOLUTION)
@@ -375,7 +309,7 @@ class _OutputFuser:
         # A float kernel reads its input and weights as operands 0 and 1 and what its
         # epilogue reads after them: a value read twice (dot(a, a), x + conv(x)) is
         # passed twice.
-        float_core = float_convolution(core) or float_dot(core)
+        float_core = style is EpilogueStyle.REGISTERS
 
         def param(o: Instruction, key) -> Instruction:
             if key not in params:
@@ -412,7 +346,7 @@ class _OutputFuser:
         fused.sort()
         self.module.add_computation(fused)
         fusion = self.comp.add(Instruction(Opcode.FUSION, root.shape, operands,
-                                           {"kind": "kOutput"}, [fused], name="fusion",
+                                           {"kind": FusionKind.OUTPUT}, [fused], name="fusion",
                                            metadata=core.metadata))
         # The fusion's operands are the members', which come before the root: its slot
         # keeps the order def-before-use.
@@ -434,14 +368,6 @@ class _OutputFuser:
         return True
 
 
-# What quantizing a value takes (importers/onnx/quantization.py's q: divide by the scale,
-# round, add the zero point, clamp, convert): cheap enough for a dot's kernel to compute
-# as it reads, once per panel of output channels.
-_PROLOGUE = frozenset({Opcode.DIVIDE, Opcode.MULTIPLY, Opcode.ADD, Opcode.SUBTRACT,
-                       Opcode.ROUND_NEAREST_EVEN, Opcode.CLAMP, Opcode.MAXIMUM,
-                       Opcode.MINIMUM, Opcode.CONVERT})
-
-
 def _is_scalar_constant(instr: Instruction) -> bool:
     return instr.opcode is Opcode.CONSTANT and instr.shape.rank == 0
 
@@ -453,8 +379,9 @@ def _scalar_like(instr: Instruction) -> bool:
 
 
 class _Fuser:
-    def __init__(self, module: Module, comp: Computation):
+    def __init__(self, module: Module, comp: Computation, policy: BackendPolicy):
         self.module = module
+        self.policy = policy
         self.comp = comp
         self.users = {i: set(us) for i, us in self.comp.users().items()}
         self.pinned = set(comp.outputs) | {self.comp.root}
@@ -472,7 +399,7 @@ class _Fuser:
     def _fusible_producer(self, p: Instruction, consumer: Instruction) -> bool:
         if p in self.pinned or p.shape.is_tuple:
             return False
-        if is_output_fusion(consumer) and not _fits_epilogue(p, consumer):
+        if is_output_fusion(consumer) and not _fits_epilogue(p, consumer, self.policy):
             return False
         if p.opcode is Opcode.REDUCE:
             return _narrowing_reduce(p, consumer, self.users[p])
@@ -513,7 +440,7 @@ class _Fuser:
         fused.root = fused.add(_clone(consumer, [by_operand[o] for o in consumer.operands]))
         self.module.add_computation(fused, before=self.comp)
         fusion = self.comp.add(Instruction(Opcode.FUSION, consumer.shape, operands,
-                                           {"kind": "kLoop"}, [fused], name="fusion",
+                                           {"kind": FusionKind.LOOP}, [fused], name="fusion",
                                            metadata=consumer.metadata))
         # The fusion takes the consumer's place in the order (it has the same operands).
         instrs = self.comp.instructions
@@ -579,7 +506,7 @@ def _averaged_sum(p: Instruction, consumer: Instruction, users) -> bool:
     if consumer.opcode is Opcode.FUSION:
         fused = consumer.called[0]
         x, root = fused.parameters[consumer.operands.index(p)], fused.root
-        if consumer.attrs.get("kind") != "kLoop" or fused.users()[x] != [root]:
+        if not is_loop_fusion(consumer) or fused.users()[x] != [root]:
             return False
     else:
         x, root = p, consumer
@@ -587,7 +514,7 @@ def _averaged_sum(p: Instruction, consumer: Instruction, users) -> bool:
         and root.operands[1] is not x
 
 
-def _fits_epilogue(p: Instruction, fusion: Instruction) -> bool:
+def _fits_epilogue(p: Instruction, fusion: Instruction, policy: BackendPolicy) -> bool:
     """Whether an output fusion may take producer ``p`` in: an element-wise op of the
     accumulators' dims whose operands the epilogue may read, a broadcast it may read, or a
     scalar constant; one that feeds only the epilogue, not the dot or convolution's own
@@ -606,7 +533,7 @@ def _fits_epilogue(p: Instruction, fusion: Instruction) -> bool:
     if core in reached or (core.operands[0].opcode is Opcode.PAD
                            and core.operands[0] in reached):
         return False
-    if float_convolution(core) or float_dot(core):
+    if policy.epilogue_style(core) is EpilogueStyle.REGISTERS:
         return False        # its epilogue is what the kernel applies, taken whole already
     if _is_scalar_constant(p) or (p.opcode is Opcode.BROADCAST
                                   and epilogue_operand(p, core)):

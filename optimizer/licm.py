@@ -39,12 +39,15 @@ class WhileLoopInvariantCodeMotion:
         changed = False
         for comp in list(module.computations):
             for w in list(comp.instructions):
-                if w.opcode is Opcode.WHILE and _movable_loop(module, comp, w):
+                if w.opcode is Opcode.WHILE and movable_loop(module, comp, w):
                     changed |= _hoist(comp, w)
         return changed
 
 
-def _movable_loop(module: Module, comp: Computation, w: Instruction) -> bool:
+def movable_loop(module: Module, comp: Computation, w: Instruction) -> bool:
+    """Whether the state of ``w`` may change shape: its init and body root are tuple
+    instructions, it alone calls its condition and body, and its users read it element
+    by element."""
     cond, body = w.called
     if not (w.shape.is_tuple and w.operands[0].opcode is Opcode.TUPLE
             and body.root.opcode is Opcode.TUPLE and cond is not body):

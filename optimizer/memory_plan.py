@@ -23,20 +23,25 @@ from ..hlo import Computation, Instruction, Module
 from .buffer_assignment import BufferAssignment, assign_computation, plan_module
 from .heap_simulator import PeakHeap
 from .memory_model import MemoryModel, Scratch, ScratchFn
+from .policy import MemoryPolicy
 from .scheduling import schedule_model
 
 # Rounds of switching kernels at the peak to their lean variants.
 MAX_LEAN_ROUNDS = 8
 
 
-def plan_memory(module: Module, alignment: int = 64, scratch: ScratchFn | None = None,
-                lean_scratch: ScratchFn | None = None, exact_budget: int = 0) -> BufferAssignment:
-    """The buffer assignment (order included) with the smallest arena; ``stats`` says
-    which scheduler won and whether the order is proven optimal, ``concats_in_place``
-    which variant, and ``lean_kernels`` which kernels must be emitted lean."""
+def plan_memory(module: Module, backend: MemoryPolicy, exact_budget: int = 0) -> BufferAssignment:
+    """The buffer assignment (order included) with the smallest arena for ``backend``'s
+    alignment and kernel scratch; ``stats`` says which scheduler won and whether the
+    order is proven optimal, ``concats_in_place`` which variant, and ``lean_kernels``
+    which kernels must be emitted lean. ``exact_budget``: steps of the exact schedule
+    search (exact_scheduling.py; 0: the heuristic schedulers only)."""
+    alignment = backend.alignment
+
     def plan(comp, scratch_of, lean_of):
         return _plan_computation(module, comp, alignment, scratch_of, lean_of, exact_budget)
-    return plan_module(module, alignment, scratch, lean_scratch, plan)
+    return plan_module(module, alignment, backend.scratch_bytes,
+                       lambda i: backend.scratch_bytes(i, lean=True), plan)
 
 
 def _plan_computation(module: Module, comp: Computation, alignment: int,

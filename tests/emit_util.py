@@ -3,7 +3,7 @@
     models = compile_modules({"add": module}, tmp_path)
     y, = models["add"](x)
 
-The objects come from ``xlac.emitter.emit`` for the host, are linked with the C
+The objects come from the CPU backend (``emit_module``) for the host, are linked with the C
 runtime by the system compiler (``cc -shared``) and called through cffi's ABI
 mode (``NAME_run_v``), with a fresh 64-byte-aligned arena per call.
 """
@@ -17,7 +17,8 @@ import cffi
 import numpy as np
 
 import xlac.runtime_c
-from xlac.emitter import EmitOptions, emit, make_target, scratch_bytes
+from xlac.backends import make_backend
+from xlac.emitter import EmitOptions
 from xlac.hlo import Module
 from xlac.optimizer import assign_buffers
 
@@ -70,15 +71,22 @@ def link_shared(objects: list[Path], out: Path) -> Path:
     return out
 
 
+def emit_module(module: Module, name: str | None = None, kinds=("obj",), triple=None,
+                cpu=None, features=None, opt_level: int = 2, **options):
+    """(Artifact, BufferAssignment) of ``module`` (already optimized, or not) for the
+    target, in definition order; ``options`` are EmitOptions'."""
+    backend = make_backend(triple, cpu, features, opt_level)
+    assignment = assign_buffers(module, scratch=backend.scratch_bytes)
+    art = backend.emit(module, assignment, EmitOptions(name or module.name, **options), kinds)
+    return art, assignment
+
+
 def compile_modules(modules: dict[str, Module], workdir: Path, **options) -> dict:
     """Emit each module as NAME = its key, link them all into one library, load it."""
     workdir = Path(workdir)
     built = {}
     for name, module in modules.items():
-        opts = EmitOptions(name, **options)
-        target, _ = make_target(opts.triple, opts.cpu, opts.features, opts.opt_level)
-        assignment = assign_buffers(module, scratch=lambda i: scratch_bytes(i, target))
-        art = emit(module, assignment, opts)
+        art, assignment = emit_module(module, name, **options)
         obj = workdir / f"{name}.o"
         obj.write_bytes(art.object_code)
         (workdir / f"{name}.h").write_text(art.header)

@@ -12,6 +12,7 @@ import re
 
 import numpy as np
 
+from xlac.backends import make_backend
 from xlac.hlo import Module
 from xlac.hlo.evaluator import evaluate
 from xlac.hlo.text import parse_module, print_module
@@ -22,6 +23,25 @@ _SHAPE_LAYOUT = re.compile(r"\[([0-9,]*)\]\{([0-9,]*)\}")
 # "(f32[2], s32[2]) %t"; the operand's own definition shows it.
 _ARRAY = r"[a-z][a-z0-9]*\[[0-9,]*\](?:\{[0-9,]*\})?"
 _OPERAND_SHAPE = re.compile(rf"(?:\((?:{_ARRAY}(?:, )?)+\)|{_ARRAY}) (?=%)")
+
+
+# The CPU backend of an explicit target, for the passes' questions (which kernels take
+# which epilogues, which layouts they want): the answers do not depend on the machine
+# the tests run on.
+CPU = make_backend("x86_64-unknown-linux-gnu", "x86-64-v3")
+
+
+class ScratchPolicy:
+    """A memory planner's backend (optimizer/policy.py's MemoryPolicy) with the given
+    alignment and kernel scratch: ``scratch(instr)`` bytes, ``lean(instr)`` for the
+    kernel's lean variant (default: the same)."""
+
+    def __init__(self, alignment: int = 64, scratch=lambda i: 0, lean=None):
+        self.alignment = alignment
+        self._scratch, self._lean = scratch, lean or scratch
+
+    def scratch_bytes(self, instr, lean: bool = False) -> int:
+        return (self._lean if lean else self._scratch)(instr)
 
 
 def module_with(b, root, *callees) -> Module:

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from emit_util import RUNTIME_DIR, compile_module
-from xlac.emitter import EmitOptions, emit
+from emit_util import RUNTIME_DIR, compile_module, emit_module
 from xlac.emitter.constants import ConstantPool
 from xlac.emitter.elemental import ElementalEmitter
 from xlac.emitter.loops import PointerArg, concatenation_cuts, emit_elemental_function
@@ -20,7 +19,6 @@ from xlac.emitter.target import make_target, vector_bytes_for
 from xlac.hlo import Builder, Module, Opcode, Shape, Signature, TensorSpec, XlacError, dtypes
 from xlac.hlo.evaluator import evaluate
 from xlac.hlo.text import parse_module
-from xlac.optimizer import assign_buffers
 
 F32 = dtypes.F32
 # Big enough that LLVM keeps the loops (and so the weights global) instead of unrolling.
@@ -45,8 +43,7 @@ def small_model(name="small") -> Module:
 
 
 def _emit(module, **kw):
-    kinds = kw.pop("kinds", ("obj",))
-    return emit(module, assign_buffers(module), EmitOptions(module.name, **kw), kinds=kinds)
+    return emit_module(module, **kw)[0]
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +132,7 @@ def test_concatenation_along_the_minor_dim_splits_the_innermost_loop(tmp_path):
     llvm_module = ir.Module("m")
     fn = emit_elemental_function(
         llvm_module, fusion, "f", lambda b: ElementalEmitter(b, ConstantPool(llvm_module, "m")),
-        PointerArg(64, True), [PointerArg(64, True)] * 2, 64)
+        PointerArg(64, True), [PointerArg(64, True)] * 2, [0])
     inner = [blk.name for blk in fn.blocks if blk.name.startswith("i1.head")]
     assert len(inner) == 2         # channels 0-15, then 16-47
     rng = np.random.default_rng(0)

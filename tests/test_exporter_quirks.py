@@ -27,6 +27,7 @@ from xlac.importers.onnx import OutOfScope, import_onnx
 from xlac.importers.onnx.model_file import SKELETON_ELEMENTS, skeleton
 from xlac.main import main
 from xlac.report import format_report
+from hlo_util import CPU
 
 RNG = np.random.default_rng(13)
 
@@ -290,7 +291,7 @@ def test_shape_computations_fold_once_the_input_is_pinned(tmp_path):
     assert_matches_onnxruntime(m, tmp_path, {"x": f32(5, 3, 4)}, input_shapes={"x": (5, 3, 4)})
     module = import_onnx(m, input_shapes={"x": (5, 3, 4)})
     from xlac.optimizer import optimize
-    optimize(module)
+    optimize(module, CPU)
     ops = {i.opcode.text for i in module.entry.instructions}
     # What is left is the arithmetic on x: every shape op and the grid folded away.
     assert ops <= {"parameter", "constant", "reshape", "add", "multiply", "fusion",

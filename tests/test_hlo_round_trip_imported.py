@@ -19,6 +19,7 @@ from xlac.optimizer import optimize
 
 sys.path.insert(0, os.path.dirname(__file__))
 from onnx_ops import CASES  # noqa: E402
+from hlo_util import CPU  # noqa: E402
 
 LIGHT = sorted(glob.glob(os.path.join(os.path.dirname(onnx.__file__),
                                       "backend/test/data/light/light_*.onnx")))
@@ -39,7 +40,7 @@ def test_op_case_round_trips(case):
     for got, want in zip(evaluate(parsed, list(case.inputs)),
                          evaluate(module, list(case.inputs))):
         np.testing.assert_array_equal(got, want)
-    assert_round_trips(optimize(module))
+    assert_round_trips(optimize(module, CPU))
 
 
 @pytest.mark.parametrize("path", LIGHT, ids=lambda p: os.path.basename(p)[6:-5])

@@ -20,6 +20,7 @@ from xlac.emitter.kernels import (emit_kernel, kernel_arguments, kernel_key, pla
                                   scratch_bytes)
 from xlac.emitter.kernels.gemm import tiling_for
 from xlac.emitter.kernels.jit import CompiledKernel, HostTarget, host_target
+from hlo_util import CPU
 
 F32, F64, F16, S32 = dtypes.F32, dtypes.F64, dtypes.F16, dtypes.S32
 RNG = np.random.default_rng(1234)
@@ -770,7 +771,7 @@ def _check_fused_kernel(build, name: str, kernel: str, lean: bool = False, path=
     from xlac.optimizer import DeadCodeElimination
     from xlac.optimizer.fusion import OutputFusion
     original, m = build(), build()
-    OutputFusion().run(m)
+    OutputFusion(CPU).run(m)
     DeadCodeElimination().run(m)
     root = m.entry.root
     assert root.opcode is Opcode.FUSION and root.attrs["kind"] == "kOutput"
@@ -1024,18 +1025,15 @@ def _kernels_of(model):
     from xlac.emitter.kernels import is_kernel
     from xlac.importers.onnx import import_onnx
     from xlac.optimizer import optimize
-    module = optimize(import_onnx(model))
+    module = optimize(import_onnx(model), CPU)
     return [i for i in module.entry.instructions if is_kernel(i, host_target())]
 
 
 def test_model_emits_one_function_for_convolutions_of_different_sizes(tmp_path):
     """Two 3x3 pad-1 convolutions differing in channels and image size: one kernel
     function in the model's IR, two calls, and both outputs right."""
-    from emit_util import compile_module
-    from xlac.emitter import EmitOptions, emit, make_target
-    from xlac.emitter import scratch_bytes as model_scratch_bytes
+    from emit_util import compile_module, emit_module
     from xlac.hlo import Module
-    from xlac.optimizer import assign_buffers
 
     b = Builder("main")
     dims = [(1, 8, 12, 10), (16, 8, 3, 3), (1, 13, 9, 9), (5, 13, 3, 3)]
@@ -1047,9 +1045,7 @@ def test_model_emits_one_function_for_convolutions_of_different_sizes(tmp_path):
     module = Module("two_convs")
     module.add_computation(b.build(b.tuple(convs)), entry=True)
 
-    target, _ = make_target(None, None, None, 0)
-    assignment = assign_buffers(module, scratch=lambda i: model_scratch_bytes(i, target))
-    art = emit(module, assignment, EmitOptions("two", opt_level=0), kinds=("llvm",))
+    art, _ = emit_module(module, "two", ("llvm",), opt_level=0)
     kernels = re.findall(r'define internal void @"?(two\.convolution[\w.]*)', art.llvm_ir)
     assert len(kernels) == 1
     assert len(re.findall(rf'call void @"?{re.escape(kernels[0])}"?\(', art.llvm_ir)) == 2
@@ -1122,7 +1118,7 @@ def test_lhs_dilated_conv_runs_dense_fast_kernels(case, tmp_path):
     w = b.parameter(1, instr.operands[1].shape)
     module.add_computation(b.build(b.op(Opcode.CONVOLUTION, x, w, **instr.attrs)), entry=True)
     assert ConvPhaseSplit().run(module)
-    optimize(module)
+    optimize(module, CPU)
     convs = [i for c in module.computations for i in c.instructions
              if i.opcode is Opcode.CONVOLUTION]
     tiling = tiling_for(host_target())

@@ -20,6 +20,7 @@ from xlac.hlo import Opcode, OpMetadata
 from xlac.importers.onnx import import_onnx
 from xlac.main import main
 from xlac.optimizer import optimize
+from hlo_util import CPU
 
 RNG = np.random.default_rng(7)
 
@@ -187,7 +188,7 @@ def test_instructions_keep_their_onnx_node_through_optimization():
     for i in module.entry.instructions:
         if i.opcode not in (Opcode.PARAMETER, Opcode.CONSTANT):    # initializers: no node
             assert isinstance(i.metadata, OpMetadata), i
-    optimize(module)
+    optimize(module, CPU)
     names = {"conv1", "relu1", "pool1", "conv2", "relu2", "skip"}
     for i in module.entry.instructions:
         if i.opcode not in (Opcode.PARAMETER, Opcode.CONSTANT):

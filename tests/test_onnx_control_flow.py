@@ -16,6 +16,7 @@ from xlac.optimizer import optimize, plan_memory
 from xlac.optimizer.fusion import is_output_fusion, output_fusion_core
 from onnx_ops import make_model
 from test_end_to_end import run_onnxruntime
+from hlo_util import CPU, ScratchPolicy
 
 rng = np.random.default_rng(7)
 
@@ -69,7 +70,7 @@ def test_lstm_projection_is_hoisted_and_y_is_written_in_place():
     model, _ = recurrent("LSTM", 8, weights("LSTM", 8, f32(10, 2, 6), 2, 0), 2, 0,
                          outputs=("Y", "Y_h", "Y_c"))
     m = import_onnx(model)
-    optimize(m)
+    optimize(m, CPU)
     w = next(i for i in m.entry.instructions if i.opcode is Opcode.WHILE)
     cond, body = w.called
     # One matrix product for the inputs of all steps, before the loop (its bias fused into
@@ -78,7 +79,7 @@ def test_lstm_projection_is_hoisted_and_y_is_written_in_place():
         i.called[0]).opcode is Opcode.DOT) for i in m.entry.instructions) == 1
     dots = [i for i in body.instructions if i.opcode is Opcode.DOT]
     assert len(dots) == 1 and dots[0].attrs["dimension_numbers"].lhs_batch == (0,)
-    ba = plan_memory(m)
+    ba = plan_memory(m, ScratchPolicy(64))
     y_rows = [i for i in body.instructions if i.opcode is Opcode.DYNAMIC_UPDATE_SLICE]
     assert len(y_rows) == 2               # the forward and the reverse direction's rows
     # The last row write lands in the state element, which is model output 0: no copy.
@@ -159,7 +160,7 @@ def test_both_projection_forms_match_onnxruntime(name, hoist, tmp_path):
     case = next(c for c in CASES if c.name == name)
     model = case.build()
     m = import_onnx(model, hoist_recurrent_projection=hoist)
-    optimize(m)
+    optimize(m, CPU)
     w = next(i for i in m.entry.instructions if i.opcode is Opcode.WHILE)
     body_dots = [i for i in w.called[1].instructions if i.opcode is Opcode.DOT]
     assert len(body_dots) == (1 if hoist else 2)          # + the step's own projection

@@ -12,6 +12,7 @@ from xlac.optimizer import (BufferLocation, DefinitionOrderScheduler, ListSchedu
                             PostOrderScheduler, assign_buffers, plan_memory, schedule_model,
                             simulate_peak)
 from memory_util import args_for, check_assignment, run_on_assigned_memory
+from hlo_util import ScratchPolicy
 
 KIB = 1024
 
@@ -413,7 +414,7 @@ def test_scheduler_peaks(scheduler, peak):
 
 def test_plan_keeps_the_lowest_peak():
     m = parse_module("HloModule m\n\n" + BRANCHES)
-    ba = plan_memory(m, alignment=1)
+    ba = plan_memory(m, ScratchPolicy(1))
     assert ba.arena_size == ba.lower_bound == 4096 * 2
     assert ba.stats["scheduler_peaks"]["definition-order"] == 1024 + 4096 * 2
 
@@ -435,8 +436,7 @@ def test_kernels_at_the_peak_switch_to_their_lean_variant():
     m = parse_module("HloModule m\n\n" + CONVS)
     c, o = named(m, "c"), named(m, "o")
     gemm = {c: 4096, o: 512}            # scratch of the fast variants
-    ba = plan_memory(m, alignment=64, scratch=lambda i: gemm.get(i, 0),
-                     lean_scratch=lambda i: 0)
+    ba = plan_memory(m, ScratchPolicy(64, lambda i: gemm.get(i, 0), lambda i: 0))
     # %a and %c (1 KiB each) are live while %c runs: its scratch would make 6 KiB.
     assert ba.lean_kernels == {c}
     assert ba.arena_size == ba.lower_bound == 2 * 1024 and c not in ba.scratch
@@ -447,8 +447,8 @@ def test_kernels_at_the_peak_switch_to_their_lean_variant():
 
 def test_kernels_keep_their_scratch_without_a_leaner_variant():
     m = parse_module("HloModule m\n\n" + CONVS)
-    ba = plan_memory(m, alignment=64, scratch=lambda i: 4096 if i.opcode.text == "convolution"
-                     else 0, lean_scratch=lambda i: 4096 if i.opcode.text == "convolution" else 0)
+    ba = plan_memory(m, ScratchPolicy(64, lambda i: 4096 if i.opcode.text == "convolution"
+                                      else 0))
     assert not ba.lean_kernels and ba.arena_size == 2 * 1024 + 4096
 
 
@@ -471,8 +471,7 @@ CONCAT_CONV = """ENTRY %main (x: f32[1,4,8,8], k: f32[4,4,3,3]) -> f32[1,8,2,2] 
 def test_each_concat_variant_gets_its_own_lean_kernels():
     m = parse_module("HloModule m\n\n" + CONCAT_CONV)
     c = named(m, "c")
-    ba = plan_memory(m, alignment=64, scratch=lambda i: 2048 if i is c else 0,
-                     lean_scratch=lambda i: 0)
+    ba = plan_memory(m, ScratchPolicy(64, lambda i: 2048 if i is c else 0, lambda i: 0))
     assert ba.lean_kernels == {c} and named(m, "cat") in ba.concats_in_place
     assert ba.arena_size == 3 * 1024
 
@@ -480,6 +479,5 @@ def test_each_concat_variant_gets_its_own_lean_kernels():
 def test_does_not_make_kernels_lean_without_a_leaner_variant_in_any():
     m = parse_module("HloModule m\n\n" + CONCAT_CONV)
     c = named(m, "c")
-    ba = plan_memory(m, alignment=64, scratch=lambda i: 2048 if i is c else 0,
-                     lean_scratch=lambda i: 2048 if i is c else 0)
+    ba = plan_memory(m, ScratchPolicy(64, lambda i: 2048 if i is c else 0))
     assert not ba.lean_kernels and not ba.concats_in_place and ba.arena_size == 4 * 1024

@@ -14,7 +14,7 @@ from xlac.hlo.evaluator import evaluate
 from xlac.optimizer import (DEFAULT_SCHEDULERS, BufferLocation, InstructionFusion, MemoryModel,
                             assign_buffers, check_order, schedule, simulate_peak)
 from xlac.optimizer.aliasing import tuple_element_offset
-from hlo_util import module_with, named, parse
+from hlo_util import CPU, module_with, named, parse
 from memory_util import args_for, check_assignment, run_on_assigned_memory
 
 F32 = dtypes.F32
@@ -59,7 +59,7 @@ def random_dags(draw):
     root = outs[0] if nout == 1 else b.tuple(outs)
     m = module_with(b, root)
     if draw(st.booleans()):
-        InstructionFusion().run(m)
+        InstructionFusion(CPU).run(m)
     return m
 
 

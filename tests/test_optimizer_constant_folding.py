@@ -3,13 +3,13 @@ constant_folding.py): small values fold, large ones only where a kernel reads th
 memory or folding does not expand them."""
 import numpy as np
 
-from hlo_util import assert_hlo, assert_same_values, parse, run_pass
+from hlo_util import CPU, assert_hlo, assert_same_values, parse, run_pass
 from xlac.optimizer import ConstantFolding, DeadCodeElimination
 
 
 def fold(text):
     """Fold (then remove dead code); the values must not change."""
-    changed, m = run_pass([ConstantFolding(), DeadCodeElimination()], text)
+    changed, m = run_pass([ConstantFolding(CPU), DeadCodeElimination()], text)
     assert_same_values(parse(text), m)
     return changed, m
 

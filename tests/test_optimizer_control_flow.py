@@ -20,6 +20,7 @@ from xlac.optimizer import (DEFAULT_SCHEDULERS, BufferLocation, assign_buffers, 
                             plan_memory)
 from xlac.optimizer.control_flow import ControlFlowPreparation
 from memory_util import callee_assignment, check_assignment, run_with_control_flow
+from hlo_util import CPU, ScratchPolicy
 
 
 def hlo(text: str) -> str:
@@ -325,8 +326,8 @@ def test_runs_on_the_assigned_memory(name, plan):
     if plan == "assign":
         ba = assign_buffers(m, alignment=16)
     else:
-        optimize(m)
-        ba = plan_memory(m, alignment=16, exact_budget=1000)
+        optimize(m, CPU)
+        ba = plan_memory(m, ScratchPolicy(16), exact_budget=1000)
     check_assignment(m, ba)
     for comp, sub in ba.computations.items():
         check_assignment(m, callee_assignment(m, ba, comp), computation=comp)
@@ -345,7 +346,7 @@ def test_emitted_loops_and_branches_match_the_evaluator(tmp_path):
     from emit_util import compile_modules
     modules = {name: parse_module(text) for name, text in MODULES.items()}
     for m in modules.values():
-        optimize(m)
+        optimize(m, CPU)
     models = compile_modules(modules, tmp_path)
     for name, text in MODULES.items():
         want_module = parse_module(text)
@@ -408,7 +409,7 @@ def test_passes_run_inside_loop_bodies():
     m = parse_module(PASSES)
     args = args_for(m)
     want = evaluate(m, args)
-    optimize(m, verify=True)
+    optimize(m, CPU, verify=True)
     body = m.entry.root.operands[0].operands[0].called[1]
     ops = [i.opcode for i in body.instructions]
     # DCE dropped exp, CSE merged the adds, folding made 2 * 3 a constant, and fusion
@@ -425,7 +426,7 @@ def test_passes_run_inside_loop_bodies():
 
 def test_does_not_fold_a_loop_or_keep_one_nobody_reads():
     m = parse_module(PASSES)
-    optimize(m)
+    optimize(m, CPU)
     loops = [i for i in m.entry.instructions if i.opcode is Opcode.WHILE]
     # The loop over constants runs at run time; the unread one is gone.
     assert len(loops) == 2
@@ -435,7 +436,7 @@ def test_does_not_fold_a_loop_or_keep_one_nobody_reads():
 
 def test_does_not_fuse_the_state_away():
     m = parse_module(PASSES)
-    optimize(m)
+    optimize(m, CPU)
     w = next(i for i in m.entry.instructions if i.opcode is Opcode.WHILE)
     body = w.called[1]
     assert body.root.opcode is Opcode.TUPLE

@@ -10,7 +10,7 @@ from xlac.optimizer import (DEFAULT_SCHEDULERS, InstructionFusion, MemoryModel, 
                             schedule_model, simulate_peak)
 from xlac.optimizer import exact_scheduling
 from xlac.optimizer.exact_scheduling import DEFAULT_BUDGET, exact_schedule, peak_lower_bound
-from hlo_util import module_with
+from hlo_util import CPU, module_with
 
 F32 = dtypes.F32
 
@@ -157,7 +157,7 @@ def random_module(rng: random.Random):
     outs = rng.sample(values[1:], rng.randint(1, 2))
     m = module_with(b, outs[0] if len(outs) == 1 else b.tuple(outs), reducer)
     if rng.random() < 0.3:
-        InstructionFusion().run(m)
+        InstructionFusion(CPU).run(m)
     return m
 
 

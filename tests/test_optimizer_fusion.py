@@ -1,7 +1,7 @@
 """Loop fusion on HLO text: what fuses, what must not, and that values do not change."""
 import numpy as np
 
-from hlo_util import assert_hlo, named, parse, run_pass
+from hlo_util import CPU, assert_hlo, named, parse, run_pass
 from xlac.hlo import Opcode
 from xlac.hlo.evaluator import evaluate
 from xlac.optimizer import DeadCodeElimination, InstructionFusion
@@ -22,7 +22,7 @@ MAX = """%max (a: f32[], b: f32[]) -> f32[] {
 
 def fuse(text):
     """Fuse (then remove dead code); check the values and the fusion invariants."""
-    changed, m = run_pass([InstructionFusion(), DeadCodeElimination()], text)
+    changed, m = run_pass([InstructionFusion(CPU), DeadCodeElimination()], text)
     before = parse(text)
     rng = np.random.default_rng(0)
     args = [rng.standard_normal(p.shape.dims).astype(np.float32)

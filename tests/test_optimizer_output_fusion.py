@@ -6,8 +6,9 @@ from xlac.hlo.evaluator import evaluate
 from xlac.hlo.text import parse_module
 from xlac.hlo.verifier import verify
 from xlac.optimizer import DeadCodeElimination, InstructionFusion
-from xlac.optimizer.fusion import OutputFusion, output_fusion_core
-from hlo_util import parse
+from xlac.hlo.fusion import output_fusion_core
+from xlac.optimizer.fusion import OutputFusion
+from hlo_util import CPU, parse
 from test_optimizer_quantization import integers, lit, module, shape
 
 X, Y = (1, 2, 5, 5), (1, 3, 5, 5)
@@ -46,9 +47,9 @@ def fused(text: str, loop_fusion: bool = False):
     m = parse_module(text)
     args = [integers(p.shape.dims) for p in m.entry.parameters]
     before = evaluate(m, args)
-    changed = OutputFusion().run(m)
+    changed = OutputFusion(CPU).run(m)
     if loop_fusion:
-        InstructionFusion().run(m)
+        InstructionFusion(CPU).run(m)
     DeadCodeElimination().run(m)
     verify(m)
     for a, b in zip(before, evaluate(m, args)):
@@ -156,7 +157,7 @@ def prologue_fused(text: str):
     x = np.random.default_rng(2).standard_normal(m.entry.parameters[0].shape.dims) * 3
     args = [x.astype(np.float32)]
     before = evaluate(m, args)
-    changed = OutputFusion().run(m)
+    changed = OutputFusion(CPU).run(m)
     DeadCodeElimination().run(m)
     verify(m)
     for a, b in zip(before, evaluate(m, args)):
@@ -198,7 +199,7 @@ ENTRY %main (x: {shape('f32', X)}, w: {shape('f32', (3, 2, 3, 3))}) -> {F32} {{
 }}
 """
     m = parse_module(text)
-    assert not OutputFusion().run(m)
+    assert not OutputFusion(CPU).run(m)
 
 
 def test_does_not_take_a_value_the_epilogue_cannot_index():
@@ -257,9 +258,9 @@ def float_fused(text: str, loop_fusion: bool = False):
     args = [(rng.standard_normal(p.shape.dims) * 4).astype(np.float32)
             for p in m.entry.parameters]
     before = evaluate(m, args)
-    changed = OutputFusion().run(m)
+    changed = OutputFusion(CPU).run(m)
     if loop_fusion:
-        InstructionFusion().run(m)
+        InstructionFusion(CPU).run(m)
     DeadCodeElimination().run(m)
     verify(m)
     for a, b in zip(before, evaluate(m, args)):
@@ -391,7 +392,7 @@ ENTRY %main (x: f32[1,6,6,3]{{3,2,1,0}}, w: f32[3,3,1,3]{{3,2,1,0}}) -> f32[1,6,
 }}
 """
     m = parse_module(text)
-    assert not OutputFusion().run(m)
+    assert not OutputFusion(CPU).run(m)
 
 
 def test_float_convolution_takes_the_running_value_as_any_operand():

@@ -15,7 +15,7 @@ from xlac.optimizer import Pipeline, assign_buffers, make_pipeline, optimize, sc
 
 sys.path.insert(0, os.path.dirname(__file__))
 from onnx_ops import CASES  # noqa: E402
-from hlo_util import assert_hlo, assert_same_values, parse  # noqa: E402
+from hlo_util import CPU, assert_hlo, assert_same_values, parse  # noqa: E402
 from memory_util import (check_assignment, run_on_assigned_memory,  # noqa: E402
                          run_with_control_flow)
 
@@ -94,14 +94,14 @@ def test_pipeline_verifies_after_each_pass():
 
 def test_optimize_O0_only_removes_dead_code():
     m = small_module()
-    optimize(m, opt_level=0)
+    optimize(m, CPU, opt_level=0)
     assert_hlo(m, SMALL.replace("  %dead = f32[4] log(%x)\n", ""))
 
 
 def test_optimize_O2_simplifies_then_fuses():
     m = small_module()
     dumps = []
-    optimize(m, opt_level=2, dump=lambda name, mod: dumps.append(name))
+    optimize(m, CPU, opt_level=2, dump=lambda name, mod: dumps.append(name))
     assert_hlo(m, """%fused_computation (param_x: f32[4]) -> f32[4] {
   %param_x = f32[4] parameter(0)
   %e = f32[4] exponential(%param_x)
@@ -125,8 +125,8 @@ def test_optimize_is_idempotent():
   ROOT %r = f32[256,256] add(%e, %i)
 }
 """)
-    optimize(m)
-    assert not make_pipeline(2).run(m)
+    optimize(m, CPU)
+    assert not make_pipeline(2, CPU).run(m)
     # The large iota is generated inside the loop, never folded into 256 KiB of data.
     assert_hlo(m, """%fused_computation (param_x: f32[256,256]) -> f32[256,256] {
   %param_x = f32[256,256] parameter(0)
@@ -147,7 +147,7 @@ def test_onnx_op_case_survives_the_whole_middle_end(case):
     m = import_onnx(case.build())
     args = list(case.inputs)
     want = evaluate(m, args)
-    optimize(m, verify=True)
+    optimize(m, CPU, verify=True)
     for got, w in zip(evaluate(m, args), want):
         np.testing.assert_allclose(got, w, rtol=case.rtol, atol=case.atol)
     ba = assign_buffers(m, schedule(m))
@@ -163,7 +163,7 @@ LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/ligh
 @pytest.mark.parametrize("name", ["squeezenet", "inception_v1", "resnet50"])
 def test_light_cnn_memory_plan(name):
     m = import_onnx(onnx.load(os.path.join(LIGHT_DIR, f"light_{name}.onnx")))
-    optimize(m)
+    optimize(m, CPU)
     assert any(i.opcode is Opcode.FUSION for i in m.entry.instructions)
     for i in m.entry.instructions:
         if i.opcode is Opcode.FUSION:

@@ -295,14 +295,11 @@ def test_stack_depth_is_the_deepest_chain_of_frames():
 def test_fmod_on_hard_float_arm_passes_floats_in_fpu_registers(tmp_path):
     """LLVM's own fmodf libcall would follow llvmlite's soft-float default."""
     from xlac.hlo.text import parse_module
-    from xlac.emitter import EmitOptions, emit, scratch_bytes
-    from xlac.optimizer import assign_buffers
+    from emit_util import emit_module
     module = parse_module(
         "HloModule m\n\nENTRY %main (x: f32[8], y: f32[8]) -> f32[8] {\n"
         "  %x = f32[8]{0} parameter(0)\n  %y = f32[8]{0} parameter(1)\n"
         "  ROOT %r = f32[8]{0} remainder(f32[8]{0} %x, f32[8]{0} %y)\n}\n")
-    target, _ = make_target("thumbv7em-none-eabihf")
-    assignment = assign_buffers(module, scratch=lambda i: scratch_bytes(i, target))
-    art = emit(module, assignment, EmitOptions("m", triple=target.triple), kinds=("obj", "llvm"))
+    art, _ = emit_module(module, "m", ("obj", "llvm"), "thumbv7em-none-eabihf")
     assert re.search(r"call arm_aapcs_vfpcc float @fmodf\(", art.llvm_ir)
     assert "frem" not in art.llvm_ir and art.symbols == ("fmodf",)

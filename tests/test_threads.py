@@ -365,20 +365,19 @@ def test_big_steps_become_tasks_and_the_one_thread_entry_stays_as_it_was(tmp_pat
 
 def _splits(model):
     """The size each kernel of ``model`` is split along in the parallel entry."""
-    from xlac.emitter import kernels, make_target, scratch_bytes
+    from xlac.backends import make_backend
+    from xlac.emitter import build_steps
     from xlac.emitter.kernels.gemm import tiling_for
     from xlac.emitter.parallel import kernel_split
+    from xlac.emitter.steps import kernel_steps
     from xlac.importers.onnx import import_onnx
     from xlac.optimizer import optimize, plan_memory
-    target, _ = make_target()
-    module = optimize(import_onnx(model))
-    plan = plan_memory(module, alignment=target.arena_align,
-                       scratch=lambda i: scratch_bytes(i, target),
-                       lean_scratch=lambda i: scratch_bytes(i, target, lean=True))
-    return [(type(p.spec).__name__, s and s.param) for p, s in (
-        (p, kernel_split(p, tiling_for(target))) for p in (
-            kernels.plan_kernel(i, target, i in plan.lean_kernels) for i in plan.order
-            if kernels.is_kernel(i, target)))]
+    backend = make_backend()
+    module = optimize(import_onnx(model), backend)
+    steps = build_steps(module, plan_memory(module, backend), backend)
+    splits = [(s.kernel.name, kernel_split(s.kernel.plan, tiling_for(backend.target)))
+              for s in kernel_steps(steps) if s.kernel.kind == "kernel"]
+    return [(name, split and split.param) for name, split in splits]
 
 
 def test_implicit_gemms_split_by_pixels_where_channel_blocks_would_repack():
@@ -421,17 +420,17 @@ def test_profile_counts_both_entries_and_the_tasks_on_every_thread(tmp_path):
     by its instruction; a split step's tasks add their cycles to its busy slot, and no
     task of an unsplit step does."""
     import ctypes
-    from xlac.emitter import EmitOptions, emit, kernels, make_target, scratch_bytes
+    from xlac.backends import make_backend
+    from xlac.emitter import EmitOptions
     from xlac.emitter.kernels.gemm import tiling_for
     from xlac.emitter.parallel import kernel_split, loop_split
     from xlac.importers.onnx import import_onnx
     from xlac.optimizer import optimize, plan_memory
-    target, _ = make_target()
-    module = optimize(import_onnx(cnn()))
-    plan = plan_memory(module, alignment=target.arena_align,
-                       scratch=lambda i: scratch_bytes(i, target),
-                       lean_scratch=lambda i: scratch_bytes(i, target, lean=True))
-    art = emit(module, plan, EmitOptions("m", profile=True, parallel=True))
+    backend = make_backend()
+    target = backend.target
+    module = optimize(import_onnx(cnn()), backend)
+    plan = plan_memory(module, backend)
+    art = backend.emit(module, plan, EmitOptions("m", profile=True, parallel=True))
     by_name = {i.name: i for i in module.entry.instructions}
     assert art.profile_sites == art.profile_parallel_sites
     assert len(art.profile_sites) >= 2 and set(art.profile_sites) <= set(by_name)
@@ -445,8 +444,8 @@ def test_profile_counts_both_entries_and_the_tasks_on_every_thread(tmp_path):
     m(RNG.standard_normal((1, 16, 40, 40)).astype(np.float32))
     assert list(calls) == [1] * n and all(cycles > 0)
     tiling = tiling_for(target)
-    split = np.array([(kernel_split(kernels.plan_kernel(i, target, i in plan.lean_kernels),
-                                    tiling) if kernels.is_kernel(i, target)
+    kernels = {i: backend.kernel(i, i in plan.lean_kernels) for i in by_name.values()}
+    split = np.array([(kernel_split(kernels[i].plan, tiling) if kernels[i] is not None
                        else loop_split(i)) is not None
                       for i in (by_name[s] for s in art.profile_sites)])
     assert 0 < split.sum() < n and list(busy > 0) == list(split)

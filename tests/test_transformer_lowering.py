@@ -17,12 +17,13 @@ from xlac.hlo import Opcode, XlacError
 from xlac.importers.onnx import import_onnx
 from xlac.importers.onnx.transformer import MAX_UNROLLED_STEPS
 from xlac.optimizer import optimize
+from hlo_util import CPU
 
 
 def _entry(model, optimized=True):
     module = import_onnx(model)
     if optimized:
-        optimize(module)
+        optimize(module, CPU)
     return module.entry
 
 

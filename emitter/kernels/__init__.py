@@ -16,6 +16,7 @@ from typing import Hashable
 from llvmlite import ir
 
 from ...hlo import Instruction, Opcode, XlacError
+from ...hlo.fusion import is_output_fusion
 from .conv import plan_conv, plan_conv_fusion
 from .dot import plan_dot, plan_dot_fusion
 from .function import KernelPlan, kernel_function
@@ -28,8 +29,7 @@ def is_kernel(instr: Instruction, target) -> bool:
     whose epilogue a float kernel applies (conv.plan_conv_fusion, dot.plan_dot_fusion)."""
     if instr.opcode in _EMITTERS:
         return True
-    return (instr.opcode is Opcode.FUSION and instr.attrs.get("kind") == "kOutput"
-            and _plan_fusion(instr, target) is not None)
+    return is_output_fusion(instr) and _plan_fusion(instr, target) is not None
 
 
 def _plan_fusion(instr: Instruction, target, lean: bool = False) -> KernelPlan | None:

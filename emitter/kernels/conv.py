@@ -60,7 +60,7 @@ import numpy as np
 from llvmlite import ir
 
 from ...hlo import ConvDimensionNumbers, Instruction, Opcode, Shape, Window, dtypes
-from ...optimizer.fusion import output_fusion_core
+from ...hlo.fusion import output_fusion_core
 from ..irutil import I1, I8, I32, I64, alloca_once, for_range, i64, llvm_type
 from . import scalar
 from .dot import row_major_strides
@@ -1309,14 +1309,22 @@ class NaiveConv:
 
 # --- path selection -------------------------------------------------------------------
 
-def _path(instr: Instruction, t: Tiling, constant_weights: bool) -> str:
-    dn = instr.attrs["dimension_numbers"]
-    w = instr.attrs["window"]
-    fast = (instr.shape.dtype == dtypes.F32 and instr.attrs.get("batch_group_count", 1) == 1
+def has_fast_path(instr: Instruction) -> bool:
+    """An f32 convolution over N C spatial... tensors (ONNX's layout), no base dilation,
+    no batch groups and not empty: what the fast kernels run (anything else is
+    NaiveConv's)."""
+    if instr.opcode is not Opcode.CONVOLUTION or instr.shape.dtype != dtypes.F32:
+        return False
+    dn, w = instr.attrs["dimension_numbers"], instr.attrs["window"]
+    return (instr.attrs.get("batch_group_count", 1) == 1
             and dn == ConvDimensionNumbers.nchw(w.rank) and all(d == 1 for d in w.lhs_dilation)
             and instr.shape.num_elements > 0)
-    if not fast:
+
+
+def _path(instr: Instruction, t: Tiling, constant_weights: bool) -> str:
+    if not has_fast_path(instr):
         return "naive"
+    w = instr.attrs["window"]
     sizes = _sizes_of(instr)
     pixels = prod(instr.shape.dims[2:])
     if sizes["cin_g"] == 1 and sizes["cout_g"] < t.mr:

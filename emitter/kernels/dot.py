@@ -24,7 +24,7 @@ from math import prod
 from llvmlite import ir
 
 from ...hlo import DotDimensionNumbers, Instruction, Opcode, Shape, dtypes
-from ...optimizer.fusion import output_fusion_core
+from ...hlo.fusion import output_fusion_core
 from ..irutil import alloca_once, for_range, i64, llvm_type
 from . import scalar
 from .epilogue import NO_EPILOGUE, Epilogue, EpilogueOperands, plan_epilogue
@@ -245,6 +245,19 @@ def plan_dot(instr: Instruction, target, lean: bool = False) -> KernelPlan:
     # its features) needs a fraction of the KC-row scratch the shared code allows for.
     scratch = scratch_floats(tiling, min(plan.k, tiling.kc)) * 4 if path == "gemm" else None
     return KernelPlan(spec, sizes, scratch)
+
+
+def columns_are_channels(instr: Instruction) -> bool:
+    """An f32 dot whose output channels (its last dim, ``output_channel_dim``) are the
+    columns of the matrix product the kernel computes: the last dim is the rhs's only
+    free dim of more than one element (``canonicalize`` merges the others into it), so
+    an epilogue's per-channel values follow the columns."""
+    if instr.opcode is not Opcode.DOT or instr.shape.dtype != dtypes.F32 \
+            or instr.shape.is_tuple or instr.shape.num_elements == 0:
+        return False
+    dn, rhs = instr.attrs["dimension_numbers"], instr.operands[1].shape
+    free = [d for d in range(rhs.rank) if d not in dn.rhs_batch + dn.rhs_contracting]
+    return bool(free) and all(rhs.dims[d] == 1 for d in free[:-1])
 
 
 def plan_dot_fusion(instr: Instruction, target) -> KernelPlan | None:

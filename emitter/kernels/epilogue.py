@@ -17,10 +17,18 @@ from dataclasses import dataclass, field
 from llvmlite import ir
 
 from ...hlo import Instruction, Opcode, dtypes
-from ...optimizer.fusion import (FLOAT_EPILOGUE, keeps_columns, output_channel_dim,
-                                 output_fusion_core)
+from ...hlo.fusion import keeps_columns, output_channel_dim, output_fusion_core
+from ...hlo.opcodes import TRANSCENDENTAL
 from ..elemental import RULES, ElementalEmitter
 from .vec import F32, const_vec, load_vec, masked_load, offset_ptr, splat, vec_type
+
+# What ``Epilogue.apply`` computes on vectors of f32 results: the element-wise ops that
+# need no library call (mathlib's functions are straight-line IR), and compare / select
+# for the activations written with them (LeakyReLU, ELU, PReLU).
+EPILOGUE_OPS = TRANSCENDENTAL | frozenset({
+    Opcode.ADD, Opcode.SUBTRACT, Opcode.MULTIPLY, Opcode.DIVIDE, Opcode.MAXIMUM,
+    Opcode.MINIMUM, Opcode.CLAMP, Opcode.NEGATE, Opcode.ABS, Opcode.SIGN, Opcode.SQRT,
+    Opcode.COMPARE, Opcode.SELECT})
 
 
 @dataclass(frozen=True)
@@ -175,7 +183,7 @@ NO_EPILOGUE = Epilogue()
 
 def plan_epilogue(fusion: Instruction) -> Epilogue | None:
     """The epilogue of an output fusion whose core is a float convolution or dot reading
-    parameters 0 and 1 and whose other instructions are ``FLOAT_EPILOGUE`` steps, the
+    parameters 0 and 1 and whose other instructions are ``EPILOGUE_OPS`` steps, the
     root the last (reshapes that keep a dot's last dim change no element's place),
     each reading the accumulators, earlier steps and the args above, else None (the
     fusion is then a loop of element generators)."""
@@ -194,7 +202,7 @@ def plan_epilogue(fusion: Instruction) -> Epilogue | None:
         if keeps_columns(instr, instr.operands[0], core) and instr.operands[0] in args:
             args[instr] = args[instr.operands[0]]
             continue
-        if instr.opcode not in FLOAT_EPILOGUE or \
+        if instr.opcode not in EPILOGUE_OPS or \
                 instr.shape.num_elements != core.shape.num_elements:
             return None
         step_args = []

@@ -41,9 +41,9 @@ import numpy as np
 from llvmlite import ir
 
 from ...hlo import ConvDimensionNumbers, Instruction, Opcode, dtypes
+from ...hlo.fusion import is_output_fusion, output_fusion_core
 from ...hlo.opcodes import ELEMENTWISE
-from ...optimizer.fusion import is_output_fusion, output_fusion_core
-from ...optimizer.layout_assignment import channels_minor
+from ...hlo.shape import channels_minor
 from ..elemental import ElementalEmitter
 from ..indexing import linearize
 from ..irutil import I8, I32, PTR, VOID, alloca_once, for_range, gep_elem, i64, llvm_type
@@ -52,6 +52,33 @@ from .intdot import I16, IntDot, int_dot_for
 from .vec import const_vec, lane_mask, masked_load, offset_ptr, vec_type
 
 _WORD = 4           # k per dot4: one 32-bit word of activations
+
+# What quantizing a value takes (importers/onnx/quantization.py's q: divide by the scale,
+# round, add the zero point, clamp, convert): cheap enough for a dot's kernel to compute
+# as it reads, once per panel of output channels (QuantizedKernel.activations).
+PROLOGUE_OPS = frozenset({Opcode.DIVIDE, Opcode.MULTIPLY, Opcode.ADD, Opcode.SUBTRACT,
+                          Opcode.ROUND_NEAREST_EVEN, Opcode.CLAMP, Opcode.MAXIMUM,
+                          Opcode.MINIMUM, Opcode.CONVERT})
+
+
+def channels_minor_input(instr: Instruction) -> int | None:
+    """The operand an output fusion around an integer convolution over N C spatial...
+    tensors takes its input from, which it reads, and its result, which it writes,
+    channels minor: the kernels reduce four consecutive input channels of one pixel per
+    instruction (vpdpbusd, sdot, smlad on a 32-bit word) and vectorize over output
+    channels, where NCHW puts consecutive channels a whole image apart. None for any
+    other instruction."""
+    if not is_output_fusion(instr):
+        return None
+    core = output_fusion_core(instr.called[0])
+    if not (core.opcode is Opcode.CONVOLUTION and core.shape.rank >= 3
+            and core.attrs["dimension_numbers"] == ConvDimensionNumbers.nchw(core.shape.rank - 2)
+            and core.shape.dtype.is_integer):
+        return None
+    x = core.operands[0]
+    if x.opcode is Opcode.PAD:      # the fused pad of the input
+        x = x.operands[0]
+    return x.number
 
 
 def _acc_type(lanes: int) -> ir.Type:
@@ -125,6 +152,13 @@ class QuantizedKernel:
         return core.operands[0].shape.dtype == dtypes.S8
 
     # -- emission --
+    @property
+    def name(self) -> str:
+        """What ``xlac --emit steps`` calls it."""
+        what = "depthwise convolution" if self.depthwise else (
+            "convolution" if self.out_index == "nchw" else "dot")
+        return f"quantized {what} ({self.dot.kind})"
+
     def emit(self, llvm_module: ir.Module, name: str, constants) -> ir.Function:
         fn = ir.Function(llvm_module, ir.FunctionType(VOID, [PTR] * (1 + len(self.passed))),
                          name)
