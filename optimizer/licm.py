@@ -37,11 +37,16 @@ class WhileLoopInvariantCodeMotion:
 
     def run(self, module: Module) -> bool:
         changed = False
-        for comp in list(module.computations):
-            for w in list(comp.instructions):
-                if w.opcode is Opcode.WHILE and movable_loop(module, comp, w):
-                    changed |= _hoist(comp, w)
+        for comp, w in movable_loops(module):
+            changed |= _hoist(comp, w)
         return changed
+
+
+def movable_loops(module: Module):
+    """(computation, while) for each while of ``module`` whose state may change shape
+    (``movable_loop``), taken before any changes."""
+    return [(comp, w) for comp in list(module.computations) for w in list(comp.instructions)
+            if w.opcode is Opcode.WHILE and movable_loop(module, comp, w)]
 
 
 def movable_loop(module: Module, comp: Computation, w: Instruction) -> bool:

@@ -28,7 +28,7 @@ import numpy as np
 from ..hlo import Computation, Instruction, Module, Opcode, Shape
 from ..hlo.opcodes import ELEMENTWISE
 from .aliasing import loop_invariant, parameter_leaf
-from .licm import movable_loop
+from .licm import movable_loops
 
 
 class ProjectionSinking:
@@ -36,10 +36,8 @@ class ProjectionSinking:
 
     def run(self, module: Module) -> bool:
         changed = False
-        for comp in list(module.computations):
-            for w in list(comp.instructions):
-                if w.opcode is Opcode.WHILE and movable_loop(module, comp, w):
-                    changed |= _sink_loop(comp, w)
+        for comp, w in movable_loops(module):
+            changed |= _sink_loop(comp, w)
         return changed
 
 

@@ -232,6 +232,9 @@ ENTRY %main (x: f32[4,8], y: f32[4,8]) -> f32[4] {
     assert base.space == "arena"
     assert ba.location(g0) == base
     assert ba.location(g1).offset == base.offset + tuple_element_offset(r.shape, 1, 64) == 64
+    # Resolved slices: the op's buffer is its elements', each its own bytes.
+    assert ba.slice(r) == (ba.slice(g0), ba.slice(g1))
+    assert (ba.slice(g1).offset, ba.slice(g1).size) == (base.offset + 64, 16)
     assert ba.naive_bytes == 64 + 64          # each element padded to the alignment
 
 
