@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..hlo import Computation, Instruction, Module, Opcode, Shape
+from ..hlo import (Computation, DotDimensionNumbers, Instruction, Module, Opcode, Shape,
+                    SliceSpec)
 from ..hlo.opcodes import ELEMENTWISE
 from .aliasing import loop_invariant, parameter_leaf
 from .licm import movable_loops
@@ -129,9 +130,14 @@ class _Sinker:
         if v.opcode is Opcode.DOT:
             lhs, rhs = v.operands
             (ls, lz), (rs, rz) = (_operand_window(v, side, starts, sizes) for side in (0, 1))
-            return self.add(Instruction(Opcode.DOT, shape, [self.sliced(lhs, ls, lz),
-                                                            self.sliced(rhs, rs, rz)],
-                                        v.attrs, name=v.name))
+            inputs = self.sliced(lhs, ls, lz)
+            fixed = _fixed_starts(rs, rhs.shape.dims, rz)
+            if _constant_only(rhs) and fixed is not None:
+                weights, attrs = self.rows_of_columns(rhs, fixed, rz, v.attrs)
+            else:
+                weights, attrs = self.sliced(rhs, rs, rz), v.attrs
+            return self.add(Instruction(Opcode.DOT, shape, [inputs, weights], attrs,
+                                        name=v.name))
         if v.opcode in ELEMENTWISE and all(o.shape.dims == v.shape.dims for o in v.operands):
             return self.add(Instruction(v.opcode, shape,
                                         [self.sliced(o, starts, sizes) for o in v.operands],
@@ -150,6 +156,34 @@ class _Sinker:
         return self.add(Instruction(Opcode.DYNAMIC_SLICE, shape, [whole, *starts],
                                     {"dynamic_slice_sizes": tuple(sizes)},
                                     name="dynamic-slice"))
+
+    def rows_of_columns(self, rhs: Instruction, starts: list[int], sizes: list[int],
+                        attrs: dict) -> tuple[Instruction, dict]:
+        """Constant weights ``rhs``, their window at ``starts``, laid out as the
+        importer's products in a loop read theirs (R^T): batch dims, then contracting
+        dims, then free dims, so that a row is a row of the result's columns. Made before
+        the loop (folded at compile time there), read from the state; and the dot's
+        attributes for them."""
+        dn = attrs["dimension_numbers"]
+        batch, contracting = list(dn.rhs_batch), list(dn.rhs_contracting)
+        perm = batch + contracting + [d for d in range(rhs.shape.rank)
+                                      if d not in batch + contracting]
+        w = rhs
+        if list(sizes) != list(rhs.shape.dims):
+            w = self.parent.add(Instruction(
+                Opcode.SLICE, Shape.array(rhs.shape.dtype, sizes), [w],
+                {"slice": SliceSpec(starts, [a + n for a, n in zip(starts, sizes)],
+                                    [1] * len(sizes))}, name="slice"))
+        if perm != list(range(rhs.shape.rank)):
+            w = self.parent.add(Instruction(
+                Opcode.TRANSPOSE, Shape.array(rhs.shape.dtype, [sizes[d] for d in perm]),
+                [w], {"dimensions": tuple(perm)}, name="transpose"))
+        if w not in self.inside:        # in the state: a transpose in the body would
+            self.inside[w] = _add_element(self.parent, self.w, w)   # fold into the dot
+        n = len(batch)
+        return self.inside[w], {**attrs, "dimension_numbers": DotDimensionNumbers(
+            dn.lhs_batch, dn.lhs_contracting, tuple(range(n)),
+            tuple(range(n, n + len(contracting))))}
 
     def value(self, v: Instruction) -> Instruction:
         """``v`` (a value before the loop) in the body: cloned where constants alone
@@ -189,6 +223,18 @@ def _operand_window(dot: Instruction, side: int, starts: list, sizes: list[int])
         out_starts.append(starts[r])
         out_sizes.append(sizes[r])
     return out_starts, out_sizes
+
+
+def _fixed_starts(starts: list, dims, sizes: list[int]) -> list[int] | None:
+    """The starts as numbers, clamped as dynamic-slice clamps them, if all are
+    constants (None: 0)."""
+    out = []
+    for s, d, n in zip(starts, dims, sizes):
+        if s is not None and s.opcode is not Opcode.CONSTANT:
+            return None
+        value = 0 if s is None else int(s.literal)
+        out.append(min(max(value, 0), d - n))
+    return out
 
 
 def _is_zero(s: Instruction | None) -> bool:
