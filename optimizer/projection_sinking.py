@@ -20,6 +20,9 @@ of a slice of its lhs (its free dims sliced as the result's) and of its rhs (ali
 element-wise ops of slices, broadcasts of a slice of their operand. Inputs computed
 from constants alone are cloned into the body (constant folding slices them at compile
 time); the others join the loop state as read-only elements; element k leaves it.
+Constant weights enter the state laid out as the importer lays out the weights of the
+products it writes inside a loop (R^T): [batch, K, N], a row of them a row of the
+result's columns, which the dot kernel reads in place.
 """
 from __future__ import annotations
 
