@@ -6,7 +6,7 @@
     (each takes [--only REGEX] [--targets native,aarch64,...])
 
 Models: ``MODELS`` of benchmarks/models.py, the onnx package's light model zoo
-(``light_models``) and the real-model corpus (xlac.real_models.CORPUS, pinned as that
+(``light_models``) and the real-model corpus (xlac.conformance.real_models.CORPUS, pinned as that
 command pins them; an entry whose package is not installed is skipped, and said so).
 Targets, by key:
 
@@ -55,7 +55,7 @@ import onnx
 
 import xlac
 from models import MODELS, light_models
-from xlac.real_models import CORPUS
+from xlac.conformance.real_models import CORPUS
 
 TARGETS = {
     "native": {},

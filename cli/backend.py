@@ -43,7 +43,7 @@ from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupl
 
 from .driver import compile as xlac_compile
 from .hlo import XlacError
-from .importers.onnx import ConstantInputNeeded, InputShapeNeeded
+from .importers.onnx import ConstantInputNeeded, InputShapeNeeded, read_model
 from .loader import Model, load
 
 _OPTIONS = ("opt_level", "input_shapes", "const_inputs", "absent_inputs", "target", "cpu")
@@ -231,8 +231,7 @@ class XlacBackend(Backend):
                             f"(options: {', '.join(_OPTIONS)})")
         options = {k: v for k, v in kwargs.items() if k in _OPTIONS}
         if not isinstance(model, onnx.ModelProto):
-            from .importers.onnx.importer import _load
-            model, _ = _load(model)
+            model, _ = read_model(model)
         return XlacBackendRep(model, options)
 
     @classmethod

@@ -23,9 +23,7 @@ from .emitter import EmitOptions, build_steps, format_steps
 from .emitter.names import c_identifier_for_model
 from .hlo import Module, XlacError, XlacWarning
 from .hlo.text import print_module
-from .importers.onnx import import_onnx, pin_const_inputs
-from .importers.onnx.importer import _load as load_model
-from .importers.onnx.liveness import onnx_order_lower_bound
+from .importers.onnx import import_onnx
 from .optimizer import alternatives, optimize, plan_memory
 from .optimizer.exact_scheduling import DEFAULT_BUDGET
 from .outputs import write_files
@@ -122,18 +120,6 @@ def _pass_dumper(folder: Path):
     return dump
 
 
-def _onnx_order_bound(model, input_shapes, const_inputs) -> int | None:
-    """The report's bound for the ONNX node order, or None where ONNX's own shape
-    inference cannot size the tensors (the compile itself does not depend on it)."""
-    try:
-        if const_inputs:
-            model, _ = load_model(model)
-            pin_const_inputs(model, const_inputs)
-        return onnx_order_lower_bound(model, input_shapes)
-    except XlacError:
-        return None
-
-
 def load_const_input(text: str) -> tuple[str, "np.ndarray"]:
     """``"k=k.npy"`` -> ``("k", the array in k.npy)``; the name may itself hold '='."""
     name, eq, path = text.rpartition("=")
@@ -215,7 +201,9 @@ def _compile(model, output, *, name, target, cpu, features, emit_kind, input_sha
     with progress:
         with progress.stage("import"):
             module = import_onnx(model, input_shapes=input_shapes, name=name,
-                                 const_inputs=const_inputs, absent_inputs=absent_inputs)
+                                 const_inputs=const_inputs, absent_inputs=absent_inputs,
+                                 onnx_order_bound=want_report)
+            onnx_bound = module.source_order_bound
             if dump is not None:
                 dump("imported", module)
             # The module and its rewrites that may need less memory (a recurrent loop's
@@ -247,8 +235,6 @@ def _compile(model, output, *, name, target, cpu, features, emit_kind, input_sha
                 "steps": lambda: (format_steps(build_steps(module, assignment, backend))
                                   + "\n").encode(),
             }[emit_kind]()
-        onnx_bound = (_onnx_order_bound(model, input_shapes, const_inputs)
-                      if want_report else None)
         with progress.stage("write"):
             write_files({output: body, header: artifact.header.encode()})
 

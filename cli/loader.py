@@ -41,7 +41,7 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from . import cache, runtime_c
-from .emitter.info import XLAC_DTYPE, XLAC_VALUE_KIND
+from .emitter.abi import DECLARATIONS, XLAC_DTYPE, XLAC_VALUE_KIND
 from .hlo import XlacError
 
 RUNTIME_DIR = Path(os.path.dirname(runtime_c.__file__))
@@ -49,33 +49,6 @@ RUNTIME_DIR = Path(os.path.dirname(runtime_c.__file__))
 # enum xlac_dtype of xlac_runtime.h (the numbering is ABI) -> our DType (.np: numpy).
 _XLAC_DTYPES = {number: dtype for dtype, number in XLAC_DTYPE.items()}
 _VALUE_KINDS = {number: kind for kind, number in XLAC_VALUE_KIND.items()}
-
-# The declarations of xlac_runtime.h that cffi needs (cffi's cdef takes no
-# preprocessor lines, so the header cannot be fed to it as is).
-_RUNTIME_CDEF = """
-typedef struct xlac_tensor_info {
-  const char *name; const char *c_name; int32_t dtype; int32_t rank;
-  const int64_t *dims; uint64_t size_bytes;
-} xlac_tensor_info;
-typedef struct xlac_value_info {
-  const char *name; int32_t kind; int32_t optional; int32_t first; int32_t count;
-} xlac_value_info;
-typedef struct xlac_model_info {
-  const char *name; const char *target_triple; const char *target_cpu;
-  const char *target_features; uint64_t arena_size; uint64_t arena_align;
-  int32_t num_inputs; int32_t num_outputs;
-  const xlac_tensor_info *inputs; const xlac_tensor_info *outputs;
-  int32_t num_input_values; int32_t num_output_values;
-  const xlac_value_info *input_values; const xlac_value_info *output_values;
-} xlac_model_info;
-const char *xlac_status_string(int status);
-typedef struct xlac_threadpool {
-  void (*parallel_for)(void *, void (*)(void *, size_t), void *, size_t);
-  void *ctx; size_t threads;
-} xlac_threadpool;
-xlac_threadpool *xlac_threadpool_create(size_t threads);
-void xlac_threadpool_destroy(xlac_threadpool *pool);
-"""
 
 
 @dataclass(frozen=True)
@@ -266,7 +239,7 @@ class Model:
         self.library_path = library_path
         self.threads = threads
         self._ffi = ffi = cffi.FFI()
-        ffi.cdef(_RUNTIME_CDEF)
+        ffi.cdef(DECLARATIONS)      # xlac_runtime.h's, as they are
         # Declared without const: cffi's ABI mode reads a "const" global as a constant,
         # which it supports only for integers. Python only reads it.
         ffi.cdef(f"int {name}_run_v(const void *const *inputs, void *const *outputs, "

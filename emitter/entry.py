@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from ..optimizer.buffer_assignment import BufferAssignment, BufferSlice
+from .abi import (XLAC_ERROR_ARENA_ALIGNMENT, XLAC_ERROR_NULL_ARGUMENT, XLAC_OK, field_index,
+                  threadpool_type)
 from .constants import CONSTANT_ALIGN, ConstantPool
 from .elemental import ElementalEmitter
 from .interface import ModelInterface
@@ -30,9 +32,6 @@ from .loops import PointerArg, emit_elemental_function
 from .parallel import emit_task, kernel_split, loop_split, moved, part, thread_scratch_bytes
 from .steps import Conditional, Copy, Kernel, Loop, While, kernel_steps
 from .target import TargetInfo
-
-# runtime_c/xlac_runtime.h: enum xlac_status
-XLAC_OK, XLAC_ERROR_NULL_ARGUMENT, XLAC_ERROR_ARENA_ALIGNMENT = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -92,7 +91,7 @@ class _ComputeEmitter:
         self.outputs = [self._load_pointer(outputs, k) for k in range(len(interface.outputs))]
         if scratch is not None:
             # xlac_runtime.h: struct xlac_threadpool { parallel_for, ctx, threads }
-            pool_ty = ir.LiteralStructType([PTR, PTR, self.size_t])
+            pool_ty = threadpool_type(self.size_t)
             pool = self.fn.args[3]
             # The loaded pointer carries its function type for the indirect call (it
             # prints as a pointer type LLVM reads as ``ptr``).
@@ -380,9 +379,10 @@ def _emit_run_v(llvm_module: ir.Module, interface: ModelInterface, compute: ir.F
         one = ir.IRBuilder(single)
         one.ret(one.call(compute, [inputs, outputs, arena]))
         require(b.icmp_unsigned("!=", pool, null), single, "pool.ok")
-        size_t = ir.IntType(pointer_bits)   # xlac_threadpool.threads, its third field
-        threads = b.load(b.gep(pool, [ir.Constant(I32, 0), ir.Constant(I32, 2)],
-                               source_etype=ir.LiteralStructType([PTR, PTR, size_t]),
+        size_t = ir.IntType(pointer_bits)
+        at = field_index("xlac_threadpool", "threads")
+        threads = b.load(b.gep(pool, [ir.Constant(I32, 0), ir.Constant(I32, at)],
+                               source_etype=threadpool_type(size_t),
                                inbounds=True), typ=size_t)
         require(b.icmp_unsigned(">", threads, ir.Constant(size_t, 1)), single, "threaded")
     for array, count, what in ((inputs, len(interface.inputs), "inputs"),

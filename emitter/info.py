@@ -1,38 +1,16 @@
 """``NAME_info``: the ``xlac_model_info`` descriptor of runtime_c/xlac_runtime.h as a
-read-only global. LLVM lays the structs out with the target's data layout, which is
-the C ABI layout of the same fields (pointer size and i64 alignment included).
+read-only global. LLVM lays the structs (abi.py) out with the target's data layout, which
+is the C ABI layout of the same fields (pointer size and i64 alignment included).
 """
 from __future__ import annotations
 
 from llvmlite import ir
 
-from ..hlo import ValueSpec, dtypes
+from ..hlo import ValueSpec
+from .abi import MODEL_INFO, TENSOR_INFO, VALUE_INFO, XLAC_DTYPE, XLAC_VALUE_KIND
 from .interface import ModelInterface, Port
 from .irutil import I32, I64, I8, PTR
 from .target import TargetInfo
-
-# enum xlac_dtype in xlac_runtime.h: the numbering is ABI (append, never renumber).
-# The loader reads it from here; tests/test_loader.py checks it against the C header.
-XLAC_DTYPE = {
-    dtypes.PRED: 0, dtypes.S8: 1, dtypes.S16: 2, dtypes.S32: 3, dtypes.S64: 4,
-    dtypes.U8: 5, dtypes.U16: 6, dtypes.U32: 7, dtypes.U64: 8,
-    dtypes.F16: 9, dtypes.BF16: 10, dtypes.F32: 11, dtypes.F64: 12,
-    dtypes.S4: 13, dtypes.U4: 14, dtypes.S2: 15, dtypes.U2: 16,
-    dtypes.F8E4M3FN: 17, dtypes.F8E4M3FNUZ: 18, dtypes.F8E5M2: 19, dtypes.F8E5M2FNUZ: 20,
-    dtypes.F4E2M1FN: 21, dtypes.F8E8M0FNU: 22,
-}
-
-# struct xlac_tensor_info {name, c_name, dtype, rank, dims, size_bytes}
-TENSOR_INFO = ir.LiteralStructType([PTR, PTR, I32, I32, PTR, I64])
-# enum xlac_value_kind: ABI as XLAC_DTYPE is.
-XLAC_VALUE_KIND = {"tensor": 0, "sequence": 1, "absent": 2}
-# struct xlac_value_info {name, kind, optional, first, count}
-VALUE_INFO = ir.LiteralStructType([PTR, I32, I32, I32, I32])
-# struct xlac_model_info {name, triple, cpu, features, arena_size, arena_align,
-#                         num_inputs, num_outputs, inputs, outputs,
-#                         num_input_values, num_output_values, input_values, output_values}
-MODEL_INFO = ir.LiteralStructType([PTR, PTR, PTR, PTR, I64, I64, I32, I32, PTR, PTR,
-                                   I32, I32, PTR, PTR])
 
 
 class _Strings:

@@ -192,6 +192,9 @@ class Module:
         self.entry: Computation | None = None
         self.signature: Signature | None = None
         self.notes: list[str] = []     # what the front end did that the report should say
+        # The most intermediate bytes live at once in the source model's own node order
+        # (the ONNX file's), where the front end was asked for it: the report's bound.
+        self.source_order_bound: int | None = None
         self._names = _NameUniquer()
 
     def add_computation(self, comp: Computation, entry: bool = False,
@@ -219,6 +222,7 @@ class Module:
         go on as this module's would."""
         out = Module(self.name)
         out.signature, out.notes = self.signature, list(self.notes)
+        out.source_order_bound = self.source_order_bound
         out._names = self._names.copy()
         comps: dict[int, Computation] = {}
         for comp in self.computations:          # callees first: called ones are mapped

@@ -4,6 +4,9 @@
  * includes this file for the descriptor types; xlac_runtime.c holds the few
  * functions an object may call (see the model header's opening comment for
  * which, if any, that object needs).
+ *
+ * This file is the one definition of the ABI: xlac's emitter and loader read
+ * its enums and structs (emitter/abi.py says the form they must keep).
  */
 #ifndef XLAC_RUNTIME_H
 #define XLAC_RUNTIME_H

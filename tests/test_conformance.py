@@ -7,8 +7,9 @@ import collections
 import onnx
 import pytest
 
-from xlac.conformance import SUITES, CaseResult, collect, main, prune_failures, run_case
-from xlac.support_report import _op_status, render
+from xlac.conformance.cases import SUITES, CaseResult, collect, prune_failures, run_case
+from xlac.conformance.main import main
+from xlac.conformance.support_report import _op_status, render
 
 NODE = {c.id: c for c in collect(("node",))}
 

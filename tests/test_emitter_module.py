@@ -11,6 +11,7 @@ import pytest
 from llvmlite import ir
 
 from emit_util import RUNTIME_DIR, compile_module, emit_module
+from xlac.emitter.abi import DECLARATIONS
 from xlac.emitter.constants import ConstantPool
 from xlac.emitter.elemental import ElementalEmitter
 from xlac.emitter.loops import PointerArg, concatenation_cuts, emit_elemental_function
@@ -327,9 +328,8 @@ def test_two_threads_with_two_arenas_agree(built):
 def test_model_info_describes_the_model(built):
     model, work = built
     ffi = cffi.FFI()
-    types = (RUNTIME_DIR / "xlac_runtime.h").read_text().split("extern \"C\" {\n#endif")[1]
     # Declared without const: cffi's ABI mode cannot read const globals.
-    ffi.cdef(types.split("/* Helpers")[0] + "extern xlac_model_info small_info;")
+    ffi.cdef(DECLARATIONS + "extern xlac_model_info small_info;")
     lib = ffi.dlopen(str(work / "libmodels.so"))
     info = lib.small_info
     assert ffi.string(info.name) == b"small"

@@ -206,16 +206,3 @@ def test_a_model_without_arena_runs_on_new_arena_and_bound_calls(tmp_path):
     y[:] = 0
     call()
     np.testing.assert_array_equal(y, -x)
-
-
-def test_dtype_numbers_match_the_c_runtime():
-    """enum xlac_dtype of xlac_runtime.h and the table the emitter and loader share."""
-    import re
-    from pathlib import Path
-
-    import xlac.runtime_c
-    from xlac.emitter.info import XLAC_DTYPE
-    header = (Path(xlac.runtime_c.__file__).parent / "xlac_runtime.h").read_text()
-    enum = header[header.index("typedef enum xlac_dtype"):header.index("} xlac_dtype;")]
-    in_c = {name.lower(): int(n) for name, n in re.findall(r"XLAC_(\w+) = (\d+)", enum)}
-    assert in_c == {d.name: n for d, n in XLAC_DTYPE.items()}

@@ -12,8 +12,8 @@ from onnx import helper
 import xlac
 from xlac.hlo import Opcode
 from xlac.importers.onnx import import_onnx
-from xlac.optimizer import optimize, plan_memory
-from xlac.optimizer.fusion import is_output_fusion, output_fusion_core
+from xlac.optimizer import alternatives, optimize, plan_memory
+from xlac.hlo.fusion import is_output_fusion, output_fusion_core
 from onnx_ops import make_model
 from test_end_to_end import run_onnxruntime
 from hlo_util import CPU, ScratchPolicy
@@ -150,23 +150,35 @@ def test_if_branches_of_different_shapes_fail_in_one_line(tmp_path):
 
 # -- the input projection: before the loop, or in each step -------------------------------
 
-@pytest.mark.parametrize("hoist", [True, False], ids=["hoisted", "per_step"])
 @pytest.mark.parametrize("name", ["LSTM_bidirectional_lengths_all_outputs",
+                                  "LSTM_clip_input_forget_activations",
                                   "GRU_linear_before_reset_bidirectional_lengths",
+                                  "GRU_activations", "RNN_bidirectional_no_bias",
                                   "LSTM_reverse_lengths_constant_weights"])
-def test_both_projection_forms_match_onnxruntime(name, hoist, tmp_path):
-    from emit_util import compile_module
+def test_both_projection_forms_match_onnxruntime(name, tmp_path):
+    """The importer's form (every step's projection before the loop) and, where the
+    projection sinks (optimizer/projection_sinking.py: not where a reverse direction
+    reads its rows through sequence_lens' gather), each step's own in the loop."""
+    from emit_util import compile_modules
     from onnx_ops import CASES
     case = next(c for c in CASES if c.name == name)
     model = case.build()
-    m = import_onnx(model, hoist_recurrent_projection=hoist)
-    optimize(m, CPU)
-    w = next(i for i in m.entry.instructions if i.opcode is Opcode.WHILE)
-    body_dots = [i for i in w.called[1].instructions if i.opcode is Opcode.DOT]
-    assert len(body_dots) == (1 if hoist else 2)          # + the step's own projection
-    got = compile_module(m, tmp_path)(*case.inputs)
-    for g, want in zip(got, run_onnxruntime(model, case.inputs)):
-        np.testing.assert_allclose(g, want, rtol=case.rtol, atol=case.atol)
+    candidates = alternatives(import_onnx(model))
+    assert len(candidates) == (1 if "lengths" in name and "LSTM_clip" not in name else 2)
+    for m in candidates:
+        optimize(m, CPU)
+    dots = [sum(i.opcode is Opcode.DOT for i in while_body(m).instructions)
+            for m in candidates]
+    assert dots == [1, 2][:len(candidates)]          # + the step's own projection
+    built = compile_modules({f"m{k}": m for k, m in enumerate(candidates)}, tmp_path)
+    want = run_onnxruntime(model, case.inputs)
+    for compiled in built.values():
+        for g, w in zip(compiled(*case.inputs), want):
+            np.testing.assert_allclose(g, w, rtol=case.rtol, atol=case.atol)
+
+
+def while_body(m):
+    return next(i for i in m.entry.instructions if i.opcode is Opcode.WHILE).called[1]
 
 
 def test_footprint_first_keeps_each_steps_projection_in_the_loop(tmp_path):

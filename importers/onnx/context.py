@@ -157,10 +157,6 @@ class ImportContext:
         # None for the main graph; for a subgraph (a loop body, a branch) what it is,
         # for messages: its parameters are no model inputs.
         self.scope = scope
-        # RNN/GRU/LSTM: compute the input projection of all steps before the loop (one
-        # matrix product, a buffer of steps x batch x gates live across the loop) or
-        # each step's inside it (rnn.py).
-        self.hoist_recurrent_projection = True
         self._folded: dict[int, np.ndarray | None] = {}
         self._reducers: dict[tuple, Computation] = {}
         self._node: onnx.NodeProto | None = None
@@ -174,7 +170,6 @@ class ImportContext:
         this context's computation. Reducers are shared module-wide."""
         sub = ImportContext(self.module, builder, self.opsets, scope)
         sub.input_names = self.input_names
-        sub.hoist_recurrent_projection = self.hoist_recurrent_projection
         sub._reducers = self._reducers
         return sub
 

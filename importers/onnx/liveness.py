@@ -7,6 +7,7 @@ the bar a compiler that reorders and fuses has to beat.
 
     onnx_order_intervals(model, input_shapes=None) -> list[TensorLife]
     onnx_order_lower_bound(model, input_shapes=None) -> int
+    order_bound(graph, typed) -> int | None     # the importer's, on its prepared model
 
 Steps are indices into ``graph.node``. A node reads its inputs and writes its
 outputs in the same step, so an output overlaps its inputs (no op here works in
@@ -21,8 +22,8 @@ from dataclasses import dataclass
 import onnx
 
 from ...hlo import XlacError
-from .importer import _load as load_model   # the same path/bytes/ModelProto rules and errors
-from .model_file import drop_declared_shapes
+from .model_file import drop_declared_shapes, subgraphs
+from .prepare import read_model   # the same path/bytes/ModelProto rules and errors
 
 
 @dataclass(frozen=True)
@@ -46,15 +47,37 @@ def onnx_order_intervals(model, input_shapes: dict[str, tuple[int, ...]] | None 
     gives it no type (Dropout-7's mask): then it is left out. Raises ``XlacError``
     when any other tensor's size is unknown.
     """
-    model, _ = load_model(model)
+    model, _ = read_model(model)
     _pin_inputs(model.graph, input_shapes or {})
     drop_declared_shapes(model)       # stale value_info would stop inference, as in the importer
     try:
         model = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as e:
         raise XlacError(f"ONNX shape inference failed: {' '.join(str(e).split())}") from None
-    graph = model.graph
-    types = {vi.name: vi.type for vi in (*graph.value_info, *graph.input, *graph.output)}
+    return _intervals(model.graph, model)
+
+
+def onnx_order_lower_bound(model, input_shapes: dict[str, tuple[int, ...]] | None = None
+                           ) -> int:
+    """The most intermediate bytes live at once in ``model``'s node order."""
+    return peak_bytes(onnx_order_intervals(model, input_shapes))
+
+
+def order_bound(graph: onnx.GraphProto, typed: onnx.ModelProto) -> int | None:
+    """The most intermediate bytes live at once in ``graph``'s node order, the tensors'
+    types read from ``typed`` (the importer's skeleton after its shape inference, which
+    holds the same nodes but for large constants); None where a size is unknown."""
+    try:
+        return peak_bytes(_intervals(graph, typed))
+    except XlacError:
+        return None
+
+
+def _intervals(graph: onnx.GraphProto, typed: onnx.ModelProto) -> list[TensorLife]:
+    """``onnx_order_intervals`` of ``graph``, the types from ``typed``'s value_info,
+    inputs and outputs."""
+    types = {vi.name: vi.type
+             for vi in (*typed.graph.value_info, *typed.graph.input, *typed.graph.output)}
     weights = _weights_only(graph)
     outputs = {o.name for o in graph.output}
 
@@ -75,12 +98,6 @@ def onnx_order_intervals(model, input_shapes: dict[str, tuple[int, ...]] | None 
             lives.append(TensorLife(name, _size_bytes(name, step, node, types.get(name)),
                                     step, max(step, last_read.get(name, step))))
     return lives
-
-
-def onnx_order_lower_bound(model, input_shapes: dict[str, tuple[int, ...]] | None = None
-                           ) -> int:
-    """The most intermediate bytes live at once in ``model``'s node order."""
-    return peak_bytes(onnx_order_intervals(model, input_shapes))
 
 
 def peak_bytes(lives: list[TensorLife]) -> int:
@@ -130,12 +147,11 @@ def _weights_only(graph: onnx.GraphProto) -> set[str]:
 def _captured(node: onnx.NodeProto) -> set[str]:
     """Outer-scope tensors read inside the node's subgraphs (If/Loop/Scan bodies)."""
     names: set[str] = set()
-    for attr in node.attribute:
-        for body in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
-            local = ({i.name for i in body.input} | {t.name for t in body.initializer}
-                     | {o for n in body.node for o in n.output})
-            names.update(n for inner in body.node
-                         for n in (*inner.input, *_captured(inner)) if n and n not in local)
+    for body in subgraphs(node):
+        local = ({i.name for i in body.input} | {t.name for t in body.initializer}
+                 | {o for n in body.node for o in n.output})
+        names.update(n for inner in body.node
+                     for n in (*inner.input, *_captured(inner)) if n and n not in local)
     return names
 
 

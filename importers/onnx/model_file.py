@@ -8,6 +8,8 @@ Exporters other than our own write things the graph builder never does:
 * weights as ``sparse_initializer`` or as sparse ``Constant`` values;
 * weights in external files beside the model (``onnx.save(...,
   save_as_external_data=True)``, and every model over 2 GB, protobuf's limit);
+* initializers listed as graph inputs too (before IR version 4), which a caller may
+  override (``graph_inputs`` are the others);
 * ``value_info`` and output shapes that disagree with shape inference (stale
   after an exporter's own rewrites): like onnxruntime, xlac trusts inference, and
   says so in the report.
@@ -16,6 +18,9 @@ ONNX's checker and shape inference need weights' types and shapes, never their
 values (shape-like operands, which they do read, are small): they run on a
 *skeleton* of the model whose large weights are graph inputs of the same type, so
 neither copies hundreds of MB of weights nor hits protobuf's 2 GB limit.
+
+Subgraphs (If branches, Loop and Scan bodies) are node attributes: ``all_nodes`` and
+``subgraphs`` walk them.
 """
 from __future__ import annotations
 
@@ -93,14 +98,37 @@ def check_no_external_data(model: onnx.ModelProto, source: str) -> None:
 def _tensors(graph: onnx.GraphProto):
     yield from graph.initializer
     for node in graph.node:
-        for a in node.attribute:
-            if a.type == onnx.AttributeProto.TENSOR:
-                yield a.t
-            elif a.type == onnx.AttributeProto.GRAPH:
-                yield from _tensors(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    yield from _tensors(g)
+        yield from (a.t for a in node.attribute if a.type == onnx.AttributeProto.TENSOR)
+        for g in subgraphs(node):
+            yield from _tensors(g)
+
+
+def all_nodes(graph: onnx.GraphProto):
+    """The nodes of ``graph`` and of the subgraphs its nodes hold (If, Loop, Scan)."""
+    for node in graph.node:
+        yield node
+        for g in subgraphs(node):
+            yield from all_nodes(g)
+
+
+def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    A = onnx.AttributeProto
+    return [g for a in node.attribute
+            for g in ([a.g] if a.type == A.GRAPH else list(a.graphs) if a.type == A.GRAPHS
+                      else [])]
+
+
+def graph_inputs(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
+    """The real inputs: models before IR version 4 also list their initializers as
+    inputs, which onnxruntime reads as weights the caller may override."""
+    initialized = {t.name for t in graph.initializer}
+    return [i for i in graph.input if i.name not in initialized]
+
+
+def overridable_initializers(graph: onnx.GraphProto) -> dict[str, onnx.ValueInfoProto]:
+    """Initializers also listed as graph inputs, by name."""
+    initialized = {t.name for t in graph.initializer}
+    return {i.name: i for i in graph.input if i.name in initialized}
 
 
 def skeleton(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -26,7 +26,7 @@ from math import ceil
 import numpy as np
 
 from ...hlo import DotDimensionNumbers, Opcode, dtypes
-from ...optimizer.quantization import qlinear_softmax as qlinear_softmax_of
+from ...hlo.qlinear import qlinear_softmax as qlinear_softmax_of
 from .cast import cast
 from .context import normalize_axis
 from .math import matmul_of
@@ -437,7 +437,7 @@ def qlinear_softmax(ctx, node):
     zy = 0 if zp is None else ctx.value_of(_per_tensor(ctx, node, zp, "a zero point"))
     if x.shape.dtype in (dtypes.S8, dtypes.U8) and zy is not None \
             and all(s is not None and s > 0 for s in scales):
-        # onnxruntime's arithmetic, a table of exponentials (optimizer/quantization.py)
+        # onnxruntime's arithmetic, a table of exponentials (hlo/qlinear.py)
         return [qlinear_softmax_of(ctx.b.op, lambda v, dt: ctx.b.constant(np.asarray(v, dt.np),
                                                                           dt),
                                    ctx.reducer, x, dims, *scales, int(zy))]

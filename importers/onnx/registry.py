@@ -39,17 +39,18 @@ class OpRule:
 _TABLE: dict[tuple[str, str], list[OpRule]] = {}
 
 
-def _canonical(domain: str) -> str:
+def canonical_domain(domain: str) -> str:
+    """``ai.onnx`` and ``""`` are one domain, DEFAULT_DOMAIN."""
     return DEFAULT_DOMAIN if domain in ("", "ai.onnx") else domain
 
 
 def register(op_type: str, since: int, domain: str = DEFAULT_DOMAIN, ignore=()):
     """Decorator: ``fn`` lowers ``op_type`` from opset ``since`` on (stackable)."""
     def deco(fn):
-        rules = _TABLE.setdefault((_canonical(domain), op_type), [])
+        rules = _TABLE.setdefault((canonical_domain(domain), op_type), [])
         if any(r.since == since for r in rules):
             raise ValueError(f"{op_type} is registered twice for opset {since}")
-        rules.append(OpRule(_canonical(domain), op_type, since, fn, frozenset(ignore)))
+        rules.append(OpRule(canonical_domain(domain), op_type, since, fn, frozenset(ignore)))
         rules.sort(key=lambda r: r.since)
         return fn
     return deco
@@ -58,7 +59,7 @@ def register(op_type: str, since: int, domain: str = DEFAULT_DOMAIN, ignore=()):
 def lookup(domain: str, op_type: str, opset: int) -> OpRule | None:
     """The rule for ``op_type`` at ``opset`` of its domain, or None if unsupported."""
     best = None
-    for rule in _TABLE.get((_canonical(domain), op_type), ()):
+    for rule in _TABLE.get((canonical_domain(domain), op_type), ()):
         if rule.since <= opset:
             best = rule
     return best

@@ -1,8 +1,8 @@
 """Recurrent ONNX ops: RNN, GRU and LSTM, each an HLO while over the time steps.
 
 As real implementations do, the input projection of every time step (X W^T plus the
-biases that do not depend on the state) is one matrix product before the loop
-(``ImportContext.hoist_recurrent_projection``). The loop body does the recurrent
+biases that do not depend on the state) is one matrix product before the loop. The
+loop body does the recurrent
 product (H R^T, batched over the directions), the gates and the state update, and
 writes its step's rows of Y with dynamic-update-slice (in place in the loop state,
 which lives in the caller's output buffer when Y is a model output). Both directions
@@ -11,8 +11,9 @@ step T-1-t.
 
 The hoisted projection is a buffer of steps x batch x gates live across the whole
 loop, often most of the arena of a small model. The other form projects each step's
-inputs inside the loop (as TensorFlow Lite Micro does): one more batched product per
-step, no such buffer. xlac.compile plans both and keeps the smaller arena.
+inputs inside the loop (as TensorFlow Lite Micro does): one more product per step, no
+such buffer; optimizer/projection_sinking.py rewrites the loop into it, and
+xlac.compile plans both and keeps the smaller arena.
 
 sequence_lens: at a step t >= len(b), batch element b keeps its state and its Y rows
 are zeros (ONNX). The reverse direction then reads each sequence in reverse within its
@@ -165,28 +166,24 @@ class _Recurrent:
                 rb = b.concatenate([b.slice(rb, (0, 0), (dirs, 2 * hidden)),
                                     _full(b, 0, dt, (dirs, hidden))], 1)
             bias = b.op(Opcode.ADD, wb, rb)                           # [dirs, g]
-        if ctx.hoist_recurrent_projection:
-            # The projection of every step: [T, B, dirs*g] (layout 0) or [B, T, dirs*g].
-            w = b.reshape(self.w, (dirs * g, self.w.shape.dims[2]))
-            rows = b.dot(self.x, w, DotDimensionNumbers((), (2,), (), (1,)))
-            if bias is not None:
-                rows = b.op(Opcode.ADD, rows, b.broadcast(b.reshape(bias, (dirs * g,)),
-                                                          rows.shape.dims, (2,)))
-            width = g
-        else:
-            rows, width = self.x, self.x.shape.dims[2]
+        # The projection of every step: [T, B, dirs*g] (layout 0) or [B, T, dirs*g].
+        w = b.reshape(self.w, (dirs * g, self.w.shape.dims[2]))
+        rows = b.dot(self.x, w, DotDimensionNumbers((), (2,), (), (1,)))
+        if bias is not None:
+            rows = b.op(Opcode.ADD, rows, b.broadcast(b.reshape(bias, (dirs * g,)),
+                                                      rows.shape.dims, (2,)))
         lens = None
         if self.lens is not None:
             known = ctx.value_of(self.lens)
             if known is None or any(int(v) != self.steps for v in known.reshape(-1)):
                 lens = b.convert(self.lens, S64)
-        # Each direction's source of rows (projected, or the inputs): (array, column
-        # of its rows, whether step t reads row T-1-t).
+        # Each direction's source of projected rows: (array, column of its rows, whether
+        # step t reads row T-1-t).
         sources = []
         for d in range(dirs):
-            column = d * width if ctx.hoist_recurrent_projection else 0
+            column = d * g
             if lens is not None and self.backward[d]:
-                part = b.slice(rows, (0, 0, column), rows.shape.dims[:2] + (column + width,))
+                part = b.slice(rows, (0, 0, column), rows.shape.dims[:2] + (column + g,))
                 sources.append((_reverse_sequence(b, part, lens, time_axis), 0, False))
             else:
                 sources.append((rows, column, self.backward[d]))
@@ -209,10 +206,6 @@ class _Recurrent:
                 captured[a] = lp.capture(a)[1]
         body_sources = [(captured[a], col, back) for a, col, back in sources]
         r = _Weights(b, lp, self.r)
-        self.step_weights = None
-        if not ctx.hoist_recurrent_projection:
-            self.step_weights = (_Weights(b, lp, self.w),
-                                 lp.capture(bias)[1] if bias is not None else None)
         peep = lp.capture(self.peep)[1] if self.peep is not None else None
         rbias = lp.capture(recurrent_bias)[1] if recurrent_bias is not None else None
         body_lens = lp.capture(lens)[1] if lens is not None else None
@@ -264,21 +257,15 @@ class _Recurrent:
         back_t = b.op(Opcode.SUBTRACT, last, t) if any(bk for _, _, bk in sources) else None
         zero = b.constant(0, S64)
         rows = []
-        width = g if self.step_weights is None else self.x.shape.dims[2]
         for src, col, back in sources:
             row = back_t if back else t
             starts = [zero, zero, b.constant(col, S64)]
             starts[time_axis] = row
-            sizes = [batch, batch, width]
+            sizes = [batch, batch, g]
             sizes[time_axis] = 1
             part = b.op(Opcode.DYNAMIC_SLICE, src, *starts, dynamic_slice_sizes=tuple(sizes))
-            rows.append(b.reshape(part, (1, batch, width)))
-        x = b.concatenate(rows, 0)                               # [dirs, B, g or inputs]
-        if self.step_weights is not None:       # this step's projection: x_t W^T + b
-            w, bias = self.step_weights
-            x = w.product(b, x)
-            if bias is not None:
-                x = b.op(Opcode.ADD, x, b.broadcast(bias, x.shape.dims, (0, 2)))
+            rows.append(b.reshape(part, (1, batch, g)))
+        x = b.concatenate(rows, 0)                               # [dirs, B, g]
         if self.kind == "GRU":
             new_h = self._gru(x, h, r, rbias)
             new_c = None

@@ -14,7 +14,8 @@ from onnx import numpy_helper
 
 from ...hlo import Builder, Instruction, Opcode, Shape, XlacError
 from .context import ImportContext, flatten, rebuild
-from .importer import lower_nodes, subgraphs
+from .importer import lower_nodes
+from .model_file import subgraphs
 from .types import hlo_dtype
 
 
@@ -84,7 +85,7 @@ def inline_graph(ctx: ImportContext, graph: onnx.GraphProto, inputs: list) -> li
     """Lower ``graph``, a graph attribute of the node being lowered (FlexAttention's
     score_mod), into the current computation with its inputs bound to ``inputs``; returns
     its outputs. The enclosing graph's values stay visible to it, as ONNX's scoping rules
-    say. (Its ops were checked with the model's: _reject_unsupported walks subgraphs.)"""
+    say. (Its ops were checked with the model's: reject_unsupported walks subgraphs.)"""
     if len(graph.input) != len(inputs):
         raise XlacError(f"subgraph '{graph.name}' takes {len(graph.input)} inputs, "
                         f"given {len(inputs)}")

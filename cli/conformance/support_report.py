@@ -11,18 +11,14 @@ import collections
 
 import onnx
 
-from .conformance import SUITES, CaseResult, DEFAULT_DOMAIN
-from .importers.onnx import OUT_OF_SCOPE, OUT_OF_SCOPE_IN_PART, supported_ops
+from ..importers.onnx import OUT_OF_SCOPE, OUT_OF_SCOPE_IN_PART, supported_ops
+from .cases import DEFAULT_DOMAIN, SUITES, CaseResult, qualified
 
 _FAILING = ("mismatch", "error", "out of scope", "crash", "timeout")
 
 
 def _cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def _qualified(domain: str, op: str) -> str:
-    return op if domain in ("", DEFAULT_DOMAIN) else f"{domain}.{op}"
 
 
 def _counts(results: list[CaseResult]) -> collections.Counter:
@@ -67,12 +63,12 @@ def _operator_tables(results: list[CaseResult]) -> list[str]:
         else:
             for op in r.ops:
                 models[op][r.status] += 1
-    registered = {_qualified(d, op) for d, op in supported_ops()}
-    scope = {_qualified(d, op): why for (d, op), why in OUT_OF_SCOPE.items()}
-    in_part = {_qualified(d, op): why for (d, op), why in OUT_OF_SCOPE_IN_PART.items()}
+    registered = {qualified(d, op) for d, op in supported_ops()}
+    scope = {qualified(d, op): why for (d, op), why in OUT_OF_SCOPE.items()}
+    in_part = {qualified(d, op): why for (d, op), why in OUT_OF_SCOPE_IN_PART.items()}
     schemas = {}
     for s in onnx.defs.get_all_schemas():
-        schemas[_qualified(s.domain, s.name)] = s
+        schemas[qualified(s.domain, s.name)] = s
     by_domain = collections.defaultdict(list)
     for name, s in schemas.items():
         by_domain[s.domain or DEFAULT_DOMAIN].append(name)

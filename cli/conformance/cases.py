@@ -1,9 +1,4 @@
-"""Run the onnx package's backend test cases through xlac, and write the support report.
-
-    python -m xlac.conformance                       # every case of every suite, a summary
-    python -m xlac.conformance -k 'test_(lstm|gru)'  # cases whose id matches
-    python -m xlac.conformance --suite node -k resize -v    # one line per case
-    python -m xlac.conformance --report docs/onnx-support.md
+"""The onnx package's backend test cases: collected, run through xlac, summarized.
 
 The suites: ``node`` (the node cases, ``onnx.backend.test.case.node``, in memory) and
 the data sets under ``onnx/backend/test/data/``: ``simple``, ``pytorch-converted``,
@@ -33,18 +28,16 @@ a data-set case to the op types of its model. Cases run in worker processes
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import glob
 import json
 import multiprocessing
 import os
 import re
-import sys
 import tempfile
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -90,7 +83,7 @@ def _data_dir() -> str:
     return os.path.join(os.path.dirname(onnx.backend.test.__file__), "data")
 
 
-def _qualified(domain: str, op_type: str) -> str:
+def qualified(domain: str, op_type: str) -> str:
     return op_type if domain in ("", DEFAULT_DOMAIN) else f"{domain}.{op_type}"
 
 
@@ -102,7 +95,7 @@ def _node_cases() -> list[Case]:
     # A case made by the runner's expect() is a one-node model of the op under test; its
     # _expanded variants (the op's function body, per opset: _expanded_verN) carry the
     # base case's name.
-    op_of = {c.name: _qualified(c.model.graph.node[0].domain, c.model.graph.node[0].op_type)
+    op_of = {c.name: qualified(c.model.graph.node[0].domain, c.model.graph.node[0].op_type)
              for c in cases if len(c.model.graph.node) == 1 and "_expanded" not in c.name}
     out = []
     for c in cases:
@@ -115,7 +108,7 @@ def _node_cases() -> list[Case]:
 def _model_ops(model) -> tuple[str, ...]:
     ops: dict[str, None] = {}
     for n in model.graph.node:
-        ops[_qualified(n.domain, n.op_type)] = None
+        ops[qualified(n.domain, n.op_type)] = None
     return tuple(ops)
 
 
@@ -254,9 +247,9 @@ def _one_line(text: str) -> str:
 
 def run_case(case: Case) -> CaseResult:
     """Prepare and run one case through xlac.backend; never raises."""
-    from . import backend
-    from .hlo import XlacError
-    from .importers.onnx import OutOfScope
+    from .. import backend
+    from ..hlo import XlacError
+    from ..importers.onnx import OutOfScope
     start = time.perf_counter()
 
     def result(status: str, detail: str = "") -> CaseResult:
@@ -344,49 +337,3 @@ def prune_failures(path: str, results: list[CaseResult]) -> int:
     with open(path, "w") as f:
         f.write("".join(line + "\n" for line in kept))
     return len(lines) - len(kept)
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m xlac.conformance",
-                                description="Run the ONNX backend test cases through xlac.")
-    p.add_argument("-k", dest="pattern", help="only cases whose id matches this regex")
-    p.add_argument("--suite", action="append", choices=SUITES,
-                   help="run this suite (repeatable; default: all)")
-    p.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds per case")
-    p.add_argument("-v", "--verbose", action="store_true", help="one line per case")
-    p.add_argument("--json", metavar="FILE", help="write every case's result as JSON")
-    p.add_argument("--report", metavar="FILE",
-                   help="write the support report (Markdown), e.g. docs/onnx-support.md")
-    p.add_argument("--prune-failures", metavar="FILE", action="append", default=[],
-                   help="remove the cases that now pass from a known-failures list such as "
-                   "tests/onnx_node_failures.txt (repeatable; it never adds any)")
-    args = p.parse_args(argv)
-    start = time.perf_counter()
-    cases = collect(args.suite or SUITES, args.pattern)
-    results = run(cases, args.jobs, args.timeout)
-    seconds = time.perf_counter() - start
-    if args.verbose:
-        for r in results:
-            print(f"{r.status:12} {r.id}  {r.detail}")
-    print(summarize(results))
-    print(f"{seconds:.0f} s")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump([asdict(r) for r in results], f, indent=1)
-    if args.report:
-        from .support_report import write_report
-        real = []
-        if args.pattern is None and not args.suite:
-            # The whole run: the real-model corpus too (python -m xlac.real_models).
-            from .real_models import report_section, run as run_real_models
-            real = report_section(run_real_models())
-        write_report(args.report, results, args.suite or SUITES, args.pattern, real)
-        print(f"{args.report} written")
-    for path in args.prune_failures:
-        print(f"{path}: {prune_failures(path, results)} cases that pass removed")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
