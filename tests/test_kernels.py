@@ -454,8 +454,9 @@ def test_channel_conv_tiles_waste_fewest_columns(width, most, cols):
 
 @pytest.mark.parametrize("side,vectors", [(2, 3), (3, 2), (7, 3), (14, 3)])
 def test_pointwise_tile_reads_a_small_maps_weights_once(side, vectors):
-    """1x1 windows at AVX-512 take tiles of 3 vectors by up to 8 pixels, but 2 vectors
-    where one such tile covers the map and one of 3 does not (3 x 3)."""
+    """1x1 windows at AVX-512 (64-byte vectors, 32 registers) take tiles of 3 vectors by
+    up to 8 pixels, but 2 vectors where one such tile covers the map and one of 3 does not
+    (3 x 3)."""
     instr = make_conv((1, 40, side, side), (96, 40, 1, 1), constant=True)
     window = conv_mod.ConvWindow.of(instr.attrs["window"], (side, side))
     tile = conv_mod._channel_tile(window, conv_mod._sizes_of(instr), tiling_for(HostTarget(64)))
@@ -949,9 +950,14 @@ def test_other_vector_widths(vector_bytes, index):
     _check(got, want, F32)
 
 
-def test_tiling_follows_vector_width():
-    assert [tiling_for(HostTarget(v)).nr for v in (16, 32, 64)] == [8, 16, 32]
-    assert tiling_for(HostTarget(32)).mr * tiling_for(HostTarget(32)).nv <= 16 - 3
+@every_target()
+def test_tiling_follows_vector_width(target_name):
+    """Slivers of 2 vectors; MR x NV accumulators, NV B vectors and a splat fit the
+    registers the kernels count (16 below 64-byte vectors, 32 there)."""
+    _, _, vector_bytes, registers = TARGETS[target_name]
+    t = tiling_for(target(target_name))
+    assert t.nr == 2 * vector_bytes // 4
+    assert t.mr * t.nv + t.nv + 1 <= registers
 
 
 # --- the function contract ---------------------------------------------------------------
