@@ -44,8 +44,9 @@ def every_target(argname: str = "target_name"):
     return pytest.mark.parametrize(argname, list(TARGETS), ids=[target_id(n) for n in TARGETS])
 
 
-def by_width(sse: str, avx2: str, avx512: str) -> dict[int, str]:
-    """An expectation that differs with the vector width: {16: ..., 32: ..., 64: ...}."""
+def by_width(sse, avx2, avx512) -> dict:
+    """An expectation that differs with the vector width: {16: sse, 32: avx2, 64: avx512}
+    (16 also AArch64's NEON)."""
     return {16: sse, 32: avx2, 64: avx512}
 
 
