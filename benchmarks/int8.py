@@ -46,10 +46,10 @@ def input_shape(model: onnx.ModelProto) -> list[int]:
 
 
 def quantize(model: onnx.ModelProto, folder: str, name: str, fmt: str,
-             activations: str = "int8") -> str:
-    """The model quantized by onnxruntime as a user would: per channel, int8 weights,
-    ``activations`` (int8 or uint8) activations, seeded random calibration data; returns
-    the path of the quantized model."""
+             activations: str = "int8", reduce_range: bool = False) -> str:
+    """The model quantized by onnxruntime as a user would: per channel, int8 weights (of 7
+    bits with ``reduce_range``), ``activations`` (int8 or uint8) activations, seeded random
+    calibration data; returns the path of the quantized model."""
     from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
                                           quantize_static)
     types = {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}
@@ -68,7 +68,7 @@ def quantize(model: onnx.ModelProto, folder: str, name: str, fmt: str,
     quantize_static(src, dst, Reader(), per_channel=True,
                     quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator,
                     activation_type=types[activations],
-                    weight_type=QuantType.QInt8)
+                    weight_type=QuantType.QInt8, reduce_range=reduce_range)
     logging.disable(logging.NOTSET)
     return dst
 

@@ -36,6 +36,10 @@ llvm.initialize_all_targets()
 llvm.initialize_all_asmprinters()
 llvm.initialize_native_asmparser()     # module-level asm (constants.py's .incbin)
 
+# The host target's default CPU where it is set (tests: the suite on an AVX2 or SSE2
+# host, whatever this machine has); its features are then the CPU's, as for any --cpu.
+HOST_CPU_VARIABLE = "XLAC_HOST_CPU"
+
 # CPU and features for a foreign triple, keyed by the triple's architecture. Anything not
 # listed gets LLVM's "generic" CPU and no extra features.
 _ARCH_DEFAULTS = {
@@ -285,6 +289,8 @@ def make_target(triple: str | None = None, cpu: str | None = None,
                 features: str | None = None, opt_level: int = 2):
     """The TargetInfo and llvmlite TargetMachine for a triple (default: this machine).
 
+    The host's CPU defaults to this machine's, or to the one $XLAC_HOST_CPU names.
+
     ``features`` adds ("+name") or removes ("-name") LLVM features on top of the CPU's
     and the triple's defaults. Unknown CPUs and features are errors listing the valid
     ones."""
@@ -296,11 +302,13 @@ def make_target(triple: str | None = None, cpu: str | None = None,
     except RuntimeError as e:
         raise XlacError(f"unknown target triple '{triple}': {str(e).strip()}") from None
     user = parse_features(features)
-    host_features = None
+    host_features = forced = None
     if is_host:
-        default_cpu = llvm.get_host_cpu_name()
-        # The host's features describe the host CPU only; another --cpu brings its own.
-        if (cpu or default_cpu) == default_cpu:
+        forced = os.environ.get(HOST_CPU_VARIABLE)
+        default_cpu = forced or llvm.get_host_cpu_name()
+        # The host's features describe the host CPU only; another --cpu, or a CPU the
+        # variable names, brings its own.
+        if (cpu or default_cpu) == default_cpu and not forced:
             host_features = llvm.get_host_cpu_features().flatten()
         base = host_features or ""
     else:
@@ -313,8 +321,13 @@ def make_target(triple: str | None = None, cpu: str | None = None,
     cpu = cpu or default_cpu
     full = ",".join(filter(None, (base, *user)))
     reloc = "static" if _is_bare_metal(triple) else "pic"
-    tm = _create_checked(target, triple, cpu=cpu, features=full, opt=min(opt_level, 3),
-                         reloc=reloc, codemodel="default")
+    try:
+        tm = _create_checked(target, triple, cpu=cpu, features=full, opt=min(opt_level, 3),
+                             reloc=reloc, codemodel="default")
+    except XlacError as e:
+        if forced and cpu == forced and str(e).startswith("unknown CPU"):
+            raise XlacError(f"{HOST_CPU_VARIABLE}={forced}: {e}") from None
+        raise
     required = _required(triple, cpu, full, user, host_features)
     if float_abi == "hard" and "+fpregs" not in required:
         raise XlacError(f"{triple} passes floats in FPU registers (hard float), but CPU "

@@ -1,7 +1,10 @@
 """Dot and convolution kernels, compiled for this machine, against numpy references.
 
 Each case names the path it is meant to exercise; ``test_*_path`` checks the kernel
-actually takes it, so a change in path selection cannot silently drop coverage.
+actually takes it, so a change in path selection cannot silently drop coverage. Paths
+and plans are checked on explicit targets (target_util: 16-, 32- and 64-byte vectors),
+whatever this machine is; the numerics run here, at this machine's width (that of
+$XLAC_HOST_CPU's CPU where it is set) unless a test names another.
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import re
 import numpy as np
 import pytest
 
+from target_util import TARGETS, by_width, every_target, expected, target
 from xlac.hlo import (Builder, ConvDimensionNumbers, DotDimensionNumbers, Opcode, Shape, Window,
                       XlacError, dtypes)
 from xlac.hlo.ir import Instruction
@@ -104,17 +108,22 @@ def test_dot(case):
     _check(CompiledKernel(instr)(x, y), dot_reference(instr, x, y), dtype)
 
 
+@every_target()
 @pytest.mark.parametrize("case", DOT_CASES, ids=[c[0] for c in DOT_CASES])
-def test_dot_path(case):
+def test_dot_path(case, target_name):
     _, lhs, rhs, lb, lc, rb, rc, dtype, path = case
     instr = make_dot(lhs, rhs, lb, lc, rb, rc, dtype)
-    assert dot_mod._path(instr, dot_mod.canonicalize(instr), tiling_for(host_target())) == path
+    t = target(target_name)
+    assert dot_mod._path(instr, dot_mod.canonicalize(instr), tiling_for(t)) == \
+        expected(path, t.vector_bytes)
 
 
-def test_transposed_b_is_packed_by_columns():
-    plan = plan_kernel(make_dot((3, 19, 17), (40, 3, 17), (0,), (2,), (1,), (2,)), host_target())
+@every_target()
+def test_transposed_b_is_packed_by_columns(target_name):
+    t = target(target_name)
+    plan = plan_kernel(make_dot((3, 19, 17), (40, 3, 17), (0,), (2,), (1,), (2,)), t)
     assert plan.spec.unit_bk and not plan.spec.unit_bn
-    plan = plan_kernel(make_dot((37, 53), (53, 29), (), (1,), (), (0,)), host_target())
+    plan = plan_kernel(make_dot((37, 53), (53, 29), (), (1,), (), (0,)), t)
     assert plan.spec.unit_bn and not plan.spec.unit_bk
 
 
@@ -186,9 +195,12 @@ def conv_reference(instr, x, w):
 
 
 NHWC = ConvDimensionNumbers(0, 3, (1, 2), 3, 2, (0, 1), 0, 3, (1, 2))   # b01f_01io->b01f
+# Strided 1x1 windows: SubsamplePacker from 32-byte vectors, im2col at 16 (no masked loads)
+SUBSAMPLED = by_width("gemm", "gemm_subsample", "gemm_subsample")
 
 CONV_CASES = [
-    # id, kwargs of make_conv, expected path
+    # id, kwargs of make_conv, expected path: the same on every target, or by_width (at
+    # 16, 32 and 64-byte vectors, registers counted as target_util.TARGETS says)
     ("3x3_same", dict(xd=(2, 5, 11, 13), wd=(40, 5, 3, 3), pad=((1, 1), (1, 1))), "gemm"),
     # 3x3 stride 1 keeping the map's size, few output channels: DirectConv (_direct_pays),
     # two images, groups, a stem, weights constant or not; not on maps below 64 pixels
@@ -204,18 +216,19 @@ CONV_CASES = [
     ("1x1_pointwise", dict(xd=(1, 16, 7, 9), wd=(20, 16, 1, 1)), "gemm"),
     # Strided 1x1: B packed from input rows (SubsamplePacker), vectors of pixels on up to
     # 4 output rows (5 x 5), on 2 (31 wide, two images), column strides 1 to 4, groups, K
-    # blocks; a stride of 5, a padded window and vectors on more rows keep im2col.
-    ("1x1_stride2", dict(xd=(1, 8, 9, 9), wd=(12, 8, 1, 1), stride=(2, 2)), "gemm_subsample"),
+    # blocks; a stride of 5, a padded window and vectors on more rows keep im2col, as
+    # 16-byte vectors (no masked loads) do (SUBSAMPLED).
+    ("1x1_stride2", dict(xd=(1, 8, 9, 9), wd=(12, 8, 1, 1), stride=(2, 2)), SUBSAMPLED),
     ("1x1_stride2_wide", dict(xd=(2, 19, 30, 61), wd=(21, 19, 1, 1), stride=(2, 2)),
-     "gemm_subsample"),
+     SUBSAMPLED),
     ("1x1_stride3x2_groups", dict(xd=(1, 12, 17, 40), wd=(10, 6, 1, 1), stride=(3, 2),
-                                  groups=2), "gemm_subsample"),
+                                  groups=2), SUBSAMPLED),
     ("1x1_stride4_odd", dict(xd=(1, 5, 23, 71), wd=(9, 5, 1, 1), stride=(4, 4)),
-     "gemm_subsample"),
+     SUBSAMPLED),
     ("1x1_stride2x1", dict(xd=(1, 7, 13, 33), wd=(11, 7, 1, 1), stride=(2, 1)),
-     "gemm_subsample"),
+     SUBSAMPLED),
     ("1x1_stride3_k_blocks", dict(xd=(1, 300, 14, 52), wd=(13, 300, 1, 1), stride=(3, 3)),
-     "gemm_subsample"),
+     SUBSAMPLED),
     ("1x1_stride5", dict(xd=(1, 6, 21, 41), wd=(8, 6, 1, 1), stride=(5, 5)), "gemm"),
     ("1x1_stride2_padded", dict(xd=(1, 6, 20, 41), wd=(8, 6, 1, 1), stride=(2, 2),
                                 pad=((1, 0), (0, 1))), "gemm"),
@@ -269,8 +282,10 @@ CONV_CASES = [
                               constant=True), "channels"),
     ("stem_weights_at_run_time", dict(xd=(1, 3, 37, 41), wd=(48, 3, 7, 7), stride=(2, 2),
                                       pad=((3, 3), (3, 3))), "gemm"),
+    # 40 channels are no multiple of 16 lanes, but of 8 and 4: the case is one at 64 bytes
     ("stem_channels_not_lanes", dict(xd=(1, 3, 12, 12), wd=(40, 3, 3, 3),
-                                     pad=((1, 1), (1, 1)), constant=True), "gemm"),
+                                     pad=((1, 1), (1, 1)), constant=True),
+     by_width("channels", "channels", "gemm")),
     # Stems of few output channels: vectors along output rows (RowConv), every column
     # stride it takes, padding, dilation, groups, tiles of channels past the last one.
     ("stem_rows_stride2", dict(xd=(1, 3, 37, 41), wd=(8, 3, 3, 3), stride=(2, 2),
@@ -289,8 +304,9 @@ CONV_CASES = [
     ("stem_rows_32_channels_weights_at_run_time", dict(xd=(1, 3, 23, 35), wd=(32, 3, 3, 3),
                                                        stride=(2, 2), pad=((1, 1), (1, 1))),
      "rows"),
+    # rows of 6 pixels, half a vector or less only at 64 bytes (16 lanes): the GEMM there
     ("stem_few_channels_narrow", dict(xd=(1, 3, 12, 6), wd=(8, 3, 3, 3),
-                                      pad=((1, 1), (1, 0))), "gemm"),
+                                      pad=((1, 1), (1, 0))), by_width("rows", "rows", "gemm")),
     # Windows on small maps: ChannelConv, long K (many input channels), groups, stride 2.
     ("small_map_long_k", dict(xd=(1, 70, 6, 5), wd=(32, 70, 3, 3),
                               pad=((1, 1), (1, 1)), constant=True), "channels"),
@@ -315,9 +331,10 @@ CONV_CASES = [
     ("pointwise_14x14_tail_panel", dict(xd=(1, 130, 14, 14), wd=(112, 130, 1, 1),
                                         constant=True), "channels"),
     # from 64 pixels up, a short K and a 1-vector panel (64 channels at AVX-512) keep
-    # the GEMM; a 3 x 3 map takes a tile of 2 vectors (_channel_tile)
+    # the GEMM (a case at 64 bytes only: shorter vectors' 2-vector panels are full); a
+    # 3 x 3 map takes a tile of 2 vectors (_channel_tile)
     ("pointwise_25x5_short_k", dict(xd=(1, 64, 25, 5), wd=(64, 64, 1, 1), constant=True),
-     "gemm"),
+     by_width("channels", "channels", "gemm")),
     ("pointwise_3x3_map", dict(xd=(1, 40, 3, 3), wd=(80, 40, 1, 1), constant=True),
      "channels"),
     ("pointwise_odd_map_groups", dict(xd=(1, 38, 11, 9), wd=(96, 19, 1, 1), groups=2,
@@ -325,7 +342,7 @@ CONV_CASES = [
     ("pointwise_stride2_8x7", dict(xd=(1, 24, 15, 13), wd=(32, 24, 1, 1), stride=(2, 2),
                                    constant=True), "channels"),
     ("pointwise_stride2_10x10", dict(xd=(1, 24, 20, 19), wd=(32, 24, 1, 1), stride=(2, 2),
-                                     constant=True), "gemm_subsample"),
+                                     constant=True), SUBSAMPLED),
     ("pointwise_15x15_constant", dict(xd=(1, 40, 15, 15), wd=(32, 40, 1, 1), constant=True),
      "gemm"),
     # Strided windows on larger maps: ChannelConv, reads checked at the right edge (a
@@ -339,7 +356,7 @@ CONV_CASES = [
     ("strided_map_wide_pad", dict(xd=(1, 5, 40, 36), wd=(16, 5, 5, 5), stride=(2, 2),
                                   pad=((2, 3), (4, 3)), constant=True), "channels"),
     ("strided_map_pointwise", dict(xd=(1, 24, 40, 40), wd=(32, 24, 1, 1), stride=(2, 2),
-                                   constant=True), "gemm_subsample"),
+                                   constant=True), SUBSAMPLED),
     ("large_map_constant", dict(xd=(1, 8, 17, 17), wd=(48, 8, 3, 3), pad=((1, 1), (1, 1)),
                                 constant=True), "gemm"),
     ("s32_groups", dict(xd=(1, 4, 5, 5), wd=(4, 2, 2, 2), groups=2, dtype=S32), "naive"),
@@ -391,18 +408,25 @@ def _operands(instr):
             for o in instr.operands]
 
 
+@every_target()
 @pytest.mark.parametrize("case", CONV_CASES, ids=[c[0] for c in CONV_CASES])
-def test_conv_path(case):
+def test_conv_path(case, target_name):
     _, kw, path = case
     instr = make_conv(**kw)
     constant = instr.operands[1].opcode is Opcode.CONSTANT
-    assert conv_mod._path(instr, tiling_for(host_target()), constant) == path
+    t = target(target_name)
+    assert conv_mod._path(instr, tiling_for(t), constant) == expected(path, t.vector_bytes)
+
+
+def _paths(case) -> set[str]:
+    """The paths a case takes at 16, 32 and 64-byte vectors."""
+    return {expected(case[2], vector_bytes) for vector_bytes in (16, 32, 64)}
 
 
 ROW_WIDTH_CASES = [c for c in CONV_CASES if c[0] in (
     "stem_rows_stride2", "stem_rows_dilated_groups", "stem_rows_stride4_negative_pad",
     "stem_rows_last_tile_short")]
-OTHER_WIDTH_CASES = ([("ChannelConv", c) for c in CONV_CASES if c[2] == "channels"]
+OTHER_WIDTH_CASES = ([("ChannelConv", c) for c in CONV_CASES if _paths(c) == {"channels"}]
                      + [("RowConv", c) for c in ROW_WIDTH_CASES])
 
 
@@ -431,8 +455,9 @@ def test_channel_conv_tiles_waste_fewest_columns(width, most, cols):
 
 @pytest.mark.parametrize("side,vectors", [(2, 3), (3, 2), (7, 3), (14, 3)])
 def test_pointwise_tile_reads_a_small_maps_weights_once(side, vectors):
-    """1x1 windows at AVX-512 take tiles of 3 vectors by up to 8 pixels, but 2 vectors
-    where one such tile covers the map and one of 3 does not (3 x 3)."""
+    """1x1 windows at AVX-512 (64-byte vectors, 32 registers) take tiles of 3 vectors by
+    up to 8 pixels, but 2 vectors where one such tile covers the map and one of 3 does not
+    (3 x 3)."""
     instr = make_conv((1, 40, side, side), (96, 40, 1, 1), constant=True)
     window = conv_mod.ConvWindow.of(instr.attrs["window"], (side, side))
     tile = conv_mod._channel_tile(window, conv_mod._sizes_of(instr), tiling_for(HostTarget(64)))
@@ -470,12 +495,10 @@ def test_channel_conv_packs_weights_in_panels_of_output_channels():
         np.testing.assert_array_equal(panel, w[first:first + width].reshape(width, k).T)
 
 
-# (Where vectors are shorter, RowConv takes the narrow stem, ChannelConv the stem of 40
-# channels and the 64 channels of the 25 x 5 map, which fill its 2-vector panels.)
-GEMM_CONV_CASES = [c for c in CONV_CASES if c[2] in ("gemm", "gemm_subsample", "winograd")
-                   and c[0] not in ("stem_few_channels_narrow", "stem_channels_not_lanes",
-                                    "pointwise_25x5_short_k")]
-CHANNEL_CONV_CASES = [c for c in CONV_CASES if c[2] == "channels"]
+# The implicit GEMM's and Winograd's at every width (not the cases that take RowConv or
+# ChannelConv where vectors are shorter).
+GEMM_CONV_CASES = [c for c in CONV_CASES if _paths(c) <= {"gemm", "gemm_subsample", "winograd"}]
+CHANNEL_CONV_CASES = [c for c in CONV_CASES if _paths(c) == {"channels"}]
 WINOGRAD_CASES = [c for c in CONV_CASES if c[2] == "winograd"]
 
 
@@ -490,7 +513,7 @@ def test_winograd_other_vector_widths(case, vector_bytes):
            F32)
 
 
-SUBSAMPLE_CASES = [c for c in CONV_CASES if c[2] == "gemm_subsample"]
+SUBSAMPLE_CASES = [c for c in CONV_CASES if expected(c[2], 32) == "gemm_subsample"]
 
 
 @pytest.mark.parametrize("case", SUBSAMPLE_CASES, ids=[c[0] for c in SUBSAMPLE_CASES])
@@ -565,10 +588,11 @@ def test_channel_conv_prefetches_the_next_panels_weights():
     assert "llvm.prefetch" in CompiledKernel(instr, target).llvm_ir
 
 
-def test_lean_changes_nothing_without_a_lean_variant():
+@every_target()
+def test_lean_changes_nothing_without_a_lean_variant(target_name):
     dot = make_dot((37, 53), (53, 29), (), (1,), (), (0,))
-    target = host_target()
-    assert kernel_key(dot, target, lean=True) == kernel_key(dot, target)
+    t = target(target_name)
+    assert kernel_key(dot, t, lean=True) == kernel_key(dot, t)
 
 
 def test_conv_reference_matches_direct_sum():
@@ -677,7 +701,7 @@ EPILOGUES = {
                        "%out = subtract(%d, %sb)",
 }
 # Convolutions of every kernel: (input channels, output channels, groups, window,
-# stride, lean) and the kernel they take.
+# stride, lean) and the kernel they take (at every width, or by_width).
 EPILOGUE_CONVS = {
     "depthwise_s1": ((5, 5, 5, 3, 1, False), "DepthwiseRows"),
     "depthwise_s2": ((5, 5, 5, 3, 2, False), "DepthwiseRows"),
@@ -704,8 +728,10 @@ EPILOGUE_CONVS = {
     "depthwise_s3": ((5, 10, 5, 3, 3, False), "DepthwiseRows"),
     "depthwise_s5": ((3, 3, 3, 3, 5, False), "Depthwise"),
     "pointwise_k_blocks": ((300, 9, 1, 1, 1, False), "ConvGemm"),
-    "grouped_s2": ((6, 8, 2, 3, 2, False), "ConvGemm"),
-    "direct_lean_s2": ((4, 11, 1, 5, 2, True), "DirectConv"),
+    # (the GEMM's and DirectConv's at 64-byte vectors only: RowConv's where rows of 6
+    # pixels are more than half a vector)
+    "grouped_s2": ((6, 8, 2, 3, 2, False), by_width("RowConv", "RowConv", "ConvGemm")),
+    "direct_lean_s2": ((4, 11, 1, 5, 2, True), by_width("RowConv", "RowConv", "DirectConv")),
 }
 EPILOGUE_CASES = ([(conv, name) for conv in ("depthwise_s1", "dense_3x3", "stem", "stem_rows")
                    for name in EPILOGUES]
@@ -763,27 +789,57 @@ def test_convolution_applies_its_fused_epilogue(conv, name):
     _check_fused_kernel(lambda: _epilogue_module(conv, EPILOGUES[name]), name, kernel, lean)
 
 
-def _check_fused_kernel(build, name: str, kernel: str, lean: bool = False, path=None,
-                        nan_operand: int = 0):
-    """The output fusion of ``build()``'s module run by its kernel against the evaluator
-    on the unfused module; one element of operand ``nan_operand`` is NaN."""
-    from xlac.hlo.evaluator import evaluate
+@every_target()
+@pytest.mark.parametrize("conv", EPILOGUE_CONVS)
+def test_fused_convolution_kernels(conv, target_name):
+    """The kernel each fused convolution takes on each target (the numerics above run
+    this machine's)."""
+    (_, _, _, _, _, lean), kernel = EPILOGUE_CONVS[conv]
+    t = target(target_name)
+    root = _fused_root(lambda: _epilogue_module(conv, EPILOGUES["bias_residual_relu"]))
+    _constant_weights(root, kernel, _random(root.operands[1].shape.dims, F32))
+    spec = plan_kernel(root, t, lean).spec
+    assert type(spec).__name__ == expected(kernel, t.vector_bytes)
+    assert len(spec.epilogue.steps) == 3
+
+
+def _fused_root(build):
+    """The output fusion of ``build()``'s module."""
     from xlac.optimizer import DeadCodeElimination
     from xlac.optimizer.fusion import OutputFusion
-    original, m = build(), build()
+    m = build()
     OutputFusion(CPU).run(m)
     DeadCodeElimination().run(m)
     root = m.entry.root
     assert root.opcode is Opcode.FUSION and root.attrs["kind"] == "kOutput"
+    return root
+
+
+def _constant_weights(root, kernel, w: np.ndarray) -> None:
+    """For ChannelConv (at some width), the weights become the constant ``w``, as in a
+    model."""
+    if "ChannelConv" in (kernel.values() if isinstance(kernel, dict) else (kernel,)):
+        root.operands[1] = Instruction(Opcode.CONSTANT, root.operands[1].shape, name="wc",
+                                       literal=w)
+
+
+def _check_fused_kernel(build, name: str, kernel, lean: bool = False, path=None,
+                        nan_operand: int = 0):
+    """The output fusion of ``build()``'s module run by its kernel (at this machine's
+    vector width: ``kernel`` may be by_width) against the evaluator on the unfused
+    module; one element of operand ``nan_operand`` is NaN."""
+    from xlac.hlo.evaluator import evaluate
+    original = build()
     args = [_random(p.shape.dims, F32) for p in original.entry.parameters]
     args[2] *= 3
     args[nan_operand].flat[37] = np.nan     # NaN goes through maximum, minimum and clamp
+    root = _fused_root(build)
     passed = [args[o.attrs["number"]] for o in root.operands]
-    if kernel == "ChannelConv":           # the weights a constant, as in a model
-        w = root.operands[1]
-        root.operands[1] = Instruction(Opcode.CONSTANT, w.shape, literal=args[1], name="wc")
-    spec = plan_kernel(root, host_target(), lean).spec
-    assert type(spec).__name__ == kernel and (path is None or spec.path == path)
+    _constant_weights(root, kernel, args[1])
+    host = host_target()
+    spec = plan_kernel(root, host, lean).spec
+    assert type(spec).__name__ == expected(kernel, host.vector_bytes)
+    assert path is None or spec.path == path
     assert len(spec.epilogue.steps) == EPILOGUES[name].count("\n") + 1
     want, = evaluate(original, args)
     got = CompiledKernel(root, lean=lean)(*passed)
@@ -836,6 +892,15 @@ def test_dot_applies_its_fused_epilogue(dot, name):
                         path=EPILOGUE_DOTS[dot][-1], nan_operand=1)
 
 
+@every_target()
+@pytest.mark.parametrize("dot", EPILOGUE_DOTS)
+def test_fused_dot_paths(dot, target_name):
+    t = target(target_name)
+    root = _fused_root(lambda: _dot_epilogue_module(dot, EPILOGUES["bias_residual_relu"]))
+    spec = plan_kernel(root, t).spec
+    assert (type(spec).__name__, spec.path) == ("FastDot", EPILOGUE_DOTS[dot][-1])
+
+
 def test_dot_epilogue_after_the_reshape_that_gives_back_batch_dims():
     """A 3-D MatMul as the importer lowers it: dot (2*19, 53) x (53, 29), reshaped to
     (2, 19, 29), then bias, residual and ReLU, all stored by the GEMM kernel."""
@@ -886,45 +951,53 @@ def test_other_vector_widths(vector_bytes, index):
     _check(got, want, F32)
 
 
-def test_tiling_follows_vector_width():
-    assert [tiling_for(HostTarget(v)).nr for v in (16, 32, 64)] == [8, 16, 32]
-    assert tiling_for(HostTarget(32)).mr * tiling_for(HostTarget(32)).nv <= 16 - 3
+@every_target()
+def test_tiling_follows_vector_width(target_name):
+    """Slivers of 2 vectors; MR x NV accumulators, NV B vectors and a splat fit the
+    registers the kernels count (16 below 64-byte vectors, 32 there)."""
+    _, _, vector_bytes, registers = TARGETS[target_name]
+    t = tiling_for(target(target_name))
+    assert t.nr == 2 * vector_bytes // 4
+    assert t.mr * t.nv + t.nv + 1 <= registers
 
 
 # --- the function contract ---------------------------------------------------------------
 
-def test_kernel_signature_and_attributes():
+@every_target()
+def test_kernel_signature_and_attributes(target_name):
     from llvmlite import ir
     module = ir.Module("m")
     conv = make_conv((1, 4, 8, 8), (40, 4, 3, 3), pad=((1, 1), (1, 1)))
-    target = host_target()
-    fn = emit_kernel(module, conv, "k_conv", target)
+    t = target(target_name)
+    fn = emit_kernel(module, conv, "k_conv", t)
     # out, x, w, scratch, then batch, groups, cin_g, cout_g, in spatial, out spatial
-    assert scratch_bytes(conv, target) > 0
-    assert kernel_arguments(conv, target) == [1, 1, 4, 40, 8, 8, 8, 8]
+    assert scratch_bytes(conv, t) > 0
+    assert kernel_arguments(conv, t) == [1, 1, 4, 40, 8, 8, 8, 8]
     assert [str(a.type) for a in fn.args] == ["ptr"] * 4 + ["i64"] * 8
     assert fn.linkage == "internal" and "nounwind" in fn.attributes
     assert all("noalias" in a.attributes for a in fn.args[:4])
     dw = make_conv((1, 8, 8, 8), (8, 1, 3, 3), groups=8)
-    assert scratch_bytes(dw, target) == 0
-    assert len(emit_kernel(module, dw, "k_dw", target).args) == 3 + 8
+    assert scratch_bytes(dw, t) == 0
+    assert len(emit_kernel(module, dw, "k_dw", t).args) == 3 + 8
     naive = make_dot((2, 3), (3, 4), (), (1,), (), (0,), F64)
-    assert kernel_arguments(naive, target) == []
-    assert len(emit_kernel(module, naive, "k_naive", target).args) == 3
+    assert kernel_arguments(naive, t) == []
+    assert len(emit_kernel(module, naive, "k_naive", t).args) == 3
 
 
 # --- sharing one function between instructions ----------------------------------------------
 
 SHARING_CASES = [
-    # id, two instructions, whether they share a kernel
+    # id, two instructions, whether they share a kernel (on every target, or by_width)
     ("3x3_channels_and_size", make_conv((1, 8, 12, 10), (16, 8, 3, 3), pad=((1, 1), (1, 1))),
      make_conv((2, 13, 9, 9), (5, 13, 3, 3), pad=((1, 1), (1, 1))), True),
     ("1x1_channels_and_size", make_conv((1, 24, 9, 9), (16, 24, 1, 1)),
      make_conv((1, 40, 5, 6), (32, 40, 1, 1)), True),
+    # the GEMM's (a case at 64 bytes: where vectors are shorter both take RowConv, whose
+    # tiles of 4 and 2 channels per group differ)
     ("3x3_stride2_groups", make_conv((1, 8, 11, 11), (8, 4, 3, 3), stride=(2, 2),
                                      pad=((1, 1), (1, 1)), groups=2),
      make_conv((1, 12, 15, 15), (6, 4, 3, 3), stride=(2, 2), pad=((1, 1), (1, 1)), groups=3),
-     True),
+     by_width(False, False, True)),
     ("depthwise_channels_and_size", make_conv((1, 8, 12, 10), (8, 1, 3, 3),
                                               pad=((1, 1), (1, 1)), groups=8),
      make_conv((2, 5, 6, 13), (10, 1, 3, 3), pad=((1, 1), (1, 1)), groups=5), True),
@@ -950,31 +1023,37 @@ SHARING_CASES = [
 ]
 
 
+@every_target()
 @pytest.mark.parametrize("case", SHARING_CASES, ids=[c[0] for c in SHARING_CASES])
-def test_kernel_key_shares_code_between_sizes(case):
+def test_kernel_key_shares_code_between_sizes(case, target_name):
     _, first, second, shared = case
-    target = host_target()
-    assert (kernel_key(first, target) == kernel_key(second, target)) == shared
+    t = target(target_name)
+    shared = expected(shared, t.vector_bytes)
+    assert (kernel_key(first, t) == kernel_key(second, t)) == shared
     if shared:
-        assert kernel_arguments(first, target) != kernel_arguments(second, target)
+        assert kernel_arguments(first, t) != kernel_arguments(second, t)
         # One function, each call with the scratch its own sizes need (a short K packs
         # fewer rows), within what the shared code allows for, and with or without
         # scratch alike (the function's signature).
         # A spec whose scratch grows with the sizes (scratch_floats: Winograd's) states
         # a stand-in that only says the function takes one.
-        spec = plan_kernel(first, target).spec
+        spec = plan_kernel(first, t).spec
         for instr in (first, second):
-            assert (scratch_bytes(instr, target) > 0) == (spec.scratch_bytes > 0)
+            assert (scratch_bytes(instr, t) > 0) == (spec.scratch_bytes > 0)
             if not hasattr(spec, "scratch_floats"):
-                assert scratch_bytes(instr, target) <= spec.scratch_bytes
+                assert scratch_bytes(instr, t) <= spec.scratch_bytes
 
 
-@pytest.mark.parametrize("case", [c for c in SHARING_CASES if c[3]],
-                         ids=[c[0] for c in SHARING_CASES if c[3]])
+SHARED_CASES = [c for c in SHARING_CASES if c[3]]     # at some width
+
+
+@pytest.mark.parametrize("case", SHARED_CASES, ids=[c[0] for c in SHARED_CASES])
 def test_shared_kernel_computes_both_instructions(case):
-    """One compiled function, called with each instruction's own sizes."""
-    _, first, second, _ = case
-    kernel = CompiledKernel(first)
+    """One compiled function, called with each instruction's own sizes: at this
+    machine's vector width, or for a case that shares only at 64 bytes, at those."""
+    _, first, second, shared = case
+    width = host_target().vector_bytes
+    kernel = CompiledKernel(first, None if expected(shared, width) else HostTarget(64))
     for instr in (first, second):
         x, y = (_random(o.shape.dims, F32) for o in instr.operands)
         want = (dot_reference(instr, x, y) if instr.opcode is Opcode.DOT
@@ -1056,22 +1135,28 @@ def test_model_emits_one_function_for_convolutions_of_different_sizes(tmp_path):
         _check(out, conv_reference(instr, x, w), F32)
 
 
-def test_scratch_is_small():
+@every_target()
+def test_scratch_is_small(target_name):
     """Only one packed sliver: the scratch does not grow with the problem."""
     big = make_conv((1, 512, 56, 56), (512, 512, 3, 3), pad=((1, 1), (1, 1)))
-    assert scratch_bytes(big, host_target()) <= 64 * 1024
+    assert scratch_bytes(big, target(target_name)) <= 64 * 1024
 
 
-def test_gemm_scratch_fits_a_short_k():
-    """A product over K < KC packs K rows of the B sliver, not KC (attention's scores);
-    the guarded call checks that the kernel stays inside them."""
-    target = host_target()
-    t = tiling_for(target)
-    short = make_dot((2, 4, 16, 8), (2, 4, 16, 8), (0, 1), (3,), (0, 1), (3,))
-    assert scratch_bytes(short, target) == 8 * t.nr * 4
-    assert scratch_bytes(short, target) < plan_kernel(short, target).spec.scratch_bytes
-    x, y = (_random(o.shape.dims, F32) for o in short.operands)
-    _check(CompiledKernel(short)(x, y), dot_reference(short, x, y), F32)
+SHORT_K = make_dot((2, 4, 16, 8), (2, 4, 16, 8), (0, 1), (3,), (0, 1), (3,))
+
+
+@every_target()
+def test_gemm_scratch_fits_a_short_k(target_name):
+    """A product over K < KC packs K rows of the B sliver, not KC (attention's scores)."""
+    t = target(target_name)
+    assert scratch_bytes(SHORT_K, t) == 8 * tiling_for(t).nr * 4
+    assert scratch_bytes(SHORT_K, t) < plan_kernel(SHORT_K, t).spec.scratch_bytes
+
+
+def test_gemm_stays_inside_a_short_ks_scratch():
+    """The guarded call checks that the kernel stays inside it."""
+    x, y = (_random(o.shape.dims, F32) for o in SHORT_K.operands)
+    _check(CompiledKernel(SHORT_K)(x, y), dot_reference(SHORT_K, x, y), F32)
 
 
 def test_other_opcodes_are_rejected():
@@ -1079,7 +1164,7 @@ def test_other_opcodes_are_rejected():
     x = b.parameter(0, Shape.array(F32, (2,)))
     add = b.op(Opcode.ADD, x, x)
     with pytest.raises(XlacError, match="no kernel"):
-        scratch_bytes(add, host_target())
+        scratch_bytes(add, target("avx512"))
 
 
 # --- base (lhs) dilation: transposed convolutions -----------------------------------------
@@ -1121,7 +1206,7 @@ def test_lhs_dilated_conv_runs_dense_fast_kernels(case, tmp_path):
     optimize(module, CPU)
     convs = [i for c in module.computations for i in c.instructions
              if i.opcode is Opcode.CONVOLUTION]
-    tiling = tiling_for(host_target())
-    assert convs and all(conv_mod._path(c, tiling, False) != "naive" for c in convs)
+    assert convs and all(conv_mod._path(c, tiling_for(target(name)), False) != "naive"
+                         for c in convs for name in TARGETS)
     got, = compile_module(module, tmp_path, name=f"lhs_{case[0]}")(*args)
     _check(got, conv_reference(instr, *args), F32)

@@ -2,8 +2,8 @@
 as scalar loops (left to LLVM's vectorizer) and as explicit <8 x T> vector code, and
 object code free of libm calls on x86-64, AArch64 and Cortex-M4.
 
-Every function is JIT-compiled twice: for this machine's CPU (with FMA where it has it)
-and for the generic CPU of its architecture (no FMA on x86-64), since the algorithms must
+Every function is JIT-compiled twice: for this machine's CPU (with FMA where it has it;
+the CPU $XLAC_HOST_CPU names where it is set) and for the generic CPU of its architecture (no FMA on x86-64), since the algorithms must
 hold with and without fused multiply-add. Run with -s to see the error table.
 """
 from __future__ import annotations
@@ -20,6 +20,7 @@ from llvmlite import ir
 
 from xlac.emitter import mathlib
 from xlac.emitter.irutil import I64, PTR, VOID, for_range, gep_elem
+from xlac.emitter.target import make_target
 
 BINARY = {"atan2", "pow"}
 LANES = 8
@@ -111,7 +112,8 @@ class Jit:
 
 @pytest.fixture(scope="module")
 def jits():
-    host = Jit(llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(), vector=True)
+    info, _ = make_target()          # the host's CPU and features
+    host = Jit(info.cpu, info.features, vector=True)
     generic = Jit("generic", "", vector=False)
     return {"host": host, "generic": generic}
 

@@ -109,6 +109,30 @@ def test_header_lists_the_implied_features(tmp_path):
     assert "+sse4.2" in block and "+popcnt" in block and "+avx" not in block
 
 
+# A CPU of 16-byte vectors that every machine of the host's architecture runs.
+OLDER_CPU = {"x86_64": "x86-64-v2", "aarch64": "cortex-a53", "arm64": "cortex-a53"}
+
+
+def test_host_cpu_variable_names_the_host_targets_default_cpu(tmp_path, monkeypatch):
+    """XLAC_HOST_CPU: the host target's default CPU, with the features its name implies as
+    for an explicit CPU (the kernel tests' JIT too); an explicit CPU still wins; unset,
+    the host's own CPU."""
+    from xlac.emitter.kernels.jit import host_target
+    cpu = OLDER_CPU[llvm.get_process_triple().split("-")[0]]
+    explicit, _ = make_target(None, cpu)
+    monkeypatch.setenv("XLAC_HOST_CPU", cpu)
+    assert make_target()[0] == explicit and explicit.is_host
+    assert explicit.vector_bytes == host_target().vector_bytes == 16
+    assert make_target(None, "generic")[0].cpu == "generic"
+    xlac.compile(LENET, tmp_path / "m.o")
+    assert re.search(rf"^ \* CPU: +{cpu}$", (tmp_path / "m.h").read_text(), re.M)
+    monkeypatch.setenv("XLAC_HOST_CPU", "no-such-cpu")
+    with pytest.raises(XlacError, match="^XLAC_HOST_CPU=no-such-cpu: unknown CPU 'no-such"):
+        make_target()
+    monkeypatch.delenv("XLAC_HOST_CPU")
+    assert make_target()[0].cpu == llvm.get_host_cpu_name()
+
+
 def test_cpu_with_the_v_extension_gets_vector_kernels():
     assert make_target("riscv64-unknown-linux-gnu", "sifive-x280")[0].vector_bytes == 16
     assert make_target("riscv64-unknown-linux-gnu", features="+v")[0].vector_bytes == 16

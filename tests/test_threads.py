@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import target_util
 import xlac
+from target_util import by_width, every_target, expected
 from xlac.hlo import XlacError
 
 RUNTIME_DIR = Path(xlac.runtime_c.__file__).parent
@@ -351,8 +353,9 @@ def _function(ir: str, name: str) -> str | None:
 def test_big_steps_become_tasks_and_the_one_thread_entry_stays_as_it_was(tmp_path):
     """Convolutions (dense, depthwise), dots and element loops each get a task function;
     NAME_run and NAME_run_v optimize to the same code as without the parallel entry."""
-    xlac.compile(cnn(2), tmp_path / "p.ll", emit="llvm", parallel=True, name="m")
-    xlac.compile(cnn(2), tmp_path / "s.ll", emit="llvm", name="m")
+    model = cnn(2)          # one model: cnn() draws new weights, which LLVM may fold in
+    xlac.compile(model, tmp_path / "p.ll", emit="llvm", parallel=True, name="m")
+    xlac.compile(model, tmp_path / "s.ll", emit="llvm", name="m")
     ir, alone = (tmp_path / "p.ll").read_text(), (tmp_path / "s.ll").read_text()
     tasks = re.findall(r"define internal void @\"?([\w.]+)\.task\"?\(", ir)
     assert len(tasks) >= 4, tasks
@@ -363,16 +366,16 @@ def test_big_steps_become_tasks_and_the_one_thread_entry_stays_as_it_was(tmp_pat
     assert ".task" not in _function(ir, "m_run_v")
 
 
-def _splits(model):
-    """The size each kernel of ``model`` is split along in the parallel entry."""
-    from xlac.backends import make_backend
+def _splits(model, target_name: str):
+    """The size each kernel of ``model`` is split along in the parallel entry for
+    target_util's target ``target_name``."""
     from xlac.emitter import build_steps
     from xlac.emitter.kernels.gemm import tiling_for
     from xlac.emitter.parallel import kernel_split
     from xlac.emitter.steps import kernel_steps
     from xlac.importers.onnx import import_onnx
     from xlac.optimizer import optimize, plan_memory
-    backend = make_backend()
+    backend = target_util.backend(target_name)
     module = optimize(import_onnx(model), backend)
     steps = build_steps(module, plan_memory(module, backend), backend)
     splits = [(s.kernel.name, kernel_split(s.kernel.plan, tiling_for(backend.target)))
@@ -380,39 +383,70 @@ def _splits(model):
     return [(name, split and split.param) for name, split in splits]
 
 
-def test_implicit_gemms_split_by_pixels_where_channel_blocks_would_repack():
+# The split tests state each target's splits (target_util: vector bytes and the registers
+# the kernels count); the models' docstrings tell the 64-byte story, the one the tests'
+# names tell. Where vectors are shorter, ChannelConv takes the strided 3x3 windows of 40
+# channels (a multiple of 8 and 4 lanes) and its panels hold fewer channels.
+def _expect(target_name: str, splits):
+    return expected(splits, target_util.target(target_name).vector_bytes)
+
+
+@every_target()
+def test_implicit_gemms_split_by_pixels_where_channel_blocks_would_repack(target_name):
     """Few output channels on a large map: pixel blocks (no im2col sliver packed twice,
     24 channels are no even split of 8-row blocks); many on a small map: channel
     blocks (49 pixels are two slivers, one half empty)."""
-    assert _splits(pointwise()) == [("ConvGemm", "pxn"), ("ConvGemm", "pxn"),
-                                    ("DirectConv", "cout_g"), ("ConvGemm", "cout_g")]
+    shorter = [("ConvGemm", "pxn"), ("ChannelConv", "oyn"), ("DirectConv", "cout_g"),
+               ("ConvGemm", "pxn")]
+    assert _splits(pointwise(), target_name) == _expect(target_name, by_width(
+        shorter, shorter, [("ConvGemm", "pxn"), ("ConvGemm", "pxn"),
+                           ("DirectConv", "cout_g"), ("ConvGemm", "cout_g")]))
 
 
-def test_strided_pointwise_gemm_splits_by_pixels():
+@every_target()
+def test_strided_pointwise_gemm_splits_by_pixels(target_name):
     """The shortcut (40 channels, 437 pixels) by pixel blocks, whose packer starts
-    mid-row; the 1x1 of stride 3 (96 channels, 80 pixels) by channel blocks."""
-    assert _splits(shortcut())[2:] == [("ConvGemm", "pxn"), ("ConvGemm", "pxn"),
-                                       ("ConvGemm", "cout_g")]
+    mid-row; the 1x1 of stride 3 (96 channels, 80 pixels) by channel blocks (by pixel
+    blocks at 16-byte vectors, where it is im2col's)."""
+    assert _splits(shortcut(), target_name)[2:] == _expect(target_name, by_width(
+        [("ChannelConv", "oyn"), ("ConvGemm", "pxn"), ("ConvGemm", "pxn")],
+        [("ChannelConv", "oyn"), ("ConvGemm", "pxn"), ("ConvGemm", "cout_g")],
+        [("ConvGemm", "pxn"), ("ConvGemm", "pxn"), ("ConvGemm", "cout_g")]))
 
 
-def test_products_split_by_columns_where_row_blocks_would_repack():
-    assert _splits(dense()) == [("FastDot", "n")]
-    assert _splits(encoder())[0] == ("FastDot", "m")      # 36 row blocks, 7 column ones
+@every_target()
+def test_products_split_by_columns_where_row_blocks_would_repack(target_name):
+    assert _splits(dense(), target_name) == [("FastDot", "n")]
+    # 36 row blocks, 7 column ones
+    assert _splits(encoder(), target_name)[0] == ("FastDot", "m")
 
 
-def test_channel_convolutions_of_one_panel_split_by_rows():
-    assert _splits(stem_rows()) == [("ChannelConv", "oyn"), ("DirectConv", "cout_g"),
-                                    ("ChannelConv", "oyn")]
+@every_target()
+def test_channel_convolutions_of_one_panel_split_by_rows(target_name):
+    """32 channels are one panel at 64-byte vectors only: by panels where they are
+    shorter."""
+    shorter = [("ChannelConv", "cout_g"), ("DirectConv", "cout_g"), ("ChannelConv", "cout_g")]
+    assert _splits(stem_rows(), target_name) == _expect(target_name, by_width(
+        shorter, shorter,
+        [("ChannelConv", "oyn"), ("DirectConv", "cout_g"), ("ChannelConv", "oyn")]))
 
 
-def test_small_map_pointwise_splits_by_panels_or_rows():
-    assert _splits(small_pointwise()) == [("ChannelConv", "oyn"), ("ChannelConv", "cout_g"),
-                                          ("ChannelConv", "cout_g"), ("ChannelConv", "oyn"),
-                                          ("ChannelConv", "oyn")]
+@every_target()
+def test_small_map_pointwise_splits_by_panels_or_rows(target_name):
+    """(At 64-byte vectors; with panels of fewer channels, more of them split by
+    panels.)"""
+    panels, rows = ("ChannelConv", "cout_g"), ("ChannelConv", "oyn")
+    assert _splits(small_pointwise(), target_name) == _expect(target_name, by_width(
+        [panels] * 5, [panels] * 3 + [rows] * 2, [rows] + [panels] * 2 + [rows] * 2))
 
 
-def test_strided_channel_convolutions_split_by_rows():
-    assert _splits(strided()) == [("ChannelConv", "oyn"), ("ChannelConv", "oyn")]
+@every_target()
+def test_strided_channel_convolutions_split_by_rows(target_name):
+    """32 channels are one panel at 64-byte vectors only: by panels where they are
+    shorter."""
+    assert _splits(strided(), target_name) == _expect(target_name, by_width(
+        [("ChannelConv", "cout_g")] * 2, [("ChannelConv", "cout_g")] * 2,
+        [("ChannelConv", "oyn")] * 2))
 
 
 def test_profile_counts_both_entries_and_the_tasks_on_every_thread(tmp_path):

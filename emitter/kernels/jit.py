@@ -18,6 +18,7 @@ from llvmlite import ir
 
 from ...hlo import Instruction
 from ..irutil import I64, PTR, VOID, i64
+from ..target import make_target
 from . import emit_kernel, kernel_arguments, kernel_key, plan_kernel, scratch_bytes
 
 _ready = False
@@ -38,19 +39,17 @@ class HostTarget:
 
 
 def host_target() -> HostTarget:
-    _init()
-    features = llvm.get_host_cpu_features()
-    if features.get("avx512f"):
-        return HostTarget(64)
-    return HostTarget(32 if features.get("avx") else 16)
+    """This machine's vector width, or that of the CPU $XLAC_HOST_CPU names (as
+    make_target's host target has it)."""
+    return HostTarget(make_target()[0].vector_bytes)
 
 
 def host_machine() -> llvm.TargetMachine:
+    """A JIT machine for the host target's CPU and features (make_target's)."""
     _init()
-    target = llvm.Target.from_triple(llvm.get_process_triple())
-    return target.create_target_machine(cpu=llvm.get_host_cpu_name(),
-                                        features=llvm.get_host_cpu_features().flatten(),
-                                        opt=3, jit=True)
+    info, _ = make_target()
+    target = llvm.Target.from_triple(info.triple)
+    return target.create_target_machine(cpu=info.cpu, features=info.features, opt=3, jit=True)
 
 
 _GUARD = 1024
