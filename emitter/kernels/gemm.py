@@ -48,6 +48,7 @@ class Tiling:
     mr: int         # micro-tile rows
     kc: int         # K block
     mc: int         # largest M block: MC x KC floats of A stay in L2
+    registers: int  # vector registers the tiles are sized for (the target's)
 
     @property
     def nr(self) -> int:
@@ -55,15 +56,14 @@ class Tiling:
 
 
 def tiling_for(target) -> Tiling:
-    """Micro-tile sized to the register file: MR*NV accumulators + NV B vectors + 1 splat.
-
-    16 vector registers below AVX-512 (6 x 16 on AVX2, the classic Haswell kernel), 32 with it.
+    """Micro-tile sized to the register file (``target.registers``): MR*NV accumulators +
+    NV B vectors + 1 splat; 6 x 16 with AVX2's 16 registers (the classic Haswell kernel).
     """
     lanes = 1 << max(0, (target.vector_bytes // 4).bit_length() - 1)   # a power of two
-    regs = 32 if target.vector_bytes >= 64 else 16
+    regs = target.registers
     nv = 2
     mr = min(8, (regs - nv - 1) // nv)
-    return Tiling(lanes=lanes, nv=nv, mr=mr, kc=256, mc=256)
+    return Tiling(lanes=lanes, nv=nv, mr=mr, kc=256, mc=256, registers=regs)
 
 
 class Packer(Protocol):

@@ -18,6 +18,7 @@ from llvmlite import ir
 
 from ...hlo import Instruction
 from ..irutil import I64, PTR, VOID, i64
+from ..target import vector_registers
 from . import emit_kernel, kernel_arguments, kernel_key, plan_kernel, scratch_bytes
 
 _ready = False
@@ -33,8 +34,14 @@ def _init():
 
 @dataclass(frozen=True)
 class HostTarget:
-    """The part of a TargetInfo the kernels read, for this machine."""
+    """The part of a TargetInfo the kernels read: the vector width and the registers
+    (None: as a TargetInfo of that width counts them)."""
     vector_bytes: int
+    registers: int | None = None
+
+    def __post_init__(self):
+        if self.registers is None:
+            object.__setattr__(self, "registers", vector_registers(self.vector_bytes))
 
 
 def host_target() -> HostTarget:
