@@ -29,6 +29,7 @@ from . import kernels
 from .constants import CONSTANT_ALIGN, ConstantPool
 from .elemental import ElementalEmitter
 from .interface import ModelInterface
+from .intrinsics import declare_intrinsic
 from .kernels.function import kernel_function
 from .kernels.gemm import tiling_for
 from .kernels.qconv import plan_quantized
@@ -456,7 +457,8 @@ class _ComputeEmitter:
         self.sites.append((self.b.call(fn, args), instr.name))
 
     def _memcpy(self, dst: ir.Value, src: ir.Value, size: int) -> None:
-        memcpy = self.llvm_module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
+        memcpy = declare_intrinsic(self.llvm_module, "llvm.memcpy", VOID, [PTR, PTR, I64, I1],
+                                   [PTR, PTR, I64])
         self.b.call(memcpy, [dst, src, i64(size), ir.Constant(I1, 0)])
 
     def _emit_concat_copies(self, instr: Instruction) -> None:
