@@ -442,9 +442,7 @@ class _ComputeEmitter:
                 first, slots = values[3 + n_extra], values[4 + n_extra]
                 mine = gep_bytes(b, slots, b.mul(b.sub(index, i64(1)), i64(slot)))
                 pointers.append(b.select(b.icmp_unsigned("==", index, i64(0)), first, mine))
-            sizes = [b.sub(hi, lo) if name == split.param else lo if name == split.start
-                     else i64(plan.sizes[name]) for name in spec.params]
-            b.call(fn, pointers + sizes)
+            b.call(fn, pointers + split.arguments(b, plan.sizes, lo, hi))
 
         self._parallel_for(instr, args, split.cap, task)
 

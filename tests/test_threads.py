@@ -375,7 +375,7 @@ def _splits(model):
     plan = plan_memory(module, alignment=target.arena_align,
                        scratch=lambda i: scratch_bytes(i, target),
                        lean_scratch=lambda i: scratch_bytes(i, target, lean=True))
-    return [(type(p.spec).__name__, s and s.param) for p, s in (
+    return [(type(p.spec).__name__, s and s.axis.name) for p, s in (
         (p, kernel_split(p, tiling_for(target))) for p in (
             kernels.plan_kernel(i, target, i in plan.lean_kernels) for i in plan.order
             if kernels.is_kernel(i, target)))]
@@ -385,35 +385,36 @@ def test_implicit_gemms_split_by_pixels_where_channel_blocks_would_repack():
     """Few output channels on a large map: pixel blocks (no im2col sliver packed twice,
     24 channels are no even split of 8-row blocks); many on a small map: channel
     blocks (49 pixels are two slivers, one half empty)."""
-    assert _splits(pointwise()) == [("ConvGemm", "pxn"), ("ConvGemm", "pxn"),
-                                    ("DirectConv", "cout_g"), ("ConvGemm", "cout_g")]
+    assert _splits(pointwise()) == [("ConvGemm", "PIXELS"), ("ConvGemm", "PIXELS"),
+                                    ("DirectConv", "CHANNELS"), ("ConvGemm", "CHANNELS")]
 
 
 def test_strided_pointwise_gemm_splits_by_pixels():
     """The shortcut (40 channels, 437 pixels) by pixel blocks, whose packer starts
     mid-row; the 1x1 of stride 3 (96 channels, 80 pixels) by channel blocks."""
-    assert _splits(shortcut())[2:] == [("ConvGemm", "pxn"), ("ConvGemm", "pxn"),
-                                       ("ConvGemm", "cout_g")]
+    assert _splits(shortcut())[2:] == [("ConvGemm", "PIXELS"), ("ConvGemm", "PIXELS"),
+                                       ("ConvGemm", "CHANNELS")]
 
 
 def test_products_split_by_columns_where_row_blocks_would_repack():
-    assert _splits(dense()) == [("FastDot", "n")]
-    assert _splits(encoder())[0] == ("FastDot", "m")      # 36 row blocks, 7 column ones
+    assert _splits(dense()) == [("FastDot", "N")]
+    assert _splits(encoder())[0] == ("FastDot", "M")      # 36 row blocks, 7 column ones
 
 
 def test_channel_convolutions_of_one_panel_split_by_rows():
-    assert _splits(stem_rows()) == [("ChannelConv", "oyn"), ("DirectConv", "cout_g"),
-                                    ("ChannelConv", "oyn")]
+    assert _splits(stem_rows()) == [("ChannelConv", "ROWS"), ("DirectConv", "CHANNELS"),
+                                    ("ChannelConv", "ROWS")]
 
 
 def test_small_map_pointwise_splits_by_panels_or_rows():
-    assert _splits(small_pointwise()) == [("ChannelConv", "oyn"), ("ChannelConv", "cout_g"),
-                                          ("ChannelConv", "cout_g"), ("ChannelConv", "oyn"),
-                                          ("ChannelConv", "oyn")]
+    assert _splits(small_pointwise()) == [("ChannelConv", "ROWS"),
+                                          ("ChannelConv", "CHANNELS"),
+                                          ("ChannelConv", "CHANNELS"), ("ChannelConv", "ROWS"),
+                                          ("ChannelConv", "ROWS")]
 
 
 def test_strided_channel_convolutions_split_by_rows():
-    assert _splits(strided()) == [("ChannelConv", "oyn"), ("ChannelConv", "oyn")]
+    assert _splits(strided()) == [("ChannelConv", "ROWS"), ("ChannelConv", "ROWS")]
 
 
 def test_profile_counts_both_entries_and_the_tasks_on_every_thread(tmp_path):

@@ -10,9 +10,9 @@ Blocking (GotoBLAS, shrunk so the scratch stays small):
             C[m:m+MR, n0:n0+NR] (+)= A[m:m+MR, k0:k0+kc] * Bsliver
 
 Only one sliver is packed at a time, so the scratch is KC x NR floats (16 KiB for
-AVX2) whatever the problem size. The packer is a parameter: a strided matrix here,
-an on-the-fly im2col in conv.py, or ``DirectRows``: B's rows read where they are
-(their columns contiguous), no scratch, which is what a product of at most MR rows
+AVX2) whatever the problem size. The packer is a parameter: a strided matrix here, an
+on-the-fly im2col in conv/implicit_gemm.py, or ``DirectRows``: B's rows read where they
+are (their columns contiguous), no scratch, which is what a product of at most MR rows
 wants anyway (each B element is read once, so packing would only copy it).
 A's elements are broadcast straight from memory (any strides).
 
