@@ -55,9 +55,7 @@ from .loops import LOOP_BODIES
 MIN_KERNEL_WORK = 1 << 17
 MIN_LOOP_WORK = 1 << 14
 # A depthwise multiply-add takes about as long as this many of a GEMM's: each input
-# value feeds one output channel, not a tile of them (MobileNetV2 on one Zen 5 core:
-# 15-23 multiply-adds per ns in its depthwise layers, 80-100 in its 1x1 GEMMs), so a
-# depthwise layer of 576 channels on a 7x7 map (17 us) is worth splitting.
+# value feeds one output channel, not a tile of them (benchmarks/conv_tuning.md).
 DEPTHWISE_COST = 4
 # Matrix-vector rows per unit.
 GEMV_ROWS = 8
