@@ -1,6 +1,7 @@
 """GFLOP/s of the dot / convolution kernels next to onnxruntime on the same single op.
 
     python benchmarks/kernels.py [--runs 7] [--only NAME]
+    python benchmarks/kernels.py --tuning [--runs 7] [--only NAME]
 
 A second table times pooling (memory-bound: microseconds, no FLOPs) as a one-node model
 compiled whole, next to onnxruntime, alternating runs (models.py's ``measure``).
@@ -18,9 +19,15 @@ around them (``CompiledKernel.__call__`` costs about 12 us, ``InferenceSession.r
 
 GFLOP/s count the direct convolution's FLOPs (2 x output elements x Cin/group x window),
 whatever the kernel does: the 3x3 stride-1 layers that take Winograd's F(2x2, 3x3)
-(emitter/kernels/winograd.py: 16 multiplies per 2 x 2 outputs where the direct
+(emitter/kernels/conv/winograd.py: 16 multiplies per 2 x 2 outputs where the direct
 convolution does 36) show the rate of the direct convolution that would take as long,
 above the peak where the GEMMs run near it.
+
+``--tuning`` times the cases behind the convolution path's thresholds
+(emitter/kernels/conv/tuning.py; benchmarks/conv_tuning.md lists what they measured):
+each convolution under two plans, a path or a tuning row's tile each, and the ratio of
+the first's kernel time to the second's (below 1: the first is faster). ``--only``
+matches a threshold's name or a case's.
 
 The peak is measured, not looked up: the fastest of 51 short runs of a JIT loop of 24
 independent vector FMA chains at the kernels' vector width (``peak_gflops``), i.e. FMA
@@ -31,7 +38,9 @@ read low: the peak is the unloaded core's, the kernels' medians are not.
 from __future__ import annotations
 
 import argparse
+import re
 import time
+from dataclasses import replace
 
 import ctypes
 
@@ -45,6 +54,9 @@ import models
 
 from xlac.hlo import (Builder, ConvDimensionNumbers, DotDimensionNumbers, Shape, Window,
                       dtypes)
+from xlac.emitter.intrinsics import declare_intrinsic
+from xlac.emitter.kernels.conv import plan_conv
+from xlac.emitter.kernels.conv.tuning import conv_tuning
 from xlac.emitter.kernels.jit import CompiledKernel, host_machine, host_target
 
 
@@ -105,6 +117,97 @@ CASES = [
 ]
 
 
+def named_conv(name):
+    """The convolution a tuning case's name describes: "3x3/2 64->128 @56" (window,
+    stride, channels, map; "@25x5": rows x columns) or "dw 3x3 144 @56" (depthwise),
+    padded by half the window, its weights a constant."""
+    m = re.fullmatch(r"(dw )?(\d+)x\d+(?:/(\d+))? (?:(\d+)->)?(\d+) @(\d+)(?:x(\d+))?", name)
+    dw, k, stride, cin, cout, h, w = m.groups()
+    k, cout, h = int(k), int(cout), int(h)
+    cin = cout if dw else int(cin)
+    x, wd = (1, cin, h, int(w or h)), (cout, 1 if dw else cin, k, k)
+    return conv_case(name, x, wd, int(stride or 1), k // 2, cout if dw else 1)[1]
+
+
+_ROWS_4x2 = {"depthwise_rows_block": 4, "depthwise_rows_unroll": 2}
+_ROWS_1x4 = {"depthwise_rows_block": 1, "depthwise_rows_unroll": 4}
+
+# (threshold, first plan, second plan, cases): a plan is a path ("gemm") or tuning fields
+# ({"depthwise_rows_block": 1}; {}: the row as it is). benchmarks/conv_tuning.md.
+TUNING_CASES = [
+    ("direct_max_cout", "direct", "gemm", ["3x3 16->16 @32", "3x3 16->32 @32",
+                                           "3x3 16->64 @32", "3x3 16->96 @32",
+                                           "3x3 16->16 @112"]),
+    ("direct_min_pixels", "direct", "channels", ["3x3 3->16 @32", "3x3 32->32 @8",
+                                                 "3x3 64->32 @7"]),
+    ("winograd_min_channels", "winograd", "gemm", ["3x3 16->16 @32", "3x3 32->32 @16"]),
+    ("winograd_min_pixels", "winograd", "channels", ["3x3 64->64 @8"]),
+    ("winograd_max_pairs_per_pixel", "winograd", "gemm", ["3x3 64->64 @56",
+                                                          "3x3 256->256 @56"]),
+    ("winograd_max_pairs_per_pixel", "winograd", "channels", ["3x3 256->256 @14",
+                                                              "3x3 512->512 @7"]),
+    ("channels_max_cin", "channels", "gemm", ["7x7/2 3->64 @224"]),
+    ("channels_max_pixels", "channels", "gemm", ["3x3 256->256 @14", "3x3 512->512 @7"]),
+    ("channels_max_strided_pointwise_pixels", "channels", "gemm",
+     ["3x3/2 64->128 @56", "3x3/2 16->32 @224", "3x3/2 256->256 @56"]),
+    ("channels_max_strided_pointwise_pixels", "channels", "gemm_subsample",
+     ["1x1/2 64->128 @56"]),
+    ("channels_max_pointwise_pixels", "channels", "gemm",
+     ["1x1 576->96 @14", "1x1 64->384 @14", "1x1 64->256 @20", "1x1 32->192 @28"]),
+    ("channels_min_pointwise_cin", "channels", "gemm",
+     ["1x1 64->64 @25x5", "1x1 32->64 @12", "1x1 64->64 @12"]),
+    # 28 accumulators: the general tile of 2 vectors in place of the 1x1 one.
+    ("pointwise_accumulators", {}, {"pointwise_accumulators": 28},
+     ["1x1 320->1280 @7", "1x1 960->320 @7", "1x1 160->960 @7"]),
+    ("rows_max_cout", "rows", "gemm", ["3x3/2 3->8 @96", "3x3/2 3->20 @96", "7x7/2 3->8 @96"]),
+    ("rows_max_cout", "channels", "rows", ["3x3/2 3->32 @224"]),
+    ("rows_max_stride", "depthwise_rows", "depthwise",
+     ["dw 3x3 32 @112", "dw 3x3 144 @48", "dw 3x3 576 @14", "dw 3x3 960 @7",
+      "dw 3x3 64 @25x5", "dw 3x3/2 96 @112"]),
+    ("depthwise_rows_block", _ROWS_4x2, _ROWS_1x4,
+     ["dw 3x3 144 @56", "dw 3x3 192 @28", "dw 3x3/2 96 @112"]),
+    ("subsample_max_pieces", "gemm_subsample", "gemm",
+     ["1x1/2 64->128 @56", "1x1/2 64->16 @56", "1x1/2 32->64 @112"]),
+]
+
+
+def _label(plan) -> str:
+    if isinstance(plan, str):
+        return plan
+    return ",".join(f"{k}={v}" for k, v in plan.items()) or "as tuned"
+
+
+def _kernel(instr, plan) -> CompiledKernel:
+    """The kernel of ``instr`` on the path, or with the tuning fields, ``plan``."""
+    target = host_target()
+    if isinstance(plan, str):
+        return CompiledKernel(instr, target, plan=plan_conv(instr, target, path=plan))
+    row = conv_tuning(target.vector_bytes, target.registers)
+    return CompiledKernel(instr, target,
+                          plan=plan_conv(instr, target, tuning=replace(row, **plan)))
+
+
+def tuning_table(only: str, runs: int, rng) -> None:
+    print(f"{'threshold':38} {'case':20} {'first':>26} {'second':>26} {'ms':>8} {'ms':>8}"
+          f" {'ratio':>6}")
+    for threshold, first, second, names in TUNING_CASES:
+        for name in names:
+            if only in threshold or only in name:
+                t = [_time(named_conv(name), plan, runs, rng) for plan in (first, second)]
+                print(f"{threshold:38} {name:20} {_label(first):>26} {_label(second):>26} "
+                      f"{t[0] * 1e3:8.3f} {t[1] * 1e3:8.3f} {t[0] / t[1]:6.2f}", flush=True)
+
+
+def _time(instr, plan, runs, rng) -> float:
+    """Median seconds of ``instr``'s kernel under ``plan`` on random input."""
+    x = rng.standard_normal(instr.operands[0].shape.dims).astype(np.float32)
+    w = instr.operands[1].literal
+    kernel = _kernel(instr, plan)
+    out = np.empty(instr.shape.dims, np.float32)
+    kernel(x, w, out=out)       # checks the scratch guard
+    return median_seconds(kernel.bind(x, w, out=out), runs)
+
+
 def pool_case(name, op, x, **attrs):
     graph = helper.make_graph([helper.make_node(op, ["x"], ["y"], **attrs)], "pool",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)],
@@ -134,7 +237,7 @@ def peak_gflops(chains: int = 24, iterations: int = 1_000_000) -> float:
     vty = ir.VectorType(ir.FloatType(), lanes)
     module = ir.Module("peak")
     module.triple = llvm.get_process_triple()
-    fma = ir.Function(module, ir.FunctionType(vty, [vty] * 3), f"llvm.fma.v{lanes}f32")
+    fma = declare_intrinsic(module, "llvm.fma", vty, [vty] * 3, [vty])
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.PointerType(),
                                                              ir.IntType(64)]), "peak")
     entry, loop, done = (fn.append_basic_block(n) for n in ("entry", "loop", "done"))
@@ -216,8 +319,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--only", default="")
+    ap.add_argument("--tuning", action="store_true",
+                    help="time the cases behind the convolution path's thresholds")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
+    if args.tuning:
+        tuning_table(args.only, args.runs, rng)
+        return
     peak = peak_gflops()
     print(f"peak: {peak:.1f} GFLOP/s on one core (a loop of vector FMAs, "
           f"{host_target().vector_bytes * 8}-bit vectors)")

@@ -26,9 +26,10 @@ from llvmlite import ir
 from ..hlo import Computation, Instruction, Opcode, XlacError, dtypes
 from .constants import ConstantPool
 from .indexing import delinearize, linearize, reshape_index
+from .intrinsics import call_intrinsic
 from .irutil import I1, alloca_once, for_range, gep_elem, i64, llvm_type
-from .scalar import (convert, from_compute, i1_to_pred, immediate, intrinsic,
-                     is_unsigned_like, pred_to_i1, to_compute)
+from .scalar import (convert, from_compute, i1_to_pred, immediate, is_unsigned_like,
+                     pred_to_i1, to_compute)
 
 Index = list
 Generator = Callable[[Index], ir.Value]
@@ -117,7 +118,7 @@ def _float_fn(name: str):
 
 
 def _llvm_fn(name: str):
-    return lambda em, *xs: intrinsic(em.b, name, list(xs))
+    return lambda em, *xs: call_intrinsic(em.b, f"llvm.{name}", list(xs))
 
 
 def _unary(float_fn=None, int_fn=None):
@@ -159,7 +160,7 @@ def _int_abs(em, x, dt):
 def _float_sign(em, x):
     # sign(+-0) = +-0, sign(NaN) = NaN, otherwise +-1.
     b = em.b
-    one = intrinsic(b, "copysign", [ir.Constant(x.type, 1.0), x])
+    one = call_intrinsic(b, "llvm.copysign", [ir.Constant(x.type, 1.0), x])
     keep = b.or_(b.fcmp_ordered("==", x, ir.Constant(x.type, 0.0)), b.fcmp_unordered("uno", x, x))
     return b.select(keep, x, one)
 
@@ -179,7 +180,7 @@ def _not(em, x, dt):
 
 
 def _rsqrt(em, x):
-    return em.b.fdiv(ir.Constant(x.type, 1.0), intrinsic(em.b, "sqrt", [x]))
+    return em.b.fdiv(ir.Constant(x.type, 1.0), call_intrinsic(em.b, "llvm.sqrt", [x]))
 
 
 def _is_finite(em, instr, ops, index):
@@ -187,7 +188,7 @@ def _is_finite(em, instr, ops, index):
     b = em.b
     x = to_compute(b, ops[0](index), dt)
     inf = ir.Constant(x.type, float("inf"))
-    return i1_to_pred(b, b.fcmp_ordered("<", intrinsic(b, "fabs", [x]), inf))
+    return i1_to_pred(b, b.fcmp_ordered("<", call_intrinsic(b, "llvm.fabs", [x]), inf))
 
 
 def _convert(em, instr, ops, index):
@@ -264,10 +265,10 @@ def _round_even(em, x):
     (see _float_remainder). Values of 2**23 and more are integers already."""
     b = em.b
     if em.float_abi != "hard":
-        return intrinsic(b, "rint", [x])
+        return call_intrinsic(b, "llvm.rint", [x])
     big = ir.Constant(x.type, 2.0 ** (52 if isinstance(x.type, ir.DoubleType) else 23))
-    a = intrinsic(b, "fabs", [x])
-    r = intrinsic(b, "copysign", [b.fsub(b.fadd(a, big), big), x])
+    a = call_intrinsic(b, "llvm.fabs", [x])
+    r = call_intrinsic(b, "llvm.copysign", [b.fsub(b.fadd(a, big), big), x])
     return b.select(b.fcmp_ordered("<", a, big), r, x)
 
 

@@ -25,6 +25,7 @@ from .abi import (XLAC_ERROR_ARENA_ALIGNMENT, XLAC_ERROR_NULL_ARGUMENT, XLAC_OK,
 from .constants import CONSTANT_ALIGN, ConstantPool
 from .elemental import ElementalEmitter
 from .interface import ModelInterface
+from .intrinsics import declare_intrinsic
 from .kernels.function import kernel_function
 from .kernels.gemm import tiling_for
 from .irutil import I1, I8, I32, I64, PTR, VOID, gep_bytes, i64
@@ -326,9 +327,7 @@ class _ComputeEmitter:
                 first, slots = values[3 + n_extra], values[4 + n_extra]
                 mine = gep_bytes(b, slots, b.mul(b.sub(index, i64(1)), i64(slot)))
                 pointers.append(b.select(b.icmp_unsigned("==", index, i64(0)), first, mine))
-            sizes = [b.sub(hi, lo) if name == split.param else lo if name == split.start
-                     else i64(plan.sizes[name]) for name in spec.params]
-            b.call(fn, pointers + sizes)
+            b.call(fn, pointers + split.arguments(b, plan.sizes, lo, hi))
 
         self._parallel_for(instr, args, split.cap, task)
 
@@ -341,7 +340,8 @@ class _ComputeEmitter:
         self.sites.append((self.b.call(fn, args), step.instr.name))
 
     def _memcpy(self, dst: ir.Value, src: ir.Value, size: int) -> None:
-        memcpy = self.llvm_module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
+        memcpy = declare_intrinsic(self.llvm_module, "llvm.memcpy", VOID, [PTR, PTR, I64, I1],
+                                   [PTR, PTR, I64])
         self.b.call(memcpy, [dst, src, i64(size), ir.Constant(I1, 0)])
 
 

@@ -4,8 +4,8 @@ Every buffer is addressed as a base pointer plus a byte offset (LLVM's getelemen
 signed pointer-sized integer), so no tensor, constant or arena may exceed PTRDIFF_MAX of
 the triple (2 GiB - 1 on 32-bit targets), and all of them together must fit its
 address space. The convolution kernels also keep output-pixel coordinates in 32-bit
-lanes (kernels/conv.py, LaneCoords). A model past a limit would compile into code that
-silently wraps around; it is an error naming the tensor instead.
+lanes (kernels/conv/geometry.py, LaneCoords). A model past a limit would compile into
+code that silently wraps around; it is an error naming the tensor instead.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from ..optimizer.buffer_assignment import BufferAssignment
 from .interface import ModelInterface
 from .target import TargetInfo
 
-# kernels/conv.py: LaneCoords holds output coordinates and pixel numbers as i32.
+# kernels/conv/geometry.py: LaneCoords holds output coordinates and pixel numbers as i32.
 MAX_CONV_OUTPUT_PIXELS = (1 << 31) - 1
 
 

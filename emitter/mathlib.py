@@ -54,6 +54,8 @@ from typing import Callable
 
 from llvmlite import ir
 
+from .intrinsics import call_intrinsic
+
 
 @dataclass(frozen=True)
 class _Format:
@@ -237,11 +239,7 @@ class _Ops:
         return acc
 
     def _intrinsic(self, name: str, *args):
-        ty = self.ty
-        suffix = f"v{ty.count}{self.fmt.name}" if isinstance(ty, ir.VectorType) else self.fmt.name
-        fnty = ir.FunctionType(ty, [ty] * len(args))
-        fn = self.b.module.declare_intrinsic(f"llvm.{name}.{suffix}", (), fnty)
-        return self.b.call(fn, args)
+        return call_intrinsic(self.b, f"llvm.{name}", args)
 
     # comparisons and selection (ordered: false when an operand is NaN)
     def cmp(self, op: str, a, c):

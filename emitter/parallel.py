@@ -32,18 +32,22 @@ NAME_ARENA_SIZE_THREADS(n)).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from enum import Enum, auto
 from math import prod
 
 from llvmlite import ir
 
 from ..hlo import Instruction
 from .irutil import I64, PTR, VOID, gep_bytes, i64
-from .kernels.conv import (ChannelConv, ConvGemm, Depthwise, DepthwiseRows, DirectConv,
-                           RowConv)
-from .kernels.dot import FastDot
+from .kernels.conv.channel_conv import ChannelConv
+from .kernels.conv.depthwise import Depthwise
+from .kernels.conv.depthwise_rows import DepthwiseRows
+from .kernels.conv.geometry import ConvKernel, ConvSizes
+from .kernels.conv.implicit_gemm import ConvGemm
+from .kernels.conv.row_conv import RowConv
+from .kernels.dot import DotSizes, FastDot
 from .kernels.function import KernelPlan
 from .kernels.gemm import Tiling
-from .kernels.winograd import WinogradConv
 from .loops import LOOP_BODIES
 
 # Least work per task: below it a step's parallel-for costs more than it saves (waking
@@ -51,37 +55,65 @@ from .loops import LOOP_BODIES
 MIN_KERNEL_WORK = 1 << 17
 MIN_LOOP_WORK = 1 << 14
 # A depthwise multiply-add takes about as long as this many of a GEMM's: each input
-# value feeds one output channel, not a tile of them (MobileNetV2 on one Zen 5 core:
-# 15-23 multiply-adds per ns in its depthwise layers, 80-100 in its 1x1 GEMMs), so a
-# depthwise layer of 576 channels on a 7x7 map (17 us) is worth splitting.
+# value feeds one output channel, not a tile of them (benchmarks/conv_tuning.md).
 DEPTHWISE_COST = 4
 # Matrix-vector rows per unit.
 GEMV_ROWS = 8
 
 
+class Axis(Enum):
+    """What a kernel call is split along: a part computes a range of one of its sizes."""
+    IMAGES = auto()         # ConvSizes.batch
+    GROUPS = auto()         # ConvSizes.groups
+    CHANNELS = auto()       # ConvSizes.cout_g: output channels
+    PIXELS = auto()         # ConvSizes.pixels: ConvGemm.pixel_range finds its part
+    ROWS = auto()           # ConvSizes.rows: ChannelConv.row_range finds its part
+    BATCH = auto()          # DotSizes.batch[0].extent
+    M = auto()              # DotSizes.m
+    N = auto()              # DotSizes.n
+
+
+# The sizes of the part of ``n`` from ``lo`` of a call of sizes ``s``, per axis.
+_PARTS = {
+    Axis.IMAGES: lambda s, lo, n: replace(s, batch=n),
+    Axis.GROUPS: lambda s, lo, n: replace(s, groups=n),
+    Axis.CHANNELS: lambda s, lo, n: replace(s, cout_g=n),
+    Axis.PIXELS: lambda s, lo, n: replace(s, pixels=(lo, n)),
+    Axis.ROWS: lambda s, lo, n: replace(s, rows=(lo, n)),
+    Axis.BATCH: lambda s, lo, n: replace(s, batch=(replace(s.batch[0], extent=n),
+                                                   *s.batch[1:])),
+    Axis.M: lambda s, lo, n: replace(s, m=n),
+    Axis.N: lambda s, lo, n: replace(s, n=n),
+}
+
+
 @dataclass(frozen=True)
 class Split:
-    """A step split along one size of ``total``, in units of ``unit``; a part [lo, hi)
-    moves the out / lhs / rhs pointers by lo * ``strides`` elements and runs with size
-    ``param`` = hi - lo. ``cap``: the most parts worth making. ``channels``: output
-    channels per unit of ``param``, by which a fused epilogue's per-channel operands
+    """A step split along ``axis``, of ``total``, in units of ``unit``; a part [lo, hi)
+    moves the out / lhs / rhs pointers by lo * ``strides`` elements (none where the
+    kernel finds its part itself: PIXELS, ROWS) and runs with its sizes cut to the part
+    (``arguments``). ``cap``: the most parts worth making. ``channels``: output
+    channels per unit of the axis, by which a fused epilogue's per-channel operands
     move (a convolution's or dot's bias; kernels/epilogue.py); its full-size operands
-    (a residual) move as the output does. ``start``: a size argument that takes lo
-    instead (the kernel finds its part itself; the pointers stay), and ``spec`` the
-    kernel variant that has it (None: the plan's own)."""
-    param: str
+    (a residual) move as the output does. ``spec``: the kernel variant the parts run
+    (None: the plan's own)."""
+    axis: Axis
     total: int
     unit: int
     strides: tuple[int, int, int]
     cap: int
     channels: int = 0
-    start: str | None = None
     spec: object = None
 
+    def arguments(self, b: ir.IRBuilder, sizes, lo: ir.Value, hi: ir.Value) -> list[ir.Value]:
+        """The i64 size arguments of part [lo, hi) of a call of ``sizes``."""
+        part = _PARTS[self.axis](sizes, lo, b.sub(hi, lo))
+        return [i64(v) if isinstance(v, int) else v for v in part.arguments()]
 
-def _split(param, total, unit, strides, work, channels: int = 0) -> Split | None:
+
+def _split(axis, total, unit, strides, work, channels: int = 0) -> Split | None:
     cap = min(-(-total // unit), work // MIN_KERNEL_WORK)
-    return Split(param, total, unit, strides, cap, channels) if cap >= 2 else None
+    return Split(axis, total, unit, strides, cap, channels) if cap >= 2 else None
 
 
 # What packing one element of a B sliver (a matrix's or an im2col one) costs, in
@@ -92,36 +124,35 @@ PACK_COST = 4
 THREADS = 2
 
 
-def _conv_gemm_split(spec: ConvGemm, s: dict, t: Tiling, work: int) -> Split | None:
+def _conv_gemm_split(spec: ConvGemm, s: ConvSizes, t: Tiling, work: int) -> Split | None:
     """One image and group of the implicit GEMM: blocks of MR output channels (A's rows)
     or of NR output pixels (its columns), whichever gives the slowest of THREADS tasks
     less to do: a channel block packs all of B again, a pixel block computes whole
     slivers (the last one partly empty)."""
-    rank = spec.window.rank
-    pixels = prod(s[f"out{i}"] for i in range(rank))
-    k = s["cin_g"] * spec.window.window
-    cout = s["cout_g"]
-    by_m = _split("cout_g", cout, t.mr, (pixels, 0, k), work, 1)
-    by_px = _split("pxn", pixels, t.nr, (0, 0, 0), work)
+    pixels = s.out_pixels
+    k = s.cin_g * spec.window.window
+    cout = s.cout_g
+    by_m = _split(Axis.CHANNELS, cout, t.mr, (pixels, 0, k), work, 1)
+    by_px = _split(Axis.PIXELS, pixels, t.nr, (0, 0, 0), work)
     if by_px is not None:
-        by_px = replace(by_px, start="px0", spec=replace(spec, pixel_range=True))
+        by_px = replace(by_px, spec=replace(spec, pixel_range=True))
     return _cheaper(by_px, cout * _slowest(pixels, t.nr) * k,
                     by_m, _slowest(cout, t.mr) * pixels * k + PACK_COST * k * pixels)
 
 
-def _channel_conv_split(spec: ChannelConv, s: dict, work: int) -> Split | None:
+def _channel_conv_split(spec: ChannelConv, s: ConvSizes, work: int) -> Split | None:
     """One image and group of ChannelConv: panels of output channels (in its packed
     weights, at the same offsets as in OIHW) or blocks of its tiles' output rows
     (``ChannelConv.row_range``), whichever gives the slowest of THREADS tasks less to do:
     a stem of 32 channels is one panel."""
-    pixels, k = s["out0"] * s["out1"], s["cin_g"] * spec.window.window
-    cout = s["cout_g"]
-    by_panel = _split("cout_g", cout, spec.panel, (pixels, 0, k), work, 1)
-    by_rows = _split("oyn", s["out0"], spec.rows, (0, 0, 0), work)
+    pixels, k = s.out_pixels, s.cin_g * spec.window.window
+    cout, (oh, ow) = s.cout_g, s.out_sp
+    by_panel = _split(Axis.CHANNELS, cout, spec.panel, (pixels, 0, k), work, 1)
+    by_rows = _split(Axis.ROWS, oh, spec.rows, (0, 0, 0), work)
     if by_rows is not None:
-        by_rows = replace(by_rows, start="oy0", spec=replace(spec, row_range=True))
+        by_rows = replace(by_rows, spec=replace(spec, row_range=True))
     return _cheaper(by_panel, _slowest(cout, spec.panel) * pixels * k,
-                    by_rows, cout * _slowest(s["out0"], spec.rows) * s["out1"] * k)
+                    by_rows, cout * _slowest(oh, spec.rows) * ow * k)
 
 
 def _cheaper(a: Split | None, cost_a: int, b: Split | None, cost_b: int) -> Split | None:
@@ -141,49 +172,56 @@ def kernel_split(plan: KernelPlan, t: Tiling) -> Split | None:
     """How the parallel entry splits a kernel call (None: it runs as one task)."""
     spec, s = plan.spec, plan.sizes
     if isinstance(spec, FastDot):
-        batch = prod(s[f"batch{i}.extent"] for i in range(spec.batch_loops))
-        work = batch * s["m"] * s["n"] * s["k"]
-        if spec.batch_loops and s["batch0.extent"] >= 2:
-            return _split("batch0.extent", s["batch0.extent"], 1,
-                          (s["batch0.sc"], s["batch0.sa"], s["batch0.sb"]), work)
-        if spec.path in ("row_dot", "row_stream"):
-            if spec.vector_lhs:
-                return _split("n", s["n"], GEMV_ROWS, (s["c_sn"], 0, s["b_sn"]), work, 1)
-            return _split("m", s["m"], GEMV_ROWS, (s["c_sm"], s["a_sm"], 0), work)
-        by_n = _split("n", s["n"], t.nr, (s["c_sn"], 0, s["b_sn"]), work, 1)
-        if spec.path == "gemm_direct":
-            return by_n
-        by_m = _split("m", s["m"], t.mr, (s["c_sm"], s["a_sm"], 0), work)
-        # Column blocks pack only their own slivers of B; row blocks all pack all of it.
-        m, n, k = s["m"], s["n"], s["k"]
-        return _cheaper(by_n, batch * m * _slowest(n, t.nr) * k,
-                        by_m, batch * (_slowest(m, t.mr) * n * k + PACK_COST * k * n))
-    if isinstance(spec, (ConvGemm, ChannelConv, DirectConv, Depthwise, DepthwiseRows,
-                         WinogradConv, RowConv)):
-        rank = spec.window.rank
-        in_px = prod(s[f"in{i}"] for i in range(rank))
-        out_px = prod(s[f"out{i}"] for i in range(rank))
-        window = spec.window.window
-        cin, cout = s["cin_g"] * s["groups"], s["cout_g"] * s["groups"]
-        work = s["batch"] * cout * out_px * s["cin_g"] * window
-        if isinstance(spec, (Depthwise, DepthwiseRows)):
-            work *= DEPTHWISE_COST
-        if s["batch"] >= 2:
-            return _split("batch", s["batch"], 1, (cout * out_px, cin * in_px, 0), work)
-        if s["groups"] >= 2:
-            return _split("groups", s["groups"], 1,
-                          (s["cout_g"] * out_px, s["cin_g"] * in_px,
-                           s["cout_g"] * s["cin_g"] * window), work, s["cout_g"])
-        if isinstance(spec, ConvGemm):
-            return _conv_gemm_split(spec, s, t, work)
-        if isinstance(spec, ChannelConv):
-            return _channel_conv_split(spec, s, work)
-        # One image, one group: the output channels are A's rows (the weights'); RowConv's
-        # in tiles of mr.
-        unit = spec.mr if isinstance(spec, RowConv) else t.mr
-        return _split("cout_g", s["cout_g"], unit, (out_px, 0, s["cin_g"] * window), work,
-                      1)
+        return _dot_split(spec, s, t)
+    if isinstance(spec, ConvKernel):
+        return _conv_split(spec, s, t)
     return None
+
+
+def _dot_split(spec: FastDot, s: DotSizes, t: Tiling) -> Split | None:
+    """Its first batch loop, else row or column blocks (module docstring)."""
+    batch = prod(loop.extent for loop in s.batch)
+    m, n, k = s.m, s.n, s.k
+    work = batch * m * n * k
+    if s.batch and s.batch[0].extent >= 2:
+        first = s.batch[0]
+        return _split(Axis.BATCH, first.extent, 1, (first.sc, first.sa, first.sb), work)
+    if spec.path in ("row_dot", "row_stream"):
+        if spec.vector_lhs:
+            return _split(Axis.N, n, GEMV_ROWS, (s.c_sn, 0, s.b_sn), work, 1)
+        return _split(Axis.M, m, GEMV_ROWS, (s.c_sm, s.a_sm, 0), work)
+    by_n = _split(Axis.N, n, t.nr, (s.c_sn, 0, s.b_sn), work, 1)
+    if spec.path == "gemm_direct":
+        return by_n
+    by_m = _split(Axis.M, m, t.mr, (s.c_sm, s.a_sm, 0), work)
+    # Column blocks pack only their own slivers of B; row blocks all pack all of it.
+    return _cheaper(by_n, batch * m * _slowest(n, t.nr) * k,
+                    by_m, batch * (_slowest(m, t.mr) * n * k + PACK_COST * k * n))
+
+
+def _conv_split(spec: ConvKernel, s: ConvSizes, t: Tiling) -> Split | None:
+    """Images, else groups, else output channels or the kernel's own range (module
+    docstring)."""
+    in_px, out_px = prod(s.in_sp), s.out_pixels
+    window = spec.window.window
+    cin, cout = s.cin_g * s.groups, s.cout_g * s.groups
+    work = s.batch * cout * out_px * s.cin_g * window
+    if isinstance(spec, (Depthwise, DepthwiseRows)):
+        work *= DEPTHWISE_COST
+    if s.batch >= 2:
+        return _split(Axis.IMAGES, s.batch, 1, (cout * out_px, cin * in_px, 0), work)
+    if s.groups >= 2:
+        return _split(Axis.GROUPS, s.groups, 1,
+                      (s.cout_g * out_px, s.cin_g * in_px, s.cout_g * s.cin_g * window),
+                      work, s.cout_g)
+    if isinstance(spec, ConvGemm):
+        return _conv_gemm_split(spec, s, t, work)
+    if isinstance(spec, ChannelConv):
+        return _channel_conv_split(spec, s, work)
+    # One image, one group: the output channels are A's rows (the weights'); RowConv's
+    # in tiles of mr.
+    unit = spec.mr if isinstance(spec, RowConv) else t.mr
+    return _split(Axis.CHANNELS, s.cout_g, unit, (out_px, 0, s.cin_g * window), work, 1)
 
 
 def loop_split(instr: Instruction) -> tuple[int, int] | None:
@@ -256,5 +294,5 @@ def thread_scratch_bytes(plans, alignment: int) -> int:
     return -(-most // alignment) * alignment
 
 
-__all__ = ["Split", "kernel_split", "loop_split", "part", "emit_task", "moved",
+__all__ = ["Axis", "Split", "kernel_split", "loop_split", "part", "emit_task", "moved",
            "thread_scratch_bytes", "MIN_KERNEL_WORK", "MIN_LOOP_WORK"]

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from .intrinsics import declare_intrinsic
 from .irutil import i64
 
 I64 = ir.IntType(64)
 
 
 def _counter(llvm_module: ir.Module) -> ir.Function:
-    return llvm_module.declare_intrinsic("llvm.readcyclecounter", (), ir.FunctionType(I64, ()))
+    return declare_intrinsic(llvm_module, "llvm.readcyclecounter", I64, [])
 
 
 def _array(llvm_module: ir.Module, name: str, n: int) -> ir.GlobalVariable:

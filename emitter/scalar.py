@@ -1,5 +1,5 @@
-"""Scalar IR helpers of the elemental emitter: intrinsics, immediates, storage and
-compute types, convert.
+"""Scalar IR helpers of the elemental emitter: immediates, storage and compute types,
+convert.
 
 Element values travel in their storage type (``irutil.llvm_type``: pred is an i8 0/1,
 bf16 an i16 holding the bits, the float8/float4 types an i8 holding the bits, s4/u4/
@@ -15,23 +15,11 @@ from llvmlite import ir
 
 from ..hlo import DType
 from .float_formats import FORMATS, decode, encode
+from .intrinsics import call_intrinsic
 from .irutil import I8, llvm_type
 
 F32 = ir.FloatType()
 I16 = ir.IntType(16)
-
-
-def intrinsic(b: ir.IRBuilder, name: str, args, ret: ir.Type | None = None,
-              overloads=None) -> ir.Value:
-    """Call ``llvm.<name>`` overloaded on ``overloads`` (default: the first argument's type)."""
-    overloads = overloads or [args[0].type]
-    full = ".".join([f"llvm.{name}"] + [t.intrinsic_name for t in overloads])
-    module = b.block.function.module
-    fn = module.globals.get(full)
-    if fn is None:
-        fnty = ir.FunctionType(ret or args[0].type, [a.type for a in args])
-        fn = ir.Function(module, fnty, full)
-    return b.call(fn, list(args))
 
 
 def compute_type(dtype: DType) -> ir.Type:
@@ -131,8 +119,8 @@ def convert(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType,
     if src.is_float:
         # The saturating conversion to the value's own width, then into the i8 of s4/u4.
         width = ir.IntType(dst.bits)
-        sat = "fptosi.sat" if dst.kind == "s" else "fptoui.sat"
-        r = intrinsic(b, sat, [v], ret=width, overloads=[width, v.type])
+        sat = "llvm.fptosi.sat" if dst.kind == "s" else "llvm.fptoui.sat"
+        r = call_intrinsic(b, sat, [v], ret=width, overloads=[width, v.type])
         if width != ty:
             r = b.sext(r, ty) if dst.kind == "s" else b.zext(r, ty)
         return from_compute(b, r, dst)

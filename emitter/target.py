@@ -103,6 +103,10 @@ class TargetInfo:
     float_abi: str | None = None   # ARM: "hard" (floats in FPU registers) or "soft"
 
     @property
+    def registers(self) -> int:
+        return vector_registers(self.vector_bytes)
+
+    @property
     def arena_align(self) -> int:
         """NAME_ARENA_ALIGN: a cache line where there are vector registers (vector loads
         never split lines), else 8 bytes (i64 / f64 elements): microcontrollers lose
@@ -146,6 +150,12 @@ def _family(triple: str) -> str | None:
 
 def _is_bare_metal(triple: str) -> bool:
     return "none" in triple.split("-")[1:]
+
+
+def vector_registers(vector_bytes: int) -> int:
+    """The vector registers the kernels' tiles are sized for: 32 with AVX-512, else 16
+    (NEON's 32 count as 16: the f32 tiles were tuned on x86)."""
+    return 32 if vector_bytes >= 64 else 16
 
 
 def vector_bytes_for(triple: str, features: str) -> int:

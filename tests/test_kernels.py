@@ -18,10 +18,16 @@ from target_util import TARGETS, by_width, every_target, expected, target
 from xlac.hlo import (Builder, ConvDimensionNumbers, DotDimensionNumbers, Opcode, Shape, Window,
                       XlacError, dtypes)
 from xlac.hlo.ir import Instruction
-from xlac.emitter.kernels import conv as conv_mod
 from xlac.emitter.kernels import dot as dot_mod
 from xlac.emitter.kernels import (emit_kernel, kernel_arguments, kernel_key, plan_kernel,
                                   scratch_bytes)
+from xlac.emitter.kernels.conv.channel_conv import channel_cols, channel_tile
+from xlac.emitter.kernels.conv.depthwise import Depthwise
+from xlac.emitter.kernels.conv.depthwise_rows import DepthwiseRows
+from xlac.emitter.kernels.conv.geometry import ConvSizes, ConvWindow
+from xlac.emitter.kernels.conv.implicit_gemm import subsample_pieces
+from xlac.emitter.kernels.conv.path import conv_path
+from xlac.emitter.kernels.conv.tuning import conv_tuning
 from xlac.emitter.kernels.gemm import tiling_for
 from xlac.emitter.kernels.jit import CompiledKernel, HostTarget, host_target
 from hlo_util import CPU
@@ -233,7 +239,7 @@ CONV_CASES = [
     ("1x1_stride2_padded", dict(xd=(1, 6, 20, 41), wd=(8, 6, 1, 1), stride=(2, 2),
                                 pad=((1, 0), (0, 1))), "gemm"),
     ("1x1_stride2_narrow", dict(xd=(1, 8, 30, 4), wd=(8, 8, 1, 1), stride=(2, 2)), "gemm"),
-    # (More than CHANNELS_MAX_CIN input channels per group: no stem kernel.)
+    # (More than channels_max_cin input channels per group: no stem kernel.)
     ("5x5_valid", dict(xd=(1, 5, 12, 14), wd=(9, 5, 5, 5)), "gemm"),
     ("7x7_stride2_pad3", dict(xd=(1, 5, 20, 22), wd=(8, 5, 7, 7), stride=(2, 2),
                               pad=((3, 3), (3, 3))), "gemm"),
@@ -332,7 +338,7 @@ CONV_CASES = [
                                         constant=True), "channels"),
     # from 64 pixels up, a short K and a 1-vector panel (64 channels at AVX-512) keep
     # the GEMM (a case at 64 bytes only: shorter vectors' 2-vector panels are full); a
-    # 3 x 3 map takes a tile of 2 vectors (_channel_tile)
+    # 3 x 3 map takes a tile of 2 vectors (channel_tile)
     ("pointwise_25x5_short_k", dict(xd=(1, 64, 25, 5), wd=(64, 64, 1, 1), constant=True),
      by_width("channels", "channels", "gemm")),
     ("pointwise_3x3_map", dict(xd=(1, 40, 3, 3), wd=(80, 40, 1, 1), constant=True),
@@ -415,7 +421,13 @@ def test_conv_path(case, target_name):
     instr = make_conv(**kw)
     constant = instr.operands[1].opcode is Opcode.CONSTANT
     t = target(target_name)
-    assert conv_mod._path(instr, tiling_for(t), constant) == expected(path, t.vector_bytes)
+    assert _conv_path(instr, t, constant) == expected(path, t.vector_bytes)
+
+
+def _conv_path(instr, target, constant):
+    """conv_path with ``target``'s tiling and tuning row."""
+    tuning = conv_tuning(target.vector_bytes, target.registers)
+    return conv_path(instr, tiling_for(target), tuning, constant)
 
 
 def _paths(case) -> set[str]:
@@ -450,7 +462,7 @@ def test_stem_kernels_other_vector_widths(kernel, case, vector_bytes):
 def test_channel_conv_tiles_waste_fewest_columns(width, most, cols):
     """The fewest columns computed per row (the last tile is shifted back inside the
     row), then the widest tile."""
-    assert conv_mod._channel_cols(width, most) == cols
+    assert channel_cols(width, most) == cols
 
 
 @pytest.mark.parametrize("side,vectors", [(2, 3), (3, 2), (7, 3), (14, 3)])
@@ -459,8 +471,9 @@ def test_pointwise_tile_reads_a_small_maps_weights_once(side, vectors):
     up to 8 pixels, but 2 vectors where one such tile covers the map and one of 3 does not
     (3 x 3)."""
     instr = make_conv((1, 40, side, side), (96, 40, 1, 1), constant=True)
-    window = conv_mod.ConvWindow.of(instr.attrs["window"], (side, side))
-    tile = conv_mod._channel_tile(window, conv_mod._sizes_of(instr), tiling_for(HostTarget(64)))
+    window = ConvWindow.of(instr.attrs["window"], (side, side))
+    tile = channel_tile(window, ConvSizes.of(instr), tiling_for(HostTarget(64)),
+                        conv_tuning(64, 32))
     assert tile[0] == vectors
     if side == 3:
         assert tile[1] * tile[2] >= 9
@@ -530,13 +543,13 @@ def test_strided_pointwise_on_avx2(case):
 
 def test_strided_pointwise_pieces_cover_a_vector():
     """A vector of 16 pixels lies on 2 rows of 28 or 16, 3 of 14 or 8, 4 of 5."""
-    assert [conv_mod.subsample_pieces(cols, 16) for cols in (28, 16, 15, 14, 8, 5, 4)] == \
+    assert [subsample_pieces(cols, 16) for cols in (28, 16, 15, 14, 8, 5, 4)] == \
         [2, 2, 2, 3, 3, 4, 5]
 
 
 def test_winograd_transforms_compute_a_3x3_correlation():
     """A^T [(G g G^T) . (B^T d B)] A is the 2x2 correlation of the 4x4 tile d with g."""
-    from xlac.emitter.kernels.winograd import TRANSFORMS
+    from xlac.emitter.kernels.conv.winograd import TRANSFORMS
     t = {k: np.array(v, np.float64) for k, v in TRANSFORMS[2].items()}
     rng = np.random.default_rng(3)
     d, g = rng.standard_normal((4, 4)), rng.standard_normal((3, 3))
@@ -547,7 +560,7 @@ def test_winograd_transforms_compute_a_3x3_correlation():
 
 def test_winograd_scratch_is_bounded():
     """The transformed weights take blocks of output channels: the scratch stays near a
-    MiB whatever the output channels (and up to 256 input channels, WINOGRAD_MAX_CIN)."""
+    MiB whatever the output channels (and up to 256 input channels, winograd_max_cin)."""
     for cin, cout in ((64, 64), (256, 256), (256, 1024)):
         instr = make_conv((1, cin, 56, 56), (cout, cin, 3, 3), pad=((1, 1), (1, 1)))
         plan = plan_kernel(instr, HostTarget(64))
@@ -580,7 +593,7 @@ def test_channel_conv_is_its_own_lean_variant(vector_bytes):
 
 
 def test_channel_conv_prefetches_the_next_panels_weights():
-    """Without K blocks, a panel's tiles prefetch the weights after it (conv._Stream), as
+    """Without K blocks, a panel's tiles prefetch the weights after it (channel_conv._Stream), as
     the K blocks' tiles did the next block's: in a model the weights come from memory."""
     instr = make_conv((1, 320, 7, 7), (1280, 320, 1, 1), constant=True)
     target = HostTarget(64)
@@ -649,9 +662,9 @@ def test_depthwise(case, vector_bytes):
     target = HostTarget(vector_bytes)
     # Rows for strides 2 to 4, and at stride 1 where an output row fills a vector.
     sw, ow = case[4][1], instr.shape.dims[-1]
-    rows = 2 <= sw <= conv_mod.DEPTHWISE_MAX_STRIDE or sw == 1 and 2 * ow > vector_bytes // 4
-    assert type(plan_kernel(instr, target).spec) is \
-        (conv_mod.DepthwiseRows if rows else conv_mod.Depthwise)
+    most = conv_tuning(target.vector_bytes, target.registers).rows_max_stride
+    rows = 2 <= sw <= most or sw == 1 and 2 * ow > vector_bytes // 4
+    assert type(plan_kernel(instr, target).spec) is (DepthwiseRows if rows else Depthwise)
     x, w = (_random(o.shape.dims, F32) for o in instr.operands)
     _check(CompiledKernel(instr, target)(x, w), conv_reference(instr, x, w), F32)
 
@@ -717,7 +730,7 @@ EPILOGUE_CONVS = {
     # constant weights (the test makes %w one)
     "stem": ((3, 48, 1, 3, 2, False), "ChannelConv"),
     "stem_rows": ((3, 6, 1, 5, 1, False), "RowConv"),
-    # more input channels than the Winograd kernel takes (WINOGRAD_MAX_CIN)
+    # more input channels than the Winograd kernel takes (winograd_max_cin)
     "small_map_long_k": ((300, 48, 1, 3, 1, False), "ChannelConv"),
     "pointwise_s2_small_map": ((24, 32, 1, 1, 2, False), "ChannelConv"),
     # 1x1 on an 11 x 11 map: panels of 3, 3 and 1 vectors (a K of 128 or more, so
@@ -1206,7 +1219,7 @@ def test_lhs_dilated_conv_runs_dense_fast_kernels(case, tmp_path):
     optimize(module, CPU)
     convs = [i for c in module.computations for i in c.instructions
              if i.opcode is Opcode.CONVOLUTION]
-    assert convs and all(conv_mod._path(c, tiling_for(target(name)), False) != "naive"
+    assert convs and all(_conv_path(c, target(name), False) != "naive"
                          for c in convs for name in TARGETS)
     got, = compile_module(module, tmp_path, name=f"lhs_{case[0]}")(*args)
     _check(got, conv_reference(instr, *args), F32)

@@ -380,7 +380,7 @@ def _splits(model, target_name: str):
     steps = build_steps(module, plan_memory(module, backend), backend)
     splits = [(s.kernel.name, kernel_split(s.kernel.plan, tiling_for(backend.target)))
               for s in kernel_steps(steps) if s.kernel.kind == "kernel"]
-    return [(name, split and split.param) for name, split in splits]
+    return [(name, split and split.axis.name) for name, split in splits]
 
 
 # The split tests state each target's splits (target_util: vector bytes and the registers
@@ -396,11 +396,11 @@ def test_implicit_gemms_split_by_pixels_where_channel_blocks_would_repack(target
     """Few output channels on a large map: pixel blocks (no im2col sliver packed twice,
     24 channels are no even split of 8-row blocks); many on a small map: channel
     blocks (49 pixels are two slivers, one half empty)."""
-    shorter = [("ConvGemm", "pxn"), ("ChannelConv", "oyn"), ("DirectConv", "cout_g"),
-               ("ConvGemm", "pxn")]
+    shorter = [("ConvGemm", "PIXELS"), ("ChannelConv", "ROWS"), ("DirectConv", "CHANNELS"),
+               ("ConvGemm", "PIXELS")]
     assert _splits(pointwise(), target_name) == _expect(target_name, by_width(
-        shorter, shorter, [("ConvGemm", "pxn"), ("ConvGemm", "pxn"),
-                           ("DirectConv", "cout_g"), ("ConvGemm", "cout_g")]))
+        shorter, shorter, [("ConvGemm", "PIXELS"), ("ConvGemm", "PIXELS"),
+                           ("DirectConv", "CHANNELS"), ("ConvGemm", "CHANNELS")]))
 
 
 @every_target()
@@ -409,33 +409,33 @@ def test_strided_pointwise_gemm_splits_by_pixels(target_name):
     mid-row; the 1x1 of stride 3 (96 channels, 80 pixels) by channel blocks (by pixel
     blocks at 16-byte vectors, where it is im2col's)."""
     assert _splits(shortcut(), target_name)[2:] == _expect(target_name, by_width(
-        [("ChannelConv", "oyn"), ("ConvGemm", "pxn"), ("ConvGemm", "pxn")],
-        [("ChannelConv", "oyn"), ("ConvGemm", "pxn"), ("ConvGemm", "cout_g")],
-        [("ConvGemm", "pxn"), ("ConvGemm", "pxn"), ("ConvGemm", "cout_g")]))
+        [("ChannelConv", "ROWS"), ("ConvGemm", "PIXELS"), ("ConvGemm", "PIXELS")],
+        [("ChannelConv", "ROWS"), ("ConvGemm", "PIXELS"), ("ConvGemm", "CHANNELS")],
+        [("ConvGemm", "PIXELS"), ("ConvGemm", "PIXELS"), ("ConvGemm", "CHANNELS")]))
 
 
 @every_target()
 def test_products_split_by_columns_where_row_blocks_would_repack(target_name):
-    assert _splits(dense(), target_name) == [("FastDot", "n")]
+    assert _splits(dense(), target_name) == [("FastDot", "N")]
     # 36 row blocks, 7 column ones
-    assert _splits(encoder(), target_name)[0] == ("FastDot", "m")
+    assert _splits(encoder(), target_name)[0] == ("FastDot", "M")
 
 
 @every_target()
 def test_channel_convolutions_of_one_panel_split_by_rows(target_name):
     """32 channels are one panel at 64-byte vectors only: by panels where they are
     shorter."""
-    shorter = [("ChannelConv", "cout_g"), ("DirectConv", "cout_g"), ("ChannelConv", "cout_g")]
+    shorter = [("ChannelConv", "CHANNELS"), ("DirectConv", "CHANNELS"), ("ChannelConv", "CHANNELS")]
     assert _splits(stem_rows(), target_name) == _expect(target_name, by_width(
         shorter, shorter,
-        [("ChannelConv", "oyn"), ("DirectConv", "cout_g"), ("ChannelConv", "oyn")]))
+        [("ChannelConv", "ROWS"), ("DirectConv", "CHANNELS"), ("ChannelConv", "ROWS")]))
 
 
 @every_target()
 def test_small_map_pointwise_splits_by_panels_or_rows(target_name):
     """(At 64-byte vectors; with panels of fewer channels, more of them split by
     panels.)"""
-    panels, rows = ("ChannelConv", "cout_g"), ("ChannelConv", "oyn")
+    panels, rows = ("ChannelConv", "CHANNELS"), ("ChannelConv", "ROWS")
     assert _splits(small_pointwise(), target_name) == _expect(target_name, by_width(
         [panels] * 5, [panels] * 3 + [rows] * 2, [rows] + [panels] * 2 + [rows] * 2))
 
@@ -445,8 +445,8 @@ def test_strided_channel_convolutions_split_by_rows(target_name):
     """32 channels are one panel at 64-byte vectors only: by panels where they are
     shorter."""
     assert _splits(strided(), target_name) == _expect(target_name, by_width(
-        [("ChannelConv", "cout_g")] * 2, [("ChannelConv", "cout_g")] * 2,
-        [("ChannelConv", "oyn")] * 2))
+        [("ChannelConv", "CHANNELS")] * 2, [("ChannelConv", "CHANNELS")] * 2,
+        [("ChannelConv", "ROWS")] * 2))
 
 
 def test_profile_counts_both_entries_and_the_tasks_on_every_thread(tmp_path):

@@ -32,30 +32,55 @@ from .function import Frame, KernelPlan
 from .gemm import (DirectRows, GemmShape, MatrixPacker, Tiling, emit_gemm, scratch_floats,
                    tiling_for)
 from .gemv import emit_row_dot, emit_row_stream
+from .sizes import Size
 from .vec import F32, offset_ptr
 
 
 @dataclass(frozen=True)
 class Loop:
     """One batch loop: its extent and the element stride it adds to A, B and C."""
-    extent: int
-    sa: int
-    sb: int
-    sc: int
+    extent: Size
+    sa: Size
+    sb: Size
+    sc: Size
 
 
 @dataclass(frozen=True)
-class DotPlan:
+class DotSizes:
+    """The batched-matmul view of a dot (``canonicalize``), of which the fast path's i64
+    arguments are made (``arguments``, named by ``params``): ints in a plan, the
+    function's arguments in its frame."""
     batch: tuple[Loop, ...]
-    m: int
-    n: int
-    k: int
-    a_sm: int
-    a_sk: int
-    b_sk: int
-    b_sn: int
-    c_sm: int
-    c_sn: int
+    m: Size
+    n: Size
+    k: Size
+    a_sm: Size
+    a_sk: Size
+    b_sk: Size
+    b_sn: Size
+    c_sm: Size
+    c_sn: Size
+
+    @staticmethod
+    def params(batch_loops: int) -> tuple[str, ...]:
+        """The names of ``arguments``, in their order."""
+        return tuple(f"batch{i}.{f}" for i in range(batch_loops)
+                     for f in ("extent", "sa", "sb", "sc")) + _MATMUL_PARAMS
+
+    def arguments(self) -> tuple[Size, ...]:
+        return (tuple(v for loop in self.batch for v in (loop.extent, loop.sa, loop.sb, loop.sc))
+                + (self.m, self.n, self.k, self.a_sm, self.a_sk, self.b_sk, self.b_sn,
+                   self.c_sm, self.c_sn))
+
+    @staticmethod
+    def from_arguments(values, batch_loops: int) -> "DotSizes":
+        """The sizes whose ``arguments`` are ``values``."""
+        v = list(values)
+        loops = tuple(Loop(*v[4 * i:4 * i + 4]) for i in range(batch_loops))
+        return DotSizes(loops, *v[4 * batch_loops:])
+
+
+_MATMUL_PARAMS = ("m", "n", "k", "a_sm", "a_sk", "b_sk", "b_sn", "c_sm", "c_sn")
 
 
 def row_major_strides(dims) -> list[int]:
@@ -86,7 +111,7 @@ def _merge(extents, *strides):
     return rest, ext, st
 
 
-def canonicalize(instr: Instruction) -> DotPlan | None:
+def canonicalize(instr: Instruction) -> DotSizes | None:
     """The batched-matmul view of a dot, or None if the contracting dims do not merge."""
     lhs, rhs = (o.shape for o in instr.operands)
     dn = instr.attrs["dimension_numbers"]
@@ -114,13 +139,13 @@ def canonicalize(instr: Instruction) -> DotPlan | None:
                                    [s for _, _, s in kdims])
     if rest:
         return None
-    return DotPlan(tuple(b for b in batch if b.extent > 1), m, n, k, a_sm, a_sk, b_sk, b_sn,
-                   c_sm, c_sn)
+    return DotSizes(tuple(b for b in batch if b.extent > 1), m, n, k, a_sm, a_sk, b_sk, b_sn,
+                    c_sm, c_sn)
 
 
 # --- path selection ---------------------------------------------------------------
 
-def _gemv(plan: DotPlan):
+def _gemv(plan: DotSizes):
     """(rows, mat_sr, mat_sk, vec_s, out_s) for a matrix-vector product, else None."""
     if plan.m == 1:         # out row = B^T a
         return plan.n, plan.b_sn, plan.b_sk, plan.a_sk, plan.c_sn
@@ -129,7 +154,7 @@ def _gemv(plan: DotPlan):
     return None
 
 
-def _path(instr: Instruction, plan: DotPlan | None, tiling: Tiling) -> str:
+def _path(instr: Instruction, plan: DotSizes | None, tiling: Tiling) -> str:
     if instr.shape.dtype != dtypes.F32 or plan is None or plan.k == 0 or plan.m * plan.n == 0:
         return "naive"
     g = _gemv(plan)
@@ -142,9 +167,6 @@ def _path(instr: Instruction, plan: DotPlan | None, tiling: Tiling) -> str:
     if plan.m <= tiling.mr and plan.b_sn == 1:
         return "gemm_direct"          # one row of tiles: each B element is read once
     return "gemm"
-
-
-_MATMUL_PARAMS = ("m", "n", "k", "a_sm", "a_sk", "b_sk", "b_sn", "c_sm", "c_sn")
 
 
 @dataclass(frozen=True)
@@ -162,9 +184,10 @@ class FastDot(EpilogueOperands):
 
     @property
     def params(self) -> tuple[str, ...]:
-        batch = tuple(f"batch{i}.{f}" for i in range(self.batch_loops)
-                      for f in ("extent", "sa", "sb", "sc"))
-        return batch + _MATMUL_PARAMS
+        return DotSizes.params(self.batch_loops)
+
+    def sizes_of(self, values) -> DotSizes:
+        return DotSizes.from_arguments(values, self.batch_loops)
 
     @property
     def scratch_bytes(self) -> int:
@@ -172,9 +195,7 @@ class FastDot(EpilogueOperands):
 
     def emit(self, f: Frame) -> None:
         b, s = f.b, f.size
-        loops = [tuple(s[f"batch{i}.{x}"] for x in ("extent", "sa", "sb", "sc"))
-                 for i in range(self.batch_loops)]
-        _batch_loops(b, loops, f.lhs, f.rhs, f.out, i64(0),
+        _batch_loops(b, s.batch, f.lhs, f.rhs, f.out, i64(0),
                      lambda a, bb, c, at: self._emit_one(b, s, a, bb, c, f.scratch,
                                                          self.epilogue.moved(b, f.extra, at)))
 
@@ -183,28 +204,24 @@ class FastDot(EpilogueOperands):
         moved where ``c`` starts."""
         t, epilogue = self.tiling, self.epilogue
         if self.path in ("gemm", "gemm_direct"):
-            g = GemmShape(s["m"], s["n"], s["k"], s["a_sm"], s["a_sk"], s["c_sm"])
+            g = GemmShape(s.m, s.n, s.k, s.a_sm, s.a_sk, s.c_sm)
             if self.path == "gemm":
-                packer = MatrixPacker(bb, s["b_sk"], s["b_sn"], self.unit_bn, t, t.kc,
-                                      self.unit_bk)
+                packer = MatrixPacker(bb, s.b_sk, s.b_sn, self.unit_bn, t, t.kc, self.unit_bk)
             else:
-                packer = DirectRows(bb, s["b_sk"], t.kc)
-            emit_gemm(b, g, a, c, packer, scratch, t,
-                      epilogue.per_column(extra, s["c_sm"], t.lanes))
+                packer = DirectRows(bb, s.b_sk, t.kc)
+            emit_gemm(b, g, a, c, packer, scratch, t, epilogue.per_column(extra, s.c_sm, t.lanes))
             return
         if self.vector_lhs:     # out row = B^T a
-            rows, sr, sk, sv, so, mat, vec = s["n"], s["b_sn"], s["b_sk"], s["a_sk"], \
-                s["c_sn"], bb, a
+            rows, sr, sk, sv, so, mat, vec = s.n, s.b_sn, s.b_sk, s.a_sk, s.c_sn, bb, a
         else:                   # out column = A b
-            rows, sr, sk, sv, so, mat, vec = s["m"], s["a_sm"], s["a_sk"], s["b_sk"], \
-                s["c_sm"], a, bb
+            rows, sr, sk, sv, so, mat, vec = s.m, s.a_sm, s.a_sk, s.b_sk, s.c_sm, a, bb
         # Out element r is output channel r where A is the vector (the columns of C),
         # else channel 0 (an N == 1 product's per-channel operands are scalars).
         if self.path == "row_dot":
-            emit_row_dot(b, t.lanes, rows, s["k"], mat, sr, vec, c, so,
+            emit_row_dot(b, t.lanes, rows, s.k, mat, sr, vec, c, so,
                          epilogue.per_element(extra, so) if epilogue.steps else None)
         else:
-            emit_row_stream(b, t.lanes, rows, s["k"], mat, sk, vec, sv, c,
+            emit_row_stream(b, t.lanes, rows, s.k, mat, sk, vec, sv, c,
                             epilogue.per_column(extra, i64(0), t.lanes))
 
 
@@ -227,23 +244,19 @@ class NaiveDot:
 def plan_dot(instr: Instruction, target, lean: bool = False) -> KernelPlan:
     """``lean`` changes nothing: dots have no variant without scratch yet (theirs is one
     KC x NR sliver)."""
-    plan = canonicalize(instr)
+    sizes = canonicalize(instr)
     tiling = tiling_for(target)
-    path = _path(instr, plan, tiling)
+    path = _path(instr, sizes, tiling)
     if path == "naive":
         lhs, rhs = (o.shape for o in instr.operands)
-        return KernelPlan(NaiveDot(lhs, rhs, instr.shape, instr.attrs["dimension_numbers"]), {})
-    sizes = {name: getattr(plan, name) for name in _MATMUL_PARAMS}
-    for i, loop in enumerate(plan.batch):
-        sizes.update({f"batch{i}.extent": loop.extent, f"batch{i}.sa": loop.sa,
-                      f"batch{i}.sb": loop.sb, f"batch{i}.sc": loop.sc})
-    spec = FastDot(path, len(plan.batch), vector_lhs=path in ("row_dot", "row_stream")
-                   and plan.m == 1,
-                   unit_bn=path == "gemm" and plan.b_sn == 1, tiling=tiling,
-                   unit_bk=path == "gemm" and plan.b_sn != 1 and plan.b_sk == 1)
+        return KernelPlan(NaiveDot(lhs, rhs, instr.shape, instr.attrs["dimension_numbers"]))
+    spec = FastDot(path, len(sizes.batch), vector_lhs=path in ("row_dot", "row_stream")
+                   and sizes.m == 1,
+                   unit_bn=path == "gemm" and sizes.b_sn == 1, tiling=tiling,
+                   unit_bk=path == "gemm" and sizes.b_sn != 1 and sizes.b_sk == 1)
     # The packed sliver holds at most K rows: a short K (an RNN's input projection, K =
     # its features) needs a fraction of the KC-row scratch the shared code allows for.
-    scratch = scratch_floats(tiling, min(plan.k, tiling.kc)) * 4 if path == "gemm" else None
+    scratch = scratch_floats(tiling, min(sizes.k, tiling.kc)) * 4 if path == "gemm" else None
     return KernelPlan(spec, sizes, scratch)
 
 
@@ -272,7 +285,7 @@ def plan_dot_fusion(instr: Instruction, target) -> KernelPlan | None:
     if epilogue is None or not isinstance(plan.spec, FastDot):
         return None
     s = plan.sizes
-    columns = s["n"] == core.shape.dims[-1] and s["c_sn"] == 1
+    columns = s.n == core.shape.dims[-1] and s.c_sn == 1
     gemv_by_rows = plan.spec.path in ("row_dot", "row_stream") and not plan.spec.vector_lhs
     if epilogue.channel_operands and (not columns or gemv_by_rows):
         return None
@@ -285,11 +298,12 @@ def _batch_loops(b, loops, a, bb, c, at, body):
     if not loops:
         body(a, bb, c, at)
         return
-    (extent, sa, sb, sc), rest = loops[0], loops[1:]
-    with for_range(b, extent, "batch") as i:
-        _batch_loops(b, rest, offset_ptr(b, a, F32, b.mul(i, sa)),
-                     offset_ptr(b, bb, F32, b.mul(i, sb)),
-                     offset_ptr(b, c, F32, b.mul(i, sc)), b.add(at, b.mul(i, sc)), body)
+    loop, rest = loops[0], loops[1:]
+    with for_range(b, loop.extent, "batch") as i:
+        _batch_loops(b, rest, offset_ptr(b, a, F32, b.mul(i, loop.sa)),
+                     offset_ptr(b, bb, F32, b.mul(i, loop.sb)),
+                     offset_ptr(b, c, F32, b.mul(i, loop.sc)), b.add(at, b.mul(i, loop.sc)),
+                     body)
 
 
 # --- reference loop nest ------------------------------------------------------------

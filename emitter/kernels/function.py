@@ -7,14 +7,17 @@ a hashable value, so instructions with equal specs call one function. The sizes 
 vary between layers (M/N/K, channels, image sizes, strides) are the trailing i64
 arguments, so e.g. every 1x1 convolution of a model runs the same code.
 
-Spec classes implement ``params`` (the names of the i64 arguments, in order),
-``extra_operands`` (how many pointers follow lhs and rhs), ``scratch_bytes`` (the most
-any call uses, a KernelPlan saying where its call uses less; or, where the scratch grows
-with the sizes, as Winograd's does, any positive stand-in, every plan stating its own)
-and ``emit(frame)``; a spec with ``pack_weights(array, sizes)`` reads its rhs, a
-constant, in the order that returns (the emitter packs it at compile time); ``emit``
-sees the spec and the frame only, never the instruction, so nothing shape-specific can
-leak into a shared function.
+A plan's sizes are a typed value of its kernel family (``ConvSizes``, ``DotSizes``)
+whose ``arguments()`` are those i64 arguments; the frame holds the same type over the
+function's arguments. Spec classes implement ``params`` (the names of the i64
+arguments, in order), ``sizes_of(values)`` (the sizes whose arguments are ``values``;
+specs without params need none), ``extra_operands`` (how many pointers follow lhs and
+rhs), ``scratch_bytes`` (the most any call uses, a KernelPlan saying where its call uses
+less; or, where the scratch grows with the sizes, as Winograd's does, any positive
+stand-in, every plan stating its own) and ``emit(frame)``; a spec with
+``pack_weights(array, sizes)`` reads its rhs, a constant, in the order that returns (the
+emitter packs it at compile time); ``emit`` sees the spec and the frame only, never the
+instruction, so nothing shape-specific can leak into a shared function.
 """
 from __future__ import annotations
 
@@ -26,9 +29,17 @@ from llvmlite import ir
 from ..irutil import I64, PTR, VOID
 
 
+class Sizes(Protocol):
+    """A kernel family's sizes (``ConvSizes``, ``DotSizes``): ints in a plan, i64 values
+    in a frame."""
+    def arguments(self) -> tuple: ...
+
+
 class KernelSpec(Hashable, Protocol):
     @property
     def params(self) -> tuple[str, ...]: ...
+
+    def sizes_of(self, values: list[ir.Value]) -> Sizes: ...
 
     @property
     def extra_operands(self) -> int: ...
@@ -41,11 +52,12 @@ class KernelSpec(Hashable, Protocol):
 
 @dataclass(frozen=True)
 class KernelPlan:
-    """One instruction's kernel: the shared code (``spec``) and its own sizes; ``scratch``
-    the bytes of scratch this instruction's call needs where that is less than the
-    spec's (the shared code writes no more than its sizes require)."""
+    """One instruction's kernel: the shared code (``spec``) and its own sizes (None for a
+    spec without params); ``scratch`` the bytes of scratch this instruction's call needs
+    where that is less than the spec's (the shared code writes no more than its sizes
+    require)."""
     spec: KernelSpec
-    sizes: dict[str, int]
+    sizes: Sizes | None = None
     scratch: int | None = None
 
     @property
@@ -54,8 +66,7 @@ class KernelPlan:
 
     @property
     def arguments(self) -> list[int]:
-        return [self.sizes[p] for p in self.spec.params]
-
+        return [] if self.sizes is None else list(self.sizes.arguments())
 
 
 @dataclass(frozen=True)
@@ -67,7 +78,7 @@ class Frame:
     lhs: ir.Value
     rhs: ir.Value
     scratch: ir.Value | None
-    size: dict[str, ir.Value]       # the i64 size arguments by name
+    size: Sizes | None              # of the i64 size arguments
     extra: tuple[ir.Value, ...] = ()    # the operands after lhs and rhs
 
 
@@ -94,6 +105,6 @@ def kernel_function(module: ir.Module, name: str, spec: KernelSpec) -> ir.Functi
     b.position_at_end(body)
     extra = tuple(fn.args[3:3 + spec.extra_operands])
     spec.emit(Frame(fn, b, *fn.args[:3], fn.args[pointers - 1] if with_scratch else None,
-                    dict(zip(spec.params, sizes)), extra))
+                    spec.sizes_of(sizes) if spec.params else None, extra))
     b.ret_void()
     return fn

@@ -10,9 +10,9 @@ Blocking (GotoBLAS, shrunk so the scratch stays small):
             C[m:m+MR, n0:n0+NR] (+)= A[m:m+MR, k0:k0+kc] * Bsliver
 
 Only one sliver is packed at a time, so the scratch is KC x NR floats (16 KiB for
-AVX2) whatever the problem size. The packer is a parameter: a strided matrix here,
-an on-the-fly im2col in conv.py, or ``DirectRows``: B's rows read where they are
-(their columns contiguous), no scratch, which is what a product of at most MR rows
+AVX2) whatever the problem size. The packer is a parameter: a strided matrix here, an
+on-the-fly im2col in conv/implicit_gemm.py, or ``DirectRows``: B's rows read where they
+are (their columns contiguous), no scratch, which is what a product of at most MR rows
 wants anyway (each B element is read once, so packing would only copy it).
 A's elements are broadcast straight from memory (any strides).
 
@@ -48,6 +48,7 @@ class Tiling:
     mr: int         # micro-tile rows
     kc: int         # K block
     mc: int         # largest M block: MC x KC floats of A stay in L2
+    registers: int  # vector registers the tiles are sized for (the target's)
 
     @property
     def nr(self) -> int:
@@ -55,15 +56,14 @@ class Tiling:
 
 
 def tiling_for(target) -> Tiling:
-    """Micro-tile sized to the register file: MR*NV accumulators + NV B vectors + 1 splat.
-
-    16 vector registers below AVX-512 (6 x 16 on AVX2, the classic Haswell kernel), 32 with it.
+    """Micro-tile sized to the register file (``target.registers``): MR*NV accumulators +
+    NV B vectors + 1 splat; 6 x 16 with AVX2's 16 registers (the classic Haswell kernel).
     """
     lanes = 1 << max(0, (target.vector_bytes // 4).bit_length() - 1)   # a power of two
-    regs = 32 if target.vector_bytes >= 64 else 16
+    regs = target.registers
     nv = 2
     mr = min(8, (regs - nv - 1) // nv)
-    return Tiling(lanes=lanes, nv=nv, mr=mr, kc=256, mc=256)
+    return Tiling(lanes=lanes, nv=nv, mr=mr, kc=256, mc=256, registers=regs)
 
 
 class Packer(Protocol):

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
+from ..intrinsics import declare_intrinsic
 from ..irutil import I8, I32
-from .vec import const_vec, intrinsic, splat, vec_type
+from .vec import const_vec, splat, vec_type
 
 I16 = ir.IntType(16)
 
@@ -59,33 +60,33 @@ class IntDot:
 
     def _dot4_vnni(self, b, acc, w, x, x_signed):
         bytes_ty = vec_type(I8, 4 * self.lanes)
-        fn = intrinsic(b.module, self.vnni_name, acc.type, [acc.type, bytes_ty, bytes_ty])
+        fn = declare_intrinsic(b.module, self.vnni_name, acc.type, [acc.type, bytes_ty, bytes_ty])
         return b.call(fn, [acc, self._words(b, x), w])
 
     def _dot4_avx2(self, b, acc, w, x, x_signed):
         n = 4 * self.lanes
         bty, hty = vec_type(I8, n), vec_type(I16, n // 2)
         xs = self._words(b, x)
-        absx = intrinsic(b.module, "llvm.abs.v32i8", bty, [bty, ir.IntType(1)])
-        sign = intrinsic(b.module, "llvm.x86.avx2.psign.b", bty, [bty, bty])
-        maddubs = intrinsic(b.module, "llvm.x86.avx2.pmadd.ub.sw", hty, [bty, bty])
-        maddwd = intrinsic(b.module, "llvm.x86.avx2.pmadd.wd", acc.type, [hty, hty])
+        absx = declare_intrinsic(b.module, "llvm.abs.v32i8", bty, [bty, ir.IntType(1)])
+        sign = declare_intrinsic(b.module, "llvm.x86.avx2.psign.b", bty, [bty, bty])
+        maddubs = declare_intrinsic(b.module, "llvm.x86.avx2.pmadd.ub.sw", hty, [bty, bty])
+        maddwd = declare_intrinsic(b.module, "llvm.x86.avx2.pmadd.wd", acc.type, [hty, hty])
         pairs = b.call(maddubs, [b.call(absx, [xs, ir.Constant(ir.IntType(1), 0)]),
                                  b.call(sign, [w, xs])])
         return b.add(acc, b.call(maddwd, [pairs, const_vec(I16, [1] * (n // 2))]))
 
     def _dot4_sdot(self, b, acc, w, x, x_signed):
         bty = vec_type(I8, 16)
-        fn = intrinsic(b.module, "llvm.aarch64.neon.sdot.v4i32.v16i8", acc.type,
-                       [acc.type, bty, bty])
+        fn = declare_intrinsic(b.module, "llvm.aarch64.neon.sdot.v4i32.v16i8", acc.type,
+                               [acc.type, bty, bty])
         return b.call(fn, [acc, w, self._words(b, x)])
 
     def _dot4_smlad(self, b, acc, w, x, x_signed):
         # acc: scalar i32 (L = 1); bytes 0, 2 and 1, 3 as signed halfword pairs.
         w = b.bitcast(w, I32)
-        sxtb16 = intrinsic(b.module, "llvm.arm.sxtb16", I32, [I32])
-        smlad = intrinsic(b.module, "llvm.arm.smlad", I32, [I32, I32, I32])
-        ror = intrinsic(b.module, "llvm.fshr.i32", I32, [I32, I32, I32])
+        sxtb16 = declare_intrinsic(b.module, "llvm.arm.sxtb16", I32, [I32])
+        smlad = declare_intrinsic(b.module, "llvm.arm.smlad", I32, [I32, I32, I32])
+        ror = declare_intrinsic(b.module, "llvm.fshr.i32", I32, [I32, I32, I32])
         eight = ir.Constant(I32, 8)
         w02, w13 = b.call(sxtb16, [w]), b.call(sxtb16, [b.call(ror, [w, w, eight])])
         x02, x13 = b.call(sxtb16, [x]), b.call(sxtb16, [b.call(ror, [x, x, eight])])
@@ -98,8 +99,8 @@ class IntDot:
         n = 4 * self.lanes
         half = vec_type(I16, n // 2)
         xs = self._words(b, x)
-        saddlp = intrinsic(b.module, "llvm.aarch64.neon.saddlp.v4i32.v8i16",
-                           vec_type(I32, 4), [half])
+        saddlp = declare_intrinsic(b.module, "llvm.aarch64.neon.saddlp.v4i32.v8i16",
+                                   vec_type(I32, 4), [half])
         parts = []
         for lo in (0, n // 2):
             pick = const_vec(I32, range(lo, lo + n // 2))
@@ -134,7 +135,7 @@ class IntDot:
         if self.kind != "neon":
             return acc
         q = vec_type(I32, 4)
-        addp = intrinsic(b.module, "llvm.aarch64.neon.addp.v4i32", q, [q, q])
+        addp = declare_intrinsic(b.module, "llvm.aarch64.neon.addp.v4i32", q, [q, q])
         lo = b.shuffle_vector(acc, acc, const_vec(I32, range(4)))
         hi = b.shuffle_vector(acc, acc, const_vec(I32, range(4, 8)))
         return b.call(addp, [lo, hi])
@@ -150,7 +151,7 @@ class IntDot:
             xpair = b.or_(b.zext(x0, I32), b.shl(b.zext(x1, I32), ir.Constant(I32, 16)))
             wpair = b.bitcast(w01, I32)
             if self.kind == "smlad":
-                smlad = intrinsic(b.module, "llvm.arm.smlad", I32, [I32, I32, I32])
+                smlad = declare_intrinsic(b.module, "llvm.arm.smlad", I32, [I32, I32, I32])
                 return b.call(smlad, [wpair, xpair, acc])
             w0 = b.extract_element(w01, ir.Constant(I32, 0))
             w1 = b.extract_element(w01, ir.Constant(I32, 1))
@@ -160,7 +161,7 @@ class IntDot:
                                                          for k in (j, j + n)]))
         if self.kind in ("vnni", "avx2") and n in (8, 16):
             name = "llvm.x86.avx2.pmadd.wd" if n == 8 else "llvm.x86.avx512.pmaddw.d.512"
-            fn = intrinsic(b.module, name, acc.type, [pairs.type, pairs.type])
+            fn = declare_intrinsic(b.module, name, acc.type, [pairs.type, pairs.type])
             return b.add(acc, b.call(fn, [pairs, w01]))
         wide = vec_type(I32, 2 * n)
         prod = b.mul(b.sext(pairs, wide), b.sext(w01, wide))

@@ -18,8 +18,9 @@ from llvmlite import ir
 
 from ...hlo import Instruction
 from ..irutil import I64, PTR, VOID, i64
-from ..target import make_target
-from . import emit_kernel, kernel_arguments, kernel_key, plan_kernel, scratch_bytes
+from ..target import make_target, vector_registers
+from . import kernel_arguments, kernel_key, plan_kernel
+from .function import KernelPlan, kernel_function
 
 _ready = False
 
@@ -34,8 +35,14 @@ def _init():
 
 @dataclass(frozen=True)
 class HostTarget:
-    """The part of a TargetInfo the kernels read, for this machine."""
+    """The part of a TargetInfo the kernels read: the vector width and the registers
+    (None: as a TargetInfo of that width counts them)."""
     vector_bytes: int
+    registers: int | None = None
+
+    def __post_init__(self):
+        if self.registers is None:
+            object.__setattr__(self, "registers", vector_registers(self.vector_bytes))
 
 
 def host_target() -> HostTarget:
@@ -58,15 +65,19 @@ _GUARD = 1024
 class CompiledKernel:
     """``kernel(*operands) -> output``: numpy arrays in, a fresh numpy array out."""
 
-    def __init__(self, instr: Instruction, target=None, lean: bool = False):
+    def __init__(self, instr: Instruction, target=None, lean: bool = False,
+                 plan: KernelPlan | None = None):
+        """``plan``: the kernel to compile in place of the one plan_kernel chooses (a
+        benchmark times the alternatives of a choice)."""
         target = target or host_target()
         self.instr, self.target, self.lean = instr, target, lean
+        self.plan = plan or plan_kernel(instr, target, lean)
         self._packs = {}
-        self._calls = {}        # id(instr) -> (instr, plan, scratch bytes)
+        self._calls = {id(instr): (instr, self.plan)}
         module = ir.Module("kernel")
         module.triple = llvm.get_process_triple()
-        kernel = emit_kernel(module, instr, "kernel", target, lean)
-        arguments = kernel_arguments(instr, target, lean)
+        kernel = kernel_function(module, "kernel", self.plan.spec)
+        arguments = self.plan.arguments
         self.sizes = np.array(arguments or [0], np.int64)
         nsizes = len(arguments)
         # entry(out, operands[], scratch, sizes[]): as many operands as the instruction
@@ -121,8 +132,7 @@ class CompiledKernel:
         sizes = self.sizes
         if instr is None:
             instr = self.instr
-        elif kernel_key(instr, self.target, self.lean) != kernel_key(self.instr, self.target,
-                                                                      self.lean):
+        elif kernel_key(instr, self.target, self.lean) != (self.instr.opcode, self.plan.spec):
             raise ValueError(f"%{instr.name} does not share the kernel of %{self.instr.name}")
         else:
             sizes = np.array(kernel_arguments(instr, self.target, self.lean) or [0], np.int64)
@@ -141,9 +151,9 @@ class CompiledKernel:
         # a small kernel's run, which a benchmark would time with it.
         hit = self._calls.get(id(instr))
         if hit is None or hit[0] is not instr:
-            hit = self._calls[id(instr)] = (instr, plan_kernel(instr, self.target, self.lean),
-                                            scratch_bytes(instr, self.target, self.lean))
-        _, plan, need = hit
+            hit = self._calls[id(instr)] = (instr, plan_kernel(instr, self.target, self.lean))
+        _, plan = hit
+        need = plan.scratch_bytes
         block = np.empty(need + 2 * _GUARD, np.uint8)
         start = -block.ctypes.data % 64
         block[start + need:] = 0xA5

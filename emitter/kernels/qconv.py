@@ -85,14 +85,15 @@ def _acc_type(lanes: int) -> ir.Type:
     return vec_type(I32, lanes) if lanes > 1 else I32
 
 
-def _tile_shape(dot: IntDot, vector_bytes: int, outputs: int) -> tuple[int, int]:
+def _tile_shape(dot: IntDot, registers: int, outputs: int) -> tuple[int, int]:
     """(MR pixels, NV vectors of outputs): MR x NV accumulators, NV weight vectors and a
-    couple of temporaries in the register file."""
+    couple of temporaries in the register file (the target's ``registers``; sdot's tile
+    counts all 32 of NEON)."""
     if dot.kind == "smlad":
         return 2, 2                     # 2 x 2 accumulators beside the unpacked halves
     if dot.lanes == 1:
         return 2, 4
-    regs = 32 if vector_bytes >= 64 or dot.kind == "sdot" else 16
+    regs = 32 if dot.kind == "sdot" else registers
     nv = max(1, min(4 if regs == 32 else 2, ceil(outputs / dot.lanes)))
     spare = 4 if dot.kind == "avx2" else 2
     return max(1, min(8, (regs - nv - spare) // nv)), nv
@@ -110,7 +111,7 @@ class QuantizedKernel:
     """The kernel of one output fusion (or None from ``plan_quantized``)."""
     instr: Instruction
     dot: IntDot
-    vector_bytes: int
+    registers: int                      # the target's vector registers
     x_k: int                            # fusion operand: the activations (or their source)
     depthwise: bool
     # geometry (a dot is one image of 1 x M pixels, one tap, K channels)
@@ -326,7 +327,7 @@ def _plan_conv(instr, fused, core, target) -> QuantizedKernel | None:
                  for dy in range(kh) for dx in range(kw))
     depthwise = cin_g == 1 and cout == groups
     return QuantizedKernel(
-        instr, dot, target.vector_bytes, x_src.number, depthwise, n, c, h, w, oh, ow, groups,
+        instr, dot, target.registers, x_src.number, depthwise, n, c, h, w, oh, ow, groups,
         cout, taps, tuple(win.stride), tuple(pad_low), pad_value, (h * w * c, 1, w * c, c),
         weights.reshape(cout, cin_g, kh * kw), "nchw")
 
@@ -364,7 +365,7 @@ def _plan_dot(instr, fused, core, target) -> QuantizedKernel | None:
     m, k = x.shape.dims
     nout = weights.shape[0]
     return QuantizedKernel(
-        instr, _dot_for(target, weights), target.vector_bytes, source.number, False, 1, k, 1,
+        instr, _dot_for(target, weights), target.registers, source.number, False, 1, k, 1,
         m, 1, m, 1, nout, ((0, 0),), (1, 1), (0, 0), 0, (0, 1, 0, k),
         weights.reshape(nout, k, 1), "mn", activations=None if a is source else a)
 
@@ -475,7 +476,7 @@ class _GemmEmitter:
     def __init__(self, k: QuantizedKernel, b, out, ptrs, em, constants):
         self.k, self.b, self.out, self.ptrs, self.em = k, b, out, ptrs, em
         self.dot = k.dot
-        self.mr, self.nv = _tile_shape(k.dot, k.vector_bytes, k.cout_g)
+        self.mr, self.nv = _tile_shape(k.dot, k.registers, k.cout_g)
         self.panels = _panels(k.cout_g, self.nv, k.dot.lanes)
         self.flip = k.dot.flip(k.x_signed)
         self.words = ceil(k.cin_g / _WORD)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from ..intrinsics import declare_intrinsic
 from ..irutil import I1, I32, I64, PTR
 
 F32 = ir.FloatType()
@@ -16,17 +17,6 @@ CONTRACT = ("contract",)     # lets the backend fuse fmul+fadd into an FMA where
 
 def vec_type(elem: ir.Type, lanes: int) -> ir.VectorType:
     return ir.VectorType(elem, lanes)
-
-
-def intrinsic(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
-    """The declaration of ``name`` in ``module`` (declared once, then reused)."""
-    if name in module.globals:
-        return module.globals[name]
-    return ir.Function(module, ir.FunctionType(ret, args), name)
-
-
-def _suffix(vty: ir.VectorType) -> str:
-    return f"v{vty.count}{vty.element.intrinsic_name}"
 
 
 def splat(b: ir.IRBuilder, scalar: ir.Value, lanes: int) -> ir.Value:
@@ -66,8 +56,8 @@ def masked_load(b: ir.IRBuilder, ptr: ir.Value, vty: ir.VectorType, mask: ir.Val
                 align: int = 4, passthrough: ir.Value | None = None) -> ir.Value:
     """Load the lanes of ``mask``; the others read as ``passthrough`` (default 0) and
     touch no memory."""
-    fn = intrinsic(b.module, f"llvm.masked.load.{_suffix(vty)}.p0", vty,
-                   [PTR, I32, vec_type(I1, vty.count), vty])
+    fn = declare_intrinsic(b.module, "llvm.masked.load", vty,
+                           [PTR, I32, vec_type(I1, vty.count), vty], [vty, PTR])
     return b.call(fn, [ptr, ir.Constant(I32, align), mask,
                        zeros(vty) if passthrough is None else passthrough])
 
@@ -75,8 +65,8 @@ def masked_load(b: ir.IRBuilder, ptr: ir.Value, vty: ir.VectorType, mask: ir.Val
 def masked_store(b: ir.IRBuilder, value: ir.Value, ptr: ir.Value, mask: ir.Value,
                  align: int = 4) -> None:
     vty = value.type
-    fn = intrinsic(b.module, f"llvm.masked.store.{_suffix(vty)}.p0", ir.VoidType(),
-                   [vty, PTR, I32, vec_type(I1, vty.count)])
+    fn = declare_intrinsic(b.module, "llvm.masked.store", ir.VoidType(),
+                           [vty, PTR, I32, vec_type(I1, vty.count)], [vty, PTR])
     b.call(fn, [value, ptr, ir.Constant(I32, align), mask])
 
 
@@ -87,8 +77,9 @@ def masked_gather(b: ir.IRBuilder, base: ir.Value, elem: ir.Type, offsets: ir.Va
     ptrs = b.gep(base, [offsets], source_etype=elem)
     ptrs.type = vec_type(PTR, lanes)   # llvmlite types a vector-index gep as a scalar ptr
     vty = vec_type(elem, lanes)
-    fn = intrinsic(b.module, f"llvm.masked.gather.{_suffix(vty)}.v{lanes}p0", vty,
-                   [vec_type(PTR, lanes), I32, vec_type(I1, lanes), vty])
+    fn = declare_intrinsic(b.module, "llvm.masked.gather", vty,
+                           [vec_type(PTR, lanes), I32, vec_type(I1, lanes), vty],
+                           [vty, vec_type(PTR, lanes)])
     return b.call(fn, [ptrs, ir.Constant(I32, 4), mask, zeros(vty)])
 
 
@@ -106,7 +97,8 @@ def hsum(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
 def prefetch(b: ir.IRBuilder, ptr: ir.Value, locality: int = 3) -> None:
     """A read prefetch of the cache line at ``ptr`` (any address: it never faults);
     ``locality`` 3 keeps it in every level, lower ones in fewer."""
-    fn = intrinsic(b.module, "llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
+    fn = declare_intrinsic(b.module, "llvm.prefetch", ir.VoidType(), [PTR, I32, I32, I32],
+                           [PTR])
     b.call(fn, [ptr, ir.Constant(I32, 0), ir.Constant(I32, locality), ir.Constant(I32, 1)])
 
 

@@ -28,7 +28,7 @@ a time. Blocking keeps the scratch bounded whatever the layer:
 OB is chosen at run time (``out_block``) so that U stays within U_FLOATS; the input
 transform runs once per block of output channels. The scratch (``scratch_floats``) is
 about 512 KiB + 2.1 KiB per input channel at AVX-512 (1.1 MiB at 256 input channels,
-the most conv._path gives it). Vectors run over NT tiles, in the order of a tile grid
+the most path.py gives it). Vectors run over NT tiles, in the order of a tile grid
 one column wider than the tiles: the vertical half of the input transform runs along
 input rows with plain (edge-masked) loads and leaves its rows split into m phases of
 columns, so that the horizontal half reads the m + 2 columns of a vector of tiles, m
@@ -37,10 +37,9 @@ phases interleaved into rows of output pixels (``_outputs``). Every output eleme
 computed by the same instructions whatever the blocks, so splitting the output
 channels between threads (parallel.py) gives NAME_run's results bit for bit.
 
-F(2x2, 3x3) only: F(4x4, 3x3) (36 GEMMs, 4x fewer multiplies than direct) measured
-faster only on 64 channels at 56 x 56 (0.55 against 0.65 ms), slower from 128 channels
-(fewer output channels per block of U) and 15 times less accurate (max |diff| 6.8e-4
-against 4.6e-5 on 64->64 @56, outputs ~100).
+F(2x2, 3x3) only: F(4x4, 3x3) (36 GEMMs, 4x fewer multiplies than direct) was faster
+only on 64 channels, slower from 128 (fewer output channels per block of U) and 15 times
+less accurate (benchmarks/conv_tuning.md).
 """
 from __future__ import annotations
 
@@ -49,13 +48,14 @@ from fractions import Fraction as Fr
 
 from llvmlite import ir
 
-from ..irutil import I32, for_range, i64
-from .epilogue import NO_EPILOGUE, Epilogue, EpilogueOperands
-from .function import Frame
-from .gemm import DirectRows, GemmShape, Tiling, emit_gemm
-from .sizes import ceil_div, first_lanes, imin, splat_i32
-from .vec import (F32, const_vec, load_vec, masked_gather, masked_load, masked_store, offset_ptr,
-                  splat, store_vec, vec_type)
+from ...irutil import I32, for_range, i64
+from ..epilogue import NO_EPILOGUE, Epilogue
+from ..function import Frame
+from ..gemm import DirectRows, GemmShape, Tiling, emit_gemm
+from ..sizes import ceil_div, first_lanes, imin, splat_i32
+from ..vec import (F32, const_vec, load_vec, masked_gather, masked_load, masked_store,
+                   offset_ptr, splat, store_vec, vec_type)
+from .geometry import ConvKernel, ConvSizes, ConvWindow
 
 # The transforms of Lavin & Gray for F(2x2, 3x3) (interpolation points 0, 1, -1 and
 # infinity): B^T (input), G (filter), A^T (output). ``m`` names the one in use.
@@ -78,15 +78,13 @@ SKEW = 16
 
 
 @dataclass(frozen=True)
-class WinogradConv(EpilogueOperands):
+class WinogradConv(ConvKernel):
     """F(m x m, 3 x 3) for f32 NCHW convolutions of one group, stride 1, dilation 1,
     any padding (module docstring); ``window`` for the padding, ``tiling`` the GEMM's."""
-    window: object          # conv.ConvWindow
+    window: ConvWindow
     tiling: Tiling
     m: int
     epilogue: Epilogue = NO_EPILOGUE
-
-    params = ("batch", "groups", "cin_g", "cout_g", "in0", "in1", "out0", "out1")
 
     # The scratch grows with the channels: each plan states its own (scratch_floats).
     scratch_bytes = 64
@@ -101,10 +99,10 @@ class WinogradConv(EpilogueOperands):
         ob = max(mr, U_FLOATS // (self.alpha ** 2 * cin) // mr * mr)
         return min(ob, cout)
 
-    def scratch_floats(self, sizes: dict[str, int]) -> int:
+    def scratch_floats(self, sizes: ConvSizes) -> int:
         """U, V and M (module docstring) of the largest block."""
-        cin, a2, nt = sizes["cin_g"], self.alpha ** 2, self.tiling.nr
-        ob = self.out_block(cin, sizes["cout_g"])
+        cin, a2, nt = sizes.cin_g, self.alpha ** 2, self.tiling.nr
+        ob = self.out_block(cin, sizes.cout_g)
         phases = self.m * self.alpha * (nt + self.tiling.lanes)
         return a2 * (ob * cin + cin * nt + ob * nt + 3 * SKEW) + phases
 
@@ -118,15 +116,15 @@ class WinogradConv(EpilogueOperands):
         b, t = f.b, self.tiling
         a2, nt = self.alpha ** 2, t.nr
         size = f.size
-        cin, cout = size["cin_g"], size["cout_g"]
-        in_px = b.mul(size["in0"], size["in1"])
-        out_px = b.mul(size["out0"], size["out1"])
+        cin, cout = size.cin_g, size.cout_g
+        in_px = b.mul(*size.in_sp)
+        out_px = b.mul(*size.out_sp)
         # The tile grid has one column more than the tiles: grid column tx + 1 holds the
         # input columns a tile shares with the next (``_phases``); the last column's
         # tiles are computed and never stored.
-        tiles_w = ceil_div(b, size["out1"], self.m)
+        tiles_w = ceil_div(b, size.out_sp[1], self.m)
         grid_w = b.add(tiles_w, i64(1))
-        tiles = b.mul(ceil_div(b, size["out0"], self.m), grid_w)
+        tiles = b.mul(ceil_div(b, size.out_sp[0], self.m), grid_w)
         ob = self._out_block(b, cin, cout)
         # U_xi, V_xi, M_xi one after another, each SKEW floats further on.
         u_xi = b.add(b.mul(ob, cin), i64(SKEW))
@@ -140,7 +138,7 @@ class WinogradConv(EpilogueOperands):
             o0 = b.mul(block, ob)
             obn = imin(b, b.sub(cout, o0), ob)
             self._weights(b, f.rhs, u, u_xi, o0, obn, cin)      # once for all images
-            with for_range(b, size["batch"], "img") as img:
+            with for_range(b, size.batch, "img") as img:
                 x = offset_ptr(b, f.lhs, F32, b.mul(b.mul(img, cin), in_px))
                 out0 = b.mul(b.add(b.mul(img, cout), o0), out_px)
                 extra = self.epilogue.moved(b, f.extra, out0)
@@ -226,7 +224,7 @@ class WinogradConv(EpilogueOperands):
         lanes, pw_ = t.lanes, t.nr + t.lanes
         bt = TRANSFORMS[m]["bt"]
         (ph, pw) = self.window.pad_low[:2]
-        h, w = size["in0"], size["in1"]
+        h, w = size.in_sp
         end = imin(b, b.add(t0, i64(t.nr + 1)), tiles)
         row_lo = b.udiv(t0, grid_w)
         row_hi = ceil_div(b, end, grid_w)
@@ -276,7 +274,7 @@ class WinogradConv(EpilogueOperands):
         at = TRANSFORMS[m]["at"]
         vty = vec_type(F32, lanes)
         epilogue = self.epilogue
-        oh, ow = size["out0"], size["out1"]
+        oh, ow = size.out_sp
         end = imin(b, b.add(t0, i64(t.nr)), tiles)
         row_lo = b.udiv(t0, grid_w)
         row_hi = ceil_div(b, end, grid_w)
