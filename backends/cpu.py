@@ -129,7 +129,6 @@ class CpuBackend:
         (emitter/render.py)."""
         return render(self, module, assignment, options, kinds)
 
-
     @staticmethod
     def for_target(triple: str | None, cpu: str | None, features: str | None,
                    opt_level: int) -> "CpuBackend":

@@ -1,6 +1,6 @@
 """What the generic passes and the memory planner ask of a backend.
 
-A backend (``emitter.CpuBackend``; a CUDA one later) knows which instructions its
+A backend (``backends.CpuBackend``; a CUDA one later) knows which instructions its
 kernels compute, what they absorb, which layouts they read and how much scratch they
 need. The passes hold the algorithms and ask it these questions; no pass names a
 CPU fact. As XLA's generic passes take their backend's callbacks (TransposeFolding's
