@@ -359,6 +359,11 @@ def _kernel(ctx, node, x, vectors, bias=0.0, kind=None):
     y = b.op(Opcode.ADD, b.op(Opcode.MULTIPLY, c(gamma), dot), c(coef0))
     if kind == "SIGMOID":
         return b.op(Opcode.TANH, y)
+    # onnxruntime squares and cubes by multiplying (Eigen's square, cube): a power via
+    # exp and log is some ulps off
+    if degree in (2, 3):
+        square = b.op(Opcode.MULTIPLY, y, y)
+        return square if degree == 2 else b.op(Opcode.MULTIPLY, square, y)
     return b.op(Opcode.POWER, y, c(degree))
 
 
