@@ -805,9 +805,9 @@ for _k, _kernel, _post in [(k, kernel, "NONE") for k in (2, 3, 5)
 # linear mode: prob_a/prob_b leave the scores alone, but the two-class label becomes the
 # best score's (3 on three rows where, with class 3's score the best and above 0, it was 8)
 case("SVMClassifier_linear_binary_proba",
-     _ml("SVMClassifier", outputs=("l", "z"), coefficients=[0.1, -0.2, 0.5, 0.3, -0.2, 0.1, 0.4, -0.6],
-         rho=[0.05], classlabels_ints=[3, 8], kernel_params=[0.0, 0.0, 0.0], prob_a=[-1.0],
-         prob_b=[0.1]),
+     _ml("SVMClassifier", outputs=("l", "z"),
+         coefficients=[0.1, -0.2, 0.5, 0.3, -0.2, 0.1, 0.4, -0.6], rho=[0.05],
+         classlabels_ints=[3, 8], kernel_params=[0.0, 0.0, 0.0], prob_a=[-1.0], prob_b=[0.1]),
      {"x": _MLX}, outputs=[("l", np.int64, (5,)), ("z", np.float32, (5, 2))], opset=_ML1,
      rtol=1e-4, atol=1e-5)
 for _name, _coef in (("positive", [0.1, 0.2, 0.0, 0.3, 0.2, 0.1, 0.4, 0.0]),
