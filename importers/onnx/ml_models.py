@@ -445,8 +445,9 @@ def svm_classifier(ctx, node):
     # SVC: one-vs-one classifiers for each pair i < j, their decision
     #   sum_{v of i} coef[j-1, v] K(x, v) + sum_{v of j} coef[i, v] K(x, v) + rho[pair]
     # as one dot of the kernels with a constant [V, pairs], in float64 as onnxruntime
-    # sums; a positive decision votes for i, else j; the label is the most voted (the
-    # first of ties), with probabilities too
+    # sums (in float32, scikit-learn's SVCs' probabilities came out up to 1e-5 off); a
+    # positive decision votes for i, else j; the label is the most voted (the first of
+    # ties), with probabilities too
     if len(per_class) != k:
         raise ctx.error(node, f"vectors_per_class has {len(per_class)} entries for {k} classes")
     total = sum(per_class)
