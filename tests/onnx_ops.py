@@ -1338,6 +1338,16 @@ case("DequantizeLinear_per_axis_int8", node("DequantizeLinear", ["x", "s", "z"],
      {"x": q8(3, 5)}, inits={"s": _scale(3), "z": np.array([1, 0, -4], np.int8)})
 case("DynamicQuantizeLinear", node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"]),
      {"x": f32(4, 6)}, outputs=("y", "s", "z"), opset=11)
+# the range always holds 0: all positive gives zero point 0, all negative 255; all 0 a
+# scale of 1 (onnxruntime's; the spec divides by 0); .5 steps round to even
+_DQL_X = {"all_positive": np.arange(1, 25, dtype=np.float32).reshape(4, 6) / 7,
+          "all_negative": -np.arange(1, 25, dtype=np.float32).reshape(4, 6) / 7,
+          "all_zero": np.zeros((4, 6), np.float32),
+          "half_steps": np.array([[0.5, 1.5, 2.5, -0.5, 255, 0]], np.float32)}
+for _name, _x in _DQL_X.items():
+    case(f"DynamicQuantizeLinear_{_name}",
+         node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"]), {"x": _x},
+         outputs=("y", "s", "z"), opset=11)
 case("MatMulInteger_zero_points", node("MatMulInteger", ["a", "b", "za", "zb"]),
      {"a": q8(3, 7, dtype=np.uint8), "b": q7(7, 4)},
      inits={"za": np.uint8(131), "zb": np.int8(-2)}, opset=10)
