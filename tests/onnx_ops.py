@@ -776,6 +776,40 @@ case("SVMClassifier_int_input_POLY",
          classlabels_ints=[2, 1, 0]),
      {"x": i64(5, 4)}, outputs=[("l", np.int64, (5,)), ("z", np.float32, (5, 3))], opset=_ML1,
      rtol=1e-4, atol=1e-5)
+# Platt probabilities (prob_a, prob_b) through onnxruntime's pairwise coupling, whose
+# sweeps stop on convergence: each of the 16 rows stops after its own number of sweeps
+# (1 to 4). A local generator keeps the draws of the cases below unchanged.
+_PRNG = np.random.default_rng(26)
+_PX = _PRNG.standard_normal((16, 4)).astype(np.float32)
+
+
+def _svc_proba(k, kernel, post="NONE"):
+    per = [1 + c % 3 for c in range(k)]
+    total, pairs = sum(per), k * (k - 1) // 2
+
+    def draw(*shape, scale=1.0):
+        return (_PRNG.standard_normal(shape) * scale).astype(np.float32).reshape(-1).tolist()
+    return _ml("SVMClassifier", outputs=("l", "z"), kernel_type=kernel,
+               kernel_params=_SVK[kernel], support_vectors=draw(total, 4),
+               vectors_per_class=per, coefficients=draw(k - 1, total), rho=draw(pairs, scale=0.3),
+               prob_a=(-1 - _PRNG.random(pairs)).tolist(), prob_b=draw(pairs, scale=0.2),
+               classlabels_ints=list(range(10, 10 + k)), post_transform=post)
+
+
+for _k, _kernel, _post in [(k, kernel, "NONE") for k in (2, 3, 5)
+                           for kernel in ("LINEAR", "RBF", "POLY")] + [(3, "RBF", "SOFTMAX"),
+                                                                       (2, "POLY", "LOGISTIC")]:
+    case(f"SVMClassifier_proba{_k}_{_kernel}_{_post}", _svc_proba(_k, _kernel, _post),
+         {"x": _PX}, outputs=[("l", np.int64, (16,)), ("z", np.float32, (16, _k))],
+         opset=_ML1, rtol=0, atol=1e-6)
+# linear mode: prob_a/prob_b leave the scores alone, but the two-class label becomes the
+# best score's (3 on three rows where, with class 3's score the best and above 0, it was 8)
+case("SVMClassifier_linear_binary_proba",
+     _ml("SVMClassifier", outputs=("l", "z"),
+         coefficients=[0.1, -0.2, 0.5, 0.3, -0.2, 0.1, 0.4, -0.6], rho=[0.05],
+         classlabels_ints=[3, 8], kernel_params=[0.0, 0.0, 0.0], prob_a=[-1.0], prob_b=[0.1]),
+     {"x": _MLX}, outputs=[("l", np.int64, (5,)), ("z", np.float32, (5, 2))], opset=_ML1,
+     rtol=1e-4, atol=1e-5)
 for _name, _coef in (("positive", [0.1, 0.2, 0.0, 0.3, 0.2, 0.1, 0.4, 0.0]),
                      ("mixed", [0.1, -0.2, 0.5, 0.3, -0.2, 0.1, 0.4, -0.6])):
     case(f"SVMClassifier_linear_binary_{_name}",
@@ -1304,6 +1338,16 @@ case("DequantizeLinear_per_axis_int8", node("DequantizeLinear", ["x", "s", "z"],
      {"x": q8(3, 5)}, inits={"s": _scale(3), "z": np.array([1, 0, -4], np.int8)})
 case("DynamicQuantizeLinear", node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"]),
      {"x": f32(4, 6)}, outputs=("y", "s", "z"), opset=11)
+# the range always holds 0: all positive gives zero point 0, all negative 255; all 0 a
+# scale of 1 (onnxruntime's; the spec divides by 0); .5 steps round to even
+_DQL_X = {"all_positive": np.arange(1, 25, dtype=np.float32).reshape(4, 6) / 7,
+          "all_negative": -np.arange(1, 25, dtype=np.float32).reshape(4, 6) / 7,
+          "all_zero": np.zeros((4, 6), np.float32),
+          "half_steps": np.array([[0.5, 1.5, 2.5, -0.5, 255, 0]], np.float32)}
+for _name, _x in _DQL_X.items():
+    case(f"DynamicQuantizeLinear_{_name}",
+         node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"]), {"x": _x},
+         outputs=("y", "s", "z"), opset=11)
 case("MatMulInteger_zero_points", node("MatMulInteger", ["a", "b", "za", "zb"]),
      {"a": q8(3, 7, dtype=np.uint8), "b": q7(7, 4)},
      inits={"za": np.uint8(131), "zb": np.int8(-2)}, opset=10)

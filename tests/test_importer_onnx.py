@@ -506,8 +506,6 @@ _SVC2 = dict(coefficients=[1.0, -1.0], rho=[0.0], classlabels_ints=[0, 1], kerne
      "PROBIT on one score of two classes is not supported"),
     ("SVMClassifier", dict(_SVC2, post_transform="PROBIT"),
      "PROBIT on a two-class SVC is not supported"),
-    ("SVMClassifier", dict(_SVC2, prob_a=[1.0], prob_b=[0.0]),
-     "prob_a/prob_b are not supported"),
     ("TreeEnsembleClassifier", dict(
         nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[0, 0, 0],
         nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"], nodes_values=[0.0, 0, 0],

@@ -8,11 +8,13 @@ onnxruntime's CPU kernels, which every converter is tested against, and says so 
 it matters. Scores are float32 whatever the input type, as there. The models live in
 the attributes, so every op is a few dots, compares and selects on constants.
 
+SVMClassifier's Platt probabilities (prob_a, prob_b) go through onnxruntime's pairwise
+coupling, an iteration that stops on convergence or after 100 sweeps: an HLO while with
+its float32 arithmetic in its order.
+
 Class labels that are strings are out of scope (xlac holds no strings). Refused as
-unsupported: SVMClassifier's Platt probabilities (prob_a, prob_b), which onnxruntime
-turns into class probabilities with an iterative solver that stops on convergence; and
-PROBIT where a two-class classifier has one score, which onnxruntime writes into half of
-its two-column output (the other half is whatever the buffer held).
+unsupported: PROBIT where a two-class classifier has one score, which onnxruntime writes
+into half of its two-column output (the other half is whatever the buffer held).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import numpy as np
 from ...hlo import DotDimensionNumbers, GatherDimensionNumbers, Opcode, Shape, dtypes
 from .registry import register
 from .scope import STRING_LABELS
+from .subgraph import WhileLoop
 
 ML = "ai.onnx.ml"
 F32 = dtypes.F32
@@ -356,6 +359,11 @@ def _kernel(ctx, node, x, vectors, bias=0.0, kind=None):
     y = b.op(Opcode.ADD, b.op(Opcode.MULTIPLY, c(gamma), dot), c(coef0))
     if kind == "SIGMOID":
         return b.op(Opcode.TANH, y)
+    # onnxruntime squares and cubes by multiplying (Eigen's square, cube): a power via
+    # exp and log is some ulps off
+    if degree in (2, 3):
+        square = b.op(Opcode.MULTIPLY, y, y)
+        return square if degree == 2 else b.op(Opcode.MULTIPLY, square, y)
     return b.op(Opcode.POWER, y, c(degree))
 
 
@@ -402,9 +410,10 @@ def svm_regressor(ctx, node):
 def svm_classifier(ctx, node):
     labels = class_labels(ctx, node)
     post = post_transform(ctx, node)
-    if ctx.attr(node, "prob_a", None) or ctx.attr(node, "prob_b", None):
-        raise ctx.error(node, "prob_a/prob_b are not supported: onnxruntime's pairwise "
-                              "coupling is an iterative solver that stops on convergence")
+    prob_a = np.asarray(ctx.attr(node, "prob_a", ()), np.float32)
+    prob_b = np.asarray(ctx.attr(node, "prob_b", ()), np.float32)
+    if len(prob_a) != len(prob_b):
+        raise ctx.error(node, f"{len(prob_a)} prob_a values but {len(prob_b)} prob_b values")
     x = features(ctx, node, ctx.input(node, 0))
     n, f = x.shape.dims
     k = len(labels)
@@ -416,8 +425,9 @@ def svm_classifier(ctx, node):
     b = ctx.b
     if not sum(per_class):
         # linear mode (liblinear): one weight vector per class, rho[0] on every score;
-        # the label is the best score's, but with two classes onnxruntime picks label 1
-        # above 0.5 (all weights >= 0) or above 0 (mixed weights) (ChooseClass)
+        # the label is the best score's, but with two classes and no prob_a onnxruntime
+        # picks label 1 above 0.5 (all weights >= 0) or above 0 (mixed weights)
+        # (ChooseClass); prob_a/prob_b change nothing else here
         ctx.attr(node, "kernel_type", None)
         ctx.attr(node, "kernel_params", None)
         ctx.attr(node, "support_vectors", None)
@@ -425,7 +435,7 @@ def svm_classifier(ctx, node):
             raise ctx.error(node, f"{len(coef)} coefficients for {k} classes of {f} features")
         y = _kernel(ctx, node, x, coef.reshape(k, f), bias=float(rho[0]), kind="LINEAR")
         label = lookup(ctx, labels, first_argmax(ctx, y))
-        if k == 2:
+        if k == 2 and not len(prob_a):
             top = ctx.reduce(y, (1,), Opcode.MAXIMUM, -np.inf)
             cut = 0.5 if (coef >= 0).all() else 0.0
             above = b.compare(top, ctx.full(cut, F32, (n,)), "GE" if cut else "GT")
@@ -434,8 +444,10 @@ def svm_classifier(ctx, node):
 
     # SVC: one-vs-one classifiers for each pair i < j, their decision
     #   sum_{v of i} coef[j-1, v] K(x, v) + sum_{v of j} coef[i, v] K(x, v) + rho[pair]
-    # as one dot of the kernels with a constant [V, pairs]; a positive decision votes for i,
-    # else j; the label is the most voted (the first of ties)
+    # as one dot of the kernels with a constant [V, pairs], in float64 as onnxruntime
+    # sums (in float32, scikit-learn's SVCs' probabilities came out up to 1e-5 off); a
+    # positive decision votes for i, else j; the label is the most voted (the first of
+    # ties), with probabilities too
     if len(per_class) != k:
         raise ctx.error(node, f"vectors_per_class has {len(per_class)} entries for {k} classes")
     total = sum(per_class)
@@ -444,6 +456,8 @@ def svm_classifier(ctx, node):
     pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
     if len(rho) != len(pairs):
         raise ctx.error(node, f"{len(rho)} rho values for {len(pairs)} class pairs")
+    if len(prob_a) and len(prob_a) != len(pairs):
+        raise ctx.error(node, f"{len(prob_a)} prob_a values for {len(pairs)} class pairs")
     coef = coef.reshape(k - 1, total)
     start = np.concatenate([[0], np.cumsum(per_class)]).astype(int)
     weights = np.zeros((len(pairs), total), np.float32)
@@ -453,12 +467,18 @@ def svm_classifier(ctx, node):
         weights[p, start[i]:start[i + 1]] = coef[j - 1, start[i]:start[i + 1]]
         weights[p, start[j]:start[j + 1]] = coef[i, start[j]:start[j + 1]]
         vote_i[p, i] = vote_j[p, j] = 1
-    kernels = _kernel(ctx, node, x, _support(ctx, node, f, total))
-    y = matmul_t(ctx, kernels, weights, rho)                          # [N, pairs]
-    wins = b.convert(b.compare(y, ctx.full(0, F32, y.shape.dims), "GT"), F32)
-    losses = b.op(Opcode.SUBTRACT, ctx.full(1, F32, y.shape.dims), wins)
+    kernels = b.convert(_kernel(ctx, node, x, _support(ctx, node, f, total)), dtypes.F64)
+    y64 = b.op(Opcode.ADD, b.dot(kernels, b.constant(weights.T.astype(np.float64)),
+                                 DotDimensionNumbers((), (1,), (), (0,))),
+               b.broadcast(b.constant(rho.astype(np.float64)), (n, len(pairs)), (1,)))
+    wins = b.convert(b.compare(y64, ctx.full(0, dtypes.F64, y64.shape.dims), "GT"), F32)
+    losses = b.op(Opcode.SUBTRACT, ctx.full(1, F32, wins.shape.dims), wins)
     votes = b.op(Opcode.ADD, matmul_t(ctx, wins, vote_i.T), matmul_t(ctx, losses, vote_j.T))
     label = lookup(ctx, labels, first_argmax(ctx, votes))
+    y = b.convert(y64, F32)                                           # [N, pairs]
+    if len(prob_a):
+        return [label, scores(ctx, coupled_probabilities(ctx, platt(ctx, y, prob_a, prob_b),
+                                                          pairs, k), post)]
     if k > 2:
         return [label, scores(ctx, y, post)]
     # two classes: onnxruntime writes [-s, s] (NONE) or [1 - s, s] (after LOGISTIC, or
@@ -467,3 +487,117 @@ def svm_classifier(ctx, node):
         raise ctx.error(node, "PROBIT on a two-class SVC is not supported: onnxruntime fills "
                               "only half of its two-column output")
     return [label, scores(ctx, y, post, 2 if post == "NONE" else 0)]
+
+
+# -- SVC probabilities: Platt scaling and pairwise coupling ------------------------------
+
+COUPLING_SWEEPS = 100          # onnxruntime's cap on multiclass_probability's iterations
+
+
+def platt(ctx, y, prob_a, prob_b):
+    """onnxruntime's sigmoid_probability of each pair's decision y [N, pairs] in float32,
+    P(i | i or j) = 1 - logistic(y A + B) with its ComputeLogistic (1 / (1 + exp(-|v|)),
+    mirrored below 0), clamped to [1e-7, 1 - 1e-7]."""
+    b, dims = ctx.b, y.shape.dims
+
+    def per_pair(values):
+        return b.broadcast(b.constant(values), dims, (1,))
+    one = ctx.full(1, F32, dims)
+    v = b.op(Opcode.ADD, b.op(Opcode.MULTIPLY, y, per_pair(prob_a)), per_pair(prob_b))
+    e = b.op(Opcode.DIVIDE, one, b.op(Opcode.ADD, one, b.op(
+        Opcode.EXP, b.op(Opcode.NEGATE, b.op(Opcode.ABS, v)))))
+    logistic = b.op(Opcode.SELECT, b.compare(v, ctx.full(0, F32, dims), "LT"),
+                    b.op(Opcode.SUBTRACT, one, e), e)
+    r = b.op(Opcode.MAXIMUM, b.op(Opcode.SUBTRACT, one, logistic), ctx.full(1e-7, F32, dims))
+    return b.op(Opcode.MINIMUM, r, ctx.full(np.float32(1) - np.float32(1e-7), F32, dims))
+
+
+def coupling_matrix(ctx, r, pairs, k):
+    """onnxruntime's Q [N, k, k] of multiclass_probability from r [N, pairs], where
+    r[i, j] = P(i | i or j) for the pair i < j and r[j, i] = 1 - r[i, j]: Q[i, i] is the
+    sum of r[j, i]^2 over j != i (in order of j), Q[i, j] = -r[j, i] r[i, j]."""
+    b = ctx.b
+    n = r.shape.dims[0]
+    one = ctx.full(1, F32, (n,))
+    prob = {}
+    for p, (i, j) in enumerate(pairs):
+        prob[i, j] = b.reshape(b.slice(r, (0, p), (n, p + 1)), (n,))
+        prob[j, i] = b.op(Opcode.SUBTRACT, one, prob[i, j])
+    entries = []
+    for i in range(k):
+        for j in range(k):
+            if i != j:
+                entries.append(b.op(Opcode.MULTIPLY, b.op(Opcode.NEGATE, prob[j, i]),
+                                    prob[i, j]))
+                continue
+            squares = [b.op(Opcode.MULTIPLY, prob[m, i], prob[m, i])
+                       for m in range(k) if m != i]
+            entries.append(sequential_sum(b, squares))
+    q = b.concatenate([b.reshape(e, (n, 1)) for e in entries], 1)
+    return b.reshape(q, (n, k, k))
+
+
+def sequential_sum(b, terms):
+    """terms[0] + terms[1] + ... left to right, as a C loop from 0 adds them."""
+    total = terms[0]
+    for t in terms[1:]:
+        total = b.op(Opcode.ADD, total, t)
+    return total
+
+
+def coupled_probabilities(ctx, r, pairs, k):
+    """The class probabilities [N, k] of onnxruntime's multiclass_probability (Wu, Lin and
+    Weng's second method) from the pairwise ones r [N, pairs], in float32 and in its order
+    of operations: from p = 1/k, each sweep computes Qp and pQp, stops where max |Qp -
+    pQp| < 0.005 / k, else updates p one class at a time; at most COUPLING_SWEEPS sweeps.
+    One HLO while runs the sweeps of all rows; a row that has converged keeps its p."""
+    n = r.shape.dims[0]
+    q0 = coupling_matrix(ctx, r, pairs, k)
+    lp = WhileLoop(ctx, "svm_coupling", [ctx.scalar(0, dtypes.S64),
+                                         ctx.scalar(True, dtypes.PRED),
+                                         ctx.full(np.float32(1) / np.float32(k), F32, (n, k))])
+    t, _, p = lp.body_elements
+    q = lp.capture(q0)[1]
+    b = lp.body
+
+    def column(a, i):
+        return b.reshape(b.slice(a, (0, i), (n, i + 1)), (n,))
+
+    def per_row(v):
+        return b.broadcast(v, (n, k), (0,))
+
+    def full(value, dims):
+        return b.broadcast(b.constant(value, F32), dims, ())
+    # Q is symmetric: its row j is its column j
+    rows = [b.reshape(b.slice(q, (0, i, 0), (n, i + 1, k)), (n, k)) for i in range(k)]
+    qp = sequential_sum(b, [b.op(Opcode.MULTIPLY, rows[j], per_row(column(p, j)))
+                            for j in range(k)])
+    pqp = sequential_sum(b, [b.op(Opcode.MULTIPLY, column(p, i), column(qp, i))
+                             for i in range(k)])
+    error = b.reduce(b.op(Opcode.ABS, b.op(Opcode.SUBTRACT, qp, per_row(pqp))),
+                     b.constant(0, F32), (1,), ctx.reducer(Opcode.MAXIMUM, F32))
+    done = b.compare(error, full(np.float32(0.005) / np.float32(k), (n,)), "LT")
+    swept = p
+    index = b.iota(Shape.array(dtypes.S64, (n, k)), 1)
+    for i in range(k):
+        # diff = (pQp - Qp[i]) / Q[i, i]; p[i] += diff;
+        # pQp = (pQp + diff (diff Q[i, i] + 2 Qp[i])) / (1 + diff) / (1 + diff);
+        # Qp = (Qp + diff Q[i]) / (1 + diff); p /= (1 + diff)
+        q_ii, qp_i = column(rows[i], i), column(qp, i)
+        diff = b.op(Opcode.DIVIDE, b.op(Opcode.SUBTRACT, pqp, qp_i), q_ii)
+        grow = b.op(Opcode.ADD, full(1, (n,)), diff)
+        here = b.compare(index, b.broadcast(b.constant(i, dtypes.S64), (n, k), ()), "EQ")
+        swept = b.op(Opcode.SELECT, here, b.op(Opcode.ADD, swept, per_row(diff)), swept)
+        inner = b.op(Opcode.ADD, b.op(Opcode.MULTIPLY, diff, q_ii),
+                     b.op(Opcode.MULTIPLY, full(2, (n,)), qp_i))
+        pqp = b.op(Opcode.DIVIDE, b.op(Opcode.DIVIDE, b.op(
+            Opcode.ADD, pqp, b.op(Opcode.MULTIPLY, diff, inner)), grow), grow)
+        qp = b.op(Opcode.DIVIDE, b.op(Opcode.ADD, qp, b.op(Opcode.MULTIPLY, per_row(diff),
+                                                         rows[i])), per_row(grow))
+        swept = b.op(Opcode.DIVIDE, swept, per_row(grow))
+    p = b.op(Opcode.SELECT, b.broadcast(done, (n, k), (0,)), p, swept)
+    going = b.reduce(b.op(Opcode.NOT, done), b.constant(False, dtypes.PRED), (0,),
+                     ctx.reducer(Opcode.OR, dtypes.PRED))
+    cond = lp.cond.op(Opcode.AND, lp.cond_elements[1], lp.cond.compare(
+        lp.cond_elements[0], lp.cond.constant(COUPLING_SWEEPS, dtypes.S64), "LT"))
+    return lp.finish(cond, [b.op(Opcode.ADD, t, b.constant(1, dtypes.S64)), going, p])[2]

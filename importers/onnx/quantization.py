@@ -220,7 +220,9 @@ def dequantize_linear(ctx, node):
 @register("DynamicQuantizeLinear", since=11)
 def dynamic_quantize_linear(ctx, node):
     # ONNX's definition: the range [min(0, min x), max(0, max x)] onto [0, 255]:
-    # scale = (hi - lo) / 255 (1 where hi == lo), zero point = rint(clamp(-lo / scale)).
+    # scale = (hi - lo) / 255, zero point = rint(clamp(-lo / scale)). Where hi == lo (x
+    # all 0) the spec divides by 0: the scale is 1, as onnxruntime makes it (the onnx
+    # package's reference gives 1 / 255); y and the zero point are 0 either way.
     x = ctx.input(node, 0)
     b, dt = ctx.b, x.shape.dtype
     if not dt.is_float:
@@ -230,9 +232,8 @@ def dynamic_quantize_linear(ctx, node):
     every = tuple(range(x.shape.rank))
     hi = b.op(Opcode.MAXIMUM, ctx.reduce(xf, every, Opcode.MAXIMUM, -np.inf), ctx.scalar(0, f))
     lo = b.op(Opcode.MINIMUM, ctx.reduce(xf, every, Opcode.MINIMUM, np.inf), ctx.scalar(0, f))
-    span = b.op(Opcode.SELECT, b.compare(hi, lo, "EQ"), ctx.scalar(1, f),
-                b.op(Opcode.SUBTRACT, hi, lo))
-    scale = b.op(Opcode.DIVIDE, span, ctx.scalar(255, f))
+    scale = b.op(Opcode.SELECT, b.compare(hi, lo, "EQ"), ctx.scalar(1, f),
+                 b.op(Opcode.DIVIDE, b.op(Opcode.SUBTRACT, hi, lo), ctx.scalar(255, f)))
     initial = b.op(Opcode.SUBTRACT, ctx.scalar(0, f), b.op(Opcode.DIVIDE, lo, scale))
     zp = b.op(Opcode.ROUND_NEAREST_EVEN,
               b.op(Opcode.CLAMP, ctx.scalar(0, f), initial, ctx.scalar(255, f)))
