@@ -25,9 +25,17 @@ class OpCase:
     inputs: tuple[np.ndarray, ...]
     rtol: float = 1e-5
     atol: float = 1e-6
+    # An ONNX model of the same inputs and outputs for onnxruntime to run in the case's
+    # place, where it has no CPU kernel for the op (com.microsoft's BiasAdd, BiasSoftmax,
+    # NhwcConv): the op's definition in standard ops.
+    reference: Callable[[], onnx.ModelProto] | None = None
 
     def __repr__(self) -> str:
         return self.name
+
+    def oracle(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """The model onnxruntime runs for this case, given the case's ``model``."""
+        return self.reference() if self.reference else model
 
 
 def make_model(nodes, inputs: dict, outputs=("y",), inits: dict | None = None,
@@ -74,10 +82,14 @@ CASES: list[OpCase] = []
 
 
 def case(name, nodes, inputs: dict, outputs=("y",), inits=None, opset=13,
-         rtol=1e-5, atol=1e-6):
+         rtol=1e-5, atol=1e-6, reference=None, reference_opset=13):
+    """``reference``: the nodes of OpCase.reference, over the same inputs and weights."""
     nodes = nodes if isinstance(nodes, list) else [nodes]
+    ref = reference and (lambda: make_model(reference, inputs, [o if isinstance(o, str)
+                                                                else o[0] for o in outputs],
+                                            inits, reference_opset))
     CASES.append(OpCase(name, lambda: make_model(nodes, inputs, outputs, inits, opset),
-                        tuple(inputs.values()), rtol, atol))
+                        tuple(inputs.values()), rtol, atol, ref))
 
 
 def node(op, ins, outs=("y",), name=None, **attrs):
@@ -1382,3 +1394,40 @@ _ms_case("QLinearSoftmax_u8_opset12", "QLinearSoftmax", ["x", "xs", "xz", "ys", 
          {"x": q8(2, 3, 4, 5, dtype=np.uint8)},
          {"xs": np.float32(0.05), "xz": np.uint8(128), "ys": np.float32(1 / 255),
           "yz": np.uint8(0)}, (np.uint8, (2, 3, 4, 5)), axis=1, opset=12)
+
+
+# -- onnxruntime's contrib ops (com.microsoft), as its transformer tools write them --------
+# ONNX's shape inference does not know them: outputs are (name, dtype, dims).
+
+def _ort_case(name, op, ins, inputs, outs, inits=None, rtol=1e-5, atol=1e-6, reference=None,
+              reference_opset=13, domain="com.microsoft", opset=_MS, **attrs):
+    case(name, node(op, ins, [o[0] for o in outs], domain=domain, **attrs), inputs,
+         outputs=outs, inits=inits, opset=opset, rtol=rtol, atol=atol, reference=reference,
+         reference_opset=reference_opset)
+
+
+_H = f32(2, 3, 8)
+_GELU_TOL = {"rtol": 1e-4, "atol": 1e-5}
+_ort_case("ms_Gelu", "Gelu", ["x"], {"x": _H * 3}, [("y", np.float32, _H.shape)], **_GELU_TOL)
+_ort_case("BiasGelu", "BiasGelu", ["x", "b"], {"x": _H * 3}, [("y", np.float32, _H.shape)],
+          inits={"b": f32(8)}, **_GELU_TOL)
+_ort_case("FastGelu_bias", "FastGelu", ["x", "b"], {"x": _H * 3},
+          [("y", np.float32, _H.shape)], inits={"b": f32(8)}, **_GELU_TOL)
+_ort_case("FastGelu", "FastGelu", ["x"], {"x": _H * 3}, [("y", np.float32, _H.shape)],
+          **_GELU_TOL)
+_ort_case("QuickGelu", "QuickGelu", ["x"], {"x": _H * 3}, [("y", np.float32, _H.shape)],
+          **_GELU_TOL)
+_ort_case("QuickGelu_alpha", "QuickGelu", ["x"], {"x": _H * 3}, [("y", np.float32, _H.shape)],
+          alpha=0.8, **_GELU_TOL)
+_ort_case("BiasAdd", "BiasAdd", ["x", "b", "s"], {"x": _H, "s": f32(2, 3, 8)},
+          [("y", np.float32, _H.shape)], inits={"b": f32(8)},
+          reference=[node("Add", ["x", "b"], ["xb"], name="bias"), node("Add", ["xb", "s"])])
+_ort_case("BiasSoftmax_inner", "BiasSoftmax", ["x", "m"], {"x": f32(2, 3, 4, 5) * 3},
+          [("y", np.float32, (2, 3, 4, 5))], inits={"m": f32(2, 1, 1, 5) * 3}, axis=3,
+          is_inner_broadcast=1,
+          reference=[node("Add", ["x", "m"], ["xm"]), node("Softmax", ["xm"], axis=3)])
+_ort_case("BiasSoftmax_outer_two_dims", "BiasSoftmax", ["x", "m"], {"x": f32(2, 3, 4, 5) * 3},
+          [("y", np.float32, (2, 3, 4, 5))], inits={"m": f32(3, 4, 5) * 3}, axis=2,
+          is_inner_broadcast=0,
+          reference=[node("Add", ["x", "m"], ["xm"]), node("Softmax", ["xm"], axis=2)],
+          reference_opset=11)     # before 13, Softmax runs over every dim from axis on

@@ -27,6 +27,7 @@ import numpy as np
 
 from ...hlo import (ConvDimensionNumbers, DotDimensionNumbers, GatherDimensionNumbers, Opcode,
                     Shape, Window, dtypes)
+from .activations import swish_of
 from .context import node_label
 from .subgraph import WhileLoop, inline_graph
 from .registry import register
@@ -463,20 +464,13 @@ def rotary_embedding(ctx, node):
 
 # -- SwiGLU, CausalConvWithState ----------------------------------------------------------
 
-def _swish(ctx, x, alpha=1.0):
-    """x * sigmoid(alpha * x)."""
-    b = ctx.b
-    z = x if alpha == 1.0 else b.op(Opcode.MULTIPLY, x, _fill_like(ctx, x, alpha))
-    return b.op(Opcode.MULTIPLY, x, b.op(Opcode.LOGISTIC, z))
-
-
 @register("SwiGLU", since=28)
 def swiglu(ctx, node):
     # y = a * sigmoid(alpha * a) * b, a and b of one shape (no broadcasting).
     a, g = ctx.input(node, 0), ctx.input(node, 1)
     if a.shape != g.shape:
         raise ctx.error(node, f"A {a.shape} and B {g.shape} must have one shape and type")
-    return [ctx.b.op(Opcode.MULTIPLY, _swish(ctx, a, ctx.attr(node, "alpha", 1.0)), g)]
+    return [ctx.b.op(Opcode.MULTIPLY, swish_of(ctx, a, ctx.attr(node, "alpha", 1.0)), g)]
 
 
 @register("CausalConvWithState", since=27)
@@ -508,7 +502,7 @@ def causal_conv_with_state(ctx, node):
     if bias is not None:
         y = b.op(Opcode.ADD, y, b.broadcast(bias, y.shape.dims, (1,)))
     if activation != "none":
-        y = _swish(ctx, y)
+        y = swish_of(ctx, y)
     present = b.slice(padded, (0, 0, length), (batch, channels, length + k - 1))
     return [y, present]
 
