@@ -1402,7 +1402,7 @@ _ms_case("QLinearSoftmax_u8_opset12", "QLinearSoftmax", ["x", "xs", "xz", "ys", 
 def _ort_case(name, op, ins, inputs, outs, inits=None, rtol=1e-5, atol=1e-6, reference=None,
               reference_opset=13, domain="com.microsoft", opset=_MS, **attrs):
     case(name, node(op, ins, [o[0] for o in outs], domain=domain, **attrs), inputs,
-         outputs=outs, inits=inits, opset=opset, rtol=rtol, atol=atol, reference=reference,
+         outputs=[o for o in outs if o[0]], inits=inits, opset=opset, rtol=rtol, atol=atol, reference=reference,
          reference_opset=reference_opset)
 
 
@@ -1431,3 +1431,87 @@ _ort_case("BiasSoftmax_outer_two_dims", "BiasSoftmax", ["x", "m"], {"x": f32(2, 
           is_inner_broadcast=0,
           reference=[node("Add", ["x", "m"], ["xm"]), node("Softmax", ["xm"], axis=2)],
           reference_opset=11)     # before 13, Softmax runs over every dim from axis on
+for _name, _dims, _a, _b, _attrs in [
+        ("trans", (2, 3, 4), f32(2, 5, 3), f32(2, 4, 5), {"transA": 1, "transB": 1, "alpha": 0.5}),
+        ("transBatchA", (2, 3, 5), f32(3, 2, 4), f32(2, 4, 5), {"transBatchA": 1}),
+        ("transBatchB_transB", (2, 3, 5), f32(2, 3, 4), f32(5, 2, 4), {"transBatchB": 1, "transB": 1}),
+        ("transBatch_4d", (2, 2, 3, 5), f32(3, 2, 2, 4), f32(2, 2, 4, 5), {"transBatchA": 1, "alpha": 2.0}),
+        ("matrix_by_batch", (2, 3, 5), f32(4, 3), f32(2, 4, 5), {"transA": 1})]:
+    _ort_case(f"FusedMatMul_{_name}", "FusedMatMul", ["a", "b"], {"a": _a, "b": _b},
+              [("y", np.float32, _dims)], atol=1e-5, **_attrs)
+_X4 = f32(1, 3, 6, 6)
+_ort_case("FusedConv_relu", "FusedConv", ["x", "w", "b"], {"x": _X4}, [("y", np.float32, (1, 4, 6, 6))],
+          inits={"w": f32(4, 3, 3, 3), "b": f32(4)}, pads=[1, 1, 1, 1], activation="Relu",
+          atol=1e-5)
+_ort_case("FusedConv_sum_leaky_relu", "FusedConv", ["x", "w", "b", "z"],
+          {"x": _X4, "z": f32(1, 4, 3, 3)}, [("y", np.float32, (1, 4, 3, 3))],
+          inits={"w": f32(4, 3, 3, 3), "b": f32(4)}, strides=[2, 2], pads=[1, 1, 0, 0],
+          activation="LeakyRelu", activation_params=[0.2], atol=1e-5)
+_ort_case("FusedConv_depthwise_clip", "FusedConv", ["x", "w"], {"x": _X4},
+          [("y", np.float32, (1, 3, 4, 4))], inits={"w": f32(3, 1, 3, 3)}, group=3,
+          activation="Clip", activation_params=[-0.5, 1.0], atol=1e-5)
+_ort_case("FusedConv_hard_sigmoid", "FusedConv", ["x", "w"], {"x": _X4},
+          [("y", np.float32, (1, 2, 6, 6))], inits={"w": f32(2, 3, 1, 1)}, activation="HardSigmoid",
+          activation_params=[0.3, 0.4], atol=1e-5)
+_ort_case("FusedConv_sigmoid_no_activation_params", "FusedConv", ["x", "w"], {"x": _X4},
+          [("y", np.float32, (1, 2, 2, 2))], inits={"w": f32(2, 3, 3, 3)}, activation="Sigmoid",
+          dilations=[2, 2], atol=1e-5)
+_ort_case("FusedConv_tanh", "FusedConv", ["x", "w"], {"x": _X4}, [("y", np.float32, (1, 2, 6, 6))],
+          inits={"w": f32(2, 3, 3, 3)}, activation="Tanh", auto_pad="SAME_UPPER", atol=1e-5)
+_ort_case("FusedConv_no_activation", "FusedConv", ["x", "w"], {"x": _X4},
+          [("y", np.float32, (1, 2, 4, 4))], inits={"w": f32(2, 3, 3, 3)}, atol=1e-5)
+_W_NHWC = f32(4, 3, 3, 3)
+_ort_case("NhwcConv", "NhwcConv", ["x", "w", "b"], {"x": f32(1, 7, 6, 3)},
+          [("y", np.float32, (1, 4, 3, 4))], inits={"w": _W_NHWC, "b": f32(4)},
+          strides=[2, 2], pads=[1, 1, 1, 1], atol=1e-5,
+          reference=[node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2]),
+                     node("Transpose", ["w"], ["wt"], name="wt", perm=[0, 3, 1, 2]),
+                     node("Conv", ["xt", "wt", "b"], ["yt"], strides=[2, 2], pads=[1, 1, 1, 1]),
+                     node("Transpose", ["yt"], name="yt", perm=[0, 2, 3, 1])])
+_SKIP_OUTS = [("y", np.float32, (2, 3, 8)), ("mean", np.float32, (2, 3, 1)),
+              ("inv_std_var", np.float32, (2, 3, 1)), ("sum", np.float32, (2, 3, 8))]
+_NORM_TOL = {"rtol": 1e-4, "atol": 1e-5}
+_ort_case("SkipLayerNormalization_all_outputs", "SkipLayerNormalization",
+          ["x", "s", "g", "beta", "bias"], {"x": _H, "s": f32(2, 3, 8)}, _SKIP_OUTS,
+          inits={"g": f32(8), "beta": f32(8), "bias": f32(8)}, epsilon=1e-5, **_NORM_TOL)
+_ort_case("SkipLayerNormalization_skip_2d_no_beta", "SkipLayerNormalization", ["x", "s", "g"],
+          {"x": _H, "s": f32(3, 8)}, _SKIP_OUTS[:1], inits={"g": f32(8)}, **_NORM_TOL)
+_ort_case("SkipLayerNormalization_sum_only", "SkipLayerNormalization",
+          ["x", "s", "g", "", "bias"], {"x": _H, "s": f32(1, 3, 8)},
+          [("y", np.float32, (2, 3, 8)), ("", None, None), ("", None, None),
+           ("sum", np.float32, (2, 3, 8))], inits={"g": f32(8), "bias": f32(8)}, **_NORM_TOL)
+_ort_case("SkipLayerNormalization_f16", "SkipLayerNormalization", ["x", "s", "g", "beta"],
+          {"x": _H.astype(np.float16), "s": f32(2, 3, 8).astype(np.float16)},
+          [("y", np.float16, (2, 3, 8)), ("", None, None), ("", None, None),
+           ("sum", np.float16, (2, 3, 8))],
+          inits={"g": f32(8).astype(np.float16), "beta": f32(8).astype(np.float16)},
+          rtol=2e-3, atol=2e-3)
+_ort_case("SkipSimplifiedLayerNormalization_outputs", "SkipSimplifiedLayerNormalization",
+          ["x", "s", "g", "bias"], {"x": _H, "s": f32(2, 3, 8)},
+          [_SKIP_OUTS[0], ("", None, None)] + _SKIP_OUTS[2:],
+          inits={"g": f32(8), "bias": f32(8)}, epsilon=1e-5, **_NORM_TOL)
+_ort_case("SimplifiedLayerNormalization", "SimplifiedLayerNormalization", ["x", "g"],
+          {"x": _H}, [("y", np.float32, (2, 3, 8)), ("inv_std_var", np.float32, (2, 3, 1))],
+          inits={"g": f32(8)}, domain="", opset=17, **_NORM_TOL)
+_ort_case("SimplifiedLayerNormalization_axis1", "SimplifiedLayerNormalization", ["x", "g"],
+          {"x": _H}, [("y", np.float32, (2, 3, 8))], inits={"g": f32(3, 8)}, axis=1,
+          epsilon=1e-3, domain="", opset=17, **_NORM_TOL)
+_IDS = np.array([[3, 0, 7, 9, 1], [2, 2, 5, 8, 4]], np.int32)
+_EMBED = {"word": f32(10, 8), "pos": f32(6, 8), "seg": f32(2, 8), "g": f32(8), "beta": f32(8)}
+_ort_case("EmbedLayerNormalization_segments_mask_positions", "EmbedLayerNormalization",
+          ["ids", "segs", "word", "pos", "seg", "g", "beta", "mask", "pids"],
+          {"ids": _IDS, "segs": np.array([[0, 0, 1, 1, 1], [0, 1, 1, 0, 0]], np.int32),
+           "mask": np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], np.int32),
+           "pids": np.array([[0, 1, 2, 3, 4], [5, 4, 3, 2, 1]], np.int32)},
+          [("y", np.float32, (2, 5, 8)), ("mask_index", np.int32, (2,)),
+           ("sum", np.float32, (2, 5, 8))], inits=_EMBED, epsilon=1e-5, mask_index_type=1,
+          **_NORM_TOL)
+_ort_case("EmbedLayerNormalization_positions_1xS", "EmbedLayerNormalization",
+          ["ids", "", "word", "pos", "", "g", "beta", "", "pids"],
+          {"ids": _IDS, "pids": np.array([[1, 2, 3, 4, 5]], np.int32)},
+          [("y", np.float32, (2, 5, 8)), ("mask_index", np.int32, (2,))],
+          inits={k: v for k, v in _EMBED.items() if k != "seg"}, **_NORM_TOL)
+_ort_case("EmbedLayerNormalization_default_positions", "EmbedLayerNormalization",
+          ["ids", "", "word", "pos", "", "g", "beta"], {"ids": _IDS},
+          [("y", np.float32, (2, 5, 8))], inits={k: v for k, v in _EMBED.items() if k != "seg"},
+          mask_index_type=0, **_NORM_TOL)

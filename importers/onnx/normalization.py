@@ -247,8 +247,9 @@ def simplified_layer_normalization(ctx, node):
 def _skip_layer_normalization(simplified):
     def lower(ctx, node):
         # sum = input + skip (+ bias), skip broadcast over the batch; then LayerNorm (or
-        # RMSNorm) over the last dim. Outputs: y, the mean and inv_std_var (dims of sum,
-        # the last 1; in f32 or f64), sum.
+        # RMSNorm) over the last dim. Outputs: y, the mean (not of RMSNorm, for which
+        # onnxruntime writes zeros) and inv_std_var (dims of sum, the last 1; in f32 or
+        # f64), sum.
         b = ctx.b
         x, skip, gamma = (ctx.input(node, i) for i in range(3))
         beta = None if simplified else ctx.input(node, 3)
@@ -264,13 +265,13 @@ def _skip_layer_normalization(simplified):
         wide = b.convert(total, _at_least_f32(x.shape.dtype))
         last = (x.shape.rank - 1,)
         eps = ctx.attr(node, "epsilon", 1e-12)
+        stats = x.shape.dims[:-1] + (1,)
         if simplified:
-            (y, inv), mean = _rms(ctx, wide, last, eps), _mean(ctx, wide, last)
+            (y, inv), mean = _rms(ctx, wide, last, eps), None
         else:
             y, mean, inv = _standardize(ctx, wide, last, eps)
-        stats = x.shape.dims[:-1] + (1,)
-        return [_affine(ctx, y, gamma, beta, x.shape.dtype), b.reshape(mean, stats),
-                b.reshape(inv, stats), total]
+            mean = b.reshape(mean, stats)
+        return [_affine(ctx, y, gamma, beta, x.shape.dtype), mean, b.reshape(inv, stats), total]
     return lower
 
 
