@@ -1515,3 +1515,24 @@ _ort_case("EmbedLayerNormalization_default_positions", "EmbedLayerNormalization"
           ["ids", "", "word", "pos", "", "g", "beta"], {"ids": _IDS},
           [("y", np.float32, (2, 5, 8))], inits={k: v for k, v in _EMBED.items() if k != "seg"},
           mask_index_type=0, **_NORM_TOL)
+_ATT_X = f32(2, 4, 16)
+_ATT_W = {"w": f32(16, 48) * 0.5, "bqkv": f32(48)}
+_ATT_TOL = {"rtol": 1e-4, "atol": 1e-5}
+_ort_case("Attention_sequence_lengths", "Attention", ["x", "w", "bqkv", "m"],
+          {"x": _ATT_X, "m": np.array([4, 2], np.int32)}, [("y", np.float32, (2, 4, 16))],
+          inits=_ATT_W, num_heads=2, **_ATT_TOL)
+_ort_case("Attention_end_and_start", "Attention", ["x", "w", "bqkv", "m"],
+          {"x": _ATT_X, "m": np.array([3, 4, 1, 0], np.int32)}, [("y", np.float32, (2, 4, 16))],
+          inits=_ATT_W, num_heads=4, **_ATT_TOL)
+_ort_case("Attention_past_causal_raw_mask", "Attention", ["x", "w", "bqkv", "m", "past"],
+          {"x": _ATT_X, "m": np.array([[0, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 0]], np.int32),
+           "past": f32(2, 2, 2, 3, 8)},
+          [("y", np.float32, (2, 4, 16)), ("present", np.float32, (2, 2, 2, 7, 8))],
+          inits=_ATT_W, num_heads=2, unidirectional=1, **_ATT_TOL)
+_ort_case("Attention_3d_mask_bias_scale", "Attention", ["x", "w", "", "m", "", "ab"],
+          {"x": _ATT_X, "m": boolean(2, 4, 4).astype(np.int32), "ab": f32(1, 2, 4, 4)},
+          [("y", np.float32, (2, 4, 16))], inits={"w": _ATT_W["w"]}, num_heads=2, scale=0.3,
+          mask_filter_value=-1000.0, **_ATT_TOL)
+_ort_case("Attention_qkv_hidden_sizes", "Attention", ["x", "w", "b"], {"x": _ATT_X},
+          [("y", np.float32, (2, 4, 8))], inits={"w": f32(16, 40) * 0.5, "b": f32(40)},
+          num_heads=2, qkv_hidden_sizes=[16, 16, 8], unidirectional=1, **_ATT_TOL)
