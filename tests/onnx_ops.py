@@ -1536,3 +1536,13 @@ _ort_case("Attention_3d_mask_bias_scale", "Attention", ["x", "w", "", "m", "", "
 _ort_case("Attention_qkv_hidden_sizes", "Attention", ["x", "w", "b"], {"x": _ATT_X},
           [("y", np.float32, (2, 4, 8))], inits={"w": f32(16, 40) * 0.5, "b": f32(40)},
           num_heads=2, qkv_hidden_sizes=[16, 16, 8], unidirectional=1, **_ATT_TOL)
+_COS, _SIN = np.cos(np.arange(16)[:, None] * f32(1, 4)), np.sin(np.arange(16)[:, None] * f32(1, 4))
+for _name, _x, _pos, _attrs in [
+        ("3d_offset", f32(2, 3, 16), np.array([5], np.int64), {}),
+        ("3d_ids_interleaved", f32(2, 3, 16), i64(2, 3, low=0, high=16), {"interleaved": 1}),
+        ("4d_partial", f32(2, 2, 3, 12), i64(2, 3, low=0, high=16),
+         {"rotary_embedding_dim": 8, "num_heads": 2})]:
+    _ort_case(f"ms_RotaryEmbedding_{_name}", "RotaryEmbedding", ["x", "pos", "cos", "sin"],
+              {"x": _x, "pos": _pos}, [("y", np.float32, _x.shape)],
+              inits={"cos": _COS.astype(np.float32), "sin": _SIN.astype(np.float32)},
+              atol=1e-5, **_attrs)

@@ -1,5 +1,5 @@
-"""onnxruntime's contrib attention ops (com.microsoft): Attention and MultiHeadAttention,
-as its CPU kernels compute them.
+"""onnxruntime's contrib attention ops (com.microsoft): Attention and RotaryEmbedding, as
+its CPU kernels compute them.
 
 Both attend per head, softmax(Q . K^T * scale + bias) . V, with Q and K^T as the dots read
 them (no transposed copy) and the softmax divided after the second dot (transformer.py's
@@ -22,7 +22,7 @@ from math import sqrt
 from ...hlo import DotDimensionNumbers, Opcode, Shape, dtypes
 from .math import matmul_of
 from .registry import MS, register
-from .transformer import _softmax_parts
+from .transformer import _softmax_parts, rotary_of
 
 
 def _heads(ctx, x, n):
@@ -167,3 +167,27 @@ def attention(ctx, node):
         bias = attn_bias if bias is None else ctx.binary(node, Opcode.ADD, bias, attn_bias)
     scale = ctx.attr(node, "scale", 0.0) or 1 / sqrt(sizes[0] // heads)
     return [_attend(ctx, node, q, k, v, bias, scale), present]
+
+
+@register("RotaryEmbedding", since=1, domain=MS)
+def rotary_embedding(ctx, node):
+    # ONNX's RotaryEmbedding, but position_ids are required: (B, S), or (1,) the position
+    # of the first token (then s + offset for every sequence). Without num_heads a 3-D
+    # input's heads are as wide as the caches' rows make the rotated part.
+    b = ctx.b
+    x, pos, cos, sin = (ctx.input(node, i) for i in range(4))
+    _refuse(ctx, node, "is_packed_batching", 1)
+    if ctx.attr(node, "scale", 1.0) != 1.0:
+        raise ctx.error(node, "scale other than 1 is not supported")
+    rd = ctx.attr(node, "rotary_embedding_dim", 0)
+    heads = ctx.attr(node, "num_heads", 0)
+    if x.shape.rank == 3 and not heads:
+        if rd or cos.shape.rank != 2 or x.shape.dims[2] % (2 * cos.shape.dims[1]):
+            raise ctx.error(node, f"a 3-D input {x.shape} needs num_heads with "
+                                  f"rotary_embedding_dim, or caches whose rows are half a head")
+        heads = x.shape.dims[2] // (2 * cos.shape.dims[1])
+    batch, seq = (x.shape.dims[0], x.shape.dims[2] if x.shape.rank == 4 else x.shape.dims[1])
+    if pos.shape.dims == (1,):
+        shape = Shape.array(pos.shape.dtype, (batch, seq))
+        pos = b.op(Opcode.ADD, b.iota(shape, 1), b.broadcast(b.reshape(pos, ()), shape.dims, ()))
+    return [rotary_of(ctx, node, x, cos, sin, pos, ctx.attr(node, "interleaved", 0), rd, heads)]

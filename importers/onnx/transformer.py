@@ -405,11 +405,15 @@ def rotary_embedding(ctx, node):
     # The first rotary_embedding_dim features of each head are rotated as rd/2 pairs,
     # (x1, x2) -> (cos x1 - sin x2, sin x1 + cos x2): pairs are the two halves, or
     # neighbours (interleaved). cos/sin come from the caches at position_ids.
-    b = ctx.b
     x, cos, sin, pos = (ctx.input(node, i) for i in range(4))
-    interleaved = ctx.attr(node, "interleaved", 0)
-    rd = ctx.attr(node, "rotary_embedding_dim", 0)
-    num_heads = ctx.attr(node, "num_heads", 0)
+    return [rotary_of(ctx, node, x, cos, sin, pos, ctx.attr(node, "interleaved", 0),
+                      ctx.attr(node, "rotary_embedding_dim", 0), ctx.attr(node, "num_heads", 0))]
+
+
+def rotary_of(ctx, node, x, cos, sin, pos, interleaved, rd, num_heads):
+    """``x`` (B, N, S, h) or (B, S, N * h) rotated; cos and sin are caches read at the
+    (B, S) ``pos``, or (B, S, rd / 2) without it."""
+    b = ctx.b
     if x.shape.rank == 4:
         batch, _, seq, d = x.shape.dims
         x4, cache_dims = x, (0, 2, 3)
@@ -459,7 +463,7 @@ def rotary_embedding(ctx, node):
         rotated = b.concatenate([real, imag], 3)
     if rd < d:
         rotated = b.concatenate([rotated, part(rd, d)], 3)
-    return [b.reshape(rotated, x.shape.dims)]
+    return b.reshape(rotated, x.shape.dims)
 
 
 # -- SwiGLU, CausalConvWithState ----------------------------------------------------------
