@@ -1546,3 +1546,16 @@ for _name, _x, _pos, _attrs in [
               {"x": _x, "pos": _pos}, [("y", np.float32, _x.shape)],
               inits={"cos": _COS.astype(np.float32), "sin": _SIN.astype(np.float32)},
               atol=1e-5, **_attrs)
+_MHA_Q, _MHA_K, _MHA_V = f32(2, 3, 16), f32(2, 5, 16), f32(2, 5, 8)
+_ort_case("MultiHeadAttention_cross_bias_mask", "MultiHeadAttention",
+          ["q", "k", "v", "b", "m"],
+          {"q": _MHA_Q, "k": _MHA_K, "v": _MHA_V, "m": np.array([5, 3], np.int32)},
+          [("y", np.float32, (2, 3, 8))], inits={"b": f32(40)}, num_heads=2, **_ATT_TOL)
+_ort_case("MultiHeadAttention_past_causal_raw_mask_bias", "MultiHeadAttention",
+          ["q", "k", "v", "", "m", "ab", "pk", "pv"],
+          {"q": _MHA_Q, "k": f32(2, 3, 16), "v": f32(2, 3, 16),
+           "m": np.array([[1, 1, 1, 1, 1], [0, 1, 1, 1, 1]], np.int32), "ab": f32(2, 1, 3, 5),
+           "pk": f32(2, 4, 2, 4), "pv": f32(2, 4, 2, 4)},
+          [("y", np.float32, (2, 3, 16)), ("pres_k", np.float32, (2, 4, 5, 4)),
+           ("pres_v", np.float32, (2, 4, 5, 4))], num_heads=4, unidirectional=1, scale=0.4,
+          **_ATT_TOL)

@@ -1,5 +1,5 @@
-"""onnxruntime's contrib attention ops (com.microsoft): Attention and RotaryEmbedding, as
-its CPU kernels compute them.
+"""onnxruntime's contrib attention ops (com.microsoft): Attention, MultiHeadAttention and
+RotaryEmbedding, as its CPU kernels compute them.
 
 Both attend per head, softmax(Q . K^T * scale + bias) . V, with Q and K^T as the dots read
 them (no transposed copy) and the softmax divided after the second dot (transformer.py's
@@ -191,3 +191,43 @@ def rotary_embedding(ctx, node):
         shape = Shape.array(pos.shape.dtype, (batch, seq))
         pos = b.op(Opcode.ADD, b.iota(shape, 1), b.broadcast(b.reshape(pos, ()), shape.dims, ()))
     return [rotary_of(ctx, node, x, cos, sin, pos, ctx.attr(node, "interleaved", 0), rd, heads)]
+
+
+@register("MultiHeadAttention", since=1, domain=MS)
+def multi_head_attention(ctx, node):
+    # query (B, S, D), key (B, L, D) and value (B, L, Dv), each + its part of bias
+    # (D + D + Dv); past_key/past_value (B, N, P, h) -> present_key/present_value
+    # (B, N, P + L, h). The packed forms (query (B, S, N, 3, h), key (B, L, N, 2, h)),
+    # pre-split keys (B, N, L, h), beam search's cache_indirection and the qk output are
+    # not supported.
+    b = ctx.b
+    q, k, v, proj_bias, mask, attn_bias, past_k, past_v = (ctx.input(node, i)
+                                                            for i in range(8))
+    heads = ctx.attr(node, "num_heads")
+    if k is None or v is None or any(t.shape.rank != 3 for t in (q, k, v)) or \
+            q.shape.dims[2] != k.shape.dims[2] or k.shape.dims[:2] != v.shape.dims[:2] or \
+            q.shape.dims[2] % heads or v.shape.dims[2] % heads:
+        raise ctx.error(node, f"query, key and value must be (B, S, D), (B, L, D), (B, L, Dv) "
+                              f"with D and Dv multiples of {heads} heads (the packed and "
+                              f"pre-split forms are not supported)")
+    if (past_k is None) != (past_v is None):
+        raise ctx.error(node, "past_key and past_value must be given together")
+    if proj_bias is not None:
+        d, dv = q.shape.dims[2], v.shape.dims[2]
+        if proj_bias.shape.dims != (2 * d + dv,):
+            raise ctx.error(node, f"bias {proj_bias.shape} must be ({2 * d + dv},)")
+        q, k, v = (ctx.binary(node, Opcode.ADD, t, b.slice(proj_bias, (lo,), (lo + n,)))
+                   for t, lo, n in ((q, 0, d), (k, d, d), (v, 2 * d, dv)))
+    batch, seq, _ = q.shape.dims
+    k = _with_past(ctx, node, _heads(ctx, k, heads), past_k, "past_key")
+    v = _with_past(ctx, node, _heads(ctx, v, heads), past_v, "past_value")
+    total = k.shape.dims[2]
+    past_len = 0 if past_k is None else past_k.shape.dims[2]
+    bias = _mask_bias(ctx, node, mask, batch, seq, total, past_len,
+                      ctx.attr(node, "unidirectional", 0), _mask_filter_value(ctx, node),
+                      q.shape.dtype)
+    attn_bias = _attention_bias(ctx, node, attn_bias, batch, heads, seq, total)
+    if attn_bias is not None:
+        bias = attn_bias if bias is None else ctx.binary(node, Opcode.ADD, bias, attn_bias)
+    scale = ctx.attr(node, "scale", 0.0) or 1 / sqrt(q.shape.dims[2] // heads)
+    return [_attend(ctx, node, _heads(ctx, q, heads), k, v, bias, scale), k, v]
