@@ -25,9 +25,17 @@ class OpCase:
     inputs: tuple[np.ndarray, ...]
     rtol: float = 1e-5
     atol: float = 1e-6
+    # An ONNX model of the same inputs and outputs for onnxruntime to run in the case's
+    # place, where it has no CPU kernel for the op (com.microsoft's BiasAdd, BiasSoftmax,
+    # NhwcConv): the op's definition in standard ops.
+    reference: Callable[[], onnx.ModelProto] | None = None
 
     def __repr__(self) -> str:
         return self.name
+
+    def oracle(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """The model onnxruntime runs for this case, given the case's ``model``."""
+        return self.reference() if self.reference else model
 
 
 def make_model(nodes, inputs: dict, outputs=("y",), inits: dict | None = None,
@@ -74,10 +82,14 @@ CASES: list[OpCase] = []
 
 
 def case(name, nodes, inputs: dict, outputs=("y",), inits=None, opset=13,
-         rtol=1e-5, atol=1e-6):
+         rtol=1e-5, atol=1e-6, reference=None, reference_opset=13):
+    """``reference``: the nodes of OpCase.reference, over the same inputs and weights."""
     nodes = nodes if isinstance(nodes, list) else [nodes]
+    ref = reference and (lambda: make_model(reference, inputs, [o if isinstance(o, str)
+                                                                else o[0] for o in outputs],
+                                            inits, reference_opset))
     CASES.append(OpCase(name, lambda: make_model(nodes, inputs, outputs, inits, opset),
-                        tuple(inputs.values()), rtol, atol))
+                        tuple(inputs.values()), rtol, atol, ref))
 
 
 def node(op, ins, outs=("y",), name=None, **attrs):
@@ -1426,3 +1438,168 @@ _ms_case("QLinearSoftmax_u8_opset12", "QLinearSoftmax", ["x", "xs", "xz", "ys", 
          {"x": q8(2, 3, 4, 5, dtype=np.uint8)},
          {"xs": np.float32(0.05), "xz": np.uint8(128), "ys": np.float32(1 / 255),
           "yz": np.uint8(0)}, (np.uint8, (2, 3, 4, 5)), axis=1, opset=12)
+
+
+# -- onnxruntime's contrib ops (com.microsoft), as its transformer tools write them --------
+# ONNX's shape inference does not know them: outputs are (name, dtype, dims).
+
+def _ort_case(name, op, ins, inputs, outs, inits=None, rtol=1e-5, atol=1e-6, reference=None,
+              reference_opset=13, domain="com.microsoft", opset=_MS, **attrs):
+    case(name, node(op, ins, [o[0] for o in outs], domain=domain, **attrs), inputs,
+         outputs=[o for o in outs if o[0]], inits=inits, opset=opset, rtol=rtol, atol=atol, reference=reference,
+         reference_opset=reference_opset)
+
+
+_H = f32(2, 3, 8)
+_GELU_TOL = {"rtol": 1e-4, "atol": 1e-5}
+_ort_case("ms_Gelu", "Gelu", ["x"], {"x": _H * 3}, [("y", np.float32, _H.shape)], **_GELU_TOL)
+_ort_case("BiasGelu", "BiasGelu", ["x", "b"], {"x": _H * 3}, [("y", np.float32, _H.shape)],
+          inits={"b": f32(8)}, **_GELU_TOL)
+_ort_case("FastGelu_bias", "FastGelu", ["x", "b"], {"x": _H * 3},
+          [("y", np.float32, _H.shape)], inits={"b": f32(8)}, **_GELU_TOL)
+_ort_case("FastGelu", "FastGelu", ["x"], {"x": _H * 3}, [("y", np.float32, _H.shape)],
+          **_GELU_TOL)
+_ort_case("QuickGelu", "QuickGelu", ["x"], {"x": _H * 3}, [("y", np.float32, _H.shape)],
+          **_GELU_TOL)
+_ort_case("QuickGelu_alpha", "QuickGelu", ["x"], {"x": _H * 3}, [("y", np.float32, _H.shape)],
+          alpha=0.8, **_GELU_TOL)
+_ort_case("BiasAdd", "BiasAdd", ["x", "b", "s"], {"x": _H, "s": f32(2, 3, 8)},
+          [("y", np.float32, _H.shape)], inits={"b": f32(8)},
+          reference=[node("Add", ["x", "b"], ["xb"], name="bias"), node("Add", ["xb", "s"])])
+_ort_case("BiasSoftmax_inner", "BiasSoftmax", ["x", "m"], {"x": f32(2, 3, 4, 5) * 3},
+          [("y", np.float32, (2, 3, 4, 5))], inits={"m": f32(2, 1, 1, 5) * 3}, axis=3,
+          is_inner_broadcast=1,
+          reference=[node("Add", ["x", "m"], ["xm"]), node("Softmax", ["xm"], axis=3)])
+_ort_case("BiasSoftmax_outer_two_dims", "BiasSoftmax", ["x", "m"], {"x": f32(2, 3, 4, 5) * 3},
+          [("y", np.float32, (2, 3, 4, 5))], inits={"m": f32(3, 4, 5) * 3}, axis=2,
+          is_inner_broadcast=0,
+          reference=[node("Add", ["x", "m"], ["xm"]), node("Softmax", ["xm"], axis=2)],
+          reference_opset=11)     # before 13, Softmax runs over every dim from axis on
+for _name, _dims, _a, _b, _attrs in [
+        ("trans", (2, 3, 4), f32(2, 5, 3), f32(2, 4, 5), {"transA": 1, "transB": 1, "alpha": 0.5}),
+        ("transBatchA", (2, 3, 5), f32(3, 2, 4), f32(2, 4, 5), {"transBatchA": 1}),
+        ("transBatchB_transB", (2, 3, 5), f32(2, 3, 4), f32(5, 2, 4), {"transBatchB": 1, "transB": 1}),
+        ("transBatch_4d", (2, 2, 3, 5), f32(3, 2, 2, 4), f32(2, 2, 4, 5), {"transBatchA": 1, "alpha": 2.0}),
+        ("matrix_by_batch", (2, 3, 5), f32(4, 3), f32(2, 4, 5), {"transA": 1})]:
+    _ort_case(f"FusedMatMul_{_name}", "FusedMatMul", ["a", "b"], {"a": _a, "b": _b},
+              [("y", np.float32, _dims)], atol=1e-5, **_attrs)
+_X4 = f32(1, 3, 6, 6)
+_ort_case("FusedConv_relu", "FusedConv", ["x", "w", "b"], {"x": _X4}, [("y", np.float32, (1, 4, 6, 6))],
+          inits={"w": f32(4, 3, 3, 3), "b": f32(4)}, pads=[1, 1, 1, 1], activation="Relu",
+          atol=1e-5)
+_ort_case("FusedConv_sum_leaky_relu", "FusedConv", ["x", "w", "b", "z"],
+          {"x": _X4, "z": f32(1, 4, 3, 3)}, [("y", np.float32, (1, 4, 3, 3))],
+          inits={"w": f32(4, 3, 3, 3), "b": f32(4)}, strides=[2, 2], pads=[1, 1, 0, 0],
+          activation="LeakyRelu", activation_params=[0.2], atol=1e-5)
+_ort_case("FusedConv_depthwise_clip", "FusedConv", ["x", "w"], {"x": _X4},
+          [("y", np.float32, (1, 3, 4, 4))], inits={"w": f32(3, 1, 3, 3)}, group=3,
+          activation="Clip", activation_params=[-0.5, 1.0], atol=1e-5)
+_ort_case("FusedConv_hard_sigmoid", "FusedConv", ["x", "w"], {"x": _X4},
+          [("y", np.float32, (1, 2, 6, 6))], inits={"w": f32(2, 3, 1, 1)}, activation="HardSigmoid",
+          activation_params=[0.3, 0.4], atol=1e-5)
+_ort_case("FusedConv_sigmoid_no_activation_params", "FusedConv", ["x", "w"], {"x": _X4},
+          [("y", np.float32, (1, 2, 2, 2))], inits={"w": f32(2, 3, 3, 3)}, activation="Sigmoid",
+          dilations=[2, 2], atol=1e-5)
+_ort_case("FusedConv_tanh", "FusedConv", ["x", "w"], {"x": _X4}, [("y", np.float32, (1, 2, 6, 6))],
+          inits={"w": f32(2, 3, 3, 3)}, activation="Tanh", auto_pad="SAME_UPPER", atol=1e-5)
+_ort_case("FusedConv_no_activation", "FusedConv", ["x", "w"], {"x": _X4},
+          [("y", np.float32, (1, 2, 4, 4))], inits={"w": f32(2, 3, 3, 3)}, atol=1e-5)
+_W_NHWC = f32(4, 3, 3, 3)
+_ort_case("NhwcConv", "NhwcConv", ["x", "w", "b"], {"x": f32(1, 7, 6, 3)},
+          [("y", np.float32, (1, 4, 3, 4))], inits={"w": _W_NHWC, "b": f32(4)},
+          strides=[2, 2], pads=[1, 1, 1, 1], atol=1e-5,
+          reference=[node("Transpose", ["x"], ["xt"], perm=[0, 3, 1, 2]),
+                     node("Transpose", ["w"], ["wt"], name="wt", perm=[0, 3, 1, 2]),
+                     node("Conv", ["xt", "wt", "b"], ["yt"], strides=[2, 2], pads=[1, 1, 1, 1]),
+                     node("Transpose", ["yt"], name="yt", perm=[0, 2, 3, 1])])
+_SKIP_OUTS = [("y", np.float32, (2, 3, 8)), ("mean", np.float32, (2, 3, 1)),
+              ("inv_std_var", np.float32, (2, 3, 1)), ("sum", np.float32, (2, 3, 8))]
+_NORM_TOL = {"rtol": 1e-4, "atol": 1e-5}
+_ort_case("SkipLayerNormalization_all_outputs", "SkipLayerNormalization",
+          ["x", "s", "g", "beta", "bias"], {"x": _H, "s": f32(2, 3, 8)}, _SKIP_OUTS,
+          inits={"g": f32(8), "beta": f32(8), "bias": f32(8)}, epsilon=1e-5, **_NORM_TOL)
+_ort_case("SkipLayerNormalization_skip_2d_no_beta", "SkipLayerNormalization", ["x", "s", "g"],
+          {"x": _H, "s": f32(3, 8)}, _SKIP_OUTS[:1], inits={"g": f32(8)}, **_NORM_TOL)
+_ort_case("SkipLayerNormalization_sum_only", "SkipLayerNormalization",
+          ["x", "s", "g", "", "bias"], {"x": _H, "s": f32(1, 3, 8)},
+          [("y", np.float32, (2, 3, 8)), ("", None, None), ("", None, None),
+           ("sum", np.float32, (2, 3, 8))], inits={"g": f32(8), "bias": f32(8)}, **_NORM_TOL)
+_ort_case("SkipLayerNormalization_f16", "SkipLayerNormalization", ["x", "s", "g", "beta"],
+          {"x": _H.astype(np.float16), "s": f32(2, 3, 8).astype(np.float16)},
+          [("y", np.float16, (2, 3, 8)), ("", None, None), ("", None, None),
+           ("sum", np.float16, (2, 3, 8))],
+          inits={"g": f32(8).astype(np.float16), "beta": f32(8).astype(np.float16)},
+          rtol=2e-3, atol=2e-3)
+_ort_case("SkipSimplifiedLayerNormalization_outputs", "SkipSimplifiedLayerNormalization",
+          ["x", "s", "g", "bias"], {"x": _H, "s": f32(2, 3, 8)},
+          [_SKIP_OUTS[0], ("", None, None)] + _SKIP_OUTS[2:],
+          inits={"g": f32(8), "bias": f32(8)}, epsilon=1e-5, **_NORM_TOL)
+_ort_case("SimplifiedLayerNormalization", "SimplifiedLayerNormalization", ["x", "g"],
+          {"x": _H}, [("y", np.float32, (2, 3, 8)), ("inv_std_var", np.float32, (2, 3, 1))],
+          inits={"g": f32(8)}, domain="", opset=17, **_NORM_TOL)
+_ort_case("SimplifiedLayerNormalization_axis1", "SimplifiedLayerNormalization", ["x", "g"],
+          {"x": _H}, [("y", np.float32, (2, 3, 8))], inits={"g": f32(3, 8)}, axis=1,
+          epsilon=1e-3, domain="", opset=17, **_NORM_TOL)
+_IDS = np.array([[3, 0, 7, 9, 1], [2, 2, 5, 8, 4]], np.int32)
+_EMBED = {"word": f32(10, 8), "pos": f32(6, 8), "seg": f32(2, 8), "g": f32(8), "beta": f32(8)}
+_ort_case("EmbedLayerNormalization_segments_mask_positions", "EmbedLayerNormalization",
+          ["ids", "segs", "word", "pos", "seg", "g", "beta", "mask", "pids"],
+          {"ids": _IDS, "segs": np.array([[0, 0, 1, 1, 1], [0, 1, 1, 0, 0]], np.int32),
+           "mask": np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], np.int32),
+           "pids": np.array([[0, 1, 2, 3, 4], [5, 4, 3, 2, 1]], np.int32)},
+          [("y", np.float32, (2, 5, 8)), ("mask_index", np.int32, (2,)),
+           ("sum", np.float32, (2, 5, 8))], inits=_EMBED, epsilon=1e-5, mask_index_type=1,
+          **_NORM_TOL)
+_ort_case("EmbedLayerNormalization_positions_1xS", "EmbedLayerNormalization",
+          ["ids", "", "word", "pos", "", "g", "beta", "", "pids"],
+          {"ids": _IDS, "pids": np.array([[1, 2, 3, 4, 5]], np.int32)},
+          [("y", np.float32, (2, 5, 8)), ("mask_index", np.int32, (2,))],
+          inits={k: v for k, v in _EMBED.items() if k != "seg"}, **_NORM_TOL)
+_ort_case("EmbedLayerNormalization_default_positions", "EmbedLayerNormalization",
+          ["ids", "", "word", "pos", "", "g", "beta"], {"ids": _IDS},
+          [("y", np.float32, (2, 5, 8))], inits={k: v for k, v in _EMBED.items() if k != "seg"},
+          mask_index_type=0, **_NORM_TOL)
+_ATT_X = f32(2, 4, 16)
+_ATT_W = {"w": f32(16, 48) * 0.5, "bqkv": f32(48)}
+_ATT_TOL = {"rtol": 1e-4, "atol": 1e-5}
+_ort_case("Attention_sequence_lengths", "Attention", ["x", "w", "bqkv", "m"],
+          {"x": _ATT_X, "m": np.array([4, 2], np.int32)}, [("y", np.float32, (2, 4, 16))],
+          inits=_ATT_W, num_heads=2, **_ATT_TOL)
+_ort_case("Attention_end_and_start", "Attention", ["x", "w", "bqkv", "m"],
+          {"x": _ATT_X, "m": np.array([3, 4, 1, 0], np.int32)}, [("y", np.float32, (2, 4, 16))],
+          inits=_ATT_W, num_heads=4, **_ATT_TOL)
+_ort_case("Attention_past_causal_raw_mask", "Attention", ["x", "w", "bqkv", "m", "past"],
+          {"x": _ATT_X, "m": np.array([[0, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 0]], np.int32),
+           "past": f32(2, 2, 2, 3, 8)},
+          [("y", np.float32, (2, 4, 16)), ("present", np.float32, (2, 2, 2, 7, 8))],
+          inits=_ATT_W, num_heads=2, unidirectional=1, **_ATT_TOL)
+_ort_case("Attention_3d_mask_bias_scale", "Attention", ["x", "w", "", "m", "", "ab"],
+          {"x": _ATT_X, "m": boolean(2, 4, 4).astype(np.int32), "ab": f32(1, 2, 4, 4)},
+          [("y", np.float32, (2, 4, 16))], inits={"w": _ATT_W["w"]}, num_heads=2, scale=0.3,
+          mask_filter_value=-1000.0, **_ATT_TOL)
+_ort_case("Attention_qkv_hidden_sizes", "Attention", ["x", "w", "b"], {"x": _ATT_X},
+          [("y", np.float32, (2, 4, 8))], inits={"w": f32(16, 40) * 0.5, "b": f32(40)},
+          num_heads=2, qkv_hidden_sizes=[16, 16, 8], unidirectional=1, **_ATT_TOL)
+_COS, _SIN = np.cos(np.arange(16)[:, None] * f32(1, 4)), np.sin(np.arange(16)[:, None] * f32(1, 4))
+for _name, _x, _pos, _attrs in [
+        ("3d_offset", f32(2, 3, 16), np.array([5], np.int64), {}),
+        ("3d_ids_interleaved", f32(2, 3, 16), i64(2, 3, low=0, high=16), {"interleaved": 1}),
+        ("4d_partial", f32(2, 2, 3, 12), i64(2, 3, low=0, high=16),
+         {"rotary_embedding_dim": 8, "num_heads": 2})]:
+    _ort_case(f"ms_RotaryEmbedding_{_name}", "RotaryEmbedding", ["x", "pos", "cos", "sin"],
+              {"x": _x, "pos": _pos}, [("y", np.float32, _x.shape)],
+              inits={"cos": _COS.astype(np.float32), "sin": _SIN.astype(np.float32)},
+              atol=1e-5, **_attrs)
+_MHA_Q, _MHA_K, _MHA_V = f32(2, 3, 16), f32(2, 5, 16), f32(2, 5, 8)
+_ort_case("MultiHeadAttention_cross_bias_mask", "MultiHeadAttention",
+          ["q", "k", "v", "b", "m"],
+          {"q": _MHA_Q, "k": _MHA_K, "v": _MHA_V, "m": np.array([5, 3], np.int32)},
+          [("y", np.float32, (2, 3, 8))], inits={"b": f32(40)}, num_heads=2, **_ATT_TOL)
+_ort_case("MultiHeadAttention_past_causal_raw_mask_bias", "MultiHeadAttention",
+          ["q", "k", "v", "", "m", "ab", "pk", "pv"],
+          {"q": _MHA_Q, "k": f32(2, 3, 16), "v": f32(2, 3, 16),
+           "m": np.array([[1, 1, 1, 1, 1], [0, 1, 1, 1, 1]], np.int32), "ab": f32(2, 1, 3, 5),
+           "pk": f32(2, 4, 2, 4), "pv": f32(2, 4, 2, 4)},
+          [("y", np.float32, (2, 3, 16)), ("pres_k", np.float32, (2, 4, 5, 4)),
+           ("pres_v", np.float32, (2, 4, 5, 4))], num_heads=4, unidirectional=1, scale=0.4,
+          **_ATT_TOL)

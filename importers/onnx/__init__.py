@@ -4,9 +4,10 @@ absent_inputs=None) -> Module``; ``read_model`` reads a path, bytes or ModelProt
 One module per op family registers its handlers in ``registry`` on import.
 """
 # imported to register their handlers
-from . import (activations, cast, control, conv, elementwise, image, indexing,  # noqa: F401
-               linalg, loss, math, ml, ml_models, nn, normalization, quantization, reduce,
-               rnn, sequence, signal, sort, tensor, text, transformer)
+from . import (activations, cast, contrib_attention, control, conv,  # noqa: F401
+               elementwise, image, indexing, linalg, loss, math, ml, ml_models, nn,
+               normalization, quantization, reduce, rnn, sequence, signal, sort, tensor, text,
+               transformer)
 from .context import ConstantInputNeeded, InputShapeNeeded
 from .importer import import_onnx
 from .prepare import read_model

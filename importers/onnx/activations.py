@@ -1,4 +1,5 @@
-"""Activation functions, each lowered to element-wise HLO.
+"""Activation functions, each lowered to element-wise HLO, with onnxruntime's contrib
+GELUs (com.microsoft Gelu, BiasGelu, FastGelu, QuickGelu).
 
 Every formula is the ONNX definition, arranged not to overflow: exp only of
 non-positive arguments (Softplus, Mish), expm1 where the result is near zero (Elu,
@@ -10,7 +11,7 @@ from __future__ import annotations
 import math
 
 from ...hlo import Opcode
-from .registry import register
+from .registry import MS, register
 
 LEGACY = ("consumed_inputs",)
 
@@ -130,21 +131,24 @@ def celu(ctx, node):
 
 @register("Gelu", since=20)
 def gelu(ctx, node):
-    # x/2 (1 + erf(x / sqrt 2)), or with approximate="tanh":
-    # x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-    x = ctx.input(node, 0)
-    b = ctx.b
     approximate = ctx.attr(node, "approximate", "none")
-    if approximate == "none":
-        inner = b.op(Opcode.ERF, _mul(ctx, x, 1 / math.sqrt(2)))
-    elif approximate == "tanh":
+    if approximate not in ("none", "tanh"):
+        raise ctx.error(node, f"approximate must be 'none' or 'tanh', got '{approximate}'")
+    return [gelu_of(ctx, ctx.input(node, 0), approximate == "tanh")]
+
+
+def gelu_of(ctx, x, tanh):
+    """x/2 (1 + erf(x / sqrt 2)), or with ``tanh``:
+    x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    b = ctx.b
+    if tanh:
         cube = b.op(Opcode.MULTIPLY, b.op(Opcode.MULTIPLY, x, x), x)
         arg = b.op(Opcode.ADD, x, _mul(ctx, cube, 0.044715))
         inner = b.op(Opcode.TANH, _mul(ctx, arg, math.sqrt(2 / math.pi)))
     else:
-        raise ctx.error(node, f"approximate must be 'none' or 'tanh', got '{approximate}'")
+        inner = b.op(Opcode.ERF, _mul(ctx, x, 1 / math.sqrt(2)))
     one_plus = b.op(Opcode.ADD, inner, _const_like(ctx, x, 1))
-    return [b.op(Opcode.MULTIPLY, _mul(ctx, x, 0.5), one_plus)]
+    return b.op(Opcode.MULTIPLY, _mul(ctx, x, 0.5), one_plus)
 
 
 @register("HardSwish", since=14)
@@ -193,7 +197,75 @@ def shrink(ctx, node):
 
 @register("Swish", since=24)
 def swish(ctx, node):
-    # x * sigmoid(alpha * x)
-    x = ctx.input(node, 0)
-    alpha = ctx.attr(node, "alpha", 1.0)
-    return [ctx.b.op(Opcode.MULTIPLY, x, ctx.b.op(Opcode.LOGISTIC, _mul(ctx, x, alpha)))]
+    return [swish_of(ctx, ctx.input(node, 0), ctx.attr(node, "alpha", 1.0))]
+
+
+def swish_of(ctx, x, alpha=1.0):
+    """x * sigmoid(alpha * x)."""
+    z = x if alpha == 1.0 else _mul(ctx, x, alpha)
+    return ctx.b.op(Opcode.MULTIPLY, x, ctx.b.op(Opcode.LOGISTIC, z))
+
+
+# -- onnxruntime's contrib activations (com.microsoft) ----------------------------------
+
+def _biased(ctx, node, x, bias):
+    """x + bias, a bias over x's last dim (onnxruntime's kernels take no other)."""
+    if bias is None:
+        return x
+    if bias.shape.dims != x.shape.dims[-1:]:
+        raise ctx.error(node, f"bias {bias.shape} must be 1-D over the last dim of {x.shape}")
+    return ctx.binary(node, Opcode.ADD, x, bias)
+
+
+@register("Gelu", since=1, domain=MS)
+def ms_gelu(ctx, node):
+    return [gelu_of(ctx, ctx.input(node, 0), tanh=False)]
+
+
+@register("BiasGelu", since=1, domain=MS)
+def bias_gelu(ctx, node):
+    x = _biased(ctx, node, ctx.input(node, 0), ctx.input(node, 1))
+    return [gelu_of(ctx, x, tanh=False)]
+
+
+@register("FastGelu", since=1, domain=MS)
+def fast_gelu(ctx, node):
+    x = _biased(ctx, node, ctx.input(node, 0), ctx.input(node, 1))
+    return [gelu_of(ctx, x, tanh=True)]
+
+
+@register("QuickGelu", since=1, domain=MS)
+def quick_gelu(ctx, node):
+    return [swish_of(ctx, ctx.input(node, 0), ctx.attr(node, "alpha", 1.702))]
+
+
+# onnxruntime's fused activations (FusedConv's ``activation`` with its
+# ``activation_params``, MLAS's kinds): name -> (parameter count, lowering).
+_FUSED = {
+    "Relu": (0, lambda ctx, y: ctx.b.op(Opcode.MAXIMUM, y, _const_like(ctx, y, 0))),
+    "Tanh": (0, lambda ctx, y: ctx.b.op(Opcode.TANH, y)),
+    "Sigmoid": (0, lambda ctx, y: ctx.b.op(Opcode.LOGISTIC, y)),
+    "LeakyRelu": (1, lambda ctx, y, alpha: ctx.b.op(
+        Opcode.SELECT, _compare_const(ctx, y, "GE", 0), y, _mul(ctx, y, alpha))),
+    "Clip": (2, lambda ctx, y, lo, hi: ctx.b.op(
+        Opcode.CLAMP, ctx.scalar(lo, y.shape.dtype), y, ctx.scalar(hi, y.shape.dtype))),
+    "HardSigmoid": (2, _hard_sigmoid),
+}
+
+
+def fused_activation(ctx, node, y):
+    """``y`` through the node's ``activation`` (none when absent)."""
+    name = ctx.attr(node, "activation", None)
+    params = tuple(ctx.attr(node, "activation_params", ()))
+    if name is None:
+        if params:
+            raise ctx.error(node, "activation_params without an activation")
+        return y
+    if name not in _FUSED:
+        raise ctx.error(node, f"unsupported activation '{name}' (supported: "
+                              f"{', '.join(_FUSED)})")
+    count, lower = _FUSED[name]
+    if len(params) != count:
+        raise ctx.error(node, f"activation {name} takes {count} activation_params, got "
+                              f"{len(params)}")
+    return lower(ctx, y, *params)

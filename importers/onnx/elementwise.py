@@ -1,6 +1,7 @@
 """Element-wise ONNX ops: unary math, binary arithmetic, comparisons, logic and bitwise
 ops with numpy broadcasting, Mod, BitShift, variadic Max/Min/Sum/Mean, Clip, Where,
-IsNaN, IsInf. (Activations: activations.py; Cast: cast.py.)
+IsNaN, IsInf, and onnxruntime's BiasAdd (com.microsoft). (Activations: activations.py;
+Cast: cast.py.)
 
 Opset notes: before opset 7 binary ops broadcast only with ``broadcast=1``,
 aligning B at ``axis`` of A; from 7 on they broadcast like numpy. Opset 1's
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from ...hlo import Opcode, dtypes
 from .context import highest, lowest
-from .registry import register
+from .registry import MS, register
 
 LEGACY = ("consumed_inputs",)
 
@@ -237,3 +238,14 @@ def is_inf(ctx, node):
     if not found:
         return [ctx.full(False, dtypes.PRED, x.shape.dims)]
     return [found[0] if len(found) == 1 else ctx.b.op(Opcode.OR, *found)]
+
+
+@register("BiasAdd", since=1, domain=MS)
+def bias_add(ctx, node):
+    # X (N, S, C) + bias (C) + skip (N, S, C), onnxruntime's residual add.
+    x, bias, skip = (ctx.input(node, i) for i in range(3))
+    if x.shape.rank != 3 or bias.shape.dims != x.shape.dims[2:] or skip.shape != x.shape:
+        raise ctx.error(node, f"X {x.shape} must be (N, S, C), bias (C) and skip X's shape, "
+                              f"got {bias.shape}, {skip.shape}")
+    b = ctx.b
+    return [b.op(Opcode.ADD, b.op(Opcode.ADD, x, b.broadcast(bias, x.shape.dims, (2,))), skip)]

@@ -1,4 +1,4 @@
-"""Gemm and MatMul, lowered to HLO dot."""
+"""Gemm, MatMul and onnxruntime's FusedMatMul (com.microsoft), lowered to HLO dot."""
 from __future__ import annotations
 
 from math import prod
@@ -6,7 +6,7 @@ from math import prod
 import numpy as np
 
 from ...hlo import DotDimensionNumbers, Opcode
-from .registry import register
+from .registry import MS, register
 
 
 def _scaled(ctx, x, k):
@@ -37,6 +37,29 @@ def gemm(ctx, node):
 @register("MatMul", since=1)
 def matmul(ctx, node):
     return [matmul_of(ctx, node, ctx.input(node, 0), ctx.input(node, 1))]
+
+
+@register("FusedMatMul", since=1, domain=MS)
+def fused_matmul(ctx, node):
+    # alpha * op(A) . op(B): transBatch moves dim 0 of a 3-D or larger operand to just before
+    # its two matrix dims, then trans swaps those (onnxruntime's MatMulComputeHelper).
+    a, b = ctx.input(node, 0), ctx.input(node, 1)
+    ops = [_fused_operand(ctx, node, x, side) for x, side in ((a, "A"), (b, "B"))]
+    return [_scaled(ctx, matmul_of(ctx, node, *ops), ctx.attr(node, "alpha", 1.0))]
+
+
+def _fused_operand(ctx, node, x, side):
+    r = x.shape.rank
+    batch, trans = ctx.attr(node, f"transBatch{side}", 0), ctx.attr(node, f"trans{side}", 0)
+    if (batch and r < 3) or (trans and r < 2):
+        raise ctx.error(node, f"trans{'Batch' if batch else ''}{side} needs {side} of rank "
+                              f"{3 if batch else 2} or more, got {x.shape}")
+    perm = list(range(r))
+    if batch:
+        perm = perm[1:r - 1] + [0, r - 1]
+    if trans:
+        perm[-2:] = perm[-1], perm[-2]
+    return ctx.b.transpose(x, perm) if perm != list(range(r)) else x
 
 
 def matmul_of(ctx, node, a, b, preferred=None):

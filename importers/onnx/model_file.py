@@ -152,14 +152,29 @@ def skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
             g.input.append(helper.make_tensor_value_info(t.name, t.data_type, t.dims))
     for node in graph.node:
         big = _large_constant(node)
-        if big is None:
+        if _onnxruntime_onnx_domain_op(node):
+            g.node.append(node)
+            g.node[-1].domain = _ORT_ONNX_DOMAIN
+        elif big is None:
             g.node.append(node)
         else:
             g.input.append(helper.make_tensor_value_info(node.output[0], big.data_type,
                                                          big.dims))
     g.output.extend(graph.output)
     g.value_info.extend(graph.value_info)
+    if any(n.domain == _ORT_ONNX_DOMAIN for n in g.node):
+        skel.opset_import.append(helper.make_opsetid(_ORT_ONNX_DOMAIN, 1))
     return skel
+
+
+# onnxruntime defines these contrib ops in the ONNX domain, where ONNX's checker finds no
+# schema for them: the skeleton moves them to a domain of their own, which it leaves alone.
+_ORT_ONNX_DOMAIN_OPS = frozenset({"SimplifiedLayerNormalization"})
+_ORT_ONNX_DOMAIN = "xlac.onnxruntime-onnx-domain"
+
+
+def _onnxruntime_onnx_domain_op(node: onnx.NodeProto) -> bool:
+    return node.domain in ("", "ai.onnx") and node.op_type in _ORT_ONNX_DOMAIN_OPS
 
 
 def _large_constant(node: onnx.NodeProto) -> onnx.TensorProto | None:

@@ -1,5 +1,6 @@
 """Neural-network ONNX ops: Conv, pools, BatchNormalization (and its training mode),
-LRN, Softmax, LogSoftmax, Hardmax, Dropout.
+LRN, Softmax, LogSoftmax, Hardmax, Dropout; onnxruntime's FusedConv, NhwcConv and
+BiasSoftmax (com.microsoft).
 
 Spatial ops share ``window_padding`` (pads / auto_pad) and map ONNX's NC<spatial>
 layout straight onto HLO convolution and reduce-window windows.
@@ -13,7 +14,8 @@ import numpy as np
 from ...hlo import ConvDimensionNumbers, Opcode, Shape, Window, dtypes
 from . import scope
 from .context import lowest, normalize_axis
-from .registry import register
+from .activations import fused_activation
+from .registry import MS, register
 
 LEGACY = ("consumed_inputs",)
 
@@ -60,11 +62,41 @@ def _spatial_attrs(ctx, node, x, kernel):
 
 @register("Conv", since=1)
 def conv(ctx, node):
-    x, w, bias = ctx.input(node, 0), ctx.input(node, 1), ctx.input(node, 2)
+    return [_biased_conv(ctx, node, *(ctx.input(node, i) for i in range(3)))]
+
+
+@register("FusedConv", since=1, domain=MS)
+def fused_conv(ctx, node):
+    # onnxruntime's Conv (+ bias) + Z, then its activation.
+    x, w, bias, z = (ctx.input(node, i) for i in range(4))
+    y = _biased_conv(ctx, node, x, w, bias)
+    if z is not None:
+        if z.shape.dims != y.shape.dims:
+            raise ctx.error(node, f"Z {z.shape} must have the output's shape {y.shape}")
+        y = ctx.b.op(Opcode.ADD, y, z)
+    return [fused_activation(ctx, node, y)]
+
+
+@register("NhwcConv", since=1, domain=MS)
+def nhwc_conv(ctx, node):
+    # Conv on channels-last X (N, spatial..., C) and W (M, kernel..., C / group), giving
+    # (N, spatial..., M): transposed to Conv's layouts and back (the layout pass keeps what
+    # the kernels want).
+    x, w, bias = (ctx.input(node, i) for i in range(3))
+    if x.shape.rank < 3 or w.shape.rank != x.shape.rank:
+        raise ctx.error(node, f"bad operand ranks: X {x.shape}, W {w.shape}")
+    r = x.shape.rank
+    to_first = (0, r - 1) + tuple(range(1, r - 1))
+    b = ctx.b
+    y = _biased_conv(ctx, node, b.transpose(x, to_first), b.transpose(w, to_first), bias)
+    return [b.transpose(y, (0,) + tuple(range(2, r)) + (1,))]
+
+
+def _biased_conv(ctx, node, x, w, bias):
     y = convolution_of(ctx, node, x, w)
     if bias is not None:
         y = ctx.b.op(Opcode.ADD, y, ctx.b.broadcast(bias, y.shape.dims, (1,)))
-    return [y]
+    return y
 
 
 def kernel_of(ctx, node, x, w) -> tuple[int, ...]:
@@ -406,6 +438,32 @@ def _softmax_v13(log):
 for _op, _log in (("Softmax", False), ("LogSoftmax", True)):
     register(_op, since=1)(_softmax_v1(_log))
     register(_op, since=13)(_softmax_v13(_log))
+
+
+@register("BiasSoftmax", since=1, domain=MS)
+def bias_softmax(ctx, node):
+    # softmax(data + bias) over the dims from axis on. The bias has data's dims there and
+    # is broadcast over the dims just before axis (is_inner_broadcast: bias (B, 1.., S..)
+    # for data (B, N.., S..)) or over the leading dims (bias (N.., S..) or (1.., N.., S..)).
+    x, bias = ctx.input(node, 0), ctx.input(node, 1)
+    r = x.shape.rank
+    axis = normalize_axis(ctx, node, ctx.attr(node, "axis", 1), r)
+    inner = ctx.attr(node, "is_inner_broadcast")
+    dims, bd = x.shape.dims, bias.shape.dims
+    ok = len(bd) <= r and not (inner and len(bd) < r)
+    if ok:
+        full = (1,) * (r - len(bd)) + bd
+        same = [full[i] == dims[i] for i in range(r)]
+        ones = [n == 1 for n in full]
+        # inner: equal on [0, k), 1 on [k, axis); outer: 1 on [0, k), equal on [k, axis)
+        first, then = (same, ones) if inner else (ones, same)
+        ok = all(same[axis:]) and any(all(first[:k]) and all(then[k:axis])
+                                      for k in range(axis + 1))
+    if not ok:
+        raise ctx.error(node, f"bias {bias.shape} does not broadcast to data {x.shape} "
+                              f"{'inside' if inner else 'outside'} the dims before axis {axis} "
+                              f"(is_inner_broadcast={inner})")
+    return [softmax(ctx, ctx.binary(node, Opcode.ADD, x, bias), tuple(range(axis, r)), False)]
 
 
 @register("Dropout", since=1, ignore=LEGACY + ("ratio", "seed", "is_test"))

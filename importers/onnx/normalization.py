@@ -1,5 +1,7 @@
 """Normalization ONNX ops: LayerNormalization, RMSNormalization, GroupNormalization,
-InstanceNormalization, LpNormalization, MeanVarianceNormalization.
+InstanceNormalization, LpNormalization, MeanVarianceNormalization; onnxruntime's
+SimplifiedLayerNormalization (which it defines in the ONNX domain) and com.microsoft's
+SkipLayerNormalization, SkipSimplifiedLayerNormalization and EmbedLayerNormalization.
 
 Each lowers to HLO reductions over the normalized dims followed by one element-wise
 expression, so fusion turns it into two or three loops and no intermediate as large
@@ -14,9 +16,10 @@ from __future__ import annotations
 
 from math import prod
 
-from ...hlo import Opcode, dtypes
+from ...hlo import Opcode, Shape, dtypes
 from .context import normalize_axis
-from .registry import register
+from .indexing import take
+from .registry import MS, register
 from .types import hlo_dtype
 
 LEGACY = ("consumed_inputs",)
@@ -98,15 +101,20 @@ def rms_normalization(ctx, node):
     x, scale = ctx.input(node, 0), ctx.input(node, 1)
     r = x.shape.rank
     axis = normalize_axis(ctx, node, ctx.attr(node, "axis", -1), r)
+    y, _ = _rms(ctx, ctx.b.convert(x, _stash_type(ctx, node)), tuple(range(axis, r)),
+                ctx.attr(node, "epsilon", 1e-5))
+    return [ctx.binary(node, Opcode.MULTIPLY, ctx.b.convert(y, scale.shape.dtype), scale)]
+
+
+def _rms(ctx, x, dims, epsilon):
+    """(x * inv, inv), inv = 1 / sqrt(mean(x^2) + epsilon) over ``dims``, the trailing dims
+    of x, reduced to the kept ones."""
     b = ctx.b
-    xs = b.convert(x, _stash_type(ctx, node))
-    dims = tuple(range(axis, r))
-    ms = _mean(ctx, b.op(Opcode.MULTIPLY, xs, xs), dims)
+    ms = _mean(ctx, b.op(Opcode.MULTIPLY, x, x), dims)
     dt = ms.shape.dtype
-    inv = b.op(Opcode.RSQRT, b.op(Opcode.ADD, ms, ctx.full(ctx.attr(node, "epsilon", 1e-5),
-                                                           dt, ms.shape.dims)))
-    y = b.op(Opcode.MULTIPLY, xs, b.broadcast(inv, x.shape.dims, tuple(range(axis))))
-    return [ctx.binary(node, Opcode.MULTIPLY, b.convert(y, scale.shape.dtype), scale)]
+    inv = b.op(Opcode.RSQRT, b.op(Opcode.ADD, ms, ctx.full(epsilon, dt, ms.shape.dims)))
+    kept = tuple(range(x.shape.rank - len(dims)))
+    return b.op(Opcode.MULTIPLY, x, b.broadcast(inv, x.shape.dims, kept)), inv
 
 
 # -- GroupNormalization, InstanceNormalization --------------------------------------------
@@ -201,3 +209,113 @@ def mean_variance_normalization(ctx, node):
     centered = b.op(Opcode.SUBTRACT, xs, b.broadcast(mean, x.shape.dims, kept))
     y = b.op(Opcode.DIVIDE, centered, b.broadcast(std, x.shape.dims, kept))
     return [b.convert(y, x.shape.dtype)]
+
+
+# -- onnxruntime's contrib normalizations ---------------------------------------------------
+# Their CPU kernels compute in f32 (f64 for f64) and round once, after the affine stage.
+
+def _affine(ctx, y, gamma, beta, dtype):
+    """y * gamma (+ beta) over y's last dim, in y's type, rounded to ``dtype``."""
+    b = ctx.b
+    last = (y.shape.rank - 1,)
+    y = b.op(Opcode.MULTIPLY, y, b.broadcast(b.convert(gamma, y.shape.dtype), y.shape.dims, last))
+    if beta is not None:
+        y = b.op(Opcode.ADD, y, b.broadcast(b.convert(beta, y.shape.dtype), y.shape.dims, last))
+    return b.convert(y, dtype)
+
+
+def _check_hidden(ctx, node, hidden, **vectors):
+    for what, v in vectors.items():
+        if v is not None:
+            _check_vector(ctx, node, what, v, hidden)
+
+
+@register("SimplifiedLayerNormalization", since=1)
+def simplified_layer_normalization(ctx, node):
+    # RMSNormalization as onnxruntime defines it: Y = X / sqrt(mean(X^2) + epsilon) * scale,
+    # and inv_std_var (X's dims, 1 from axis on) in stash_type.
+    x, scale = ctx.input(node, 0), ctx.input(node, 1)
+    r = x.shape.rank
+    axis = normalize_axis(ctx, node, ctx.attr(node, "axis", -1), r)
+    y, inv = _rms(ctx, ctx.b.convert(x, _stash_type(ctx, node)), tuple(range(axis, r)),
+                  ctx.attr(node, "epsilon", 1e-5))
+    y = ctx.binary(node, Opcode.MULTIPLY, y, ctx.b.convert(scale, y.shape.dtype))
+    return [ctx.b.convert(y, x.shape.dtype),
+            ctx.b.reshape(inv, x.shape.dims[:axis] + (1,) * (r - axis))]
+
+
+def _skip_layer_normalization(simplified):
+    def lower(ctx, node):
+        # sum = input + skip (+ bias), skip broadcast over the batch; then LayerNorm (or
+        # RMSNorm) over the last dim. Outputs: y, the mean (not of RMSNorm, for which
+        # onnxruntime writes zeros) and inv_std_var (dims of sum, the last 1; in f32 or
+        # f64), sum.
+        b = ctx.b
+        x, skip, gamma = (ctx.input(node, i) for i in range(3))
+        beta = None if simplified else ctx.input(node, 3)
+        bias = ctx.input(node, 3 if simplified else 4)
+        if x.shape.rank not in (2, 3) or skip.shape.dims != x.shape.dims[-skip.shape.rank:] \
+                and skip.shape.dims != (1,) + x.shape.dims[1:]:
+            raise ctx.error(node, f"input {x.shape} must be 2-D or 3-D and skip {skip.shape} "
+                                  f"its shape, or its shape without the batch dim")
+        _check_hidden(ctx, node, x.shape.dims[-1], gamma=gamma, beta=beta, bias=bias)
+        total = b.op(Opcode.ADD, x, ctx.broadcast_to(skip, x.shape.dims))
+        if bias is not None:
+            total = ctx.binary(node, Opcode.ADD, total, bias)
+        wide = b.convert(total, _at_least_f32(x.shape.dtype))
+        last = (x.shape.rank - 1,)
+        eps = ctx.attr(node, "epsilon", 1e-12)
+        stats = x.shape.dims[:-1] + (1,)
+        if simplified:
+            (y, inv), mean = _rms(ctx, wide, last, eps), None
+        else:
+            y, mean, inv = _standardize(ctx, wide, last, eps)
+            mean = b.reshape(mean, stats)
+        return [_affine(ctx, y, gamma, beta, x.shape.dtype), mean, b.reshape(inv, stats), total]
+    return lower
+
+
+register("SkipLayerNormalization", since=1, domain=MS)(_skip_layer_normalization(False))
+register("SkipSimplifiedLayerNormalization", since=1, domain=MS)(
+    _skip_layer_normalization(True))
+
+
+@register("EmbedLayerNormalization", since=1, domain=MS, ignore=("mask_index_type",))
+def embed_layer_normalization(ctx, node):
+    # LayerNorm(word[input_ids] + position[position_ids] (+ segment[segment_ids])) over the
+    # hidden dim; position_ids default to 0..S-1 and may be (1, S). mask_index: per batch,
+    # the count of mask values equal to 1 (zeros without a mask); embedding_sum: the sum.
+    # (mask_index_type only guides onnxruntime's shape inference.) Ids out of range, an
+    # error in onnxruntime, read the nearest row.
+    b = ctx.b
+    ids, seg_ids, word, pos, seg, gamma, beta, mask, pos_ids = \
+        (ctx.input(node, i) for i in range(9))
+    if ids.shape.rank != 2 or word.shape.rank != 2 or pos.shape.rank != 2:
+        raise ctx.error(node, f"input_ids {ids.shape} and the embeddings {word.shape}, "
+                              f"{pos.shape} must be 2-D")
+    if (seg_ids is None) != (seg is None):
+        raise ctx.error(node, "segment_ids and segment_embedding must be given together")
+    batch, seq = ids.shape.dims
+    hidden = word.shape.dims[1]
+    _check_hidden(ctx, node, hidden, gamma=gamma, beta=beta)
+    for what, t in (("position_embedding", pos), ("segment_embedding", seg)):
+        if t is not None and (t.shape.rank != 2 or t.shape.dims[1] != hidden):
+            raise ctx.error(node, f"{what} {t.shape} must be (rows, {hidden})")
+    if pos_ids is None:
+        pos_ids = b.iota(Shape.array(dtypes.S32, (1, seq)), 1)
+    if pos_ids.shape.dims not in ((batch, seq), (1, seq)):
+        raise ctx.error(node, f"position_ids {pos_ids.shape} must be ({batch}, {seq}) or "
+                              f"(1, {seq})")
+    total = b.op(Opcode.ADD, take(ctx, word, ids, 0),
+                 ctx.broadcast_to(take(ctx, pos, pos_ids, 0), (batch, seq, hidden)))
+    if seg is not None:
+        total = b.op(Opcode.ADD, total, take(ctx, seg, seg_ids, 0))
+    y, _, _ = _standardize(ctx, b.convert(total, _at_least_f32(word.shape.dtype)), (2,),
+                           ctx.attr(node, "epsilon", 1e-12))
+    if mask is None:
+        mask_index = ctx.full(0, dtypes.S32, (batch,))
+    else:
+        ones = b.convert(b.compare(mask, ctx.full(1, mask.shape.dtype, mask.shape.dims), "EQ"),
+                         dtypes.S32)
+        mask_index = ctx.reduce(ones, (1,), Opcode.ADD, 0)
+    return [_affine(ctx, y, gamma, beta, word.shape.dtype), mask_index, total]

@@ -31,10 +31,9 @@ from .cast import cast
 from .context import normalize_axis
 from .math import matmul_of
 from .nn import average_pool_of, convolution_of, softmax
-from .registry import register
+from .registry import MS, register
 from .types import hlo_dtype
 
-MS = "com.microsoft"
 _FLOAT8 = frozenset({dtypes.F8E4M3FN, dtypes.F8E4M3FNUZ, dtypes.F8E5M2, dtypes.F8E5M2FNUZ})
 _QUANTIZED = frozenset({dtypes.S8, dtypes.U8, dtypes.S16, dtypes.U16, dtypes.S4, dtypes.U4,
                         dtypes.S2, dtypes.U2, dtypes.F4E2M1FN}) | _FLOAT8

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 DEFAULT_DOMAIN = ""
+MS = "com.microsoft"     # onnxruntime's contrib ops
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ import numpy as np
 
 from ...hlo import (ConvDimensionNumbers, DotDimensionNumbers, GatherDimensionNumbers, Opcode,
                     Shape, Window, dtypes)
+from .activations import swish_of
 from .context import node_label
 from .subgraph import WhileLoop, inline_graph
 from .registry import register
@@ -404,11 +405,15 @@ def rotary_embedding(ctx, node):
     # The first rotary_embedding_dim features of each head are rotated as rd/2 pairs,
     # (x1, x2) -> (cos x1 - sin x2, sin x1 + cos x2): pairs are the two halves, or
     # neighbours (interleaved). cos/sin come from the caches at position_ids.
-    b = ctx.b
     x, cos, sin, pos = (ctx.input(node, i) for i in range(4))
-    interleaved = ctx.attr(node, "interleaved", 0)
-    rd = ctx.attr(node, "rotary_embedding_dim", 0)
-    num_heads = ctx.attr(node, "num_heads", 0)
+    return [rotary_of(ctx, node, x, cos, sin, pos, ctx.attr(node, "interleaved", 0),
+                      ctx.attr(node, "rotary_embedding_dim", 0), ctx.attr(node, "num_heads", 0))]
+
+
+def rotary_of(ctx, node, x, cos, sin, pos, interleaved, rd, num_heads):
+    """``x`` (B, N, S, h) or (B, S, N * h) rotated; cos and sin are caches read at the
+    (B, S) ``pos``, or (B, S, rd / 2) without it."""
+    b = ctx.b
     if x.shape.rank == 4:
         batch, _, seq, d = x.shape.dims
         x4, cache_dims = x, (0, 2, 3)
@@ -458,17 +463,10 @@ def rotary_embedding(ctx, node):
         rotated = b.concatenate([real, imag], 3)
     if rd < d:
         rotated = b.concatenate([rotated, part(rd, d)], 3)
-    return [b.reshape(rotated, x.shape.dims)]
+    return b.reshape(rotated, x.shape.dims)
 
 
 # -- SwiGLU, CausalConvWithState ----------------------------------------------------------
-
-def _swish(ctx, x, alpha=1.0):
-    """x * sigmoid(alpha * x)."""
-    b = ctx.b
-    z = x if alpha == 1.0 else b.op(Opcode.MULTIPLY, x, _fill_like(ctx, x, alpha))
-    return b.op(Opcode.MULTIPLY, x, b.op(Opcode.LOGISTIC, z))
-
 
 @register("SwiGLU", since=28)
 def swiglu(ctx, node):
@@ -476,7 +474,7 @@ def swiglu(ctx, node):
     a, g = ctx.input(node, 0), ctx.input(node, 1)
     if a.shape != g.shape:
         raise ctx.error(node, f"A {a.shape} and B {g.shape} must have one shape and type")
-    return [ctx.b.op(Opcode.MULTIPLY, _swish(ctx, a, ctx.attr(node, "alpha", 1.0)), g)]
+    return [ctx.b.op(Opcode.MULTIPLY, swish_of(ctx, a, ctx.attr(node, "alpha", 1.0)), g)]
 
 
 @register("CausalConvWithState", since=27)
@@ -508,7 +506,7 @@ def causal_conv_with_state(ctx, node):
     if bias is not None:
         y = b.op(Opcode.ADD, y, b.broadcast(bias, y.shape.dims, (1,)))
     if activation != "none":
-        y = _swish(ctx, y)
+        y = swish_of(ctx, y)
     present = b.slice(padded, (0, 0, length), (batch, channels, length + k - 1))
     return [y, present]
 
