@@ -36,17 +36,18 @@ class WhileLoopInvariantCodeMotion:
     name = "licm"
 
     def run(self, module: Module) -> bool:
-        changed = False
-        for comp, w in movable_loops(module):
-            changed |= _hoist(comp, w)
-        return changed
+        return rewrite_movable_loops(module, _hoist)
 
 
-def movable_loops(module: Module):
-    """(computation, while) for each while of ``module`` whose state may change shape
-    (``movable_loop``), taken before any changes."""
-    return [(comp, w) for comp in list(module.computations) for w in list(comp.instructions)
-            if w.opcode is Opcode.WHILE and movable_loop(module, comp, w)]
+def rewrite_movable_loops(module: Module, rewrite) -> bool:
+    """``rewrite(computation, while)`` for each while of ``module`` whose state may change
+    shape (``movable_loop``), found before any change; whether one changed."""
+    loops = [(comp, w) for comp in list(module.computations) for w in list(comp.instructions)
+             if w.opcode is Opcode.WHILE and movable_loop(module, comp, w)]
+    changed = False
+    for comp, w in loops:
+        changed |= rewrite(comp, w)
+    return changed
 
 
 def movable_loop(module: Module, comp: Computation, w: Instruction) -> bool:

@@ -32,17 +32,14 @@ from ..hlo import (Computation, DotDimensionNumbers, Instruction, Module, Opcode
                     SliceSpec)
 from ..hlo.opcodes import ELEMENTWISE
 from .aliasing import loop_invariant, parameter_leaf
-from .licm import movable_loops
+from .licm import rewrite_movable_loops
 
 
 class ProjectionSinking:
     name = "projection-sinking"
 
     def run(self, module: Module) -> bool:
-        changed = False
-        for comp, w in movable_loops(module):
-            changed |= _sink_loop(comp, w)
-        return changed
+        return rewrite_movable_loops(module, _sink_loop)
 
 
 def _sink_loop(parent: Computation, w: Instruction) -> bool:

@@ -90,6 +90,17 @@ def _attend(ctx, node, q, k, v, bias, scale):
     return b.reshape(b.transpose(y, (0, 2, 1, 3)), (batch, seq, heads * y.shape.dims[3]))
 
 
+def _scores_bias(ctx, node, mask, attn_bias, batch, heads, seq, total, past, dt):
+    """What is added to the scores: the masks' bias (``unidirectional`` and
+    ``mask_filter_value`` attributes) plus ``attention_bias``; None without either."""
+    bias = _mask_bias(ctx, node, mask, batch, seq, total, past,
+                      ctx.attr(node, "unidirectional", 0), _mask_filter_value(ctx, node), dt)
+    attn_bias = _attention_bias(ctx, node, attn_bias, batch, heads, seq, total)
+    if attn_bias is None:
+        return bias
+    return attn_bias if bias is None else ctx.binary(node, Opcode.ADD, bias, attn_bias)
+
+
 def _mask_filter_value(ctx, node):
     return ctx.attr(node, "mask_filter_value", -10000.0)
 
@@ -158,13 +169,8 @@ def attention(ctx, node):
                                                 part), "past")
     present = b.concatenate([b.reshape(t, (1,) + t.shape.dims) for t in (k, v)], 0) \
         if k.shape == v.shape else None
-    total = k.shape.dims[2]
-    bias = _mask_bias(ctx, node, mask, batch, seq, total, past_len,
-                      ctx.attr(node, "unidirectional", 0), _mask_filter_value(ctx, node),
-                      x.shape.dtype)
-    attn_bias = _attention_bias(ctx, node, attn_bias, batch, heads, seq, total)
-    if attn_bias is not None:
-        bias = attn_bias if bias is None else ctx.binary(node, Opcode.ADD, bias, attn_bias)
+    bias = _scores_bias(ctx, node, mask, attn_bias, batch, heads, seq, k.shape.dims[2],
+                        past_len, x.shape.dtype)
     scale = ctx.attr(node, "scale", 0.0) or 1 / sqrt(sizes[0] // heads)
     return [_attend(ctx, node, q, k, v, bias, scale), present]
 
@@ -221,13 +227,8 @@ def multi_head_attention(ctx, node):
     batch, seq, _ = q.shape.dims
     k = _with_past(ctx, node, _heads(ctx, k, heads), past_k, "past_key")
     v = _with_past(ctx, node, _heads(ctx, v, heads), past_v, "past_value")
-    total = k.shape.dims[2]
     past_len = 0 if past_k is None else past_k.shape.dims[2]
-    bias = _mask_bias(ctx, node, mask, batch, seq, total, past_len,
-                      ctx.attr(node, "unidirectional", 0), _mask_filter_value(ctx, node),
-                      q.shape.dtype)
-    attn_bias = _attention_bias(ctx, node, attn_bias, batch, heads, seq, total)
-    if attn_bias is not None:
-        bias = attn_bias if bias is None else ctx.binary(node, Opcode.ADD, bias, attn_bias)
+    bias = _scores_bias(ctx, node, mask, attn_bias, batch, heads, seq, k.shape.dims[2],
+                        past_len, q.shape.dtype)
     scale = ctx.attr(node, "scale", 0.0) or 1 / sqrt(q.shape.dims[2] // heads)
     return [_attend(ctx, node, _heads(ctx, q, heads), k, v, bias, scale), k, v]

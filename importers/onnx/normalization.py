@@ -99,11 +99,18 @@ def layer_normalization(ctx, node):
 def rms_normalization(ctx, node):
     # Y = X / sqrt(mean(X^2) + epsilon) * scale over dims axis..rank-1; Y has scale's type.
     x, scale = ctx.input(node, 0), ctx.input(node, 1)
+    y, _, _ = _rms_from_axis(ctx, node, x)
+    return [ctx.binary(node, Opcode.MULTIPLY, ctx.b.convert(y, scale.shape.dtype), scale)]
+
+
+def _rms_from_axis(ctx, node, x):
+    """_rms of x in the node's stash_type over its dims from ``axis`` on (epsilon
+    attribute), with that axis."""
     r = x.shape.rank
     axis = normalize_axis(ctx, node, ctx.attr(node, "axis", -1), r)
-    y, _ = _rms(ctx, ctx.b.convert(x, _stash_type(ctx, node)), tuple(range(axis, r)),
-                ctx.attr(node, "epsilon", 1e-5))
-    return [ctx.binary(node, Opcode.MULTIPLY, ctx.b.convert(y, scale.shape.dtype), scale)]
+    y, inv = _rms(ctx, ctx.b.convert(x, _stash_type(ctx, node)), tuple(range(axis, r)),
+                  ctx.attr(node, "epsilon", 1e-5))
+    return y, inv, axis
 
 
 def _rms(ctx, x, dims, epsilon):
@@ -235,13 +242,10 @@ def simplified_layer_normalization(ctx, node):
     # RMSNormalization as onnxruntime defines it: Y = X / sqrt(mean(X^2) + epsilon) * scale,
     # and inv_std_var (X's dims, 1 from axis on) in stash_type.
     x, scale = ctx.input(node, 0), ctx.input(node, 1)
-    r = x.shape.rank
-    axis = normalize_axis(ctx, node, ctx.attr(node, "axis", -1), r)
-    y, inv = _rms(ctx, ctx.b.convert(x, _stash_type(ctx, node)), tuple(range(axis, r)),
-                  ctx.attr(node, "epsilon", 1e-5))
+    y, inv, axis = _rms_from_axis(ctx, node, x)
     y = ctx.binary(node, Opcode.MULTIPLY, y, ctx.b.convert(scale, y.shape.dtype))
     return [ctx.b.convert(y, x.shape.dtype),
-            ctx.b.reshape(inv, x.shape.dims[:axis] + (1,) * (r - axis))]
+            ctx.b.reshape(inv, x.shape.dims[:axis] + (1,) * (x.shape.rank - axis))]
 
 
 def _skip_layer_normalization(simplified):
