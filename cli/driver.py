@@ -69,22 +69,21 @@ def parse_input_shape(text: str) -> tuple[str, tuple[int, ...] | list[tuple[int,
 
 def input_shapes_from(specs: list[str]) -> dict:
     """``["x=1x64", ...]`` (repeated ``--input-shape``) -> ``{"x": (1, 64), ...}``."""
-    shapes: dict[str, tuple[int, ...]] = {}
-    for spec in specs:
-        name, dims = parse_input_shape(spec)
-        if name in shapes:
-            raise XlacError(f"--input-shape gives input '{name}' twice")
-        shapes[name] = dims
-    return shapes
+    return _per_input(specs, parse_input_shape, "--input-shape")
 
 
 def const_inputs_from(specs: list[str]) -> dict:
     """``["k=k.npy", ...]`` (repeated ``--const-input``) -> ``{"k": array, ...}``."""
+    return _per_input(specs, load_const_input, "--const-input")
+
+
+def _per_input(specs: list[str], parse, option: str) -> dict:
+    """{name: value} of ``parse(spec) -> (name, value)`` over the option's specs."""
     values = {}
     for spec in specs:
-        name, value = load_const_input(spec)
+        name, value = parse(spec)
         if name in values:
-            raise XlacError(f"--const-input gives input '{name}' twice")
+            raise XlacError(f"{option} gives input '{name}' twice")
         values[name] = value
     return values
 
