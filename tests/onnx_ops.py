@@ -1603,3 +1603,65 @@ _ort_case("MultiHeadAttention_past_causal_raw_mask_bias", "MultiHeadAttention",
           [("y", np.float32, (2, 3, 16)), ("pres_k", np.float32, (2, 4, 5, 4)),
            ("pres_v", np.float32, (2, 4, 5, 4))], num_heads=4, unidirectional=1, scale=0.4,
           **_ATT_TOL)
+
+
+# -- onnxruntime's quantized contrib ops, as its quantizers and session optimizer write them
+# Integer products are exact; the float outputs differ by the order of f32 sums.
+_ort_case("MatMulIntegerToFloat_per_column", "MatMulIntegerToFloat",
+          ["a", "b", "as", "bs", "az", "bz", "bias"], {"a": q8(2, 3, 8, dtype=np.uint8)},
+          [("y", np.float32, (2, 3, 5))],
+          inits={"b": q7(8, 5), "as": _scale(), "bs": _scale(5), "az": np.uint8(131),
+                 "bz": np.array([0, 2, -3, 1, 0], np.int8), "bias": f32(5)}, atol=1e-5)
+_ort_case("MatMulIntegerToFloat_u8_weights", "MatMulIntegerToFloat", ["a", "b", "as", "bs"],
+          {"a": q8(4, 8, dtype=np.uint8)}, [("y", np.float32, (4, 3))],
+          inits={"b": q8(8, 3, dtype=np.uint8), "as": _scale(), "bs": _scale()}, atol=1e-5)
+_ort_case("DynamicQuantizeMatMul", "DynamicQuantizeMatMul", ["a", "b", "bs", "bz", "bias"],
+          {"a": f32(2, 3, 8) * 2}, [("y", np.float32, (2, 3, 5))],
+          inits={"b": q7(8, 5), "bs": _scale(5), "bz": np.int8(2), "bias": f32(5)}, atol=1e-5)
+
+
+def _packed(q, bits):
+    """onnxruntime's packing of ``bits``-bit values along the last axis, lowest first."""
+    per = 8 // bits
+    q = np.concatenate([q, np.zeros(q.shape[:-1] + (-q.shape[-1] % per,), q.dtype)], -1)
+    q = q.reshape(q.shape[:-1] + (-1, per)).astype(np.uint8)
+    return np.bitwise_or.reduce(q << (bits * np.arange(per, dtype=np.uint8)), -1)
+
+
+def _nbits(n, k, bits, block, zero_points="packed"):
+    """MatMulNBits' B, scales and zero points (packed, float, or none) for N x K."""
+    blocks = -(-k // block)
+    q = _RNG.integers(0, 1 << bits, (n, blocks * block))
+    inits = {"b": _packed(q, bits).reshape(n, blocks, block * bits // 8),
+             "s": _scale(n * blocks)}
+    if zero_points == "packed":
+        inits["z"] = _packed(_RNG.integers(0, 1 << bits, (n, blocks)), bits).reshape(-1)
+    elif zero_points == "float":
+        inits["z"] = _RNG.uniform(0, (1 << bits) - 1, n * blocks).astype(np.float32)
+    return inits
+
+
+for _name, _bits, _k, _zp, _ins, _extra in [
+        ("4bit", 4, 64, "packed", ["a", "b", "s", "z"], {}),
+        ("4bit_symmetric_bias_partial_block", 4, 40, None, ["a", "b", "s", "", "", "bias"],
+         {"bias": f32(6)}),
+        ("4bit_float_zero_points", 4, 32, "float", ["a", "b", "s", "z"], {}),
+        ("8bit", 8, 48, "packed", ["a", "b", "s", "z"], {}),
+        ("2bit", 2, 32, "packed", ["a", "b", "s", "z"], {})]:
+    _ort_case(f"MatMulNBits_{_name}", "MatMulNBits", _ins, {"a": f32(2, 3, _k)},
+              [("y", np.float32, (2, 3, 6))], inits={**_nbits(6, _k, _bits, 16, _zp), **_extra},
+              K=_k, N=6, bits=_bits, block_size=16, atol=1e-5, rtol=1e-5)
+_GBQ = _RNG.integers(-8, 8, (10, 32))
+_GBQ_IDX = np.array([[3, -1], [0, 9]], np.int64)
+_ort_case("GatherBlockQuantized_uint4_zero_points", "GatherBlockQuantized",
+          ["d", "i", "s", "z"], {"i": _GBQ_IDX}, [("y", np.float32, (2, 2, 32))],
+          inits={"d": (_GBQ + 8).astype(ml_dtypes.uint4), "s": _scale(10, 2),
+                 "z": _RNG.integers(0, 16, (10, 2)).astype(ml_dtypes.uint4)}, block_size=16)
+_ort_case("GatherBlockQuantized_int4_axis1", "GatherBlockQuantized", ["d", "i", "s"],
+          {"i": np.array([1, 7, 7], np.int32)}, [("y", np.float32, (3, 10))],
+          inits={"d": _GBQ.T.astype(ml_dtypes.int4), "s": _scale(2, 10)}, block_size=16,
+          gather_axis=1, quantize_axis=0)
+_ort_case("GatherBlockQuantized_u8_packed", "GatherBlockQuantized", ["d", "i", "s", "z"],
+          {"i": _GBQ_IDX}, [("y", np.float32, (2, 2, 32))],
+          inits={"d": _packed(_GBQ + 8, 4), "s": _scale(10, 2),
+                 "z": _packed(_RNG.integers(0, 16, (10, 2)), 4)}, block_size=16, bits=4)
