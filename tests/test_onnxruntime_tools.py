@@ -24,6 +24,8 @@ from xlac.hlo import XlacError
 
 torch = pytest.importorskip("torch")
 optimizer = pytest.importorskip("onnxruntime.transformers.optimizer")
+from onnxruntime.quantization import quantize_dynamic  # noqa: E402
+from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer  # noqa: E402
 nn = torch.nn
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -154,6 +156,46 @@ def gpt2():
     return _made(Gpt2, _gpt2_inputs, names, ["last_state", "present_0", "present_1"], dynamic)
 
 
+class Decoder(nn.Module):
+    """A decoder-only language model of nn.Linear projections (MatMul in the export, which
+    MatMulNBitsQuantizer quantizes; GPT-2's Conv1D Gemms it leaves): token and position
+    embeddings, 2 pre-norm layers of causal 4-head attention and a tanh-GELU MLP, a head."""
+
+    def __init__(self, vocab=100, hidden=64, heads=4, seq=8):
+        super().__init__()
+        self.heads = heads
+        self.wte, self.wpe = nn.Embedding(vocab, hidden), nn.Embedding(seq, hidden)
+        self.register_buffer("causal", torch.tril(torch.ones(seq, seq, dtype=torch.bool)))
+        self.layers = nn.ModuleList(nn.ModuleDict({
+            "ln1": nn.LayerNorm(hidden), "qkv": nn.Linear(hidden, 3 * hidden),
+            "out": nn.Linear(hidden, hidden), "ln2": nn.LayerNorm(hidden),
+            "up": nn.Linear(hidden, 2 * hidden), "down": nn.Linear(2 * hidden, hidden)})
+            for _ in range(2))
+        self.ln_f, self.head = nn.LayerNorm(hidden), nn.Linear(hidden, vocab, bias=False)
+
+    def attend(self, layer, x):
+        b, s, h = x.shape
+        q, k, v = (t.view(b, s, self.heads, -1).transpose(1, 2)
+                   for t in layer["qkv"](layer["ln1"](x)).split(h, dim=2))
+        w = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(h // self.heads)
+        w = w.masked_fill(~self.causal[:s, :s], -1e4).softmax(-1)
+        return layer["out"](torch.matmul(w, v).transpose(1, 2).reshape(b, s, h))
+
+    def forward(self, ids, positions):
+        x = self.wte(ids) + self.wpe(positions)
+        for layer in self.layers:
+            x = x + self.attend(layer, x)
+            x = x + layer["down"](nn.functional.gelu(layer["up"](layer["ln2"](x)),
+                                                     approximate="tanh"))
+        return self.head(self.ln_f(x))
+
+
+def decoder():
+    return _made(Decoder, lambda g: (torch.randint(0, 100, (2, 8), generator=g),
+                                     torch.arange(8).repeat(2, 1)),
+                 ["input_ids", "position_ids"], ["logits"])
+
+
 def cnn():
     return _made(SmallCNN, lambda g: (torch.randn(1, 3, 32, 32, generator=g),), ["x"], ["y"])
 
@@ -248,3 +290,64 @@ def test_nchwc_layout_of_enable_all_is_refused(tmp_path):
     assert histogram(optimized)["com.microsoft.nchwc.Conv"] >= 1
     with pytest.raises(XlacError, match=r"^unsupported ONNX ops: com\.microsoft\.nchwc\."):
         xlac.compile(optimized, tmp_path / "nchwc.o")
+
+
+# -- onnxruntime's quantizers ------------------------------------------------------------
+# quantize_dynamic writes DynamicQuantizeLinear, MatMulInteger, Cast and Mul; onnxruntime's
+# session optimizer fuses them into MatMulIntegerToFloat and DynamicQuantizeMatMul. With
+# reduce_range (7-bit weights) onnxruntime's AVX2 kernel cannot saturate
+# (test_dynamic_quantization.py), so both compute the same integer products.
+
+def test_session_fused_dynamic_quantization_compiles(tmp_path):
+    model, inputs = bert()
+    onnx.save(model, tmp_path / "bert.onnx")
+    quantize_dynamic(tmp_path / "bert.onnx", tmp_path / "quantized.onnx", reduce_range=True)
+    fused = _session_optimized(onnx.load(tmp_path / "quantized.onnx"),
+                               ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, tmp_path)
+    ops = histogram(fused)
+    assert ops[f"{MS}.MatMulIntegerToFloat"] == 6 and ops[f"{MS}.DynamicQuantizeMatMul"] == 6, ops
+    _check(fused, inputs, tmp_path, "bert_dynamic_quantized", atol=1e-4)
+
+
+NBITS_CASES = {   # name -> MatMulNBitsQuantizer's arguments
+    "4bit": {"bits": 4, "op_types_to_quantize": ("MatMul", "Gather")},
+    "4bit_symmetric": {"bits": 4, "is_symmetric": True},
+    "4bit_accuracy_level_4": {"bits": 4, "accuracy_level": 4},
+    "8bit": {"bits": 8},
+}
+
+
+def _nbits_quantized(model, options):
+    """A quantized copy of ``model`` (the quantizer rewrites the model it is given)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    quantizer = MatMulNBitsQuantizer(copy, block_size=32, **options)
+    quantizer.process()
+    return quantizer.model.model
+
+
+@pytest.mark.parametrize("name", sorted(NBITS_CASES))
+def test_matmul_nbits_quantizer_output_compiles(name, tmp_path):
+    model, inputs = decoder()
+    options = NBITS_CASES[name]
+    quantized = _nbits_quantized(model, options)
+    ops = histogram(quantized)
+    # every weight product; the attention's two products of activations stay MatMul
+    assert ops[f"{MS}.MatMulNBits"] == 9 and ops["MatMul"] == 4, ops
+    assert ops[f"{MS}.GatherBlockQuantized"] == (2 if "Gather" in options.get(
+        "op_types_to_quantize", ()) else 0)
+    # at accuracy level 4 onnxruntime quantizes A to int8 per block; xlac stays in f32
+    _check(quantized, inputs, tmp_path, f"decoder_{name}",
+           atol=3e-2 if "accuracy_level" in options else 1e-4)
+
+
+def test_matmul_nbits_weights_stay_packed(tmp_path):
+    # The 4-bit decoder's object holds its weights packed: its read-only data is a fraction
+    # of the float model's (4-bit values with an f32 scale and a 4-bit zero point a block
+    # of 32: 0.53 bytes a weight against 4).
+    model, _ = decoder()
+    quantized = _nbits_quantized(model, NBITS_CASES["4bit"])
+    sizes = {kind: xlac.compile(m, tmp_path / f"{kind}.o", report=True).report[
+        "flash_bytes"]["weights"] for kind, m in (("float", model), ("4bit", quantized))}
+    print(f"decoder weights in the object: {sizes}")
+    assert sizes["4bit"] < sizes["float"] / 5

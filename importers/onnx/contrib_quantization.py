@@ -77,19 +77,21 @@ def dynamic_quantize_matmul(ctx, node):
 
 def unpacked(ctx, packed, bits: int, count: int):
     """The first ``count`` ``bits``-bit values along the last dim of u8 ``packed``, lowest
-    bits first (onnxruntime's order), as u8: elementwise shifts and masks, which fuse into
-    the loop that reads them."""
+    bits first (onnxruntime's order), as u8: each byte broadcast to its values, shifted
+    and masked, which fuses into the loop that reads them. (Every step is larger than
+    the packed constant, so the constant folder keeps it packed.)"""
     b = ctx.b
     dims = packed.shape.dims
     if bits == 8:
         return _first(ctx, packed, count)
-    mask = ctx.full((1 << bits) - 1, dtypes.U8, dims)
-    parts = [b.reshape(b.op(Opcode.AND, b.op(Opcode.SHIFT_RIGHT_LOGICAL, packed,
-                                             ctx.full(bits * j, dtypes.U8, dims)), mask),
-                       dims + (1,))
-             for j in range(8 // bits)]
-    return _first(ctx, b.reshape(b.concatenate(parts, len(dims)),
-                                 dims[:-1] + (dims[-1] * len(parts),)), count)
+    per = 8 // bits
+    wide = dims + (per,)
+    shifts = b.broadcast(b.constant(np.arange(0, 8, bits, dtype=np.uint8), dtypes.U8), wide,
+                         (len(dims),))
+    values = b.op(Opcode.AND, b.op(Opcode.SHIFT_RIGHT_LOGICAL,
+                                   b.broadcast(packed, wide, tuple(range(len(dims)))), shifts),
+                  ctx.full((1 << bits) - 1, dtypes.U8, wide))
+    return _first(ctx, b.reshape(values, dims[:-1] + (dims[-1] * per,)), count)
 
 
 def _first(ctx, x, count: int):
