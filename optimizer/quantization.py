@@ -77,7 +77,9 @@ class QuantizedArithmetic:
     name = "quantized-arithmetic"
 
     def run(self, module: Module) -> bool:
-        return _Rewriter(module).run()
+        # every computation: a recurrent network's products are in its loop's body
+        changed = [_Rewriter(module, comp).run() for comp in list(module.computations)]
+        return any(changed)
 
 
 # --- reading the importer's forms ------------------------------------------------------
@@ -275,9 +277,9 @@ def _widened(v: Instruction):
 # --- rewriting ---------------------------------------------------------------------------
 
 class _Rewriter:
-    def __init__(self, module: Module):
+    def __init__(self, module: Module, comp: Computation):
         self.module = module
-        self.comp: Computation = module.entry
+        self.comp = comp
         self.users = self.comp.users()
         self.replaced: dict[Instruction, Instruction] = {}
         self._reducers: dict[tuple[Opcode, dtypes.DType], Computation] = {}

@@ -1665,3 +1665,21 @@ _ort_case("GatherBlockQuantized_u8_packed", "GatherBlockQuantized", ["d", "i", "
           {"i": _GBQ_IDX}, [("y", np.float32, (2, 2, 32))],
           inits={"d": _packed(_GBQ + 8, 4), "s": _scale(10, 2),
                  "z": _packed(_RNG.integers(0, 16, (10, 2)), 4)}, block_size=16, bits=4)
+# DynamicQuantizeLSTM: batch 1, since onnxruntime quantizes H per group of batch rows, a
+# group per thread (its batch_parallel_), so that larger batches depend on the machine.
+_DQ_LSTM = {"x": f32(4, 1, 6) * 2}
+_ort_case("DynamicQuantizeLSTM", "DynamicQuantizeLSTM",
+          ["x", "w", "r", "b", "", "", "", "", "ws", "wz", "rs", "rz"], _DQ_LSTM,
+          [("y", np.float32, (4, 1, 1, 5)), ("yh", np.float32, (1, 1, 5)),
+           ("yc", np.float32, (1, 1, 5))],
+          inits={"w": q7(1, 6, 20), "r": q7(1, 5, 20), "b": f32(1, 40), "ws": _scale(1) * 3,
+                 "wz": np.int8([2]), "rs": _scale(1, 20) * 3, "rz": np.zeros((1, 20), np.int8)},
+          hidden_size=5, atol=1e-5)
+_ort_case("DynamicQuantizeLSTM_bidirectional_u8", "DynamicQuantizeLSTM",
+          ["x", "w", "r", "", "", "h0", "c0", "", "ws", "wz", "rs", "rz"],
+          {**_DQ_LSTM, "h0": f32(2, 1, 5), "c0": f32(2, 1, 5)},
+          [("y", np.float32, (4, 2, 1, 5))],
+          inits={"w": q8(2, 6, 20, dtype=np.uint8) // 2, "r": q8(2, 5, 20, dtype=np.uint8) // 2,
+                 "ws": _scale(2, 20) * 3, "wz": np.full((2, 20), 64, np.uint8),
+                 "rs": _scale(2) * 3, "rz": np.uint8([60, 70])},
+          hidden_size=5, direction="bidirectional", atol=1e-5)

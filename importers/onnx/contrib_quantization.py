@@ -22,7 +22,7 @@ import numpy as np
 from ...hlo import Opcode, dtypes
 from .context import normalize_axis
 from .indexing import take, wrap_negative
-from .quantization import dynamic_quantized, integer_matmul, quant_param
+from .quantization import dynamic_quantized, integer_matmul, quant_param, scaled_product
 from .registry import MS, register
 
 F32 = dtypes.F32
@@ -30,35 +30,11 @@ F32 = dtypes.F32
 
 # -- MatMulIntegerToFloat, DynamicQuantizeMatMul -----------------------------------------
 
-def _scaled_product(ctx, node, acc, a_scale, b_scale, bias, out):
-    """onnxruntime's ``f32(acc) * (a_scale * b_scale) + bias`` (b_scale and bias per
-    column where they are 1-D), in ``out``."""
-    b, dims = ctx.b, acc.shape.dims
-    col = len(dims) - 1
-
-    def per_column(v, what):
-        v = b.convert(v, F32)
-        if v.shape.num_elements == 1:
-            return b.broadcast(b.reshape(v, ()), dims, ())
-        if v.shape.dims != (dims[-1],):
-            raise ctx.error(node, f"{what} {v.shape} is neither a scalar nor one per column "
-                                  f"of {list(dims)}")
-        return b.broadcast(v, dims, (col,))
-    if a_scale.shape.num_elements != 1:
-        raise ctx.error(node, f"a_scale must be a scalar, got {a_scale.shape}")
-    scale = b.op(Opcode.MULTIPLY, per_column(a_scale, "a_scale"),
-                 per_column(b_scale, "b_scale"))
-    y = b.op(Opcode.MULTIPLY, b.convert(acc, F32), scale)
-    if bias is not None:
-        y = b.op(Opcode.ADD, y, per_column(bias, "bias"))
-    return b.convert(y, out)
-
-
 @register("MatMulIntegerToFloat", since=1, domain=MS)
 def matmul_integer_to_float(ctx, node):
     a, b_, a_scale, b_scale, a_zp, b_zp, bias = (ctx.input(node, i) for i in range(7))
     acc = integer_matmul(ctx, node, a, b_, a_zp, b_zp)
-    return [_scaled_product(ctx, node, acc, a_scale, b_scale, bias, a_scale.shape.dtype)]
+    return [scaled_product(ctx, node, acc, a_scale, b_scale, bias, a_scale.shape.dtype)]
 
 
 @register("DynamicQuantizeMatMul", since=1, domain=MS)
@@ -70,7 +46,7 @@ def dynamic_quantize_matmul(ctx, node):
         raise ctx.error(node, f"A must be a float tensor, got {a.shape.dtype}")
     qa, a_scale, a_zp = dynamic_quantized(ctx, a)
     acc = integer_matmul(ctx, node, qa, b_, a_zp, b_zp)
-    return [_scaled_product(ctx, node, acc, a_scale, b_scale, bias, a.shape.dtype)]
+    return [scaled_product(ctx, node, acc, a_scale, b_scale, bias, a.shape.dtype)]
 
 
 # -- packed weights ------------------------------------------------------------------------

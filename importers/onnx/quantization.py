@@ -266,6 +266,30 @@ def integer_matmul(ctx, node, a, b_, a_zp, b_zp):
     return matmul_of(ctx, node, a32, b32, dtypes.S32)
 
 
+def scaled_product(ctx, node, acc, a_scale, b_scale, bias, out):
+    """onnxruntime's ``f32(acc) * (a_scale * b_scale) + bias`` (b_scale and bias per
+    column where they are 1-D), in ``out``."""
+    b, dims = ctx.b, acc.shape.dims
+    col = len(dims) - 1
+
+    def per_column(v, what):
+        v = b.convert(v, dtypes.F32)
+        if v.shape.num_elements == 1:
+            return b.broadcast(b.reshape(v, ()), dims, ())
+        if v.shape.dims != (dims[-1],):
+            raise ctx.error(node, f"{what} {v.shape} is neither a scalar nor one per column "
+                                  f"of {list(dims)}")
+        return b.broadcast(v, dims, (col,))
+    if a_scale.shape.num_elements != 1:
+        raise ctx.error(node, f"a_scale must be a scalar, got {a_scale.shape}")
+    scale = b.op(Opcode.MULTIPLY, per_column(a_scale, "a_scale"),
+                 per_column(b_scale, "b_scale"))
+    y = b.op(Opcode.MULTIPLY, b.convert(acc, dtypes.F32), scale)
+    if bias is not None:
+        y = b.op(Opcode.ADD, y, per_column(bias, "bias"))
+    return b.convert(y, out)
+
+
 @register("ConvInteger", since=10)
 def conv_integer(ctx, node):
     # conv(X - x_zero_point, W - w_zero_point) in s32; w_zero_point may be per output channel.
