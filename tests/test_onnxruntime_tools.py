@@ -309,6 +309,28 @@ def test_session_fused_dynamic_quantization_compiles(tmp_path):
     _check(fused, inputs, tmp_path, "bert_dynamic_quantized", atol=1e-4)
 
 
+class Lstm(nn.Module):
+    """Two stacked LSTM layers (ONNX LSTMs in the export) and a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm, self.head = nn.LSTM(8, 16, num_layers=2), nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.head(self.lstm(x)[0])
+
+
+def test_quantize_dynamic_lstm_compiles(tmp_path):
+    # batch 1: onnxruntime quantizes H per group of batch rows, a group per thread.
+    model, inputs = _made(Lstm, lambda g: (torch.randn(6, 1, 8, generator=g),), ["x"], ["y"])
+    onnx.save(model, tmp_path / "lstm.onnx")
+    quantize_dynamic(tmp_path / "lstm.onnx", tmp_path / "quantized.onnx", reduce_range=True)
+    quantized = onnx.load(tmp_path / "quantized.onnx")
+    ops = histogram(quantized)
+    assert ops[f"{MS}.DynamicQuantizeLSTM"] == 2 and ops["MatMulInteger"] == 1, ops
+    _check(quantized, inputs, tmp_path, "lstm_dynamic_quantized", atol=1e-5)
+
+
 NBITS_CASES = {   # name -> MatMulNBitsQuantizer's arguments
     "4bit": {"bits": 4, "op_types_to_quantize": ("MatMul", "Gather")},
     "4bit_accuracy_level_4": {"bits": 4, "accuracy_level": 4},
