@@ -1683,3 +1683,32 @@ _ort_case("DynamicQuantizeLSTM_bidirectional_u8", "DynamicQuantizeLSTM",
                  "ws": _scale(2, 20) * 3, "wz": np.full((2, 20), 64, np.uint8),
                  "rs": _scale(2) * 3, "rz": np.uint8([60, 70])},
           hidden_size=5, direction="bidirectional", atol=1e-5)
+# GroupQueryAttention: 4 query heads over 2 KV heads of 8; total_sequence_length constant.
+_GQA_OUT = [("y", np.float32, (2, 4, 32)), ("pk", np.float32, (2, 2, 4, 8)),
+            ("pv", np.float32, (2, 2, 4, 8))]
+_ort_case("GroupQueryAttention_first_prompt_packed", "GroupQueryAttention",
+          ["qkv", "", "", "", "", "sk", "t"],
+          {"qkv": f32(2, 4, 64), "sk": np.array([3, 3], np.int32)}, _GQA_OUT,
+          inits={"t": np.int32(4)}, num_heads=4, kv_num_heads=2, atol=1e-5)
+# onnxruntime's rotary needs heads of a multiple of 16
+_GQA_ANGLES = np.arange(16)[:, None] * f32(1, 8)
+_GQA_CACHES = {"cos": np.cos(_GQA_ANGLES).astype(np.float32),
+               "sin": np.sin(_GQA_ANGLES).astype(np.float32)}
+_ort_case("GroupQueryAttention_decode_rotary_window_softcap", "GroupQueryAttention",
+          ["q", "k", "v", "pk_in", "pv_in", "sk", "t", "cos", "sin"],
+          {"q": f32(2, 1, 64), "k": f32(2, 1, 32), "v": f32(2, 1, 32),
+           "pk_in": f32(2, 2, 6, 16), "pv_in": f32(2, 2, 6, 16),
+           "sk": np.array([4, 6], np.int32)},
+          [("y", np.float32, (2, 1, 64)), ("pk", np.float32, (2, 2, 7, 16)),
+           ("pv", np.float32, (2, 2, 7, 16))],
+          inits={"t": np.int32(7), **_GQA_CACHES},
+          num_heads=4, kv_num_heads=2, do_rotary=1, local_window_size=3, softcap=2.0,
+          scale=0.5, atol=1e-5)
+_ort_case("GroupQueryAttention_subsequent_prompt_interleaved", "GroupQueryAttention",
+          ["q", "k", "v", "pk_in", "pv_in", "sk", "t", "cos", "sin"],
+          {"q": f32(1, 3, 64), "k": f32(1, 3, 32), "v": f32(1, 3, 32),
+           "pk_in": f32(1, 2, 8, 16), "pv_in": f32(1, 2, 8, 16), "sk": np.array([7], np.int32)},
+          [("y", np.float32, (1, 3, 64)), ("pk", np.float32, (1, 2, 8, 16)),
+           ("pv", np.float32, (1, 2, 8, 16))],
+          inits={"t": np.int32(8), **_GQA_CACHES},
+          num_heads=4, kv_num_heads=2, do_rotary=1, rotary_interleaved=1, atol=1e-5)
