@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import importlib.util
 import re
 import sys
 import tempfile
@@ -104,9 +105,7 @@ class ToolResult(Result):
 def run_tool(entry: ToolModel, workdir: str | Path) -> ToolResult:
     """Build, apply the tool, compile and compare ``entry``; never raises."""
     result = ToolResult(entry.name, "missing")
-    try:
-        import torch  # noqa: F401  (torch_models needs it)
-    except ImportError:
+    if importlib.util.find_spec("torch") is None:     # torch_models needs it
         result.detail = "pip install torch"
         return result
     import onnx
