@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .real_models import Result, errors
+from .real_models import Result, compare, refused
 
 _QUANTIZE_OPTIONS = {"reduce_range": True}     # onnxruntime's AVX2 u8 x s8 kernel saturates
 
@@ -111,7 +111,6 @@ def run_tool(entry: ToolModel, workdir: str | Path) -> ToolResult:
     import onnx
 
     import xlac
-    from xlac.hlo import XlacError
 
     from . import torch_models
     folder = Path(workdir)
@@ -132,20 +131,9 @@ def run_tool(entry: ToolModel, workdir: str | Path) -> ToolResult:
         result.arena_bytes = compiled.arena_size
         got = xlac.load(compiled.output)(*feeds.values())
         expected = _onnxruntime(out, feeds)
-        result.status, result.max_abs_error, result.max_rel_error = "pass", 0.0, 0.0
-        for o, (e, g) in enumerate(zip(expected, got)):
-            a, r, ok = errors(e, g)
-            result.max_abs_error = max(result.max_abs_error, a)
-            result.max_rel_error = max(result.max_rel_error, r)
-            if not ok and result.status == "pass":
-                result.status = "mismatch"
-                result.detail = f"output {o}: max |err| {a:.3g}"
-    except XlacError as e:
-        message = str(e).splitlines()[0]
-        result.status = "unsupported" if message.startswith("unsupported ONNX ops:") else "error"
-        result.detail = message
-    except Exception as e:     # a bug in xlac: reported, not raised
-        result.status, result.detail = "crash", f"{type(e).__name__}: {e}"[:400]
+        compare(result, expected, got, [o.name for o in written.graph.output])
+    except Exception as e:
+        refused(result, e)
     return result
 
 
