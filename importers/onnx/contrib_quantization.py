@@ -8,10 +8,10 @@ optimizer's quantization pass runs as an 8-bit integer kernel), then
 
 ``MatMulNBitsQuantizer`` writes MatMulNBits (blocked 2-, 4- or 8-bit weights of a MatMul)
 and GatherBlockQuantized (of an embedding table). Their weights stay packed in the
-object: a u8 constant of packed values that the loop reading them unpacks with shifts
-and masks, dequantizes per block, ``f32(q - zero_point) * scale``, and multiplies, as a
-reduce over K rather than a dot, since the constant folder materializes what a dot
-kernel reads (in f32, eight times the packed 4-bit size).
+object: a u8 constant of packed values, unpacked with shifts and masks and dequantized
+per block, ``f32(q - zero_point) * scale``, by the loop that reads them (the gather's),
+or into the arena on each call for the dot kernel (the constant folder keeps weights
+that unpack to more than four times their bytes packed: 4-bit and 2-bit ones).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from math import ceil, prod
 
 import numpy as np
 
-from ...hlo import Opcode, dtypes
+from ...hlo import DotDimensionNumbers, Opcode, dtypes
 from .context import normalize_axis
 from .indexing import take, wrap_negative
 from .quantization import dynamic_quantized, integer_matmul, quant_param, scaled_product
@@ -168,14 +168,11 @@ def _zero_points(ctx, node, zp, n: int, blocks: int, bits: int):
 
 
 def _product_transposed(ctx, a, w):
-    """A (..., K) . W^T with W (N, K): a reduce over K of the products, so that W's
-    elements are computed in the loop that reads them."""
+    """A (..., K) . W^T with W (N, K), one 2-D dot over A's rows."""
     b = ctx.b
     rows, (n, k) = prod(a.shape.dims[:-1]), w.shape.dims
-    wide = (rows, n, k)
-    prods = b.op(Opcode.MULTIPLY, b.broadcast(b.reshape(a, (rows, k)), wide, (0, 2)),
-                 b.broadcast(w, wide, (1, 2)))
-    return b.reshape(ctx.reduce(prods, (2,), Opcode.ADD, 0), a.shape.dims[:-1] + (n,))
+    y = b.dot(b.reshape(a, (rows, k)), w, DotDimensionNumbers((), (1,), (), (1,)))
+    return b.reshape(y, a.shape.dims[:-1] + (n,))
 
 
 # -- GatherBlockQuantized --------------------------------------------------------------------
