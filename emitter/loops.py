@@ -153,7 +153,7 @@ def row_major_root_reshape(instr: Instruction) -> Instruction | None:
         return None
     root, src = body.root, body.root.operands[0].shape
     if not (root.shape.has_default_layout and src.has_default_layout
-            and instr.shape.has_default_layout) or src.rank == 0 or \
+            and instr.shape.has_default_layout) or src.rank == 0 or root.shape.rank == 0 or \
             src.dims[0] != root.shape.dims[0] or \
             src.dims[-1] < min(VECTOR_RUN, root.shape.dims[-1]):
         return None

@@ -10,7 +10,10 @@ materialized as a constant when
      small tables fold however they were computed; or
   2. it is an operand of a kernel that reads its operands from memory
      (``BackendPolicy.kernel_reads_operands``: a dot or convolution), so a
-     ConstantOfShape-style weight (a broadcast scalar) must be a real constant anyway; or
+     ConstantOfShape-style weight (a broadcast scalar) must be a real constant anyway,
+     unless it would take more than ``UNPACKED_RATIO`` times the bytes of a constant
+     of more than ``SMALL_BYTES`` it is computed from: weights stored packed (4-bit
+     MatMulNBits) stay packed, unpacked into the arena on each call; or
   3. it is no larger than the largest constant it is computed from: folding
      ``add(W, 1)`` or ``transpose(W)`` trades W for a value of the same size.
 
@@ -33,6 +36,8 @@ from .policy import BackendPolicy
 from .rewrite import apply_replacements
 
 SMALL_BYTES = 1024
+# int8 weights dequantized to f32 (4x) still fold; 4-bit ones (8x) do not.
+UNPACKED_RATIO = 4
 # Control flow is not evaluated at compile time: a loop may run for long.
 _NEVER_FOLDED = (Opcode.PARAMETER, Opcode.CONSTANT, Opcode.TUPLE, Opcode.GET_TUPLE_ELEMENT,
                  Opcode.WHILE, Opcode.CONDITIONAL)
@@ -68,9 +73,11 @@ def _fold_computation(comp: Computation, policy: BackendPolicy) -> bool:
     seen = set(candidates)
     while candidates:
         v = candidates.pop()
+        source = largest_source[v]
+        packed = source > SMALL_BYTES and v.shape.byte_size > UNPACKED_RATIO * source
         if (v.shape.byte_size <= SMALL_BYTES
-                or any(policy.kernel_reads_operands(u) for u in users[v])
-                or v.shape.byte_size <= largest_source[v]):
+                or (any(policy.kernel_reads_operands(u) for u in users[v]) and not packed)
+                or v.shape.byte_size <= source):
             chosen.append(v)
             continue
         for o in v.operands:

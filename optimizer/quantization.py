@@ -22,7 +22,8 @@ exact or onnxruntime's own arithmetic:
    q(clamp(a, y, b)) = clamp(q(a), q(y), q(b)). Likewise for a dot with constant
    weights per tensor or per output column (Gemm, MatMul).
 2. ``conv_s32(s32(x) - B(zx), W)``, x 8-bit, W a constant s32 expression whose values
-   fit 16 bits, zx a constant => ``conv(pad(x, zx), W') - B(zx * sum(W'))``: x is read
+   fit 16 bits, zx a constant (or, but for padded convolutions, a scalar computed at run
+   time: DynamicQuantizeLinear's) => ``conv(pad(x, zx), W') - B(zx * sum(W'))``: x is read
    in its own type and W' (s8 where the values fit) replaces W; padding with the zero
    point is padding with zero in x - zx, and sum_k (x_k - zx) W_k = sum_k x_k W_k -
    zx sum_k W_k. Likewise for dots (the sum over W's contracting dims).
@@ -76,7 +77,9 @@ class QuantizedArithmetic:
     name = "quantized-arithmetic"
 
     def run(self, module: Module) -> bool:
-        return _Rewriter(module).run()
+        # every computation: a recurrent network's products are in its loop's body
+        changed = [_Rewriter(module, comp).run() for comp in list(module.computations)]
+        return any(changed)
 
 
 # --- reading the importer's forms ------------------------------------------------------
@@ -247,15 +250,22 @@ def _scalar(p: Param | None, default=0.0):
 
 
 def _widened(v: Instruction):
-    """``s32(x) - B(zx)`` or ``s32(x)`` with x 8-bit and zx a constant scalar:
-    (x, zx), else None."""
+    """``s32(x) - B(zx)`` or ``s32(x)`` with x 8-bit and zx a constant scalar (an int) or
+    a scalar computed at run time (DynamicQuantizeLinear's, an s32 instruction):
+    (x, zx), else None. A reshape of either form is the form of a reshape of x (the zero
+    point is one scalar); x is then returned reshaped by the caller."""
     zx = 0
+    if v.opcode is Opcode.RESHAPE:
+        v = v.operands[0]
     if v.opcode is Opcode.SUBTRACT:
         v, z = v.operands
         p = _param(z)
-        if p is None or p.axis is not None:
+        if p is not None and p.axis is None:
+            zx = int(p.values)
+        elif z.opcode is Opcode.BROADCAST and z.operands[0].shape.rank == 0:
+            zx = z.operands[0]
+        else:
             return None
-        zx = int(p.values)
     if v.opcode is not Opcode.CONVERT or v.shape.dtype != dtypes.S32:
         return None
     x = v.operands[0]
@@ -267,9 +277,9 @@ def _widened(v: Instruction):
 # --- rewriting ---------------------------------------------------------------------------
 
 class _Rewriter:
-    def __init__(self, module: Module):
+    def __init__(self, module: Module, comp: Computation):
         self.module = module
-        self.comp: Computation = module.entry
+        self.comp = comp
         self.users = self.comp.users()
         self.replaced: dict[Instruction, Instruction] = {}
         self._reducers: dict[tuple[Opcode, dtypes.DType], Computation] = {}
@@ -438,13 +448,16 @@ class _Rewriter:
             return None
         x, zx = act
         md = c.metadata
+        dims = c.operands[act_k].shape.dims
+        if x.shape.dims != dims:
+            x = self.add(Opcode.RESHAPE, x, shape=Shape.array(x.shape.dtype, dims), metadata=md)
         attrs = dict(c.attrs)
         if c.opcode is Opcode.CONVOLUTION:
             win = attrs["window"]
             if attrs.get("batch_group_count", 1) != 1:
                 return None
             if zx and (any(win.pad_low) or any(win.pad_high)):
-                if any(d != 1 for d in win.lhs_dilation):
+                if any(d != 1 for d in win.lhs_dilation) or isinstance(zx, Instruction):
                     return None
                 dn = attrs["dimension_numbers"]
                 low, high = [0] * x.shape.rank, [0] * x.shape.rank
@@ -480,6 +493,12 @@ class _Rewriter:
             start = nb + (lhs_free if w_k == 1 else 0)
             out_dims = tuple(range(nb)) + tuple(start + i for i in range(len(free)))
         summed = wv.sum(axis=tuple(d for d in range(wv.ndim) if d not in kept))
+        if isinstance(zx, Instruction):
+            sums = self.add(Opcode.BROADCAST, self.constant(summed, dtypes.S32, md),
+                            shape=acc.shape, dimensions=out_dims, metadata=md)
+            zxs = self.add(Opcode.BROADCAST, zx, shape=acc.shape, dimensions=(), metadata=md)
+            corr = self.add(Opcode.MULTIPLY, zxs, sums, metadata=md)
+            return self.add(Opcode.SUBTRACT, acc, corr, metadata=md)
         corr = self.constant(-zx * summed, dtypes.S32, md)
         corr = self.add(Opcode.BROADCAST, corr, shape=acc.shape, dimensions=out_dims,
                         metadata=md)

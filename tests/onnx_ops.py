@@ -1603,3 +1603,112 @@ _ort_case("MultiHeadAttention_past_causal_raw_mask_bias", "MultiHeadAttention",
           [("y", np.float32, (2, 3, 16)), ("pres_k", np.float32, (2, 4, 5, 4)),
            ("pres_v", np.float32, (2, 4, 5, 4))], num_heads=4, unidirectional=1, scale=0.4,
           **_ATT_TOL)
+
+
+# -- onnxruntime's quantized contrib ops, as its quantizers and session optimizer write them
+# Integer products are exact; the float outputs differ by the order of f32 sums.
+_ort_case("MatMulIntegerToFloat_per_column", "MatMulIntegerToFloat",
+          ["a", "b", "as", "bs", "az", "bz", "bias"], {"a": q8(2, 3, 8, dtype=np.uint8)},
+          [("y", np.float32, (2, 3, 5))],
+          inits={"b": q7(8, 5), "as": _scale(), "bs": _scale(5), "az": np.uint8(131),
+                 "bz": np.array([0, 2, -3, 1, 0], np.int8), "bias": f32(5)}, atol=1e-5)
+_ort_case("MatMulIntegerToFloat_u8_weights", "MatMulIntegerToFloat", ["a", "b", "as", "bs"],
+          {"a": q8(4, 8, dtype=np.uint8)}, [("y", np.float32, (4, 3))],
+          inits={"b": q8(8, 3, dtype=np.uint8), "as": _scale(), "bs": _scale()}, atol=1e-5)
+_ort_case("DynamicQuantizeMatMul", "DynamicQuantizeMatMul", ["a", "b", "bs", "bz", "bias"],
+          {"a": f32(2, 3, 8) * 2}, [("y", np.float32, (2, 3, 5))],
+          inits={"b": q7(8, 5), "bs": _scale(5), "bz": np.int8(2), "bias": f32(5)}, atol=1e-5)
+
+
+def _packed(q, bits):
+    """onnxruntime's packing of ``bits``-bit values along the last axis, lowest first."""
+    per = 8 // bits
+    q = np.concatenate([q, np.zeros(q.shape[:-1] + (-q.shape[-1] % per,), q.dtype)], -1)
+    q = q.reshape(q.shape[:-1] + (-1, per)).astype(np.uint8)
+    return np.bitwise_or.reduce(q << (bits * np.arange(per, dtype=np.uint8)), -1)
+
+
+def _nbits(n, k, bits, block, zero_points="packed"):
+    """MatMulNBits' B, scales and zero points (packed, float, or none) for N x K."""
+    blocks = -(-k // block)
+    q = _RNG.integers(0, 1 << bits, (n, blocks * block))
+    inits = {"b": _packed(q, bits).reshape(n, blocks, block * bits // 8),
+             "s": _scale(n * blocks)}
+    if zero_points == "packed":
+        inits["z"] = _packed(_RNG.integers(0, 1 << bits, (n, blocks)), bits).reshape(-1)
+    elif zero_points == "float":
+        inits["z"] = _RNG.uniform(0, (1 << bits) - 1, n * blocks).astype(np.float32)
+    return inits
+
+
+for _name, _bits, _k, _zp, _ins, _extra in [
+        ("4bit", 4, 64, "packed", ["a", "b", "s", "z"], {}),
+        ("4bit_symmetric_bias_partial_block", 4, 40, None, ["a", "b", "s", "", "", "bias"],
+         {"bias": f32(6)}),
+        ("4bit_float_zero_points", 4, 32, "float", ["a", "b", "s", "z"], {}),
+        ("8bit", 8, 48, "packed", ["a", "b", "s", "z"], {}),
+        ("2bit", 2, 32, "packed", ["a", "b", "s", "z"], {})]:
+    _ort_case(f"MatMulNBits_{_name}", "MatMulNBits", _ins, {"a": f32(2, 3, _k)},
+              [("y", np.float32, (2, 3, 6))], inits={**_nbits(6, _k, _bits, 16, _zp), **_extra},
+              K=_k, N=6, bits=_bits, block_size=16, atol=1e-5, rtol=1e-5)
+_GBQ = _RNG.integers(-8, 8, (10, 32))
+_GBQ_IDX = np.array([[3, -1], [0, 9]], np.int64)
+_ort_case("GatherBlockQuantized_uint4_zero_points", "GatherBlockQuantized",
+          ["d", "i", "s", "z"], {"i": _GBQ_IDX}, [("y", np.float32, (2, 2, 32))],
+          inits={"d": (_GBQ + 8).astype(ml_dtypes.uint4), "s": _scale(10, 2),
+                 "z": _RNG.integers(0, 16, (10, 2)).astype(ml_dtypes.uint4)}, block_size=16)
+_ort_case("GatherBlockQuantized_int4_axis1", "GatherBlockQuantized", ["d", "i", "s"],
+          {"i": np.array([1, 7, 7], np.int32)}, [("y", np.float32, (3, 10))],
+          inits={"d": _GBQ.T.astype(ml_dtypes.int4), "s": _scale(2, 10)}, block_size=16,
+          gather_axis=1, quantize_axis=0)
+_ort_case("GatherBlockQuantized_u8_packed", "GatherBlockQuantized", ["d", "i", "s", "z"],
+          {"i": _GBQ_IDX}, [("y", np.float32, (2, 2, 32))],
+          inits={"d": _packed(_GBQ + 8, 4), "s": _scale(10, 2),
+                 "z": _packed(_RNG.integers(0, 16, (10, 2)), 4)}, block_size=16, bits=4)
+# DynamicQuantizeLSTM: batch 1, since onnxruntime quantizes H per group of batch rows, a
+# group per thread (its batch_parallel_), so that larger batches depend on the machine.
+_DQ_LSTM = {"x": f32(4, 1, 6) * 2}
+_ort_case("DynamicQuantizeLSTM", "DynamicQuantizeLSTM",
+          ["x", "w", "r", "b", "", "", "", "", "ws", "wz", "rs", "rz"], _DQ_LSTM,
+          [("y", np.float32, (4, 1, 1, 5)), ("yh", np.float32, (1, 1, 5)),
+           ("yc", np.float32, (1, 1, 5))],
+          inits={"w": q7(1, 6, 20), "r": q7(1, 5, 20), "b": f32(1, 40), "ws": _scale(1) * 3,
+                 "wz": np.int8([2]), "rs": _scale(1, 20) * 3, "rz": np.zeros((1, 20), np.int8)},
+          hidden_size=5, atol=1e-5)
+_ort_case("DynamicQuantizeLSTM_bidirectional_u8", "DynamicQuantizeLSTM",
+          ["x", "w", "r", "", "", "h0", "c0", "", "ws", "wz", "rs", "rz"],
+          {**_DQ_LSTM, "h0": f32(2, 1, 5), "c0": f32(2, 1, 5)},
+          [("y", np.float32, (4, 2, 1, 5))],
+          inits={"w": q8(2, 6, 20, dtype=np.uint8) // 2, "r": q8(2, 5, 20, dtype=np.uint8) // 2,
+                 "ws": _scale(2, 20) * 3, "wz": np.full((2, 20), 64, np.uint8),
+                 "rs": _scale(2) * 3, "rz": np.uint8([60, 70])},
+          hidden_size=5, direction="bidirectional", atol=1e-5)
+# GroupQueryAttention: 4 query heads over 2 KV heads of 8; total_sequence_length constant.
+_GQA_OUT = [("y", np.float32, (2, 4, 32)), ("pk", np.float32, (2, 2, 4, 8)),
+            ("pv", np.float32, (2, 2, 4, 8))]
+_ort_case("GroupQueryAttention_first_prompt_packed", "GroupQueryAttention",
+          ["qkv", "", "", "", "", "sk", "t"],
+          {"qkv": f32(2, 4, 64), "sk": np.array([3, 3], np.int32)}, _GQA_OUT,
+          inits={"t": np.int32(4)}, num_heads=4, kv_num_heads=2, atol=1e-5)
+# onnxruntime's rotary needs heads of a multiple of 16
+_GQA_ANGLES = np.arange(16)[:, None] * f32(1, 8)
+_GQA_CACHES = {"cos": np.cos(_GQA_ANGLES).astype(np.float32),
+               "sin": np.sin(_GQA_ANGLES).astype(np.float32)}
+_ort_case("GroupQueryAttention_decode_rotary_window_softcap", "GroupQueryAttention",
+          ["q", "k", "v", "pk_in", "pv_in", "sk", "t", "cos", "sin"],
+          {"q": f32(2, 1, 64), "k": f32(2, 1, 32), "v": f32(2, 1, 32),
+           "pk_in": f32(2, 2, 6, 16), "pv_in": f32(2, 2, 6, 16),
+           "sk": np.array([4, 6], np.int32)},
+          [("y", np.float32, (2, 1, 64)), ("pk", np.float32, (2, 2, 7, 16)),
+           ("pv", np.float32, (2, 2, 7, 16))],
+          inits={"t": np.int32(7), **_GQA_CACHES},
+          num_heads=4, kv_num_heads=2, do_rotary=1, local_window_size=3, softcap=2.0,
+          scale=0.5, atol=1e-5)
+_ort_case("GroupQueryAttention_subsequent_prompt_interleaved", "GroupQueryAttention",
+          ["q", "k", "v", "pk_in", "pv_in", "sk", "t", "cos", "sin"],
+          {"q": f32(1, 3, 64), "k": f32(1, 3, 32), "v": f32(1, 3, 32),
+           "pk_in": f32(1, 2, 8, 16), "pv_in": f32(1, 2, 8, 16), "sk": np.array([7], np.int32)},
+          [("y", np.float32, (1, 3, 64)), ("pk", np.float32, (1, 2, 8, 16)),
+           ("pv", np.float32, (1, 2, 8, 16))],
+          inits={"t": np.int32(8), **_GQA_CACHES},
+          num_heads=4, kv_num_heads=2, do_rotary=1, rotary_interleaved=1, atol=1e-5)

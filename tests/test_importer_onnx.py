@@ -680,6 +680,30 @@ def _ms_node(op, ins, outs=("y",), **attrs):
      r"bias f32\[1,3,4\].* does not broadcast to data .* inside the dims before axis 2"),
     ("SkipSimplifiedLayerNormalization", ["x", "s", "g"], {"x": _F, "s": _F},
      {"g": np.ones(8, np.float32)}, ["y", "mean"], {}, r"output 1 \('mean'\) is not supported"),
+    ("GroupQueryAttention", ["q", "k", "v", "", "", "s", "t"] + [""] * 3 + ["ab"],
+     {"q": _F, "k": _F, "v": _F, "s": np.ones(2, np.int32), "ab": np.zeros((2, 2, 4, 4),
+                                                                           np.float32)},
+     {"t": np.int32(4)}, ["y"], {"num_heads": 2, "kv_num_heads": 2},
+     "position_ids, attention_bias and head_sink are not supported"),
+    ("GroupQueryAttention", ["q", "k", "v", "", "", "s", "t"],
+     {"q": _F, "k": _F, "v": _F, "s": np.ones(2, np.int32)}, {"t": np.int32(4)}, ["y"],
+     {"num_heads": 2, "kv_num_heads": 2, "smooth_softmax": 1},
+     "smooth_softmax=1 is not supported"),
+    ("MatMulNBits", ["a", "b", "s", "", "g"], {"a": np.zeros((2, 32), np.float32)},
+     {"b": np.zeros((4, 2, 8), np.uint8), "s": np.ones(8, np.float32),
+      "g": np.arange(32, dtype=np.int32) % 2}, ["y"],
+     {"K": 32, "N": 4, "bits": 4, "block_size": 16},
+     "g_idx other than k // block_size is not supported"),
+    ("MatMulNBits", ["a", "b", "s"], {"a": np.zeros((2, 32), np.float32)},
+     {"b": np.zeros((4, 2, 24), np.uint8), "s": np.ones(8, np.float32)}, ["y"],
+     {"K": 32, "N": 4, "bits": 3, "block_size": 64},
+     "unsupported bits=3, block_size=64 or accuracy_level=0"),
+    ("DynamicQuantizeLSTM", ["x", "w", "r", "", "", "", "", "", "ws", "wz", "rs"],
+     {"x": np.zeros((3, 1, 4), np.float32)},
+     {"w": np.zeros((1, 4, 8), np.int8), "r": np.zeros((1, 2, 8), np.int8),
+      "ws": np.ones(1, np.float32), "wz": np.arange(8, dtype=np.int8).reshape(1, 8),
+      "rs": np.ones(1, np.float32)}, ["y"], {"hidden_size": 2},
+     "weight zero points that differ along the gates are not supported"),
 ])
 def test_contrib_op_refuses(op, ins, inputs, inits, outs, attrs, message):
     model = make_model([_ms_node(op, ins, outs, **attrs)], inputs,
@@ -696,3 +720,14 @@ def test_simplified_layer_normalization_passes_the_checker():
     with pytest.raises(onnx.checker.ValidationError, match="No Op registered"):
         onnx.checker.check_model(model)
     assert import_onnx(model).signature.outputs[0].dims == (2, 4, 8)
+
+
+def test_group_query_attention_needs_total_sequence_length_at_compile_time():
+    # it sizes present_key and present_value and tells a first prompt from decoding
+    model = make_model([_ms_node("GroupQueryAttention", ["q", "k", "v", "", "", "s", "t"],
+                                 num_heads=2, kv_num_heads=2)],
+                       {"q": _F, "k": _F, "v": _F, "s": np.ones(2, np.int32), "t": np.int32(4)},
+                       outputs=[("y", np.float32, ())], opset=_MS)
+    with pytest.raises(ConstantInputNeeded, match="'t' \\(total_sequence_length\\) must be "
+                                                  "known at compile time"):
+        import_onnx(model)

@@ -174,6 +174,38 @@ def test_folds_large_elementwise_work_on_a_large_constant():
     np.testing.assert_array_equal(m.entry.root.operands[1].literal, w)
 
 
+def _literal(w: np.ndarray) -> str:
+    return "{" + ", ".join("{" + ", ".join(f"{v:g}" for v in row) + "}" for row in w) + "}"
+
+
+def _dot_of_weights_from(source: str, dims: str, expand: str) -> str:
+    """A dot whose weights (f32[64,64]) are ``expand`` of a u8 or s8 constant."""
+    w = np.arange(64 * 64).reshape(64, 64) % 100
+    w = w[:, :32] if dims == "64,32" else w
+    return f"""ENTRY %main (x: f32[2,64]) -> f32[2,64] {{
+  %x = f32[2,64] parameter(0)
+  %p = {source}[{dims}] constant({_literal(w)})
+  %c = f32[{dims}] convert(%p)
+  {expand}
+  ROOT %r = f32[2,64] dot(%x, %w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{1}}
+}}
+"""
+
+
+def test_does_not_fold_weights_unpacked_to_more_than_four_times_their_bytes():
+    # 4-bit weights packed two a byte (MatMulNBits) become f32 in the arena, per call.
+    changed, _ = fold(_dot_of_weights_from(
+        "u8", "64,32", "%w = f32[64,64] concatenate(%c, %c), dimensions={1}"))
+    assert not changed
+
+
+def test_folds_int8_weights_dequantized_for_a_dot():
+    # four times the bytes: folded, as dequantized int8 weights always were
+    changed, m = fold(_dot_of_weights_from(
+        "s8", "64,64", "%w = f32[64,64] multiply(%c, %c)"))
+    assert changed and m.entry.root.operands[1].opcode.name == "CONSTANT"
+
+
 DEPENDS_ON_X = """ENTRY %main (x: f32[3]) -> f32[3] {
   %x = f32[3] parameter(0)
   %ones = f32[3] constant({1, 1, 1})

@@ -239,6 +239,28 @@ def test_integer_dot_subtracts_the_zero_point_times_the_weight_sums():
     np.testing.assert_array_equal(evaluate(before, args)[0], evaluate(after, args)[0])
 
 
+def test_integer_dot_takes_a_run_time_zero_point_through_a_reshape():
+    # DynamicQuantizeLinear's zero point is computed; matmul_of flattens A's rows first.
+    x, w = (2, 3, 5), (5, 2)
+    s = {k: shape("s32", d) for k, d in (("x", x), ("r", (6, 5)), ("w", w), ("y", (6, 2)))}
+    text = module(f"x: {shape('u8', x)}, z: u8[]{{}}", s["y"], f"""
+      %x = {shape('u8', x)} parameter(0)
+      %z = u8[]{{}} parameter(1)
+      %x32 = {s['x']} convert({shape('u8', x)} %x)
+      %zx = s32[]{{}} convert(u8[]{{}} %z)
+      %zxb = {s['x']} broadcast(s32[]{{}} %zx), dimensions={{}}
+      %xc = {s['x']} subtract({s['x']} %x32, {s['x']} %zxb)
+      %rows = {s['r']} reshape({s['x']} %xc)
+      %w = {s['w']} constant({lit(integers(w), dtypes.S32)})
+      ROOT %dot = {s['y']} dot({s['r']} %rows, {s['w']} %w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}""")
+    before, after, changed = rewrite(text)
+    assert changed
+    assert "dot(u8[6,5]{1,0} %reshape" in print_module(after)
+    for z in (0, 77, 255):
+        args = [integers(x, np.uint8), np.uint8(z)]
+        np.testing.assert_array_equal(evaluate(before, args)[0], evaluate(after, args)[0])
+
+
 def test_does_not_narrow_weights_known_only_at_run_time():
     x = (3, 5)
     s = shape("s32", x)

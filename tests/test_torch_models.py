@@ -19,6 +19,8 @@ import xlac
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
+from xlac.conformance.torch_models import (Encoder, EncoderLayer, SmallCNN,  # noqa: E402
+                                           padded_tokens)
 # torch warns that the TorchScript exporter is deprecated, on every export.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -33,66 +35,6 @@ class MLP(nn.Module):
         h = nn.functional.gelu(self.fc1(x))          # erf GELU
         h = self.norm(torch.tanh(self.fc2(h)) + h)
         return torch.log_softmax(self.fc3(h), dim=-1)
-
-
-class SmallCNN(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
-                                  nn.MaxPool2d(2))
-        self.depthwise = nn.Conv2d(16, 16, 3, padding=1, groups=16)
-        self.pointwise = nn.Conv2d(16, 32, 1)
-        self.bn = nn.BatchNorm2d(32)
-        self.project = nn.Conv2d(16, 32, 1, stride=1, bias=False)
-        self.head = nn.Linear(32, 10)
-
-    def forward(self, x):
-        h = self.stem(x)
-        h = nn.functional.relu(self.bn(self.pointwise(self.depthwise(h))) + self.project(h))
-        h = nn.functional.adaptive_avg_pool2d(nn.functional.avg_pool2d(h, 2), 1).flatten(1)
-        return self.head(h)
-
-
-class Encoder(nn.Module):
-    """A BERT-style encoder: token and position embeddings, 2 post-norm layers of
-    multi-head attention (4 heads, a padding mask as an additive bias, Softmax) and an
-    erf-GELU feed-forward block. LayerNormalization from opset 17 on; at opset 20 the
-    GELU becomes ONNX's Gelu op."""
-
-    def __init__(self, vocab=100, hidden=64, heads=4, ffn=128, seq=16, layers=2):
-        super().__init__()
-        self.tok, self.pos = nn.Embedding(vocab, hidden), nn.Embedding(seq, hidden)
-        self.norm = nn.LayerNorm(hidden)
-        self.layers = nn.ModuleList(EncoderLayer(hidden, heads, ffn) for _ in range(layers))
-
-    def forward(self, ids, mask):
-        x = self.norm(self.tok(ids) + self.pos.weight[: ids.shape[1]])
-        bias = (1.0 - mask[:, None, None, :].float()) * -10000.0
-        for layer in self.layers:
-            x = layer(x, bias)
-        return x
-
-
-class EncoderLayer(nn.Module):
-    def __init__(self, hidden, heads, ffn):
-        super().__init__()
-        self.q, self.k, self.v = (nn.Linear(hidden, hidden) for _ in range(3))
-        self.out, self.ff1, self.ff2 = nn.Linear(hidden, hidden), nn.Linear(hidden, ffn), \
-            nn.Linear(ffn, hidden)
-        self.norm1, self.norm2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
-        self.heads = heads
-
-    def split(self, x):
-        b, s, h = x.shape
-        return x.view(b, s, self.heads, h // self.heads).transpose(1, 2)
-
-    def forward(self, x, bias):
-        b, s, h = x.shape
-        q, k, v = self.split(self.q(x)), self.split(self.k(x)), self.split(self.v(x))
-        scores = q @ k.transpose(-1, -2) / (h // self.heads) ** 0.5 + bias
-        context = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, h)
-        x = self.norm1(x + self.out(context))
-        return self.norm2(x + self.ff2(nn.functional.gelu(self.ff1(x))))
 
 
 class SdpaEncoderLayer(EncoderLayer):
@@ -120,16 +62,8 @@ def _randomize_batch_norms(model: nn.Module, gen: torch.Generator) -> None:
             m.weight.data.copy_(1 + 0.1 * torch.randn(m.num_features, generator=gen))
 
 
-def _padded_tokens(gen: torch.Generator):
-    """Token ids and a padding mask: the second sequence is 10 tokens long."""
-    ids = torch.randint(0, 100, (2, 16), generator=gen)
-    mask = torch.ones(2, 16, dtype=torch.int64)
-    mask[1, 10:] = 0
-    return ids, mask
-
-
 def _hidden_and_mask(gen: torch.Generator):
-    return torch.randn(2, 16, 64, generator=gen), _padded_tokens(gen)[1]
+    return torch.randn(2, 16, 64, generator=gen), padded_tokens(gen)[1]
 
 
 @dataclass(frozen=True)
@@ -145,10 +79,10 @@ class Export:
 CASES = {
     "mlp": Export(MLP, lambda g: (torch.randn(4, 32, generator=g),)),
     "small_cnn": Export(SmallCNN, lambda g: (torch.randn(2, 3, 32, 32, generator=g),)),
-    "bert_opset17": Export(Encoder, _padded_tokens, opset=17, check_arena=True),
-    "bert_opset17_dynamo": Export(Encoder, _padded_tokens, opset=17, dynamo=True,
+    "bert_opset17": Export(Encoder, padded_tokens, opset=17, check_arena=True),
+    "bert_opset17_dynamo": Export(Encoder, padded_tokens, opset=17, dynamo=True,
                                   check_arena=True),
-    "bert_opset20_dynamo": Export(Encoder, _padded_tokens, opset=20, dynamo=True,
+    "bert_opset20_dynamo": Export(Encoder, padded_tokens, opset=20, dynamo=True,
                                   check_arena=True),
     "sdpa_attention_opset23_dynamo": Export(SdpaEncoderLayer, _hidden_and_mask, opset=23,
                                             dynamo=True, check_arena=True),

@@ -5,6 +5,7 @@
     python -m xlac.conformance --suite node -k resize -v    # one line per case
     python -m xlac.conformance --report docs/onnx-support.md
     python -m xlac.conformance.real_models           # the real-model corpus alone
+    python -m xlac.conformance.tool_models           # models from onnxruntime's tools
 
 Developer tooling beside the compiler, not part of it; imports point one way:
 
@@ -12,4 +13,5 @@ Developer tooling beside the compiler, not part of it; imports point one way:
       support_report.py  docs/onnx-support.md from the results
         cases.py           the onnx package's backend test cases through xlac.backend
       real_models.py     real models from PyPI packages against onnxruntime
+      tool_models.py     onnxruntime's tools on small models of torch_models.py
 """

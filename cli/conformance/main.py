@@ -8,7 +8,7 @@ import os
 import time
 from dataclasses import asdict
 
-from . import real_models
+from . import real_models, tool_models
 from .cases import SUITES, collect, prune_failures, run, summarize
 from .support_report import write_report
 
@@ -44,8 +44,10 @@ def main(argv=None) -> int:
     if args.report:
         real = []
         if args.pattern is None and not args.suite:
-            # The whole run: the real-model corpus too (python -m xlac.conformance.real_models).
-            real = real_models.report_section(real_models.run())
+            # The whole run: the real-model corpus and the tools' models too
+            # (python -m xlac.conformance.real_models, .tool_models).
+            real = [*real_models.report_section(real_models.run()), "",
+                    *tool_models.report_section(tool_models.run())]
         write_report(args.report, results, args.suite or SUITES, args.pattern, real)
         print(f"{args.report} written")
     for path in args.prune_failures:

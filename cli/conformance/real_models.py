@@ -195,8 +195,6 @@ def run_model(entry: RealModel, workdir: str | Path) -> Result:
     import onnx
 
     import xlac
-    from xlac.hlo import XlacError
-    from xlac.importers.onnx import OutOfScope
     result = Result(entry.name, "missing")
     if not entry.installed():
         result.detail = f"pip install {entry.package}"
@@ -217,24 +215,38 @@ def run_model(entry: RealModel, workdir: str | Path) -> Result:
         loaded = xlac.load(out)
         got = loaded(*(inputs[t.name] for t in loaded.inputs))
         expected = onnxruntime_outputs(path, {**inputs, **entry.const_inputs})
-        result.status = "pass"
-        worst_abs = worst_rel = 0.0
-        for o, (e, g) in enumerate(zip(expected, got)):
-            a, r, ok = errors(e, g)
-            worst_abs, worst_rel = max(worst_abs, a), max(worst_rel, r)
-            if not ok and result.status == "pass":
-                result.status = "mismatch"
-                result.detail = f"output {o} ({model.graph.output[o].name}): max |err| {a:.3g}"
-        result.max_abs_error, result.max_rel_error = worst_abs, worst_rel
-    except OutOfScope as e:       # a subclass of XlacError: what xlac leaves out by design
-        result.status, result.detail = "out of scope", str(e).splitlines()[0]
-    except XlacError as e:
-        message = str(e).splitlines()[0]
+        compare(result, expected, got, [o.name for o in model.graph.output])
+    except Exception as e:
+        refused(result, e)
+    return result
+
+
+def compare(result: Result, expected, got, names) -> None:
+    """``result``'s status (pass or mismatch) and largest errors from the outputs."""
+    result.status = "pass"
+    worst_abs = worst_rel = 0.0
+    for o, (e, g) in enumerate(zip(expected, got)):
+        a, r, ok = errors(e, g)
+        worst_abs, worst_rel = max(worst_abs, a), max(worst_rel, r)
+        if not ok and result.status == "pass":
+            result.status = "mismatch"
+            result.detail = f"output {o} ({names[o]}): max |err| {a:.3g}"
+    result.max_abs_error, result.max_rel_error = worst_abs, worst_rel
+
+
+def refused(result: Result, error: Exception) -> None:
+    """``result``'s status from what xlac raised: out of scope, unsupported or error
+    (its one-line message), or crash (any other exception: a bug in xlac)."""
+    from xlac.hlo import XlacError
+    from xlac.importers.onnx import OutOfScope
+    if isinstance(error, OutOfScope):   # a subclass of XlacError: left out by design
+        result.status, result.detail = "out of scope", str(error).splitlines()[0]
+    elif isinstance(error, XlacError):
+        message = str(error).splitlines()[0]
         result.status = "unsupported" if message.startswith("unsupported ONNX ops:") else "error"
         result.detail = message
-    except Exception as e:     # a bug in xlac: reported, not raised
-        result.status, result.detail = "crash", f"{type(e).__name__}: {e}"[:400]
-    return result
+    else:
+        result.status, result.detail = "crash", f"{type(error).__name__}: {error}"[:400]
 
 
 def run(pattern: str | None = None, ci_only: bool = False) -> list[Result]:

@@ -4,8 +4,8 @@ absent_inputs=None) -> Module``; ``read_model`` reads a path, bytes or ModelProt
 One module per op family registers its handlers in ``registry`` on import.
 """
 # imported to register their handlers
-from . import (activations, cast, contrib_attention, control, conv,  # noqa: F401
-               elementwise, image, indexing, linalg, loss, math, ml, ml_models, nn,
+from . import (activations, cast, contrib_attention, contrib_quantization,  # noqa: F401
+               control, conv, elementwise, image, indexing, linalg, loss, math, ml, ml_models, nn,
                normalization, quantization, reduce, rnn, sequence, signal, sort, tensor, text,
                transformer)
 from .context import ConstantInputNeeded, InputShapeNeeded

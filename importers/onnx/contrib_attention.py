@@ -1,5 +1,5 @@
-"""onnxruntime's contrib attention ops (com.microsoft): Attention, MultiHeadAttention and
-RotaryEmbedding, as its CPU kernels compute them.
+"""onnxruntime's contrib attention ops (com.microsoft): Attention, MultiHeadAttention,
+GroupQueryAttention and RotaryEmbedding, as its CPU kernels compute them.
 
 Both attend per head, softmax(Q . K^T * scale + bias) . V, with Q and K^T as the dots read
 them (no transposed copy) and the softmax divided after the second dot (transformer.py's
@@ -14,10 +14,13 @@ its masked scores, as onnxruntime's does. The key padding mask (``mask_index``) 
     (B, S, T)  raw, per query
 
 with T the keys, past ones included. Past keys and values come before the new ones.
+GroupQueryAttention masks by leaving keys out (-inf), as its kernel's softmax does.
 """
 from __future__ import annotations
 
 from math import sqrt
+
+import numpy as np
 
 from ...hlo import DotDimensionNumbers, Opcode, Shape, dtypes
 from .math import matmul_of
@@ -232,3 +235,132 @@ def multi_head_attention(ctx, node):
                         past_len, q.shape.dtype)
     scale = ctx.attr(node, "scale", 0.0) or 1 / sqrt(q.shape.dims[2] // heads)
     return [_attend(ctx, node, _heads(ctx, q, heads), k, v, bias, scale), k, v]
+
+
+@register("GroupQueryAttention", since=1, domain=MS)
+def group_query_attention(ctx, node):
+    # onnxruntime's CPU kernel. query (B, S, N h) with key and value (B, S, Nkv h), or all
+    # three packed in query (B, S, (N + 2 Nkv) h); past_key/past_value (B, Nkv, P, h);
+    # seqlens_k (B) each sequence's keys less one; total_sequence_length a compile-time
+    # scalar: S == total is a first prompt (no past keys), else each sequence has
+    # seqlens_k + 1 - S past keys, its new ones follow them in present (B, Nkv,
+    # max(total, P), h), zeros beyond. Query s sees keys up to its own, the last
+    # local_window_size of them where that is > 0; scores are scaled, then softcapped
+    # (softcap * tanh(x / softcap)). do_rotary rotates the new queries and keys at their
+    # positions. Padded first prompts (seqlens_k + 1 < S) are left as onnxruntime leaves
+    # them, undefined.
+    b = ctx.b
+    q, k, v, past_k, past_v, seqlens, _, cos, sin = (ctx.input(node, i) for i in range(9))
+    heads, kv_heads = ctx.attr(node, "num_heads"), ctx.attr(node, "kv_num_heads")
+    _refuse(ctx, node, "smooth_softmax", 1)
+    _refuse(ctx, node, "qk_output", "non-zero")
+    if any(node.input[9:]):
+        raise ctx.error(node, "position_ids, attention_bias and head_sink are not supported")
+    if heads <= 0 or kv_heads <= 0 or heads % kv_heads:
+        raise ctx.error(node, f"num_heads={heads} must be a multiple of kv_num_heads={kv_heads}")
+    total = int(ctx.const_input(node, 6, "total_sequence_length").reshape(-1)[0])
+    if k is None:
+        q, k, v = _unpacked_qkv(ctx, node, q, heads, kv_heads)
+    batch, seq, width = q.shape.dims
+    h = width // heads
+    if width % heads or any(t is None or t.shape.dims != (batch, seq, kv_heads * h)
+                            for t in (k, v)):
+        raise ctx.error(node, f"query {q.shape} must be (B, S, {heads} h) and key and value "
+                              f"(B, S, {kv_heads} h)")
+    if (past_k is None) != (past_v is None) or seqlens is None or \
+            seqlens.shape.dims != (batch,):
+        raise ctx.error(node, f"needs seqlens_k ({batch}) and past_key with past_value or "
+                              f"neither")
+    if seq not in (1, total) and batch != 1:
+        raise ctx.error(node, "a prompt after past keys (1 < S != total_sequence_length) "
+                              "needs batch 1")
+    first = seq == total
+    past_len = ctx.full(0, dtypes.S64, (batch,)) if first else \
+        b.op(Opcode.ADD, b.convert(seqlens, dtypes.S64), ctx.full(1 - seq, dtypes.S64, (batch,)))
+    qh, kh, vh = _heads(ctx, q, heads), _heads(ctx, k, kv_heads), _heads(ctx, v, kv_heads)
+    interleaved = ctx.attr(node, "rotary_interleaved", 0)
+    if ctx.attr(node, "do_rotary", 0):
+        if cos is None or sin is None or cos.shape.rank != 2:
+            raise ctx.error(node, "do_rotary needs 2-D cos_cache and sin_cache")
+        shape = Shape.array(dtypes.S64, (batch, seq))
+        pos = b.op(Opcode.ADD, b.iota(shape, 1), b.broadcast(past_len, shape.dims, (0,)))
+        rd = 2 * cos.shape.dims[1]
+        qh = rotary_of(ctx, node, qh, cos, sin, pos, interleaved, rd, heads)
+        kh = rotary_of(ctx, node, kh, cos, sin, pos, interleaved, rd, kv_heads)
+    present_len = max(total, past_k.shape.dims[2] if past_k is not None else 0)
+    pk = _present(ctx, node, kh, past_k, past_len, present_len)
+    pv = _present(ctx, node, vh, past_v, past_len, present_len)
+    scores = _grouped_scores(ctx, node, qh, pk, past_len, ctx.attr(node, "scale", 0.0) or
+                             1 / sqrt(h))
+    e, denominator = _softmax_parts(ctx, scores, guarded=False)
+    y = b.dot(e, pv, DotDimensionNumbers((0, 1), (3,), (0, 1), (2,)))     # (B, Nkv, G S, h)
+    y = b.op(Opcode.DIVIDE, y, b.broadcast(denominator, y.shape.dims, (0, 1, 2)))
+    y = b.reshape(y, (batch, kv_heads, heads // kv_heads, seq, h))
+    return [b.reshape(b.transpose(y, (0, 3, 1, 2, 4)), (batch, seq, heads * h)), pk, pv]
+
+
+def _unpacked_qkv(ctx, node, qkv, heads, kv_heads):
+    """Q, K, V of a packed (B, S, (N + 2 Nkv) h)."""
+    batch, seq, width = qkv.shape.dims
+    if width % (heads + 2 * kv_heads):
+        raise ctx.error(node, f"packed query {qkv.shape} is not (B, S, ({heads} + 2 x "
+                              f"{kv_heads}) h)")
+    h = width // (heads + 2 * kv_heads)
+    ends = (0, heads * h, (heads + kv_heads) * h, width)
+    return [ctx.b.slice(qkv, (0, 0, lo), (batch, seq, hi)) for lo, hi in zip(ends, ends[1:])]
+
+
+def _present(ctx, node, new, past, past_len, length: int):
+    """(B, Nkv, length, h): per sequence its past_len first past rows, ``new`` after them,
+    zeros beyond (onnxruntime clears present before copying)."""
+    b = ctx.b
+    batch, kv_heads, _, h = new.shape.dims
+    dims = (batch, kv_heads, length, h)
+    base = ctx.full(0, new.shape.dtype, dims)
+    if past is not None:
+        if past.shape.dims[:2] + past.shape.dims[3:] != (batch, kv_heads, h):
+            raise ctx.error(node, f"past {past.shape} does not fit keys {new.shape}")
+        filler = ctx.full(0, new.shape.dtype, (batch, kv_heads, length - past.shape.dims[2], h))
+        kept = b.compare(b.iota(Shape.array(dtypes.S64, dims), 2),
+                         b.broadcast(past_len, dims, (0,)), "LT")
+        base = b.op(Opcode.SELECT, kept, b.concatenate([past, filler], 2), base)
+    zero = ctx.scalar(0, dtypes.S64)
+    rows = []
+    for i in range(batch):
+        at = b.reshape(b.slice(past_len, (i,), (i + 1,)), ())
+        row = b.slice(base, (i, 0, 0, 0), (i + 1,) + dims[1:])
+        part = b.slice(new, (i, 0, 0, 0), (i + 1,) + new.shape.dims[1:])
+        rows.append(b.op(Opcode.DYNAMIC_UPDATE_SLICE, row, part, zero, zero, at, zero))
+    return b.concatenate(rows, 0) if batch > 1 else rows[0]
+
+
+def _grouped_scores(ctx, node, q, keys, past_len, scale):
+    """Q (B, N, S, h) . K^T with K (B, Nkv, T, h), each KV head read by its N / Nkv query
+    heads as one (B, Nkv, G S, T) dot, scaled and softcapped, -inf where query s does not
+    see key j: j > past_len + s, or j <= past_len + s - local_window_size (onnxruntime's
+    window: the query's own key and the window - 1 before it)."""
+    b = ctx.b
+    batch, heads, seq, h = q.shape.dims
+    kv_heads, length = keys.shape.dims[1], keys.shape.dims[2]
+    groups = heads // kv_heads
+    dt = q.shape.dtype
+    q = b.reshape(b.op(Opcode.MULTIPLY, q, ctx.full(scale, dt, q.shape.dims)),
+                  (batch, kv_heads, groups * seq, h))
+    scores = b.dot(q, keys, DotDimensionNumbers((0, 1), (3,), (0, 1), (3,)))
+    softcap = ctx.attr(node, "softcap", 0.0)
+    if softcap > 0:
+        cap = ctx.full(softcap, dt, scores.shape.dims)
+        scores = b.op(Opcode.MULTIPLY, cap, b.op(Opcode.TANH, b.op(Opcode.DIVIDE, scores, cap)))
+    dims = (batch, 1, 1, seq, length)
+    own = b.op(Opcode.ADD, b.broadcast(past_len, dims, (0,)),
+               b.iota(Shape.array(dtypes.S64, dims), 3))          # query s's own key
+    key = b.iota(Shape.array(dtypes.S64, dims), 4)
+    seen = b.compare(key, own, "LE")
+    window = ctx.attr(node, "local_window_size", -1)
+    if window > 0:
+        start = b.op(Opcode.SUBTRACT, own, ctx.full(window - 1, dtypes.S64, dims))
+        seen = b.op(Opcode.AND, seen, b.compare(key, start, "GE"))
+    full = (batch, kv_heads, groups, seq, length)
+    seen = b.reshape(b.broadcast(b.reshape(seen, (batch, seq, length)), full, (0, 3, 4)),
+                     scores.shape.dims)
+    return b.op(Opcode.SELECT, seen, scores, ctx.full(-np.inf, dt, scores.shape.dims))

@@ -218,15 +218,21 @@ def dequantize_linear(ctx, node):
 
 @register("DynamicQuantizeLinear", since=11)
 def dynamic_quantize_linear(ctx, node):
-    # ONNX's definition: the range [min(0, min x), max(0, max x)] onto [0, 255]:
-    # scale = (hi - lo) / 255, zero point = rint(clamp(-lo / scale)). Where hi == lo (x
-    # all 0) the spec divides by 0: the scale is 1, as onnxruntime makes it (the onnx
-    # package's reference gives 1 / 255); y and the zero point are 0 either way.
     x = ctx.input(node, 0)
-    b, dt = ctx.b, x.shape.dtype
-    if not dt.is_float:
-        raise ctx.error(node, f"x must be a float tensor, got {dt}")
-    f = dtypes.F32
+    if not x.shape.dtype.is_float:
+        raise ctx.error(node, f"x must be a float tensor, got {x.shape.dtype}")
+    y, scale, zp = dynamic_quantized(ctx, x)
+    return [y, ctx.b.convert(scale, x.shape.dtype), zp]
+
+
+def dynamic_quantized(ctx, x):
+    """ONNX's DynamicQuantizeLinear of float ``x``: (u8 y, f32 scale, u8 zero point).
+
+    The range [min(0, min x), max(0, max x)] onto [0, 255]: scale = (hi - lo) / 255, zero
+    point = rint(clamp(-lo / scale)). Where hi == lo (x all 0) the spec divides by 0: the
+    scale is 1, as onnxruntime makes it (the onnx package's reference gives 1 / 255); y
+    and the zero point are 0 either way."""
+    b, f = ctx.b, dtypes.F32
     xf = b.convert(x, f)
     every = tuple(range(x.shape.rank))
     hi = b.op(Opcode.MAXIMUM, ctx.reduce(xf, every, Opcode.MAXIMUM, -np.inf), ctx.scalar(0, f))
@@ -239,19 +245,49 @@ def dynamic_quantize_linear(ctx, node):
     y = b.op(Opcode.DIVIDE, xf, b.broadcast(scale, x.shape.dims, ()))
     y = b.op(Opcode.ADD, b.op(Opcode.ROUND_NEAREST_EVEN, y), b.broadcast(zp, x.shape.dims, ()))
     y = b.op(Opcode.CLAMP, ctx.scalar(0, f), y, ctx.scalar(255, f))
-    return [b.convert(y, dtypes.U8), b.convert(scale, dt), b.convert(zp, dtypes.U8)]
+    return b.convert(y, dtypes.U8), scale, b.convert(zp, dtypes.U8)
 
 
 @register("MatMulInteger", since=10)
 def matmul_integer(ctx, node):
     # (A - a_zero_point) . (B - b_zero_point) in s32; a zero point per row of A or per
     # column of B where it is 1-D.
-    a, b_ = ctx.input(node, 0), ctx.input(node, 1)
+    return [integer_matmul(ctx, node, ctx.input(node, 0), ctx.input(node, 1),
+                           ctx.input(node, 2), ctx.input(node, 3))]
+
+
+def integer_matmul(ctx, node, a, b_, a_zp, b_zp):
+    """(A - a_zp) . (B - b_zp) in s32, A and B 8-bit; a zero point per row of A or per
+    column of B where it is 1-D."""
     for v, what in ((a, "A"), (b_, "B")):
         _integer_type(ctx, node, v, what)
-    a32 = _widened(ctx, node, a, ctx.input(node, 2), -2 if a.shape.rank > 1 else None, "A")
-    b32 = _widened(ctx, node, b_, ctx.input(node, 3), -1, "B")
-    return [matmul_of(ctx, node, a32, b32, dtypes.S32)]
+    a32 = _widened(ctx, node, a, a_zp, -2 if a.shape.rank > 1 else None, "A")
+    b32 = _widened(ctx, node, b_, b_zp, -1, "B")
+    return matmul_of(ctx, node, a32, b32, dtypes.S32)
+
+
+def scaled_product(ctx, node, acc, a_scale, b_scale, bias, out):
+    """onnxruntime's ``f32(acc) * (a_scale * b_scale) + bias`` (b_scale and bias per
+    column where they are 1-D), in ``out``."""
+    b, dims = ctx.b, acc.shape.dims
+    col = len(dims) - 1
+
+    def per_column(v, what):
+        v = b.convert(v, dtypes.F32)
+        if v.shape.num_elements == 1:
+            return b.broadcast(b.reshape(v, ()), dims, ())
+        if v.shape.dims != (dims[-1],):
+            raise ctx.error(node, f"{what} {v.shape} is neither a scalar nor one per column "
+                                  f"of {list(dims)}")
+        return b.broadcast(v, dims, (col,))
+    if a_scale.shape.num_elements != 1:
+        raise ctx.error(node, f"a_scale must be a scalar, got {a_scale.shape}")
+    scale = b.op(Opcode.MULTIPLY, per_column(a_scale, "a_scale"),
+                 per_column(b_scale, "b_scale"))
+    y = b.op(Opcode.MULTIPLY, b.convert(acc, dtypes.F32), scale)
+    if bias is not None:
+        y = b.op(Opcode.ADD, y, per_column(bias, "bias"))
+    return b.convert(y, out)
 
 
 @register("ConvInteger", since=10)

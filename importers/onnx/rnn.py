@@ -32,7 +32,8 @@ import numpy as np
 from ...hlo import (Builder, DotDimensionNumbers, GatherDimensionNumbers, Instruction, Opcode,
                     Shape, dtypes)
 from .context import ImportContext, node_label
-from .registry import register
+from .quantization import dynamic_quantized, integer_matmul, scaled_product
+from .registry import MS, register
 from .subgraph import WhileLoop
 
 S64 = dtypes.S64
@@ -66,12 +67,19 @@ def lstm(ctx, node):
     return _Recurrent(ctx, node, "LSTM").lower()
 
 
+@register("DynamicQuantizeLSTM", since=1, domain=MS)
+def dynamic_quantize_lstm(ctx, node):
+    # onnxruntime's LSTM over 8-bit W (dirs, K, 4H) and R (dirs, H, 4H): each product an
+    # integer GEMM (_QuantizedWeights), the rest as LSTM's.
+    return _Recurrent(ctx, node, "LSTM", quantized=True).lower()
+
+
 def _full(b: Builder, value, dtype, dims) -> Instruction:
     return b.broadcast(b.constant(np.asarray(value, dtype.np), dtype), tuple(dims), ())
 
 
 class _Recurrent:
-    def __init__(self, ctx: ImportContext, node, kind: str):
+    def __init__(self, ctx: ImportContext, node, kind: str, quantized: bool = False):
         self.ctx, self.node, self.kind = ctx, node, kind
         self.label = node_label(node)
         self.gates = _GATES[kind]
@@ -100,12 +108,21 @@ class _Recurrent:
             raise ctx.error(node, f"X must have rank 3, got {x.shape}")
         self.steps, self.batch = (x.shape.dims[0], x.shape.dims[1]) if self.layout == 0 \
             else (x.shape.dims[1], x.shape.dims[0])
-        hidden = ctx.attr(node, "hidden_size", r.shape.dims[-1] if r.shape.rank == 3 else 0)
+        hidden = ctx.attr(node, "hidden_size", r.shape.dims[1 if quantized else -1]
+                          if r.shape.rank == 3 else 0)
         self.hidden = hidden
         g = self.gates * hidden
         inputs = x.shape.dims[2]
-        self._expect("W", w, (self.dirs, g, inputs))
-        self._expect("R", r, (self.dirs, g, hidden))
+        self.quantized = quantized
+        if quantized:
+            self._expect("W", w, (self.dirs, inputs, g))
+            self._expect("R", r, (self.dirs, hidden, g))
+            self.w = _QuantizedWeights.read(ctx, node, w, ctx.input(node, 8), ctx.input(node, 9))
+            self.r = _QuantizedWeights.read(ctx, node, r, ctx.input(node, 10),
+                                            ctx.input(node, 11))
+        else:
+            self._expect("W", w, (self.dirs, g, inputs))
+            self._expect("R", r, (self.dirs, g, hidden))
         if self.bias is not None:
             self._expect("B", self.bias, (self.dirs, 2 * g))
         if self.peep is not None:
@@ -167,8 +184,11 @@ class _Recurrent:
                                     _full(b, 0, dt, (dirs, hidden))], 1)
             bias = b.op(Opcode.ADD, wb, rb)                           # [dirs, g]
         # The projection of every step: [T, B, dirs*g] (layout 0) or [B, T, dirs*g].
-        w = b.reshape(self.w, (dirs * g, self.w.shape.dims[2]))
-        rows = b.dot(self.x, w, DotDimensionNumbers((), (2,), (), (1,)))
+        if self.quantized:
+            rows = b.concatenate([self.w.direction_product(ctx, self.x, d) for d in range(dirs)], 2)
+        else:
+            w = b.reshape(self.w, (dirs * g, self.w.shape.dims[2]))
+            rows = b.dot(self.x, w, DotDimensionNumbers((), (2,), (), (1,)))
         if bias is not None:
             rows = b.op(Opcode.ADD, rows, b.broadcast(b.reshape(bias, (dirs * g,)),
                                                       rows.shape.dims, (2,)))
@@ -205,7 +225,7 @@ class _Recurrent:
             if a not in captured:
                 captured[a] = lp.capture(a)[1]
         body_sources = [(captured[a], col, back) for a, col, back in sources]
-        r = _Weights(b, lp, self.r)
+        r = self.r.in_loop(ctx, lp) if self.quantized else _Weights(b, lp, self.r)
         peep = lp.capture(self.peep)[1] if self.peep is not None else None
         rbias = lp.capture(recurrent_bias)[1] if recurrent_bias is not None else None
         body_lens = lp.capture(lens)[1] if lens is not None else None
@@ -392,6 +412,68 @@ class _Weights:
             w = b.slice(w, start, limit)
         contracting = 1 if self.transposed else 2
         return b.dot(x, w, DotDimensionNumbers((0,), (2,), (0,), (contracting,)))
+
+
+class _QuantizedWeights:
+    """8-bit weights (dirs, K, gates) as onnxruntime's quantized GEMM reads them: a scale
+    per direction or per gate column, one zero point per direction. Each product
+    quantizes its float operand, per direction, to u8 as DynamicQuantizeLinear does (all
+    of X at once, H once a step), takes the integer product (an 8-bit kernel) and scales
+    it back, f32(acc) * (x_scale * w_scale)."""
+
+    def __init__(self, node, w, scale, zero_point, loop_ctx=None):
+        self.node, self.w, self.scale, self.zero_point = node, w, scale, zero_point
+        self.loop_ctx = loop_ctx
+
+    @staticmethod
+    def read(ctx, node, w, scale, zero_point) -> "_QuantizedWeights":
+        """The node's weights, scale and zero point, checked; zero points (dirs, 1)."""
+        if w.shape.dtype not in (dtypes.S8, dtypes.U8) or scale is None:
+            raise ctx.error(node, f"needs 8-bit weights with scales, got {w.shape}")
+        dirs, gates = w.shape.dims[0], w.shape.dims[2]
+        for v, what in ((scale, "scale"), (zero_point, "zero point")):
+            if v is not None and v.shape.dims not in ((dirs,), (dirs, gates)):
+                raise ctx.error(node, f"a weight {what} {v.shape} is neither one per "
+                                      f"direction nor one per direction and gate")
+        if zero_point is not None and zero_point.shape.rank == 2:
+            # onnxruntime's GEMM reads one zero point per direction: refuse others.
+            value = ctx.value_of(zero_point)
+            if value is None or (value != value[:, :1]).any():
+                raise ctx.error(node, "weight zero points that differ along the gates are "
+                                      "not supported")
+        if zero_point is not None:
+            zero_point = ctx.b.reshape(ctx.b.slice(zero_point, (0,) * zero_point.shape.rank,
+                                                   (dirs,) + (1,) * (zero_point.shape.rank - 1)),
+                                       (dirs, 1))
+        return _QuantizedWeights(node, w, scale, zero_point)
+
+    def in_loop(self, ctx, loop: WhileLoop) -> "_QuantizedWeights":
+        """These weights read in ``loop``'s body (whose products ``product`` then builds)."""
+        w, scale, zp = (None if v is None else loop.capture(v)[1]
+                        for v in (self.w, self.scale, self.zero_point))
+        return _QuantizedWeights(self.node, w, scale, zp, ctx.child(loop.body, None))
+
+    def _direction(self, b: Builder, v: Instruction, d: int, dims) -> Instruction:
+        return b.reshape(b.slice(v, (d,) + (0,) * (v.shape.rank - 1),
+                                 (d + 1,) + v.shape.dims[1:]), dims)
+
+    def direction_product(self, ctx, x: Instruction, d: int) -> Instruction:
+        """x (..., K) times direction d's weights: (..., gates) in x's type."""
+        b, (_, k, gates) = ctx.b, self.w.shape.dims
+        qx, x_scale, x_zp = dynamic_quantized(ctx, x)
+        w = self._direction(b, self.w, d, (k, gates))
+        zp = None if self.zero_point is None else self._direction(b, self.zero_point, d, ())
+        acc = integer_matmul(ctx, self.node, qx, w, x_zp, zp)
+        scale = self._direction(b, self.scale, d, self.scale.shape.dims[1:])
+        return scaled_product(ctx, self.node, acc, x_scale, scale, None, x.shape.dtype)
+
+    def product(self, b: Builder, h: Instruction) -> Instruction:
+        """h [dirs, B, K] times every direction's weights, in the loop: [dirs, B, gates]."""
+        ctx = self.loop_ctx
+        dirs, batch, k = h.shape.dims
+        parts = [self.direction_product(ctx, self._direction(b, h, d, (batch, k)), d)
+                 for d in range(dirs)]
+        return b.concatenate([b.reshape(p, (1,) + p.shape.dims) for p in parts], 0)
 
 
 def _activation(b: Builder, spec: tuple[str, float, float], x: Instruction) -> Instruction:
