@@ -1,0 +1,106 @@
+"""XLA's HLO text beyond our IR: how the parser's ``Dialect`` hooks read it.
+
+XLA writes ops our opcode table lacks and attributes our IR does not keep. One rule
+each: ``call`` is inlined (JAX wraps every jitted helper in one), ``opt-barrier``
+passes its operand through (it only orders XLA's rematerialization), a TOTALORDER
+compare becomes an integer compare of order keys, and attributes that change nothing
+on one device are dropped. Anything else is refused by ``importer.check_supported``
+before parsing, so that one message lists every op the program needs.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ...hlo import Instruction, Opcode, Shape, dtypes
+from ...hlo.text import Dialect, ForeignInstruction, Site
+
+# Read and dropped: they steer XLA's own compiler or carry JAX's bookkeeping.
+# operand_precision and algorithm pick faster, looser XLA dot kernels; ours compute in
+# the element type, the DEFAULT/HIGHEST result.
+_DROPPED = frozenset({"frontend_attributes", "backend_config", "operand_precision",
+                      "algorithm", "origin", "statistics", "result_accuracy",
+                      "control-predecessors", "channel_id", "schedule"})
+# A single-device sharding (one device holds everything): meaningless here.
+_ONE_DEVICE = re.compile(r"\{\s*(replicated|maximal device=0|manual)\s*\}")
+
+
+class XlaDialect(Dialect):
+    def foreign(self, instr: ForeignInstruction, site: Site) -> Instruction:
+        rule = _FOREIGN.get(instr.opcode)
+        if rule is None:
+            raise site.error(f"unsupported XLA op {instr.opcode} (%{instr.name})")
+        _check_attributes(instr.attributes, _FOREIGN_KEYS[instr.opcode], instr.opcode, site)
+        return rule(instr, site)
+
+    def extra_attributes(self, instr: Instruction, attributes: dict[str, str],
+                         site: Site) -> Instruction:
+        known = {"type"} if instr.opcode is Opcode.COMPARE else set()
+        _check_attributes(attributes, known, instr.opcode.text, site)
+        if attributes.get("type") == "TOTALORDER" and instr.operands[0].shape.dtype.kind == "f":
+            return _total_order_compare(instr, site)
+        return site.add(instr)
+
+
+def _check_attributes(attributes: dict[str, str], known, opcode: str, site: Site) -> None:
+    for key, value in attributes.items():
+        if key == "sharding" and not _ONE_DEVICE.fullmatch(value):
+            raise site.error(f"{opcode} is sharded over several devices (sharding={value}); "
+                             "xlac compiles single-device programs")
+        if key not in known and key not in _DROPPED and key != "sharding":
+            raise site.error(f"unsupported attribute {key}={value} of XLA op {opcode}")
+
+
+# call(args), to_apply=f => f's instructions, its parameters replaced by args
+def _inline_call(instr: ForeignInstruction, site: Site) -> Instruction:
+    callee = site.called(instr.attributes["to_apply"])
+    if len(callee.parameters) != len(instr.operands):
+        raise site.error(f"call %{instr.name} passes {len(instr.operands)} arguments to "
+                         f"%{callee.name}, which takes {len(callee.parameters)}")
+    mapped = {id(p): a for p, a in zip(callee.parameters, instr.operands)}
+    for i in callee.instructions:
+        if i.opcode is not Opcode.PARAMETER:
+            mapped[id(i)] = site.add(Instruction(
+                i.opcode, i.shape, [mapped[id(o)] for o in i.operands], i.attrs, i.called,
+                i.literal, i.name, i.metadata))
+    return mapped[id(callee.root)]
+
+
+# opt-barrier(x) => x
+def _pass_through(instr: ForeignInstruction, site: Site) -> Instruction:
+    return instr.operands[0]
+
+
+_FOREIGN = {"call": _inline_call, "opt-barrier": _pass_through}
+_FOREIGN_KEYS = {"call": {"to_apply", "is_composite", "composite.name",
+                          "composite.attributes", "composite.version"},
+                 "opt-barrier": set()}
+SUPPORTED_FOREIGN = frozenset(_FOREIGN)
+
+_SIGNED = {16: dtypes.S16, 32: dtypes.S32, 64: dtypes.S64}
+
+
+# compare(a, b), type=TOTALORDER on floats => compare(key(a), key(b)) on signed ints,
+# key(x) = bits(x) ^ ((bits(x) >>a (n-1)) >>l 1): flips the magnitude bits of negatives,
+# so -NaN < -inf < ... < -0 < +0 < ... < +inf < +NaN, as XLA's emitter does
+def _total_order_compare(instr: Instruction, site: Site) -> Instruction:
+    keys = [_order_key(x, site) for x in instr.operands]
+    return site.add(Instruction(Opcode.COMPARE, instr.shape, keys, instr.attrs, name=instr.name))
+
+
+def _order_key(x: Instruction, site: Site) -> Instruction:
+    bits = x.shape.dtype.bits
+    if bits not in _SIGNED:
+        raise site.error(f"TOTALORDER compare of {x.shape.dtype.name} is not supported")
+    int_shape = Shape.array(_SIGNED[bits], x.shape.dims)
+    i = site.add(Instruction(Opcode.BITCAST_CONVERT, int_shape, [x]))
+
+    def shift(opcode, value, amount):
+        c = site.add(Instruction(Opcode.CONSTANT, Shape.array(int_shape.dtype, ()),
+                                 literal=np.array(amount, int_shape.dtype.np)))
+        b = site.add(Instruction(Opcode.BROADCAST, int_shape, [c], {"dimensions": ()}))
+        return site.add(Instruction(opcode, int_shape, [value, b]))
+    sign = shift(Opcode.SHIFT_RIGHT_ARITHMETIC, i, bits - 1)
+    mask = shift(Opcode.SHIFT_RIGHT_LOGICAL, sign, 1)
+    return site.add(Instruction(Opcode.XOR, int_shape, [i, mask]))

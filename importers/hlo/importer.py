@@ -1,0 +1,165 @@
+"""XLA's HLO text (as JAX prints it) -> our Module.
+
+    lowered = jax.jit(f).lower(x)
+    text = lowered.as_text(dialect="hlo")   # or .compiler_ir("hlo").as_hlo_text(
+                                            #        print_large_constants=True)
+
+The parser (hlo/text.py) reads the text with ``XlaDialect`` for what our IR lacks.
+Then: computations only reached through inlined calls are dropped, layouts become
+the default (the ops' meaning does not depend on them; the entry's own must be
+row-major, since they are the caller's buffers), and the entry's parameters and root
+become the signature.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from ...hlo import (Instruction, Module, Opcode, Shape, Signature, TensorSpec, XlacError)
+from ...hlo.text import parse_module
+from .dialect import SUPPORTED_FOREIGN, XlaDialect
+
+MAGIC = b"HloModule"
+# Ops XLA has and we do not, with what usually makes JAX write them.
+REFUSED = {
+    "custom-call": "a call into a library (LAPACK linear algebra, cuDNN, ...)",
+    "cholesky": "jnp.linalg.cholesky", "triangular-solve": "jax.scipy.linalg.solve_triangular",
+    "fft": "jnp.fft", "rng-bit-generator": "jax.random with the rbg PRNG",
+    "rng": "lax.rng_uniform", "popcnt": "lax.population_count",
+    "count-leading-zeros": "lax.clz", "reduce-precision": "lax.reduce_precision",
+    "select-and-scatter": "the gradient of max pooling", "map": "lax.map over a computation",
+    "real": "complex numbers", "imag": "complex numbers", "complex": "complex numbers",
+    "all-reduce": "a collective", "all-gather": "a collective", "all-to-all": "a collective",
+    "reduce-scatter": "a collective", "collective-permute": "a collective",
+    "partition-id": "SPMD partitioning", "replica-id": "replication",
+    "infeed": "host I/O", "outfeed": "host I/O", "send": "host I/O", "recv": "host I/O",
+    "after-all": "token ordering of side effects",
+}
+# An instruction line's opcode: the first word followed by '(' after the '='.
+_OPCODE_OF_LINE = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*.*?\s([a-z][\w\-]*)\((.*)$",
+                             re.M)
+_TARGET = re.compile(r'custom_call_target="([^"]*)"')
+
+
+def is_hlo_text(model) -> bool:
+    """Whether ``model`` (a path or bytes) is HLO text: it opens with ``HloModule``."""
+    if isinstance(model, (bytes, bytearray)):
+        head = bytes(model[:256])
+    elif isinstance(model, (str, os.PathLike)) and os.path.isfile(model):
+        with open(model, "rb") as f:
+            head = f.read(256)
+    else:
+        return False
+    return head.lstrip().startswith(MAGIC)
+
+
+def import_hlo(model, name: str | None = None) -> Module:
+    """Lower HLO text (a path, or the bytes of one) to our Module."""
+    text = _read(model)
+    check_supported(text)
+    module = parse_module(text, XlaDialect())
+    _drop_uncalled(module)
+    _default_layouts(module)
+    _flatten_root(module)
+    module.signature = _signature(module.entry)
+    if name is not None:
+        module.name = name
+    return module
+
+
+def _read(model) -> str:
+    try:
+        data = bytes(model) if isinstance(model, (bytes, bytearray)) else Path(model).read_bytes()
+        return data.decode()
+    except (OSError, UnicodeDecodeError) as e:
+        raise XlacError(f"cannot read HLO text '{model}': {getattr(e, 'strerror', None) or e}"
+                        ) from None
+
+
+def check_supported(text: str) -> None:
+    """Refuse, in one message, every op the text uses that we cannot compile, and text
+    whose large constants were left out."""
+    if "constant({...})" in text:
+        raise XlacError("the HLO text leaves large constants out ({...}): print it with "
+                        "as_hlo_text(print_large_constants=True) or "
+                        "lowered.as_text(dialect='hlo')")
+    ours = {op.text for op in Opcode} | SUPPORTED_FOREIGN
+    missing: dict[str, int] = {}
+    for m in _OPCODE_OF_LINE.finditer(text):
+        op = m.group(1)
+        if op not in ours:
+            if op == "custom-call":
+                target = _TARGET.search(m.group(2))
+                op = f"custom-call {target.group(1) if target else '?'}"
+            missing[op] = missing.get(op, 0) + 1
+    if missing:
+        parts = [f"{op} ({REFUSED.get(op.split()[0], 'not in the opcode table')})"
+                 for op in missing]
+        raise XlacError("unsupported XLA ops: " + "; ".join(parts))
+
+
+def _drop_uncalled(module: Module) -> None:
+    keep: set[int] = set()
+    stack = [module.entry]
+    while stack:
+        comp = stack.pop()
+        if id(comp) not in keep:
+            keep.add(id(comp))
+            stack += [c for i in comp.instructions for c in i.called]
+    for comp in list(module.computations):
+        if id(comp) not in keep:
+            module.remove_computation(comp)
+
+
+def _default_layouts(module: Module) -> None:
+    entry = module.entry
+    for value in entry.parameters + [entry.root]:
+        if not all(leaf.has_default_layout for leaf in value.shape.leaves()):
+            raise XlacError(f"entry value %{value.name} has layout {value.shape}; xlac takes "
+                            "and returns row-major arrays (layout {n-1,...,0})")
+    for comp in module.computations:
+        for i in comp.instructions:
+            if i.opcode is Opcode.BITCAST:
+                raise XlacError(f"bitcast %{i.name}: its meaning depends on XLA's layouts; "
+                                "give the HLO before XLA's optimizations (jax's lower())")
+            i.shape = _row_major(i.shape)
+
+
+def _row_major(shape: Shape) -> Shape:
+    if shape.is_tuple:
+        return Shape.tuple_([_row_major(s) for s in shape.tuple_shapes])
+    return Shape.array(shape.dtype, shape.dims)
+
+
+def _flatten_root(module: Module) -> None:
+    """A root that is a tuple of one becomes that value; any other tuple-shaped root
+    that is not a tuple op becomes one, so that each output is a value of its own."""
+    entry = module.entry
+    root = entry.root
+    if not root.shape.is_tuple:
+        return
+    if any(s.is_tuple for s in root.shape.tuple_shapes):
+        raise XlacError(f"the entry's result {root.shape} nests tuples; xlac returns a "
+                        "flat list of arrays")
+    if root.opcode is not Opcode.TUPLE:
+        parts = [entry.add(Instruction(Opcode.GET_TUPLE_ELEMENT, s, [root], {"index": k}))
+                 for k, s in enumerate(root.shape.tuple_shapes)]
+        root = entry.add(Instruction(Opcode.TUPLE, root.shape, parts))
+    entry.root = root.operands[0] if len(root.operands) == 1 else root
+
+
+def _signature(entry) -> Signature:
+    names: list[str] = []
+    for p in entry.parameters:
+        if p.shape.is_tuple:
+            raise XlacError(f"entry parameter %{p.name} is a tuple {p.shape}; xlac takes "
+                            "arrays (JAX passes one parameter per array)")
+        base = re.sub(r"\.\d+$", "", p.name)
+        ok = re.fullmatch(r"[A-Za-z_]\w*", base) and base not in names
+        names.append(base if ok else f"arg{p.number}")
+    inputs = [TensorSpec(n, p.shape.dtype, p.shape.dims)
+              for n, p in zip(names, entry.parameters)]
+    outputs = [TensorSpec(f"out{k}", o.shape.dtype, o.shape.dims)
+               for k, o in enumerate(entry.outputs)]
+    return Signature(inputs, outputs)
