@@ -40,6 +40,7 @@ REFUSED = {
 _OPCODE_OF_LINE = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*.*?\s([a-z][\w\-]*)\((.*)$",
                              re.M)
 _TARGET = re.compile(r'custom_call_target="([^"]*)"')
+_DIMS_LAYOUT = re.compile(r"\[([\d,]*)\]\{([\d,]*)\}")
 
 
 def is_hlo_text(model) -> bool:
@@ -58,6 +59,7 @@ def import_hlo(model, name: str | None = None) -> Module:
     """Lower HLO text (a path, or the bytes of one) to our Module."""
     text = _read(model)
     check_supported(text)
+    _check_entry_layout(text)
     module = parse_module(text, XlaDialect())
     _drop_uncalled(module)
     _default_layouts(module)
@@ -112,12 +114,18 @@ def _drop_uncalled(module: Module) -> None:
             module.remove_computation(comp)
 
 
+def _check_entry_layout(text: str) -> None:
+    """The caller's buffers are row-major; XLA's entry layout says what the program's are
+    (the instructions' own layouts are XLA's layout hints, meaningless before its passes)."""
+    layout_text = text.partition("\n")[0].partition("entry_computation_layout=")[2]
+    for dims, layout in _DIMS_LAYOUT.findall(layout_text):
+        rank = len(dims.split(",")) if dims else 0
+        if layout and [int(d) for d in layout.split(",")] != list(range(rank - 1, -1, -1)):
+            raise XlacError(f"entry_computation_layout has [{dims}]{{{layout}}}, not "
+                            "row-major; xlac takes and returns row-major arrays")
+
+
 def _default_layouts(module: Module) -> None:
-    entry = module.entry
-    for value in entry.parameters + [entry.root]:
-        if not all(leaf.has_default_layout for leaf in value.shape.leaves()):
-            raise XlacError(f"entry value %{value.name} has layout {value.shape}; xlac takes "
-                            "and returns row-major arrays (layout {n-1,...,0})")
     for comp in module.computations:
         for i in comp.instructions:
             if i.opcode is Opcode.BITCAST:
