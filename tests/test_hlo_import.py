@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import xlac
+from xlac import runtime_c
 from xlac.main import main
 
 jax = pytest.importorskip("jax")
@@ -195,3 +196,186 @@ def test_jax_program_matches_jax(case_name, tmp_path):
     case = CASES[case_name]
     model = compile_hlo(hlo_text(case.fn, *case.args), tmp_path, case_name)
     assert_matches(model(*case.args), jax_outputs(case.fn, case.args), case)
+
+
+# --- real programs: weights baked in as constants, as a jitted closure writes them ----
+
+def _dense(k, n_in, n_out):
+    r = np.random.default_rng(k)
+    return (r.standard_normal((n_in, n_out)) / np.sqrt(n_in)).astype(np.float32), \
+        (r.standard_normal(n_out) * 0.1).astype(np.float32)
+
+
+def mlp():
+    (w1, b1), (w2, b2) = _dense(1, 32, 64), _dense(2, 64, 10)
+    return lambda x: jax.nn.softmax(jax.nn.relu(x @ w1 + b1) @ w2 + b2, -1)
+
+
+def cnn():
+    r = np.random.default_rng(3)
+    k1 = (r.standard_normal((3, 3, 3, 8)) / 5).astype(np.float32)
+    k2 = (r.standard_normal((3, 3, 8, 16)) / 8).astype(np.float32)
+    wd, bd = _dense(4, 16, 10)
+    dn = ("NHWC", "HWIO", "NHWC")
+
+    def f(x):
+        h = jax.nn.relu(lax.conv_general_dilated(x, k1, (1, 1), "SAME", dimension_numbers=dn))
+        h = lax.reduce_window(h, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+        h = jax.nn.relu(lax.conv_general_dilated(h, k2, (1, 1), "SAME", dimension_numbers=dn))
+        return jnp.argmax(h.mean((1, 2)) @ wd + bd, -1), h.mean((1, 2))
+    return f
+
+
+def _layer_norm(x, g, b):
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) * lax.rsqrt(var + 1e-5) * g + b
+
+
+def transformer_block(d=32, heads=4):
+    (wq, _), (wk, _), (wv, _), (wo, bo) = (_dense(k, d, d) for k in (5, 6, 7, 8))
+    (w1, b1), (w2, b2) = _dense(9, d, 4 * d), _dense(10, 4 * d, d)
+    g = np.linspace(0.5, 1.5, d, dtype=np.float32)
+
+    def f(x):
+        b, t, _ = x.shape
+        h = _layer_norm(x, g, 0.1)
+        q, k, v = ((h @ w).reshape(b, t, heads, d // heads) for w in (wq, wk, wv))
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(d // heads)
+        s = jnp.where(jnp.tril(jnp.ones((t, t), bool)), s, -jnp.inf)
+        a = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, -1), v).reshape(b, t, d)
+        x = x + a @ wo + bo
+        return x + jax.nn.gelu(_layer_norm(x, g, -0.1) @ w1 + b1) @ w2 + b2
+    return f
+
+
+def scan_rnn(d=8, hidden=16):
+    (wx, b), (wh, _), (wy, by) = _dense(11, d, hidden), _dense(12, hidden, hidden), \
+        _dense(13, hidden, 4)
+
+    def f(xs, h0):
+        def step(h, x):
+            h = jnp.tanh(x @ wx + h @ wh + b)
+            return h, h @ wy + by
+        return lax.scan(step, h0, xs)
+    return f
+
+
+PROGRAMS = {
+    "mlp": Case(mlp(), (f32(8, 32),), rtol=1e-5, atol=1e-6),
+    "cnn": Case(cnn(), (f32(2, 16, 16, 3),), rtol=1e-5, atol=1e-5),
+    "transformer_block": Case(transformer_block(), (f32(2, 8, 32),), rtol=1e-4, atol=1e-5),
+    "scan_rnn": Case(scan_rnn(), (f32(10, 2, 8), f32(2, 16)), rtol=1e-5, atol=1e-5),
+}
+
+
+@pytest.mark.parametrize("program", sorted(PROGRAMS))
+def test_real_program_matches_jax(program, tmp_path):
+    case = PROGRAMS[program]
+    model = compile_hlo(hlo_text(case.fn, *case.args), tmp_path, program)
+    assert_matches(model(*case.args), jax_outputs(case.fn, case.args), case)
+
+
+def test_compiler_ir_text_with_large_constants(tmp_path):
+    case = PROGRAMS["mlp"]
+    text = jax.jit(case.fn).lower(*case.args).compiler_ir("hlo").as_hlo_text(
+        print_large_constants=True)
+    model = compile_hlo(text, tmp_path, "mlp_ir")
+    assert [i.name for i in model.inputs] == ["x"]
+    assert_matches(model(*case.args), jax_outputs(case.fn, case.args), case)
+
+
+# --- refusals: one line naming what is missing -----------------------------------
+
+REFUSALS = {
+    # jnp.linalg calls LAPACK through a custom-call
+    "cholesky": (lambda x: jnp.linalg.cholesky(x @ x.T + 4 * jnp.eye(3)), (f32(3, 3),),
+                 "custom-call lapack_spotrf_ffi"),
+    "fft": (lambda x: jnp.fft.rfft(x).real, (f32(8),), "fft (jnp.fft)"),
+    "popcnt": (lambda x: lax.population_count(x), (i32(4),), "popcnt"),
+    "clz": (lambda x: lax.clz(x), (i32(4),), "count-leading-zeros"),
+    "reduce_precision": (lambda x: lax.reduce_precision(x, 5, 10), (f32(4),),
+                         "reduce-precision"),
+    # the gradient of max pooling
+    "select_and_scatter": (jax.grad(lambda x: lax.reduce_window(
+        x, -jnp.inf, lax.max, (2, 2), (2, 2), "VALID").sum()), (f32(4, 4),),
+        "select-and-scatter"),
+    # a bitcast-convert between widths adds or drops a dimension: not in our IR
+    "bitcast_convert_widths": (lambda x: lax.bitcast_convert_type(x, jnp.uint8), (f32(3),),
+                               "bitcast-convert changes dims"),
+}
+
+
+@pytest.mark.parametrize("refusal", sorted(REFUSALS))
+def test_unsupported_ops_are_refused_in_one_line(refusal, tmp_path):
+    fn, args, message = REFUSALS[refusal]
+    path = tmp_path / f"{refusal}.hlo"
+    path.write_text(hlo_text(fn, *args))
+    with pytest.raises(xlac.XlacError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        xlac.compile(path, tmp_path / "out.o")
+    assert not (tmp_path / "out.o").exists()
+
+
+def test_elided_constants_say_how_to_print_them(tmp_path):
+    text = jax.jit(mlp()).lower(f32(8, 32)).compiler_ir("hlo").as_hlo_text()
+    path = tmp_path / "mlp.hlo"
+    path.write_text(text)
+    with pytest.raises(xlac.XlacError, match="print_large_constants=True"):
+        xlac.compile(path, tmp_path / "mlp.o")
+
+
+def test_onnx_only_options_are_refused(tmp_path):
+    path = tmp_path / "f.hlo"
+    path.write_text(hlo_text(jnp.tanh, f32(3)))
+    with pytest.raises(xlac.XlacError, match="input_shapes applies to ONNX models"):
+        xlac.compile(path, tmp_path / "f.o", input_shapes={"x": (3,)})
+
+
+# --- the command line: picked by content, errors in one line -------------------------
+
+def test_cli_picks_the_hlo_importer_by_content(tmp_path, capsys):
+    path = tmp_path / "program.txt"          # no .hlo suffix: the HloModule header decides
+    path.write_text(hlo_text(lambda a, b: (a * b, a - b), f32(4), f32(4)))
+    assert main([str(path), "-o", str(tmp_path / "prog.o")]) == 0
+    header = (tmp_path / "prog.h").read_text()
+    assert "int prog_run(const float *a, const float *b, float *out0, float *out1, " \
+           "void *arena);" in header
+
+
+def test_cli_refuses_unsupported_ops_with_status_1(tmp_path, capsys):
+    path = tmp_path / "chol.hlo"
+    path.write_text(hlo_text(jnp.linalg.cholesky, np.eye(3, dtype=np.float32)))
+    assert main([str(path), "-o", str(tmp_path / "chol.o")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("xlac: error: unsupported XLA ops: custom-call")
+    assert "Traceback" not in err and not (tmp_path / "chol.o").exists()
+
+
+C_MAIN = r"""
+#include <stdio.h>
+#include "mlp.h"
+static float x[mlp_x_COUNT], y[mlp_out0_COUNT];
+static unsigned char arena[mlp_ARENA_SIZE + 1] __attribute__((aligned(64)));
+int main(void) {
+    unsigned i;
+    for (i = 0; i < mlp_x_COUNT; ++i) x[i] = (float)(i % 7) * 0.25f - 0.75f;
+    if (mlp_run(x, y, arena) != 0) return 1;
+    for (i = 0; i < mlp_out0_COUNT; ++i) printf("%.9g\n", y[i]);
+    return 0;
+}
+"""
+
+
+def test_object_links_into_a_c_program_without_the_runtime(tmp_path):
+    fn = mlp()
+    x = ((np.arange(8 * 32) % 7) * 0.25 - 0.75).astype(np.float32).reshape(8, 32)
+    (tmp_path / "mlp.hlo").write_text(hlo_text(fn, x))
+    assert main([str(tmp_path / "mlp.hlo"), "-o", str(tmp_path / "mlp.o")]) == 0
+    (tmp_path / "main.c").write_text(C_MAIN)
+    runtime_dir = runtime_c.__path__[0]
+    subprocess.run(["cc", "-std=gnu99", "-Wall", "-Werror", f"-I{tmp_path}", f"-I{runtime_dir}",
+                    str(tmp_path / "main.c"), str(tmp_path / "mlp.o"), "-o",
+                    str(tmp_path / "app")], check=True)
+    out = subprocess.run([str(tmp_path / "app")], capture_output=True, text=True, check=True)
+    got = np.array(out.stdout.split(), np.float32).reshape(8, 10)
+    np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(x)), rtol=1e-5, atol=1e-6)
