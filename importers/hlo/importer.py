@@ -5,10 +5,12 @@
                                             #        print_large_constants=True)
 
 The parser (hlo/text.py) reads the text with ``XlaDialect`` for what our IR lacks.
-Then: computations only reached through inlined calls are dropped, layouts become
-the default (the ops' meaning does not depend on them; the entry's own must be
-row-major, since they are the caller's buffers), and the entry's parameters and root
-become the signature.
+Then: computations only reached through inlined calls are dropped, every layout
+becomes row-major, and the entry's parameters and root become the signature. The
+caller's buffers are row-major, as numpy and JAX hand them over: the layouts in JAX's
+text are hints for XLA's layout assignment (its entry_computation_layout copies the
+root's hint: ``f32[4,6]{0,1}`` for a transpose whose result JAX returns row-major),
+and no op's meaning depends on them before XLA's passes (``bitcast`` is refused).
 """
 from __future__ import annotations
 
@@ -40,7 +42,6 @@ REFUSED = {
 _OPCODE_OF_LINE = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*.*?\s([a-z][\w\-]*)\((.*)$",
                              re.M)
 _TARGET = re.compile(r'custom_call_target="([^"]*)"')
-_DIMS_LAYOUT = re.compile(r"\[([\d,]*)\]\{([\d,]*)\}")
 
 
 def is_hlo_text(model) -> bool:
@@ -59,7 +60,6 @@ def import_hlo(model, name: str | None = None) -> Module:
     """Lower HLO text (a path, or the bytes of one) to our Module."""
     text = _read(model)
     check_supported(text)
-    _check_entry_layout(text)
     module = parse_module(text, XlaDialect())
     _drop_uncalled(module)
     _default_layouts(module)
@@ -112,17 +112,6 @@ def _drop_uncalled(module: Module) -> None:
     for comp in list(module.computations):
         if id(comp) not in keep:
             module.remove_computation(comp)
-
-
-def _check_entry_layout(text: str) -> None:
-    """The caller's buffers are row-major; XLA's entry layout says what the program's are
-    (the instructions' own layouts are XLA's layout hints, meaningless before its passes)."""
-    layout_text = text.partition("\n")[0].partition("entry_computation_layout=")[2]
-    for dims, layout in _DIMS_LAYOUT.findall(layout_text):
-        rank = len(dims.split(",")) if dims else 0
-        if layout and [int(d) for d in layout.split(",")] != list(range(rank - 1, -1, -1)):
-            raise XlacError(f"entry_computation_layout has [{dims}]{{{layout}}}, not "
-                            "row-major; xlac takes and returns row-major arrays")
 
 
 def _default_layouts(module: Module) -> None:
