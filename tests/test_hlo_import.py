@@ -371,6 +371,28 @@ def test_cli_picks_the_hlo_importer_by_content(tmp_path, capsys):
            "void *arena);" in header
 
 
+def test_inputs_are_named_from_jax_argument_paths(tmp_path):
+    params = {"w": f32(3, 2), "b": [f32(2)]}
+    text = hlo_text(lambda p, x: jnp.tanh(x @ p["w"] + p["b"][0]), params, f32(4, 3))
+    model = compile_hlo(text, tmp_path, "named")
+    assert [i.name for i in model.inputs] == ["p_b_0", "p_w", "x"]   # tree_leaves order
+
+
+def test_run_command_takes_hlo_text_and_check_says_why_not(tmp_path, capsys):
+    path = tmp_path / "f.hlo"
+    path.write_text(hlo_text(lambda x: x * 2.0, np.arange(3, dtype=np.float32)))
+    assert main(["run", str(path), "--input", "x=" + str(_save(tmp_path, "x", [1, 2, 3]))]) == 0
+    assert "[2. 4. 6.]" in capsys.readouterr().out
+    assert main(["run", str(path), "--check"]) == 1
+    assert "does not read HLO text" in capsys.readouterr().err
+
+
+def _save(folder, name, values):
+    path = folder / f"{name}.npy"
+    np.save(path, np.array(values, np.float32))
+    return path
+
+
 def test_cli_refuses_unsupported_ops_with_status_1(tmp_path, capsys):
     path = tmp_path / "chol.hlo"
     path.write_text(hlo_text(jnp.linalg.cholesky, np.eye(3, dtype=np.float32)))

@@ -152,7 +152,8 @@ def _signature(entry) -> Signature:
         if p.shape.is_tuple:
             raise XlacError(f"entry parameter %{p.name} is a tuple {p.shape}; xlac takes "
                             "arrays (JAX passes one parameter per array)")
-        base = re.sub(r"\.\d+$", "", p.name)
+        # JAX names a pytree leaf by its path: p['w'] -> p__w__.1 -> p_w
+        base = re.sub(r"_+", "_", re.sub(r"\.\d+$", "", p.name)).rstrip("_")
         ok = re.fullmatch(r"[A-Za-z_]\w*", base) and base not in names
         names.append(base if ok else f"arg{p.number}")
     inputs = [TensorSpec(n, p.shape.dtype, p.shape.dims)
