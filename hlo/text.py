@@ -46,6 +46,9 @@ _SMALL_CONSTANT = 64        # elements; larger ones print as {...} in human dump
 class HloParseError(ValueError, XlacError):
     """Malformed HLO text; the message starts with ``line L, column C``."""
 
+    def __init__(self, message: str):
+        XlacError.__init__(self, message)       # ValueError's would leave out ``cli``
+
 
 # --- attribute values: how each kind is written and read --------------------
 

@@ -2,6 +2,8 @@
 modules (no JAX needed): each is parsed, then evaluated against numpy."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -98,9 +100,26 @@ ENTRY main {
 """
     with pytest.raises(XlacError) as info:
         import_hlo(text)
-    assert str(info.value) == ("unsupported XLA ops: popcnt (lax.population_count); "
-                               "custom-call my_kernel (a call into a library (LAPACK linear "
-                               "algebra, cuDNN, ...))")
+    assert str(info.value) == ("unsupported XLA ops: popcnt at %p, %q (lax.population_count); "
+                               "custom-call my_kernel at %c (a call into a library (LAPACK "
+                               "linear algebra, cuDNN, ...))")
+
+
+@pytest.mark.parametrize("header, message", [
+    ("HloModule m, num_partitions=2", "several devices (num_partitions=2)"),
+    ("HloModule m, is_scheduled=true", "HLO after XLA's optimizations"),
+])
+def test_programs_we_do_not_read_are_refused(header, message):
+    text = TOTAL_ORDER.replace(b"HloModule m", header.encode())
+    with pytest.raises(XlacError, match=re.escape(message)):
+        import_hlo(text)
+
+
+def test_stablehlo_is_told_apart_and_refused():
+    text = b"module @jit_f attributes {mhlo.num_partitions = 1 : i32} {\n}\n"
+    assert is_hlo_text(text)
+    with pytest.raises(XlacError, match="StableHLO"):
+        import_hlo(text)
 
 
 def test_content_decides_the_format(tmp_path):

@@ -23,6 +23,8 @@ from ...hlo.text import parse_module
 from .dialect import SUPPORTED_FOREIGN, XlaDialect
 
 MAGIC = b"HloModule"
+# StableHLO as MLIR text (jax's lowered.as_text()): "module @jit_f ...", maybe after #loc
+_MLIR = re.compile(rb"^\s*(?:#loc.*\n\s*)*module\b")
 # Ops XLA has and we do not, with what usually makes JAX write them.
 REFUSED = {
     "custom-call": "a call into a library (LAPACK linear algebra, cuDNN, ...)",
@@ -39,21 +41,26 @@ REFUSED = {
     "after-all": "token ordering of side effects",
 }
 # An instruction line's opcode: the first word followed by '(' after the '='.
-_OPCODE_OF_LINE = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*.*?\s([a-z][\w\-]*)\((.*)$",
-                             re.M)
+_OPCODE_OF_LINE = re.compile(
+    r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*.*?\s([a-z][\w\-]*)\((.*)$", re.M)
 _TARGET = re.compile(r'custom_call_target="([^"]*)"')
+_DEVICES = re.compile(r"\b(num_partitions|replica_count)=(\d+)")
 
 
 def is_hlo_text(model) -> bool:
-    """Whether ``model`` (a path or bytes) is HLO text: it opens with ``HloModule``."""
+    """Whether ``model`` (a path or bytes) is XLA's text: HLO (it opens with
+    ``HloModule``) or StableHLO (an MLIR module), which ``import_hlo`` refuses by name."""
+    head = _head(model)
+    return head.lstrip().startswith(MAGIC) or _MLIR.match(head) is not None
+
+
+def _head(model) -> bytes:
     if isinstance(model, (bytes, bytearray)):
-        head = bytes(model[:256])
-    elif isinstance(model, (str, os.PathLike)) and os.path.isfile(model):
+        return bytes(model[:4096])
+    if isinstance(model, (str, os.PathLike)) and os.path.isfile(model):
         with open(model, "rb") as f:
-            head = f.read(256)
-    else:
-        return False
-    return head.lstrip().startswith(MAGIC)
+            return f.read(4096)
+    return b""
 
 
 def import_hlo(model, name: str | None = None) -> Module:
@@ -80,24 +87,36 @@ def _read(model) -> str:
 
 
 def check_supported(text: str) -> None:
-    """Refuse, in one message, every op the text uses that we cannot compile, and text
-    whose large constants were left out."""
+    """Refuse, in one message, every op the text uses that we cannot compile; and text
+    we do not read: StableHLO, XLA's optimized HLO, elided constants, several devices."""
+    if _MLIR.match(text.encode()[:4096]):
+        raise XlacError("StableHLO (MLIR text) is not read yet: give HLO text, "
+                        "lowered.as_text(dialect='hlo')")
+    header = text.lstrip().partition("\n")[0]
+    if "is_scheduled=true" in header:
+        raise XlacError("this is HLO after XLA's optimizations (compiled.as_text()); give "
+                        "the HLO before them: lowered.as_text(dialect='hlo')")
+    for key, count in _DEVICES.findall(header):
+        if int(count) > 1:
+            raise XlacError(f"the program runs on several devices ({key}={count}); xlac "
+                            "compiles single-device programs")
     if "constant({...})" in text:
         raise XlacError("the HLO text leaves large constants out ({...}): print it with "
                         "as_hlo_text(print_large_constants=True) or "
                         "lowered.as_text(dialect='hlo')")
     ours = {op.text for op in Opcode} | SUPPORTED_FOREIGN
-    missing: dict[str, int] = {}
+    missing: dict[str, list[str]] = {}
     for m in _OPCODE_OF_LINE.finditer(text):
-        op = m.group(1)
+        op = m.group(2)
         if op not in ours:
             if op == "custom-call":
-                target = _TARGET.search(m.group(2))
+                target = _TARGET.search(m.group(3))
                 op = f"custom-call {target.group(1) if target else '?'}"
-            missing[op] = missing.get(op, 0) + 1
+            missing.setdefault(op, []).append(m.group(1))
     if missing:
-        parts = [f"{op} ({REFUSED.get(op.split()[0], 'not in the opcode table')})"
-                 for op in missing]
+        parts = [f"{op} at %{', %'.join(names)} "
+                 f"({REFUSED.get(op.split()[0], 'not in the opcode table')})"
+                 for op, names in missing.items()]
         raise XlacError("unsupported XLA ops: " + "; ".join(parts))
 
 
