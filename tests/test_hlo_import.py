@@ -203,10 +203,10 @@ CASES = {
         (f32(1, 4, 4, 3), f32(3, 3, 3, 2)), rtol=1e-5, atol=1e-5),
     "f16_bf16": Case(lambda a, b: ((a.astype(jnp.float16) * 2 + 1).astype(jnp.float32),
                                    a.astype(jnp.bfloat16) @ b.astype(jnp.bfloat16)),
-                     (f32(4, 8), f32(8, 3)), rtol=1e-2, atol=1e-2),
+                     (f32(4, 8), f32(8, 3)), rtol=4e-3),    # one bf16 rounding
     "int8_uint32_bool": Case(lambda a, b: (a.astype(jnp.int8) * b.astype(jnp.int8),
-                                           a.astype(jnp.uint32) * 987654321 >> 3, (a > 0) ^ (b > 3)),
-                             (i32(6), i32(6))),
+                                           a.astype(jnp.uint32) * 987654321 >> 3,
+                                           (a > 0) ^ (b > 3)), (i32(6), i32(6))),
     "nan_inf_tests": Case(lambda x: (jnp.isnan(x), jnp.isfinite(x), jnp.isinf(x)),
                           (np.array([1, np.nan, np.inf, -np.inf], np.float32),)),
     "atan2_lgamma_erf_inv": Case(lambda a, b: (jnp.arctan2(a, b), lax.lgamma(jnp.abs(a) + 0.5),
