@@ -20,7 +20,10 @@ XLA's syntax, in the order XLA prints them, fields at their defaults left out;
 the parser takes them in any order. Names are kept, so print -> parse -> print
 is identical. The parser also reads what XLA dumps carry beyond that and means
 nothing here: ``/*index=5*/`` comments, ``metadata={...}`` and module-line
-attributes such as ``entry_computation_layout``.
+attributes such as ``entry_computation_layout``; and XLA's current print form, as
+JAX prints it: names without ``%``, computations without signatures, operands
+without shapes. A ``Dialect`` builds what our IR lacks (the HLO importer's: XLA's
+``call``, attributes such as ``type=TOTALORDER``); without one, those are errors.
 """
 from __future__ import annotations
 
@@ -380,10 +383,7 @@ class Site:
 
     def called(self, name: str) -> Computation:
         """A computation named in an attribute value (callees come first)."""
-        for comp in self.module.computations:
-            if comp.name == name.removeprefix("%"):
-                return comp
-        raise self.error(f"unknown computation {name} (callees come first)")
+        return self._parser.find_computation(self.module, name.removeprefix("%"), self._at)
 
     def error(self, msg: str) -> HloParseError:
         return self._parser.error(msg, self._at)
@@ -841,10 +841,13 @@ class _Parser:
 
     def computation_ref(self, module: Module) -> Computation:
         tok, name = self.name("a computation name")
+        return self.find_computation(module, name, tok)
+
+    def find_computation(self, module: Module, name: str, at: _Token) -> Computation:
         for comp in module.computations:
             if comp.name == name:
                 return comp
-        raise self.error(f"unknown computation {tok.text} (callees come first)", tok)
+        raise self.error(f"unknown computation %{name} (callees come first)", at)
 
     def check_shape(self, instr: Instruction, op_tok: _Token) -> None:
         try:

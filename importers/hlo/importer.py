@@ -32,7 +32,7 @@ REFUSED = {
     "fft": "jnp.fft", "rng-bit-generator": "jax.random with the rbg PRNG",
     "rng": "lax.rng_uniform", "popcnt": "lax.population_count",
     "count-leading-zeros": "lax.clz", "reduce-precision": "lax.reduce_precision",
-    "select-and-scatter": "the gradient of max pooling", "map": "lax.map over a computation",
+    "select-and-scatter": "the gradient of max pooling", "map": "an op applied element by element through a computation",
     "real": "complex numbers", "imag": "complex numbers", "complex": "complex numbers",
     "all-reduce": "a collective", "all-gather": "a collective", "all-to-all": "a collective",
     "reduce-scatter": "a collective", "collective-permute": "a collective",
