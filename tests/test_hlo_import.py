@@ -13,6 +13,8 @@ import pytest
 
 import xlac
 from xlac import runtime_c
+from xlac.hlo import Opcode
+from xlac.importers.hlo import REFUSED
 from xlac.main import main
 
 jax = pytest.importorskip("jax")
@@ -321,6 +323,11 @@ REFUSALS = {
     # jnp.linalg calls LAPACK through a custom-call
     "cholesky": (lambda x: jnp.linalg.cholesky(x @ x.T + 4 * jnp.eye(3)), (f32(3, 3),),
                  "custom-call lapack_spotrf_ffi at %cholesky"),
+    "linalg_solve": (lambda a, b: jnp.linalg.solve(a + 4 * jnp.eye(3), b), (f32(3, 3), f32(3)),
+                     "custom-call lapack_strsm_ffi at %[^;]+; custom-call lapack_sgetrf_ffi"),
+    # the rbg PRNG draws from XLA's generator; the default threefry is integer math
+    "random_rbg": (lambda x: x + jax.random.uniform(jax.random.key(0, impl="rbg"), (3,)),
+                   (f32(3),), "rng-bit-generator at %"),
     "fft": (lambda x: jnp.fft.rfft(x).real, (f32(8),),
             r"fft at %[\w.]+ \(jnp\.fft\); real at "),
     "popcnt": (lambda x: lax.population_count(x), (i32(4),),
@@ -346,6 +353,10 @@ def test_unsupported_ops_are_refused_in_one_line(refusal, tmp_path):
     with pytest.raises(xlac.XlacError, match=message):
         xlac.compile(path, tmp_path / "out.o")
     assert not (tmp_path / "out.o").exists()
+
+
+def test_refused_ops_are_not_in_the_opcode_table():
+    assert not set(REFUSED) & {op.text for op in Opcode}
 
 
 def test_elided_constants_say_how_to_print_them(tmp_path):
@@ -414,6 +425,17 @@ def test_cli_refuses_unsupported_ops_with_status_1(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("xlac: error: unsupported XLA ops: custom-call")
     assert "Traceback" not in err and not (tmp_path / "chol.o").exists()
+
+
+def test_cross_target_and_arena_as_for_onnx(tmp_path):
+    path = tmp_path / "cnn.hlo"
+    path.write_text(hlo_text(cnn(), f32(1, 16, 16, 3)))
+    result = xlac.compile(path, tmp_path / "cnn.o", target="aarch64-unknown-linux-gnu",
+                          report=True)
+    assert (tmp_path / "cnn.o").read_bytes()[18] == 183          # ELF e_machine: AArch64
+    header = (tmp_path / "cnn.h").read_text()
+    assert f"#define cnn_ARENA_SIZE {result.arena_size}u" in header and result.arena_size > 0
+    assert result.report["imported_ops"]["convolution"] == 2
 
 
 C_MAIN = r"""
