@@ -55,20 +55,14 @@ def jax_outputs(fn, args) -> list[np.ndarray]:
     return [np.asarray(x) for x in jax.tree_util.tree_leaves(jax.jit(fn)(*args))]
 
 
-def assert_matches(got, want, case: Case) -> float:
-    """Checks every output; returns the largest float error."""
+def assert_matches(got, want, case: Case) -> None:
     assert len(got) == len(want)
-    worst = 0.0
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
-        if w.dtype.kind != "f":
+        if not jnp.issubdtype(w.dtype, jnp.floating):     # bf16 too, whose numpy kind is V
             np.testing.assert_array_equal(g, w)
-            continue
-        np.testing.assert_allclose(g, w, rtol=case.rtol, atol=case.atol, equal_nan=True)
-        finite = np.isfinite(w)
-        assert np.array_equal(np.isfinite(g), finite)
-        worst = max(worst, float(np.max(np.abs(g - w)[finite], initial=0.0)))
-    return worst
+        else:      # infinities and NaNs where JAX has them, of the same sign
+            np.testing.assert_allclose(g, w, rtol=case.rtol, atol=case.atol, equal_nan=True)
 
 
 def _conv(x, w, **kw):
