@@ -46,6 +46,17 @@ def test_calls_are_inlined_and_their_computations_dropped():
     assert [s.name for s in m.signature.outputs] == ["out0", "out1"]
 
 
+@pytest.mark.parametrize("old, new, message", [
+    (b"call(b.1), to_apply=twice.1", b"call(b.1, b.1), to_apply=twice.1",
+     "call %c.1 does not match %twice.1's signature"),
+    (b"call(b.1), to_apply=twice.1", b"call(b.1)", "call %c.1 needs to_apply"),
+    (b"opt-barrier(y.1)", b"opt-barrier(y.1, x.1)", "opt-barrier %z.1 takes one operand"),
+])
+def test_malformed_calls_are_errors(old, new, message):
+    with pytest.raises(HloParseError, match=re.escape(message)):
+        import_hlo(CALLS.replace(old, new))
+
+
 TOTAL_ORDER = b"""HloModule m
 
 ENTRY main {

@@ -14,6 +14,7 @@ import re
 import numpy as np
 
 from ...hlo import Instruction, Opcode, Shape, dtypes
+from ...hlo.shape_inference import compatible
 from ...hlo.text import Dialect, ForeignInstruction, Site
 
 # Read and dropped: they steer XLA's own compiler or carry JAX's bookkeeping.
@@ -54,11 +55,14 @@ def _check_attributes(attributes: dict[str, str], known, opcode: str, site: Site
 
 # call(args), to_apply=f => f's instructions, its parameters replaced by args
 def _inline_call(instr: ForeignInstruction, site: Site) -> Instruction:
+    if "to_apply" not in instr.attributes:
+        raise site.error(f"call %{instr.name} needs to_apply=computation")
     callee = site.called(instr.attributes["to_apply"])
-    if len(callee.parameters) != len(instr.operands):
-        raise site.error(f"call %{instr.name} passes {len(instr.operands)} arguments to "
-                         f"%{callee.name}, which takes {len(callee.parameters)}")
-    mapped = {id(p): a for p, a in zip(callee.parameters, instr.operands)}
+    params = callee.parameters
+    if len(params) != len(instr.operands) or not compatible(callee.root.shape, instr.shape) \
+            or not all(compatible(p.shape, a.shape) for p, a in zip(params, instr.operands)):
+        raise site.error(f"call %{instr.name} does not match %{callee.name}'s signature")
+    mapped = {id(p): a for p, a in zip(params, instr.operands)}
     for i in callee.instructions:
         if i.opcode is not Opcode.PARAMETER:
             mapped[id(i)] = site.add(Instruction(
@@ -69,6 +73,8 @@ def _inline_call(instr: ForeignInstruction, site: Site) -> Instruction:
 
 # opt-barrier(x) => x
 def _pass_through(instr: ForeignInstruction, site: Site) -> Instruction:
+    if len(instr.operands) != 1 or not compatible(instr.operands[0].shape, instr.shape):
+        raise site.error(f"opt-barrier %{instr.name} takes one operand of its own shape")
     return instr.operands[0]
 
 
