@@ -210,6 +210,8 @@ CASES = {
                                  (f32(6), f32(6)), rtol=1e-5, atol=1e-6),
     "checkpoint_grad_opt_barrier": Case(
         jax.grad(lambda x: jax.checkpoint(lambda v: jnp.sin(v) * v)(x).sum()), (f32(5),)),
+    # a parameter, one value twice and a constant as outputs
+    "outputs_that_are_not_computed": Case(lambda x: (x, x * 2, x * 2, jnp.ones(3)), (f32(3),)),
     "softmax_logsumexp": Case(lambda x: (jax.nn.softmax(x, -1), jax.nn.logsumexp(x, -1)),
                               (f32(3, 7),), rtol=4e-6),
 }
