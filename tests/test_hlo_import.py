@@ -374,6 +374,12 @@ def test_other_forms_of_the_program_say_which_to_give(printed, message, tmp_path
         xlac.compile(path, tmp_path / "f.o")
 
 
+def test_compile_takes_the_text_as_bytes(tmp_path):
+    x = f32(5)
+    result = xlac.compile(hlo_text(jnp.tanh, x).encode(), tmp_path / "t.o")
+    np.testing.assert_allclose(xlac.load(result.output)(x)[0], np.tanh(x), rtol=1e-6)
+
+
 def test_onnx_only_options_are_refused(tmp_path):
     path = tmp_path / "f.hlo"
     path.write_text(hlo_text(jnp.tanh, f32(3)))
