@@ -87,9 +87,14 @@ def _read(model) -> str:
 
 
 def check_supported(text: str) -> None:
-    """Refuse, in one message, every op the text uses that we cannot compile; and text
-    we do not read: StableHLO, XLA's optimized HLO, elided constants, several devices."""
-    if _MLIR.match(text.encode()[:4096]):
+    """Refuse text we do not read (StableHLO, XLA's optimized HLO, elided constants,
+    several devices), and, in one message, every op it uses that we cannot compile."""
+    _check_form(text)
+    _check_ops(text)
+
+
+def _check_form(text: str) -> None:
+    if _MLIR.match(text[:4096].encode()):
         raise XlacError("StableHLO (MLIR text) is not read yet: give HLO text, "
                         "lowered.as_text(dialect='hlo')")
     header = text.lstrip().partition("\n")[0]
@@ -104,6 +109,9 @@ def check_supported(text: str) -> None:
         raise XlacError("the HLO text leaves large constants out ({...}): print it with "
                         "as_hlo_text(print_large_constants=True) or "
                         "lowered.as_text(dialect='hlo')")
+
+
+def _check_ops(text: str) -> None:
     ours = {op.text for op in Opcode} | SUPPORTED_FOREIGN
     missing: dict[str, list[str]] = {}
     for m in _OPCODE_OF_LINE.finditer(text):
