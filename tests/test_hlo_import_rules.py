@@ -87,11 +87,13 @@ def test_attributes_that_change_the_meaning_are_refused(attribute, message):
         import_hlo(text)
 
 
-def test_single_device_sharding_and_xla_hints_are_dropped():
-    text = (b"HloModule m\n\nENTRY main {\n  a = f32[2,2]{1,0} parameter(0), "
-            b"sharding={replicated}\n  ROOT d = f32[2,2]{0,1} dot(a, a), lhs_contracting_dims={1},"
-            b" rhs_contracting_dims={0}, operand_precision={highest,highest}, "
-            b"metadata={op_name=\"jit(f)/dot\"}\n}\n")
+@pytest.mark.parametrize("sharding", ["{replicated}", "{maximal device=0}",
+                                      "{devices=[1,1]0}"])
+def test_single_device_sharding_and_xla_hints_are_dropped(sharding):
+    text = (b"HloModule m\n\nENTRY main {\n  a = f32[2,2]{1,0} parameter(0), sharding="
+            + sharding.encode() + b"\n  ROOT d = f32[2,2]{0,1} dot(a, a), "
+            b"lhs_contracting_dims={1}, rhs_contracting_dims={0}, "
+            b"operand_precision={highest,highest}, metadata={op_name=\"jit(f)/dot\"}\n}\n")
     m = import_hlo(text)
     assert m.entry.root.shape.has_default_layout        # layouts are XLA's hints
     a = np.arange(4, dtype=np.float32).reshape(2, 2)

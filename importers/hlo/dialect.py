@@ -23,8 +23,9 @@ from ...hlo.text import Dialect, ForeignInstruction, Site
 _DROPPED = frozenset({"frontend_attributes", "backend_config", "operand_precision",
                       "algorithm", "origin", "statistics", "result_accuracy",
                       "control-predecessors", "channel_id", "schedule"})
-# A single-device sharding (one device holds everything): meaningless here.
-_ONE_DEVICE = re.compile(r"\{\s*(replicated|maximal device=0|manual)\s*\}")
+# A single-device sharding (one device holds everything, or a 1x...x1 tiling of device
+# 0): meaningless here.
+_ONE_DEVICE = re.compile(r"\{\s*(replicated|maximal device=0|manual|devices=\[1(,1)*\]0)\s*\}")
 
 
 class XlaDialect(Dialect):
