@@ -164,6 +164,10 @@ CASES = {
     "sort_total_order": Case(lambda x: (jnp.sort(x), jnp.argsort(x)),
                              (np.array([0.0, -0.0, np.nan, -np.inf, 1.0, np.inf, -1.0, 0.0],
                                        np.float32),)),
+    "sort_16_bit_floats_nan_max": Case(
+        lambda x: (jnp.sort(x.astype(jnp.float16)), jnp.argsort(x.astype(jnp.bfloat16)),
+                   jnp.max(x), jnp.argmax(x), jnp.nanmax(x)),
+        (np.array([0.0, -0.0, np.nan, -np.inf, 1.0, np.inf, -1.0, 0.5], np.float32),)),
     "sort_integer_descending": Case(lambda x: jnp.sort(x)[::-1], (i32(9),)),
     "top_k": Case(lambda x: lax.top_k(x, 3), (f32(4, 10),)),
     "gather_indexing": Case(lambda x, i, j: (x[i], x[:, j], x[i, j], jnp.take_along_axis(
