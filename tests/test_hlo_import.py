@@ -111,6 +111,10 @@ CASES = {
     "shifts_bits": Case(lambda a, s: (a << s, a >> s, lax.shift_right_logical(a, s), a & s,
                                       a | s, a ^ s, ~a),
                         (i32(16, lo=-1000, hi=1000), i32(16, lo=0, hi=31))),
+    "popcnt_clz": Case(lambda a: (lax.population_count(a), lax.clz(a),
+                                  lax.population_count(a.astype(jnp.uint8)),
+                                  lax.clz(a.astype(jnp.int16)), lax.clz(a.astype(jnp.uint16))),
+                       (np.array([0, -1, 1, 2**31 - 1, -2**31, 12345, 255, 256], np.int32),)),
     "uint32_threefry": Case(lambda k: jax.random.bits(jax.random.wrap_key_data(k), (8,)),
                             (np.array([7, 42], np.uint32),)),
     "convert": Case(lambda x: (x.astype(jnp.int32), x.astype(jnp.int8), (x > 0).astype(
@@ -330,9 +334,6 @@ REFUSALS = {
                    (f32(3),), "rng-bit-generator at %"),
     "fft": (lambda x: jnp.fft.rfft(x).real, (f32(8),),
             r"fft at %[\w.]+ \(jnp\.fft\); real at "),
-    "popcnt": (lambda x: lax.population_count(x), (i32(4),),
-               r"popcnt at %[\w.]+ \(lax\.population_count\)"),
-    "clz": (lambda x: lax.clz(x), (i32(4),), "count-leading-zeros at %"),
     "reduce_precision": (lambda x: lax.reduce_precision(x, 5, 10), (f32(4),),
                          "reduce-precision at %"),
     # the gradient of max pooling

@@ -2,7 +2,8 @@
 
 XLA writes ops our opcode table lacks and attributes our IR does not keep. One rule
 each: ``call`` is inlined (JAX wraps every jitted helper in one), ``opt-barrier``
-passes its operand through (it only orders XLA's rematerialization), a TOTALORDER
+passes its operand through (it only orders XLA's rematerialization), ``popcnt`` and
+``count-leading-zeros`` become integer bit arithmetic, a TOTALORDER
 compare becomes an integer compare of order keys, and attributes that change nothing
 on one device are dropped. Anything else is refused by ``importer.check_supported``
 before parsing, so that one message lists every op the program needs.
@@ -79,11 +80,6 @@ def _pass_through(instr: ForeignInstruction, site: Site) -> Instruction:
     return instr.operands[0]
 
 
-_FOREIGN = {"call": _inline_call, "opt-barrier": _pass_through}
-_FOREIGN_KEYS = {"call": {"to_apply", "is_composite", "composite.name",
-                          "composite.attributes", "composite.version"},
-                 "opt-barrier": set()}
-SUPPORTED_FOREIGN = frozenset(_FOREIGN)
 
 _SIGNED = {16: dtypes.S16, 32: dtypes.S32, 64: dtypes.S64}
 
@@ -100,14 +96,83 @@ def _order_key(x: Instruction, site: Site) -> Instruction:
     bits = x.shape.dtype.bits
     if bits not in _SIGNED:
         raise site.error(f"TOTALORDER compare of {x.shape.dtype.name} is not supported")
-    int_shape = Shape.array(_SIGNED[bits], x.shape.dims)
-    i = site.add(Instruction(Opcode.BITCAST_CONVERT, int_shape, [x]))
+    i = _bitcast(x, _SIGNED[bits], site)
+    sign = _with_constant(Opcode.SHIFT_RIGHT_ARITHMETIC, i, bits - 1, site)
+    mask = _with_constant(Opcode.SHIFT_RIGHT_LOGICAL, sign, 1, site)
+    return site.add(Instruction(Opcode.XOR, i.shape, [i, mask]))
 
-    def shift(opcode, value, amount):
-        c = site.add(Instruction(Opcode.CONSTANT, Shape.array(int_shape.dtype, ()),
-                                 literal=np.array(amount, int_shape.dtype.np)))
-        b = site.add(Instruction(Opcode.BROADCAST, int_shape, [c], {"dimensions": ()}))
-        return site.add(Instruction(opcode, int_shape, [value, b]))
-    sign = shift(Opcode.SHIFT_RIGHT_ARITHMETIC, i, bits - 1)
-    mask = shift(Opcode.SHIFT_RIGHT_LOGICAL, sign, 1)
-    return site.add(Instruction(Opcode.XOR, int_shape, [i, mask]))
+
+_UNSIGNED = {8: dtypes.U8, 16: dtypes.U16, 32: dtypes.U32, 64: dtypes.U64}
+
+
+# popcnt(x) => the SWAR bit count on the unsigned bits: pairs, nibbles, bytes, then the
+# bytes summed by a multiply into the top byte
+def _popcnt(instr: ForeignInstruction, site: Site) -> Instruction:
+    x = _one_integer_operand(instr, site)
+    return _bitcast(_bit_count(_bitcast(x, _UNSIGNED[x.shape.dtype.bits], site), site),
+                    x.shape.dtype, site)
+
+
+def _bit_count(u: Instruction, site: Site) -> Instruction:
+    n = u.shape.dtype.bits
+    ones = (1 << n) - 1
+    pairs = _with_constant(Opcode.AND, _with_constant(Opcode.SHIFT_RIGHT_LOGICAL, u, 1, site),
+                           ones // 3, site)                            # 0x55...
+    u = site.add(Instruction(Opcode.SUBTRACT, u.shape, [u, pairs]))
+    low = _with_constant(Opcode.AND, u, ones // 5, site)              # 0x33...
+    high = _with_constant(Opcode.AND, _with_constant(Opcode.SHIFT_RIGHT_LOGICAL, u, 2, site),
+                          ones // 5, site)
+    u = site.add(Instruction(Opcode.ADD, u.shape, [low, high]))
+    u = site.add(Instruction(Opcode.ADD, u.shape, [
+        u, _with_constant(Opcode.SHIFT_RIGHT_LOGICAL, u, 4, site)]))
+    u = _with_constant(Opcode.AND, u, ones // 17, site)               # 0x0f...
+    u = _with_constant(Opcode.MULTIPLY, u, ones // 255, site)         # 0x01...
+    return _with_constant(Opcode.SHIFT_RIGHT_LOGICAL, u, n - 8, site)
+
+
+# count-leading-zeros(x) => n - popcnt(x smeared right: every bit below the top one set)
+def _count_leading_zeros(instr: ForeignInstruction, site: Site) -> Instruction:
+    x = _one_integer_operand(instr, site)
+    u = _bitcast(x, _UNSIGNED[x.shape.dtype.bits], site)
+    shift = 1
+    while shift < u.shape.dtype.bits:
+        u = site.add(Instruction(Opcode.OR, u.shape, [
+            u, _with_constant(Opcode.SHIFT_RIGHT_LOGICAL, u, shift, site)]))
+        shift *= 2
+    count = _bit_count(u, site)
+    n = _splat(u.shape.dtype.bits, u.shape, site)
+    return _bitcast(site.add(Instruction(Opcode.SUBTRACT, u.shape, [n, count])),
+                    x.shape.dtype, site)
+
+
+def _one_integer_operand(instr: ForeignInstruction, site: Site) -> Instruction:
+    if len(instr.operands) != 1 or not instr.operands[0].shape.dtype.is_integer \
+            or not compatible(instr.operands[0].shape, instr.shape):
+        raise site.error(f"{instr.opcode} %{instr.name} takes one integer operand of its "
+                         "own shape")
+    return instr.operands[0]
+
+
+def _bitcast(x: Instruction, dtype, site: Site) -> Instruction:
+    if x.shape.dtype == dtype:
+        return x
+    return site.add(Instruction(Opcode.BITCAST_CONVERT, x.shape.with_dtype(dtype), [x]))
+
+
+def _splat(value: int, shape: Shape, site: Site) -> Instruction:
+    c = site.add(Instruction(Opcode.CONSTANT, Shape.array(shape.dtype, ()),
+                             literal=np.array(value, shape.dtype.np)))
+    return site.add(Instruction(Opcode.BROADCAST, shape, [c], {"dimensions": ()}))
+
+
+def _with_constant(opcode: Opcode, x: Instruction, value: int, site: Site) -> Instruction:
+    """``opcode(x, value)``, the constant broadcast to x's shape."""
+    return site.add(Instruction(opcode, x.shape, [x, _splat(value, x.shape, site)]))
+
+
+_FOREIGN = {"call": _inline_call, "opt-barrier": _pass_through, "popcnt": _popcnt,
+            "count-leading-zeros": _count_leading_zeros}
+_FOREIGN_KEYS = {"call": {"to_apply", "is_composite", "composite.name",
+                          "composite.attributes", "composite.version"},
+                 "opt-barrier": set(), "popcnt": set(), "count-leading-zeros": set()}
+SUPPORTED_FOREIGN = frozenset(_FOREIGN)
