@@ -3,10 +3,10 @@
 XLA writes ops our opcode table lacks and attributes our IR does not keep. One rule
 each: ``call`` is inlined (JAX wraps every jitted helper in one), ``opt-barrier``
 passes its operand through (it only orders XLA's rematerialization), ``popcnt`` and
-``count-leading-zeros`` become integer bit arithmetic, a TOTALORDER
-compare becomes an integer compare of order keys, and attributes that change nothing
-on one device are dropped. Anything else is refused by ``importer.check_supported``
-before parsing, so that one message lists every op the program needs.
+``count-leading-zeros`` become integer bit arithmetic, a TOTALORDER compare becomes
+an integer compare of order keys, and attributes that change nothing on one device
+are dropped. Anything else is refused by ``importer.check_supported`` before
+parsing, so that one message lists every op the program needs.
 """
 from __future__ import annotations
 
