@@ -20,9 +20,9 @@ XLA's syntax, in the order XLA prints them, fields at their defaults left out;
 the parser takes them in any order. Names are kept, so print -> parse -> print
 is identical. The parser also reads what XLA dumps carry beyond that and means
 nothing here: ``/*index=5*/`` comments, ``metadata={...}`` and module-line
-attributes such as ``entry_computation_layout``; and XLA's current print form, as
-JAX prints it: names without ``%``, computations without signatures, operands
-without shapes. A ``Dialect`` builds what our IR lacks (the HLO importer's: XLA's
+attributes such as ``entry_computation_layout``, stack-frame sections such as
+``FileNames``; and XLA's current print form, as JAX prints it: names without ``%``,
+computations without signatures, operands without shapes. A ``Dialect`` builds what our IR lacks (the HLO importer's: XLA's
 ``call``, attributes such as ``type=TOTALORDER``); without one, those are errors.
 """
 from __future__ import annotations
@@ -632,6 +632,7 @@ class _Parser:
             self.expect("word", "a module attribute")
             self.expect("=")
             self.skip_value()
+        self.skip_stack_frames()
         entry_seen = False
         while self.lex.peek().kind != "eof":
             entry = self.accept("word", "ENTRY") is not None
@@ -648,6 +649,15 @@ class _Parser:
         except VerifierError as e:
             raise HloParseError(f"invalid module: {e}") from None
         return module
+
+    def skip_stack_frames(self) -> None:
+        """XLA's dumps index the source locations of ``metadata`` in sections such as
+        ``FileNames`` of numbered entries (``1 "f.py"``, ``1 {file_name_id=1 ...}``)."""
+        while self.accept("word", "FileNames") or self.accept("word", "FunctionNames") \
+                or self.accept("word", "FileLocations") or self.accept("word", "StackFrames"):
+            while self.lex.peek().kind == "word" and self.lex.peek().text.isdigit():
+                self.lex.next()
+                self.skip_value()
 
     def computation(self, module: Module, entry: bool) -> None:
         name_tok, name = self.name("a computation name")
@@ -769,12 +779,15 @@ class _Parser:
         return operands
 
     def raw_attributes(self) -> dict[str, str]:
-        """``, key=value`` pairs as written (for a dialect's own instructions)."""
+        """``, key=value`` pairs as written (for a dialect's own instructions), but
+        those that mean nothing here."""
         out = {}
         while self.accept(","):
             key = self.expect("word", "an attribute name")
             self.expect("=")
-            out[key.text] = self.raw_value()
+            value = self.raw_value()
+            if key.text not in _IGNORED_KEYS:
+                out[key.text] = value
         return out
 
     def raw_value(self) -> str:

@@ -3,8 +3,10 @@ xlac, run through xlac.load and compared with JAX's own result (XLA's CPU compil
 bit-exact for integer and boolean results, a stated float tolerance otherwise."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -319,6 +321,23 @@ def test_compiler_ir_text_with_large_constants(tmp_path):
     model = compile_hlo(text, tmp_path, "mlp_ir")
     assert [i.name for i in model.inputs] == ["x"]
     assert_matches(model(*case.args), jax_outputs(case.fn, case.args), case)
+
+
+DUMPED = "lambda x, w: (jnp.argsort(jnp.tanh(x @ w), axis=-1), jax.nn.softmax(x @ w))"
+
+
+def test_xla_dump_before_optimizations(tmp_path):
+    # XLA_FLAGS=--xla_dump_to writes %names, signatures, metadata and stack frames
+    args = (np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3),
+            np.linspace(2, -2, 15, dtype=np.float32).reshape(3, 5))
+    script = ("import jax, jax.numpy as jnp, numpy as np\n"
+              f"jax.jit({DUMPED})(*[np.array(a, np.float32) for a in {[a.tolist() for a in args]}])")
+    env = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={tmp_path / 'dump'} --xla_dump_hlo_as_text"}
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, capture_output=True)
+    path, = (tmp_path / "dump").glob("*before_optimizations.txt")
+    assert "StackFrames" in path.read_text()
+    model = xlac.load(xlac.compile(path, tmp_path / "dumped.o").output)
+    assert_matches(model(*args), jax_outputs(eval(DUMPED), args), Case(None, args))
 
 
 # --- refusals: one line naming what is missing -----------------------------------

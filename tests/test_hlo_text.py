@@ -601,6 +601,27 @@ def test_reads_names_without_percent_and_computations_without_headers():
     assert parse_module(print_module(m)).entry.root.name == "r.1"
 
 
+def test_skips_the_stack_frame_sections_of_xla_dumps():
+    m = parse_module(hlo("""
+        HloModule jit_f, entry_computation_layout={(f32[]{})->f32[]{}}
+
+        FileNames
+        1 "/tmp/f.py"
+
+        FileLocations
+        1 {file_name_id=1 function_name_id=1 line=5 end_line=5 column=0 end_column=68}
+
+        StackFrames
+        1 {file_location_id=1 parent_frame_id=1}
+
+        ENTRY %main.2 (x.1: f32[]) -> f32[] {
+          %x.1 = f32[] parameter(0), metadata={op_name="x" stack_frame_id=1}
+          ROOT %n.1 = f32[] negate(%x.1), metadata={op_name="jit(f)/neg" stack_frame_id=1}
+        }
+    """))
+    assert m.entry.root.opcode is Opcode.NEGATE
+
+
 def test_last_computation_is_the_entry_without_entry_keyword():
     text = SNIPPETS["fusion"].replace("ENTRY ", "")
     assert print_module(parse_module(text)) == SNIPPETS["fusion"]
