@@ -22,8 +22,9 @@ is identical. The parser also reads what XLA dumps carry beyond that and means
 nothing here: ``/*index=5*/`` comments, ``metadata={...}`` and module-line
 attributes such as ``entry_computation_layout``, stack-frame sections such as
 ``FileNames``; and XLA's current print form, as JAX prints it: names without ``%``,
-computations without signatures, operands without shapes. A ``Dialect`` builds what our IR lacks (the HLO importer's: XLA's
-``call``, attributes such as ``type=TOTALORDER``); without one, those are errors.
+computations without signatures, operands without shapes. A ``Dialect`` builds what
+our IR lacks (the HLO importer's: XLA's ``call``, attributes such as
+``type=TOTALORDER``); without one, those are errors.
 """
 from __future__ import annotations
 

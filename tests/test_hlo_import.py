@@ -330,8 +330,9 @@ def test_xla_dump_before_optimizations(tmp_path):
     # XLA_FLAGS=--xla_dump_to writes %names, signatures, metadata and stack frames
     args = (np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3),
             np.linspace(2, -2, 15, dtype=np.float32).reshape(3, 5))
+    values = [a.tolist() for a in args]
     script = ("import jax, jax.numpy as jnp, numpy as np\n"
-              f"jax.jit({DUMPED})(*[np.array(a, np.float32) for a in {[a.tolist() for a in args]}])")
+              f"jax.jit({DUMPED})(*[np.array(a, np.float32) for a in {values}])")
     env = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={tmp_path / 'dump'} --xla_dump_hlo_as_text"}
     subprocess.run([sys.executable, "-c", script], env=env, check=True, capture_output=True)
     path, = (tmp_path / "dump").glob("*before_optimizations.txt")
