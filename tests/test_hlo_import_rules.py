@@ -118,12 +118,14 @@ ENTRY main {
                                "linear algebra, cuDNN, ...))")
 
 
-@pytest.mark.parametrize("header, message", [
-    ("HloModule m, num_partitions=2", "several devices (num_partitions=2)"),
-    ("HloModule m, is_scheduled=true", "HLO after XLA's optimizations"),
+@pytest.mark.parametrize("old, new, message", [
+    ("HloModule m", "HloModule m, num_partitions=2", "several devices (num_partitions=2)"),
+    ("HloModule m", "HloModule m, is_scheduled=true", "HLO after XLA's optimizations"),
+    ("f32[6]{0} parameter(1)", "c64[6]{0} parameter(1)", "complex numbers"),
+    ("f32[6]{0} parameter(1)", "f32[<=6]{0} parameter(1)", "dynamic dimensions"),
 ])
-def test_programs_we_do_not_read_are_refused(header, message):
-    text = TOTAL_ORDER.replace(b"HloModule m", header.encode())
+def test_programs_we_do_not_read_are_refused(old, new, message):
+    text = TOTAL_ORDER.replace(old.encode(), new.encode())
     with pytest.raises(XlacError, match=re.escape(message)):
         import_hlo(text)
 

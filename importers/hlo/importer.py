@@ -45,6 +45,10 @@ _OPCODE_OF_LINE = re.compile(
     r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*.*?\s([a-z][\w\-]*)\((.*)$", re.M)
 _TARGET = re.compile(r'custom_call_target="([^"]*)"')
 _DEVICES = re.compile(r"\b(num_partitions|replica_count)=(\d+)")
+# Element types and dimensions our shapes do not have: complex numbers, bounded dynamic
+# dimensions (f32[<=8]).
+_UNSHAPED = [(re.compile(r"\bc(64|128)\["), "complex numbers (c64, c128)"),
+             (re.compile(r"\[[\d,]*<="), "dynamic dimensions (f32[<=N]): shapes are static")]
 
 
 def is_hlo_text(model) -> bool:
@@ -87,10 +91,12 @@ def _read(model) -> str:
 
 
 def check_supported(text: str) -> None:
-    """Refuse text we do not read (StableHLO, XLA's optimized HLO, elided constants,
-    several devices), and, in one message, every op it uses that we cannot compile."""
+    """Refuse text we do not read (StableHLO, XLA's optimized HLO, several devices,
+    complex numbers, dynamic dimensions, elided constants), and, in one message, every
+    op it uses that we cannot compile."""
     _check_form(text)
     _check_ops(text)
+    _check_types(text)
 
 
 def _check_form(text: str) -> None:
@@ -126,6 +132,12 @@ def _check_ops(text: str) -> None:
                  f"({REFUSED.get(op.split()[0], 'not in the opcode table')})"
                  for op, names in missing.items()]
         raise XlacError("unsupported XLA ops: " + "; ".join(parts))
+
+
+def _check_types(text: str) -> None:
+    for pattern, what in _UNSHAPED:
+        if pattern.search(text):
+            raise XlacError(f"the program uses {what}; xlac does not compile them")
 
 
 def _drop_uncalled(module: Module) -> None:
