@@ -117,6 +117,26 @@ CASES = {
                                   lax.population_count(a.astype(jnp.uint8)),
                                   lax.clz(a.astype(jnp.int16)), lax.clz(a.astype(jnp.uint16))),
                        (np.array([0, -1, 1, 2**31 - 1, -2**31, 12345, 255, 256], np.int32),)),
+    # XLA's edge semantics, bit for bit: division by zero and INT_MIN / -1, shifts by the
+    # width or more, float-to-int conversion of NaN, infinities and out-of-range values,
+    # NaN and signed zeros in maximum and minimum
+    "integer_division_edges": Case(
+        lambda a, b: (lax.div(a, b), lax.rem(a, b)),
+        (np.array([7, -7, 0, -2**31, -2**31, 5], np.int32),
+         np.array([0, 0, 0, -1, 0, 3], np.int32))),
+    "shift_by_width_or_more": Case(
+        lambda a, s: (a << s, a >> s, lax.shift_right_logical(a, s)),
+        (i32(6, lo=-1000, hi=1000), np.array([0, 31, 32, 33, -1, 40], np.int32))),
+    "float_to_int_edges": Case(
+        lambda x: (x.astype(jnp.int32), x.astype(jnp.uint8), x.astype(jnp.int8)),
+        (np.array([np.nan, np.inf, -np.inf, 3e9, -3e9, 300.7, -1.5, 255.9], np.float32),)),
+    "max_min_nan_signed_zero": Case(
+        lambda a, b: (jnp.maximum(a, b), jnp.minimum(a, b), jnp.fmax(a, b)),
+        (np.array([np.nan, 1, -0.0, 0.0], np.float32),
+         np.array([1, np.nan, 0.0, -0.0], np.float32))),
+    "bincount_unique_fixed_size": Case(
+        lambda i: (jnp.bincount(i, length=6), jnp.unique(i, size=5, fill_value=-1)),
+        (i32(10, lo=0, hi=6),)),
     "uint32_threefry": Case(lambda k: jax.random.bits(jax.random.wrap_key_data(k), (8,)),
                             (np.array([7, 42], np.uint32),)),
     "convert": Case(lambda x: (x.astype(jnp.int32), x.astype(jnp.int8), (x > 0).astype(
@@ -303,6 +323,9 @@ PROGRAMS = {
                          rtol=1e-4, atol=1e-6),
     "cnn": Case(cnn(), (f32(2, 16, 16, 3),), rtol=1e-5, atol=1e-5),
     "transformer_block": Case(transformer_block(), (f32(2, 8, 32),), rtol=1e-4, atol=1e-5),
+    "causal_dot_product_attention": Case(
+        lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True),
+        (f32(1, 6, 2, 8), f32(1, 6, 2, 8), f32(1, 6, 2, 8)), rtol=1e-5, atol=1e-6),
     "scan_rnn": Case(scan_rnn(), (f32(10, 2, 8), f32(2, 16)), rtol=1e-5, atol=1e-5),
 }
 
