@@ -7,7 +7,7 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -40,7 +40,6 @@ class Case:
     args: tuple
     rtol: float = 1e-6          # float results: |got - want| <= atol + rtol * |want|
     atol: float = 1e-6
-    kwargs: dict = field(default_factory=dict)
 
 
 def hlo_text(fn, *args) -> str:
