@@ -32,6 +32,7 @@ from . import cache
 from .driver import compile, const_inputs_from, input_shapes_from
 from .emitter.names import c_identifier_for_model
 from .hlo import XlacError
+from .importers.hlo import is_hlo_text
 from .loader import Model, load
 from .progress import Progress
 
@@ -219,6 +220,9 @@ def run_command(args) -> int:
     if args.check and Path(args.model).suffix == ".o":
         raise XlacError("--check compares with onnxruntime on the ONNX model: give "
                         "MODEL.onnx rather than a compiled object")
+    if args.check and is_hlo_text(args.model):
+        raise XlacError("--check compares with onnxruntime, which does not read HLO text; "
+                        "compare with jax.jit of the function")
     ort = _onnxruntime() if args.check else None
     if args.check and ort is None:
         raise XlacError(f"--check compares with onnxruntime, which is not installed: {INSTALL_ORT}")
@@ -398,6 +402,8 @@ def bench_command(args) -> int:
     missing = None
     if prepared.onnx_path is None:
         missing = "the model was given compiled, so xlac is timed alone"
+    elif is_hlo_text(prepared.onnx_path):
+        missing = "onnxruntime does not read HLO text, so xlac is timed alone"
     elif ort is None:
         missing = f"onnxruntime is not installed, so xlac is timed alone ({INSTALL_ORT})"
     else:

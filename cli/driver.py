@@ -23,6 +23,7 @@ from .emitter import EmitOptions, build_steps, format_steps
 from .emitter.names import c_identifier_for_model
 from .hlo import Module, XlacError, XlacWarning
 from .hlo.text import print_module
+from .importers.hlo import import_hlo, is_hlo_text
 from .importers.onnx import import_onnx
 from .optimizer import alternatives, optimize, plan_memory
 from .optimizer.exact_scheduling import DEFAULT_BUDGET
@@ -137,8 +138,9 @@ def compile(model, output, *, name: str | None = None, target: str | None = None
             opt_level: int = 2, report: bool = False, dump_passes=None,
             const_inputs: dict | None = None, strict: bool = False, parallel: bool = False,
             progress: Progress | None = None) -> CompileResult:
-    """Compile ``model`` (an ONNX path, bytes or ModelProto) into ``output`` and the
-    header beside it (``output`` with suffix ``.h``).
+    """Compile ``model`` (an ONNX path, bytes or ModelProto, or the path or bytes of
+    XLA's HLO text as JAX prints it) into ``output`` and the header beside it
+    (``output`` with suffix ``.h``).
 
     ``features`` adds (``+name``) or removes (``-name``) LLVM target features, comma
     separated. ``emit`` picks what ``output`` holds: an object file (``obj``), a static
@@ -174,6 +176,24 @@ def compile(model, output, *, name: str | None = None, target: str | None = None
                             cli=f"{w} (an error with --strict)") from None
 
 
+def _import(model, *, name, input_shapes, const_inputs, absent_inputs,
+            onnx_order_bound) -> Module:
+    """The front end by content: HLO text opens with ``HloModule``; anything else is
+    read as ONNX."""
+    if not is_hlo_text(model):
+        return import_onnx(model, input_shapes=input_shapes, name=name,
+                           const_inputs=const_inputs, absent_inputs=absent_inputs,
+                           onnx_order_bound=onnx_order_bound)
+    # HLO's shapes are static and all its parameters are inputs: nothing to pin.
+    for what, option, value in (("input_shapes", "--input-shape", input_shapes),
+                                ("const_inputs", "--const-input", const_inputs),
+                                ("absent_inputs", "--absent-input", absent_inputs)):
+        if value:
+            raise XlacError(f"{what} applies to ONNX models, not HLO text",
+                            cli=f"{option} applies to ONNX models, not HLO text")
+    return import_hlo(model, name=name)
+
+
 def _check_mapping(what: str, value, example: str) -> None:
     if value is not None and not isinstance(value, Mapping):
         raise XlacError(f"{what} must be a dict from input names, e.g. {what}={example}; "
@@ -199,9 +219,9 @@ def _compile(model, output, *, name, target, cpu, features, emit_kind, input_sha
 
     with progress:
         with progress.stage("import"):
-            module = import_onnx(model, input_shapes=input_shapes, name=name,
-                                 const_inputs=const_inputs, absent_inputs=absent_inputs,
-                                 onnx_order_bound=want_report)
+            module = _import(model, name=name, input_shapes=input_shapes,
+                             const_inputs=const_inputs, absent_inputs=absent_inputs,
+                             onnx_order_bound=want_report)
             onnx_bound = module.source_order_bound
             if dump is not None:
                 dump("imported", module)

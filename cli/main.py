@@ -1,6 +1,6 @@
 """The ``xlac`` command.
 
-    xlac MODEL.onnx -o OUT.o [--name NAME] [--target TRIPLE] [--cpu CPU] [--features +F,-G]
+    xlac MODEL -o OUT.o [--name NAME] [--target TRIPLE] [--cpu CPU] [--features +F,-G]
          [--emit obj|lib|asm|llvm|hlo|steps] [--input-shape NAME=1x3x224x224 ...]
          [--const-input NAME=FILE.npy ...] [--absent-input NAME ...] [--report]
          [--report-json FILE]
@@ -9,6 +9,8 @@
     xlac --cmake-dir
     xlac --version
     xlac run | bench | cache ...   (commands.py)
+
+MODEL is an ONNX model or XLA's HLO text as JAX prints it, told apart by content.
 
 Exit status: 0 on success; 1 for anything the user can fix (bad model, bad
 option, unwritable output), reported as one ``xlac: error: ...`` line on stderr;
@@ -53,12 +55,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="xlac", description="Compile an ONNX model into an object file and a "
+    p = _Parser(prog="xlac", description="Compile an ONNX model or XLA HLO text into an object file and a "
                 "C header (weights embedded, one caller-provided arena, no malloc).",
                 epilog="other commands: " + "; ".join(
                     f"xlac {name}: {doc}" for name, (doc, _, _) in COMMANDS.items())
                 + " (xlac COMMAND --help)")
-    p.add_argument("model", nargs="?", metavar="MODEL.onnx", help="the ONNX model")
+    p.add_argument("model", nargs="?", metavar="MODEL",
+                   help="the ONNX model, or XLA's HLO text (a file opening with HloModule)")
     p.add_argument("-o", dest="output", metavar="OUT.o",
                    help="output file; the header OUT.h is written beside it")
     p.add_argument("--name", help="C symbol prefix (default: OUT's stem as a C identifier)")

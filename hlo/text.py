@@ -20,7 +20,11 @@ XLA's syntax, in the order XLA prints them, fields at their defaults left out;
 the parser takes them in any order. Names are kept, so print -> parse -> print
 is identical. The parser also reads what XLA dumps carry beyond that and means
 nothing here: ``/*index=5*/`` comments, ``metadata={...}`` and module-line
-attributes such as ``entry_computation_layout``.
+attributes such as ``entry_computation_layout``, stack-frame sections such as
+``FileNames``; and XLA's current print form, as JAX prints it: names without ``%``,
+computations without signatures, operands without shapes. A ``Dialect`` builds what
+our IR lacks (the HLO importer's: XLA's ``call``, attributes such as
+``type=TOTALORDER``); without one, those are errors.
 """
 from __future__ import annotations
 
@@ -45,6 +49,9 @@ _SMALL_CONSTANT = 64        # elements; larger ones print as {...} in human dump
 
 class HloParseError(ValueError, XlacError):
     """Malformed HLO text; the message starts with ``line L, column C``."""
+
+    def __init__(self, message: str):
+        XlacError.__init__(self, message)       # ValueError's would leave out ``cli``
 
 
 # --- attribute values: how each kind is written and read --------------------
@@ -344,10 +351,57 @@ def _error(text: str, pos: int, msg: str) -> HloParseError:
 
 # --- parser ------------------------------------------------------------------
 
-def parse_module(text: str) -> Module:
+def parse_module(text: str, dialect: "Dialect | None" = None) -> Module:
     """The module written by ``text``; raises HloParseError (with line and column)
-    for malformed text or instructions whose declared shape is not their shape."""
-    return _Parser(text).module()
+    for malformed text or instructions whose declared shape is not their shape.
+    ``dialect`` builds what the opcode table lacks (see ``Dialect``)."""
+    return _Parser(text, dialect).module()
+
+
+_OPCODES = {op.text: op for op in Opcode}
+
+
+@dataclass(frozen=True)
+class ForeignInstruction:
+    """An instruction as the text wrote it, for a ``Dialect``: its opcode is not in
+    our table, or (``Dialect.extra_attributes``) it carries keys our IR does not keep."""
+    name: str
+    shape: Shape
+    opcode: str
+    operands: list[Instruction]
+    attributes: dict[str, str]      # key -> value as written
+
+
+class Site:
+    """Where a dialect builds: the computation being parsed, and errors that point at
+    the instruction's opcode in the text."""
+
+    def __init__(self, parser: "_Parser", module: Module, comp: Computation, at: _Token):
+        self.module, self.computation, self._parser, self._at = module, comp, parser, at
+
+    def add(self, instr: Instruction) -> Instruction:
+        return self.computation.add(instr)
+
+    def called(self, name: str) -> Computation:
+        """A computation named in an attribute value (callees come first)."""
+        return self._parser.find_computation(self.module, name.removeprefix("%"), self._at)
+
+    def error(self, msg: str) -> HloParseError:
+        return self._parser.error(msg, self._at)
+
+
+class Dialect:
+    """What a front end reads beyond our IR (XLA's own HLO text, for the HLO importer).
+    Each method returns the instruction the text's name then stands for, having added
+    what it built to ``site``; the defaults refuse."""
+
+    def foreign(self, instr: ForeignInstruction, site: Site) -> Instruction:
+        raise site.error(f"unknown opcode '{instr.opcode}'")
+
+    def extra_attributes(self, instr: Instruction, attributes: dict[str, str],
+                         site: Site) -> Instruction:
+        raise site.error(f"unknown attribute '{next(iter(attributes))}' for "
+                         f"{instr.opcode.text}")
 
 
 def _describe(tok: _Token) -> str:
@@ -355,8 +409,9 @@ def _describe(tok: _Token) -> str:
 
 
 class _Parser:
-    def __init__(self, text: str):
+    def __init__(self, text: str, dialect: "Dialect | None" = None):
         self.lex = _Lexer(text)
+        self.dialect = dialect
 
     # -- tokens --
     def error(self, msg: str, at: _Token | int | None = None) -> HloParseError:
@@ -375,6 +430,13 @@ class _Parser:
         if tok.kind == kind and (text is None or tok.text == text):
             return self.lex.next()
         return None
+
+    def name(self, what: str) -> tuple[_Token, str]:
+        """A name, ``%x.1`` or (as XLA prints it now) ``x.1``: its token and text."""
+        tok = self.lex.next()
+        if tok.kind not in ("name", "word"):
+            raise self.error(f"expected {what}, found {_describe(tok)}", tok)
+        return tok, tok.text.removeprefix("%")
 
     def keyword(self, text: str) -> None:
         tok = self.lex.next()
@@ -546,7 +608,22 @@ class _Parser:
         self.lex.next()
         nxt = self.lex.peek()
         self.lex.reset(mark)
-        return nxt.kind == "}" or (nxt.kind == "word" and nxt.text != "ROOT")
+        return nxt.kind == "}" or (nxt.kind == "word" and nxt.text.isdigit())
+
+    def _shape_follows(self) -> bool:
+        """Before an operand: a shape starts with '(' (a tuple) or an element type and
+        '['; a bare word is a name (XLA prints names without '%' and operands
+        without shapes)."""
+        tok = self.lex.peek()
+        if tok.kind == "(":
+            return True
+        if tok.kind != "word" or tok.text not in dtypes.BY_NAME:
+            return False
+        mark = self.lex.mark()
+        self.lex.next()
+        follows = self.lex.peek().kind == "["
+        self.lex.reset(mark)
+        return follows
 
     # -- structure --
     def module(self) -> Module:
@@ -556,6 +633,7 @@ class _Parser:
             self.expect("word", "a module attribute")
             self.expect("=")
             self.skip_value()
+        self.skip_stack_frames()
         entry_seen = False
         while self.lex.peek().kind != "eof":
             entry = self.accept("word", "ENTRY") is not None
@@ -573,12 +651,20 @@ class _Parser:
             raise HloParseError(f"invalid module: {e}") from None
         return module
 
+    def skip_stack_frames(self) -> None:
+        """XLA's dumps index the source locations of ``metadata`` in sections such as
+        ``FileNames`` of numbered entries (``1 "f.py"``, ``1 {file_name_id=1 ...}``)."""
+        while self.accept("word", "FileNames") or self.accept("word", "FunctionNames") \
+                or self.accept("word", "FileLocations") or self.accept("word", "StackFrames"):
+            while self.lex.peek().kind == "word" and self.lex.peek().text.isdigit():
+                self.lex.next()
+                self.skip_value()
+
     def computation(self, module: Module, entry: bool) -> None:
-        name_tok = self.expect("name", "a computation name")
-        name = name_tok.text[1:]
+        name_tok, name = self.name("a computation name")
         if any(c.name == name for c in module.computations):
             raise self.error(f"duplicate computation %{name}", name_tok)
-        header = self.header()
+        header = self.header() if self.lex.peek().kind == "(" else None   # XLA may omit it
         self.expect("{")
         comp = Computation(name)
         names: dict[str, Instruction] = {}
@@ -594,7 +680,8 @@ class _Parser:
             raise self.error(f"computation %{name} has {len(roots)} ROOT instructions",
                              name_tok)
         comp.root = roots[0] if roots else comp.instructions[-1]
-        self.check_header(comp, header, name_tok)
+        if header is not None:
+            self.check_header(comp, header, name_tok)
         module.add_computation(comp, entry=entry)
 
     def header(self) -> tuple[list[tuple[_Token, Shape]], Shape]:
@@ -628,17 +715,15 @@ class _Parser:
 
     def instruction(self, module: Module, comp: Computation,
                     names: dict[str, Instruction]) -> Instruction:
-        name_tok = self.expect("name", "an instruction name")
-        name = name_tok.text[1:]
+        name_tok, name = self.name("an instruction name")
         if name in names:
             raise self.error(f"duplicate instruction %{name}", name_tok)
         self.expect("=")
         shape = self.shape()
         op_tok = self.expect("word", "an opcode")
-        try:
-            opcode = Opcode(op_tok.text)
-        except ValueError:
-            raise self.error(f"unknown opcode '{op_tok.text}'", op_tok) from None
+        opcode = _OPCODES.get(op_tok.text)
+        if opcode is None and self.dialect is None:
+            raise self.error(f"unknown opcode '{op_tok.text}'", op_tok)
         attrs: dict[str, Any] = {}
         literal = None
         operands: list[Instruction] = []
@@ -650,9 +735,19 @@ class _Parser:
             literal = self.literal(shape, op_tok)
         else:
             operands = self.operands(names)
-        called = self.attributes(module, opcode, attrs, op_tok)
+        site = Site(self, module, comp, op_tok)
+        if opcode is None:
+            foreign = ForeignInstruction(name, shape, op_tok.text, operands,
+                                         self.raw_attributes())
+            names[name] = self.dialect.foreign(foreign, site)
+            return names[name]
+        extra: dict[str, str] = {}
+        called = self.attributes(module, opcode, attrs, op_tok, extra)
         instr = Instruction(opcode, shape, operands, attrs, called, literal, name)
         self.check_shape(instr, op_tok)
+        if extra:
+            names[name] = self.dialect.extra_attributes(instr, extra, site)
+            return names[name]
         names[name] = comp.add(instr)
         return instr
 
@@ -673,9 +768,9 @@ class _Parser:
         while not self.accept(")"):
             if operands:
                 self.expect(",")
-            shape = None if self.lex.peek().kind == "name" else self.shape()
-            tok = self.expect("name", "an operand name")
-            operand = names.get(tok.text[1:])
+            shape = self.shape() if self._shape_follows() else None
+            tok, name = self.name("an operand name")
+            operand = names.get(name)
             if operand is None:
                 raise self.error(f"unknown operand {tok.text} (operands must be defined "
                                  f"before use)", tok)
@@ -684,9 +779,28 @@ class _Parser:
             operands.append(operand)
         return operands
 
+    def raw_attributes(self) -> dict[str, str]:
+        """``, key=value`` pairs as written (for a dialect's own instructions), but
+        those that mean nothing here."""
+        out = {}
+        while self.accept(","):
+            key = self.expect("word", "an attribute name")
+            self.expect("=")
+            value = self.raw_value()
+            if key.text not in _IGNORED_KEYS:
+                out[key.text] = value
+        return out
+
+    def raw_value(self) -> str:
+        start = self.lex.peek().pos
+        self.skip_value()
+        return self.lex.text[start:self.lex.pos]
+
     def attributes(self, module: Module, opcode: Opcode, attrs: dict,
-                   op_tok: _Token) -> list[Computation]:
-        """Reads ``, key=value`` pairs into ``attrs``; returns the called computations."""
+                   op_tok: _Token, extra: dict[str, str]) -> list[Computation]:
+        """Reads ``, key=value`` pairs into ``attrs``; returns the called computations.
+        Keys our IR does not know go into ``extra`` as written where a dialect reads
+        them, else they are errors."""
         fields = {f.key: f for f in _FIELDS.get(opcode, ())}
         called_keys = _CALLED_KEYS.get(opcode, ())
         values: dict[str, Any] = {}
@@ -704,6 +818,8 @@ class _Parser:
                 by_key[key.text] = self.computation_list(module)
             elif key.text in fields:
                 values[key.text] = fields[key.text].syntax.parse(self)
+            elif self.dialect is not None:
+                extra[key.text] = self.raw_value()
             else:
                 raise self.error(f"unknown attribute '{key.text}' for {opcode.text}", key)
         if _BRANCHES_KEY in by_key:
@@ -738,11 +854,14 @@ class _Parser:
         return comps
 
     def computation_ref(self, module: Module) -> Computation:
-        tok = self.expect("name", "a computation name")
+        tok, name = self.name("a computation name")
+        return self.find_computation(module, name, tok)
+
+    def find_computation(self, module: Module, name: str, at: _Token) -> Computation:
         for comp in module.computations:
-            if comp.name == tok.text[1:]:
+            if comp.name == name:
                 return comp
-        raise self.error(f"unknown computation {tok.text} (callees come first)", tok)
+        raise self.error(f"unknown computation %{name} (callees come first)", at)
 
     def check_shape(self, instr: Instruction, op_tok: _Token) -> None:
         try:

@@ -576,6 +576,52 @@ def test_reads_xla_dump_forms():
         "ENTRY %main.4 (Arg_0.1: f32[2,3]{1,0}) -> f32[2,3]{1,0} {"
 
 
+def test_reads_names_without_percent_and_computations_without_headers():
+    # As JAX prints HLO now: bare names, no computation signatures, operands without
+    # shapes, parameters where they are first used.
+    m = parse_module(hlo("""
+        HloModule jit_f, entry_computation_layout={(f32[3]{0}, f32[3]{0})->f32[]}
+
+        region_0.1 {
+          reduce.4 = f32[] parameter(0)
+          reduce.5 = f32[] parameter(1)
+          ROOT add.1 = f32[] add(reduce.4, reduce.5)
+        }
+
+        ENTRY main.2 {
+          x.1 = f32[3]{0} parameter(0)
+          constant.1 = f32[] constant(0)
+          y.1 = f32[3]{0} parameter(1)
+          f32.1 = f32[3]{0} multiply(x.1, f32[3] y.1)
+          ROOT r.1 = f32[] reduce(f32.1, constant.1), dimensions={0}, to_apply=region_0.1
+        }
+    """))
+    assert [p.name for p in m.entry.parameters] == ["x.1", "y.1"]
+    assert m.entry.root.called == [m.computations[0]]
+    assert parse_module(print_module(m)).entry.root.name == "r.1"
+
+
+def test_skips_the_stack_frame_sections_of_xla_dumps():
+    m = parse_module(hlo("""
+        HloModule jit_f, entry_computation_layout={(f32[]{})->f32[]{}}
+
+        FileNames
+        1 "/tmp/f.py"
+
+        FileLocations
+        1 {file_name_id=1 function_name_id=1 line=5 end_line=5 column=0 end_column=68}
+
+        StackFrames
+        1 {file_location_id=1 parent_frame_id=1}
+
+        ENTRY %main.2 (x.1: f32[]) -> f32[] {
+          %x.1 = f32[] parameter(0), metadata={op_name="x" stack_frame_id=1}
+          ROOT %n.1 = f32[] negate(%x.1), metadata={op_name="jit(f)/neg" stack_frame_id=1}
+        }
+    """))
+    assert m.entry.root.opcode is Opcode.NEGATE
+
+
 def test_last_computation_is_the_entry_without_entry_keyword():
     text = SNIPPETS["fusion"].replace("ENTRY ", "")
     assert print_module(parse_module(text)) == SNIPPETS["fusion"]

@@ -1,0 +1,178 @@
+"""XLA's HLO text beyond our IR: how the parser's ``Dialect`` hooks read it.
+
+XLA writes ops our opcode table lacks and attributes our IR does not keep. One rule
+each: ``call`` is inlined (JAX wraps every jitted helper in one), ``opt-barrier``
+passes its operand through (it only orders XLA's rematerialization), ``popcnt`` and
+``count-leading-zeros`` become integer bit arithmetic, a TOTALORDER compare becomes
+an integer compare of order keys, and attributes that change nothing on one device
+are dropped. Anything else is refused by ``importer.check_supported`` before
+parsing, so that one message lists every op the program needs.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ...hlo import Instruction, Opcode, Shape, dtypes
+from ...hlo.shape_inference import compatible
+from ...hlo.text import Dialect, ForeignInstruction, Site
+
+# Read and dropped: they steer XLA's own compiler or carry JAX's bookkeeping.
+# operand_precision and algorithm pick faster, looser XLA dot kernels; ours compute in
+# the element type, the DEFAULT/HIGHEST result.
+_DROPPED = frozenset({"frontend_attributes", "backend_config", "operand_precision",
+                      "algorithm", "origin", "statistics", "result_accuracy",
+                      "control-predecessors", "channel_id", "schedule"})
+# A single-device sharding (one device holds everything, or a 1x...x1 tiling of device
+# 0): meaningless here.
+_ONE_DEVICE = re.compile(r"\{\s*(replicated|maximal device=0|manual|devices=\[1(,1)*\]0)\s*\}")
+
+
+class XlaDialect(Dialect):
+    def foreign(self, instr: ForeignInstruction, site: Site) -> Instruction:
+        rule = _FOREIGN.get(instr.opcode)
+        if rule is None:
+            raise site.error(f"unsupported XLA op {instr.opcode} (%{instr.name})")
+        _check_attributes(instr.attributes, _FOREIGN_KEYS[instr.opcode], instr.opcode, site)
+        return rule(instr, site)
+
+    def extra_attributes(self, instr: Instruction, attributes: dict[str, str],
+                         site: Site) -> Instruction:
+        known = {"type"} if instr.opcode is Opcode.COMPARE else set()
+        _check_attributes(attributes, known, instr.opcode.text, site)
+        if attributes.get("type") == "TOTALORDER" and instr.operands[0].shape.dtype.kind == "f":
+            return _total_order_compare(instr, site)
+        return site.add(instr)
+
+
+def _check_attributes(attributes: dict[str, str], known, opcode: str, site: Site) -> None:
+    for key, value in attributes.items():
+        if key == "sharding" and not _ONE_DEVICE.fullmatch(value):
+            raise site.error(f"{opcode} is sharded over several devices (sharding={value}); "
+                             "xlac compiles single-device programs")
+        if key not in known and key not in _DROPPED and key != "sharding":
+            raise site.error(f"unsupported attribute {key}={value} of XLA op {opcode}")
+
+
+# call(args), to_apply=f => f's instructions, its parameters replaced by args
+def _inline_call(instr: ForeignInstruction, site: Site) -> Instruction:
+    if "to_apply" not in instr.attributes:
+        raise site.error(f"call %{instr.name} needs to_apply=computation")
+    callee = site.called(instr.attributes["to_apply"])
+    params = callee.parameters
+    if len(params) != len(instr.operands) or not compatible(callee.root.shape, instr.shape) \
+            or not all(compatible(p.shape, a.shape) for p, a in zip(params, instr.operands)):
+        raise site.error(f"call %{instr.name} does not match %{callee.name}'s signature")
+    mapped = {id(p): a for p, a in zip(params, instr.operands)}
+    for i in callee.instructions:
+        if i.opcode is not Opcode.PARAMETER:
+            mapped[id(i)] = site.add(Instruction(
+                i.opcode, i.shape, [mapped[id(o)] for o in i.operands], i.attrs, i.called,
+                i.literal, i.name, i.metadata))
+    return mapped[id(callee.root)]
+
+
+# opt-barrier(x) => x
+def _pass_through(instr: ForeignInstruction, site: Site) -> Instruction:
+    if len(instr.operands) != 1 or not compatible(instr.operands[0].shape, instr.shape):
+        raise site.error(f"opt-barrier %{instr.name} takes one operand of its own shape")
+    return instr.operands[0]
+
+
+
+_SIGNED = {16: dtypes.S16, 32: dtypes.S32, 64: dtypes.S64}
+
+
+# compare(a, b), type=TOTALORDER on floats => compare(key(a), key(b)) on signed ints,
+# key(x) = bits(x) ^ ((bits(x) >>a (n-1)) >>l 1): flips the magnitude bits of negatives,
+# so -NaN < -inf < ... < -0 < +0 < ... < +inf < +NaN, as XLA's emitter does
+def _total_order_compare(instr: Instruction, site: Site) -> Instruction:
+    keys = [_order_key(x, site) for x in instr.operands]
+    return site.add(Instruction(Opcode.COMPARE, instr.shape, keys, instr.attrs, name=instr.name))
+
+
+def _order_key(x: Instruction, site: Site) -> Instruction:
+    bits = x.shape.dtype.bits
+    if bits not in _SIGNED:
+        raise site.error(f"TOTALORDER compare of {x.shape.dtype.name} is not supported")
+    i = _bitcast(x, _SIGNED[bits], site)
+    sign = _with_constant(Opcode.SHIFT_RIGHT_ARITHMETIC, i, bits - 1, site)
+    mask = _with_constant(Opcode.SHIFT_RIGHT_LOGICAL, sign, 1, site)
+    return site.add(Instruction(Opcode.XOR, i.shape, [i, mask]))
+
+
+_UNSIGNED = {8: dtypes.U8, 16: dtypes.U16, 32: dtypes.U32, 64: dtypes.U64}
+
+
+# popcnt(x) => the SWAR bit count on the unsigned bits: pairs, nibbles, bytes, then the
+# bytes summed by a multiply into the top byte
+def _popcnt(instr: ForeignInstruction, site: Site) -> Instruction:
+    x = _one_integer_operand(instr, site)
+    return _bitcast(_bit_count(_bitcast(x, _UNSIGNED[x.shape.dtype.bits], site), site),
+                    x.shape.dtype, site)
+
+
+def _bit_count(u: Instruction, site: Site) -> Instruction:
+    n = u.shape.dtype.bits
+    ones = (1 << n) - 1
+    pairs = _with_constant(Opcode.AND, _with_constant(Opcode.SHIFT_RIGHT_LOGICAL, u, 1, site),
+                           ones // 3, site)                            # 0x55...
+    u = site.add(Instruction(Opcode.SUBTRACT, u.shape, [u, pairs]))
+    low = _with_constant(Opcode.AND, u, ones // 5, site)              # 0x33...
+    high = _with_constant(Opcode.AND, _with_constant(Opcode.SHIFT_RIGHT_LOGICAL, u, 2, site),
+                          ones // 5, site)
+    u = site.add(Instruction(Opcode.ADD, u.shape, [low, high]))
+    u = site.add(Instruction(Opcode.ADD, u.shape, [
+        u, _with_constant(Opcode.SHIFT_RIGHT_LOGICAL, u, 4, site)]))
+    u = _with_constant(Opcode.AND, u, ones // 17, site)               # 0x0f...
+    u = _with_constant(Opcode.MULTIPLY, u, ones // 255, site)         # 0x01...
+    return _with_constant(Opcode.SHIFT_RIGHT_LOGICAL, u, n - 8, site)
+
+
+# count-leading-zeros(x) => n - popcnt(x smeared right: every bit below the top one set)
+def _count_leading_zeros(instr: ForeignInstruction, site: Site) -> Instruction:
+    x = _one_integer_operand(instr, site)
+    u = _bitcast(x, _UNSIGNED[x.shape.dtype.bits], site)
+    shift = 1
+    while shift < u.shape.dtype.bits:
+        u = site.add(Instruction(Opcode.OR, u.shape, [
+            u, _with_constant(Opcode.SHIFT_RIGHT_LOGICAL, u, shift, site)]))
+        shift *= 2
+    count = _bit_count(u, site)
+    n = _splat(u.shape.dtype.bits, u.shape, site)
+    return _bitcast(site.add(Instruction(Opcode.SUBTRACT, u.shape, [n, count])),
+                    x.shape.dtype, site)
+
+
+def _one_integer_operand(instr: ForeignInstruction, site: Site) -> Instruction:
+    if len(instr.operands) != 1 or not instr.operands[0].shape.dtype.is_integer \
+            or not compatible(instr.operands[0].shape, instr.shape):
+        raise site.error(f"{instr.opcode} %{instr.name} takes one integer operand of its "
+                         "own shape")
+    return instr.operands[0]
+
+
+def _bitcast(x: Instruction, dtype, site: Site) -> Instruction:
+    if x.shape.dtype == dtype:
+        return x
+    return site.add(Instruction(Opcode.BITCAST_CONVERT, x.shape.with_dtype(dtype), [x]))
+
+
+def _splat(value: int, shape: Shape, site: Site) -> Instruction:
+    c = site.add(Instruction(Opcode.CONSTANT, Shape.array(shape.dtype, ()),
+                             literal=np.array(value, shape.dtype.np)))
+    return site.add(Instruction(Opcode.BROADCAST, shape, [c], {"dimensions": ()}))
+
+
+def _with_constant(opcode: Opcode, x: Instruction, value: int, site: Site) -> Instruction:
+    """``opcode(x, value)``, the constant broadcast to x's shape."""
+    return site.add(Instruction(opcode, x.shape, [x, _splat(value, x.shape, site)]))
+
+
+_FOREIGN = {"call": _inline_call, "opt-barrier": _pass_through, "popcnt": _popcnt,
+            "count-leading-zeros": _count_leading_zeros}
+_FOREIGN_KEYS = {"call": {"to_apply", "is_composite", "composite.name",
+                          "composite.attributes", "composite.version"},
+                 "opt-barrier": set(), "popcnt": set(), "count-leading-zeros": set()}
+SUPPORTED_FOREIGN = frozenset(_FOREIGN)

@@ -1,0 +1,517 @@
+"""JAX programs in: ``jax.jit(f).lower(args)`` printed as XLA's HLO text, compiled by
+xlac, run through xlac.load and compared with JAX's own result (XLA's CPU compiler):
+bit-exact for integer and boolean results, a stated float tolerance otherwise."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pytest
+
+import xlac
+from xlac import runtime_c
+from xlac.hlo import Opcode
+from xlac.importers.hlo import REFUSED
+from xlac.main import main
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+lax = jax.lax
+
+_rng = np.random.default_rng(0)
+
+
+def f32(*shape, scale=1.0):
+    return (_rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def i32(*shape, lo=-50, hi=50):
+    return _rng.integers(lo, hi, shape).astype(np.int32)
+
+
+@dataclass
+class Case:
+    fn: Callable
+    args: tuple
+    rtol: float = 1e-6          # float results: |got - want| <= atol + rtol * |want|
+    atol: float = 1e-6
+
+
+def hlo_text(fn, *args) -> str:
+    return jax.jit(fn).lower(*args).as_text(dialect="hlo")
+
+
+def compile_hlo(text: str, folder, name: str) -> xlac.Model:
+    path = folder / f"{name}.hlo"
+    path.write_text(text)
+    return xlac.load(xlac.compile(path, folder / f"{name}.o", name=name).output)
+
+
+def jax_outputs(fn, args) -> list[np.ndarray]:
+    return [np.asarray(x) for x in jax.tree_util.tree_leaves(jax.jit(fn)(*args))]
+
+
+def assert_matches(got, want, case: Case) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
+        if not jnp.issubdtype(w.dtype, jnp.floating):     # bf16 too, whose numpy kind is V
+            np.testing.assert_array_equal(g, w)
+        else:      # infinities and NaNs where JAX has them, of the same sign
+            np.testing.assert_allclose(g, w, rtol=case.rtol, atol=case.atol, equal_nan=True)
+
+
+def _conv(x, w, **kw):
+    return lax.conv_general_dilated(x, w, **kw)
+
+
+def _scan_cumulative(xs):
+    def step(carry, x):
+        carry = carry * 0.5 + x
+        return carry, carry * 2.0
+    return lax.scan(step, jnp.zeros(xs.shape[1:], xs.dtype), xs)
+
+
+def _while_collatz(n):
+    def body(state):
+        value, steps = state
+        value = jnp.where(value <= 1, value, jnp.where(value % 2 == 0, value // 2, 3 * value + 1))
+        return value, steps + 1
+    return lax.while_loop(lambda s: jnp.any(s[0] > 1), body, (n, jnp.int32(0)))
+
+
+# One program per feature; integer-only cases are compared bit for bit.
+CASES = {
+    "add_mul_sub_div": Case(lambda a, b: (a + b, a * b, a - b, a / b), (f32(3, 4), f32(3, 4))),
+    "compare_select": Case(lambda a, b: (jnp.where(a < b, a * b, a - b), a >= b, a == b,
+                                         a != b), (f32(5, 6), f32(5, 6))),
+    "max_min_abs_neg": Case(lambda a, b: (jnp.maximum(a, b), jnp.minimum(a, b), jnp.abs(a),
+                                          -b, jnp.sign(a)), (f32(7), f32(7))),
+    "rounding": Case(lambda x: (jnp.floor(x), jnp.ceil(x), jnp.round(x), jnp.trunc(x)),
+                     (f32(4, 5, scale=4.0),)),
+    "sqrt_rsqrt_pow": Case(lambda x: (jnp.sqrt(x), lax.rsqrt(x), x ** 1.7, x ** 2),
+                           (np.abs(f32(6)) + 0.1,), rtol=4e-6),
+    "exp_log_tanh": Case(lambda x: (jnp.exp(x), jnp.log(jnp.abs(x) + 0.5), jnp.tanh(x),
+                                    jnp.log1p(jnp.abs(x)), jnp.expm1(x)),
+                         (f32(4, 8, scale=2.0),), rtol=4e-6),
+    "logistic_erf_gelu": Case(lambda x: (jax.nn.sigmoid(x), lax.erf(x),
+                                         jax.nn.gelu(x, approximate=False),
+                                         jax.nn.gelu(x, approximate=True)),
+                              (f32(4, 8, scale=2.0),), rtol=1e-5, atol=2e-6),
+    "sin_cos": Case(lambda x: (jnp.sin(x), jnp.cos(x)), (f32(16, scale=3.0),), atol=2e-6),
+    "clamp_clip": Case(lambda x: (lax.clamp(-0.5, x, 0.5), jnp.clip(x, -1.0, 2.0)),
+                       (f32(10),)),
+    "integer_arith": Case(lambda a, b: (a + b, a * b, a - b, a // b, a % b, lax.div(a, b),
+                                        lax.rem(a, b), jnp.maximum(a, b), jnp.abs(a)),
+                          (i32(20), i32(20, lo=1, hi=9))),
+    "shifts_bits": Case(lambda a, s: (a << s, a >> s, lax.shift_right_logical(a, s), a & s,
+                                      a | s, a ^ s, ~a),
+                        (i32(16, lo=-1000, hi=1000), i32(16, lo=0, hi=31))),
+    "popcnt_clz": Case(lambda a: (lax.population_count(a), lax.clz(a),
+                                  lax.population_count(a.astype(jnp.uint8)),
+                                  lax.clz(a.astype(jnp.int16)), lax.clz(a.astype(jnp.uint16))),
+                       (np.array([0, -1, 1, 2**31 - 1, -2**31, 12345, 255, 256], np.int32),)),
+    # XLA's edge semantics, bit for bit: division by zero and INT_MIN / -1, shifts by the
+    # width or more, float-to-int conversion of NaN, infinities and out-of-range values,
+    # NaN and signed zeros in maximum and minimum
+    "integer_division_edges": Case(
+        lambda a, b: (lax.div(a, b), lax.rem(a, b)),
+        (np.array([7, -7, 0, -2**31, -2**31, 5], np.int32),
+         np.array([0, 0, 0, -1, 0, 3], np.int32))),
+    "shift_by_width_or_more": Case(
+        lambda a, s: (a << s, a >> s, lax.shift_right_logical(a, s)),
+        (i32(6, lo=-1000, hi=1000), np.array([0, 31, 32, 33, -1, 40], np.int32))),
+    "float_to_int_edges": Case(
+        lambda x: (x.astype(jnp.int32), x.astype(jnp.uint8), x.astype(jnp.int8)),
+        (np.array([np.nan, np.inf, -np.inf, 3e9, -3e9, 300.7, -1.5, 255.9], np.float32),)),
+    "max_min_nan_signed_zero": Case(
+        lambda a, b: (jnp.maximum(a, b), jnp.minimum(a, b), jnp.fmax(a, b)),
+        (np.array([np.nan, 1, -0.0, 0.0], np.float32),
+         np.array([1, np.nan, 0.0, -0.0], np.float32))),
+    "bincount_unique_fixed_size": Case(
+        lambda i: (jnp.bincount(i, length=6), jnp.unique(i, size=5, fill_value=-1)),
+        (i32(10, lo=0, hi=6),)),
+    "uint32_threefry": Case(lambda k: jax.random.bits(jax.random.wrap_key_data(k), (8,)),
+                            (np.array([7, 42], np.uint32),)),
+    "convert": Case(lambda x: (x.astype(jnp.int32), x.astype(jnp.int8), (x > 0).astype(
+        jnp.float32), x.astype(jnp.bfloat16), x.astype(jnp.float16).astype(jnp.float32)),
+                    (f32(12, scale=50.0),)),
+    "bitcast_convert": Case(lambda x: (lax.bitcast_convert_type(x, jnp.int32),
+                                       lax.bitcast_convert_type(x.astype(jnp.float16),
+                                                                jnp.uint16)), (f32(5),)),
+    "iota_broadcast": Case(lambda x: (x + jnp.arange(6, dtype=jnp.float32),
+                                      jnp.broadcast_to(x[:, None], (6, 4)).T),
+                           (f32(6),)),
+    "transpose_reshape": Case(lambda x: (x.transpose(2, 0, 1), x.reshape(6, 4),
+                                         jnp.flip(x, 1)), (f32(2, 3, 4),)),
+    "concatenate_slice": Case(lambda a, b: (jnp.concatenate([a, b, a], 1), a[:, 1:3],
+                                            b[::2, ::-1]), (f32(4, 3), f32(4, 5))),
+    "pad": Case(lambda x: (jnp.pad(x, ((1, 2), (0, 3))),
+                           lax.pad(x, -1.0, ((1, -1, 1), (2, 0, 2)))), (f32(3, 4),)),
+    "dot_general_batch": Case(lambda a, b: (jnp.einsum("bij,bjk->bik", a, b),
+                                            jnp.einsum("bij,bkj->bki", a, a)),
+                              (f32(3, 4, 5), f32(3, 5, 6)), rtol=1e-5, atol=1e-5),
+    "matmul_vector": Case(lambda a, v: (a @ v, v @ a.T), (f32(7, 9), f32(9)),
+                          rtol=1e-5, atol=1e-5),
+    "conv_nchw_groups_dilation": Case(
+        lambda x, w: _conv(x, w, window_strides=(1, 1), padding="SAME", rhs_dilation=(2, 2),
+                           feature_group_count=2),
+        (f32(2, 4, 9, 9), f32(6, 2, 3, 3)), rtol=1e-5, atol=1e-5),
+    "conv_nhwc_stride": Case(
+        lambda x, w: _conv(x, w, window_strides=(2, 2), padding=((1, 0), (2, 1)),
+                           dimension_numbers=("NHWC", "HWIO", "NHWC")),
+        (f32(1, 8, 7, 3), f32(3, 3, 3, 5)), rtol=1e-5, atol=1e-5),
+    "conv_transposed_lhs_dilation": Case(
+        lambda x, w: _conv(x, w, window_strides=(1,), padding=((2, 2),), lhs_dilation=(2,)),
+        (f32(1, 3, 6), f32(4, 3, 3)), rtol=1e-5, atol=1e-5),
+    "depthwise_conv": Case(
+        lambda x, w: _conv(x, w, window_strides=(1, 1), padding="VALID",
+                           feature_group_count=4),
+        (f32(1, 4, 6, 6), f32(4, 1, 3, 3)), rtol=1e-5, atol=1e-5),
+    "reduce": Case(lambda x: (x.sum(1), x.max((0, 2)), x.mean(), x.min(-1), x.prod(0)),
+                   (f32(3, 4, 5),), rtol=1e-5, atol=1e-5),
+    "reduce_integer_bool": Case(lambda x: (x.sum(0), x.max(1), (x > 0).any(1), (x > 0).all(0)),
+                                (i32(4, 6),)),
+    "argmax_argmin": Case(lambda x: (jnp.argmax(x, 1), jnp.argmin(x, 0)), (f32(5, 7),)),
+    "max_pool_avg_pool": Case(
+        lambda x: (lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, 3, 3), (1, 1, 2, 2), "SAME"),
+                   lax.reduce_window(x, 0.0, lax.add, (1, 1, 2, 2), (1, 1, 2, 2), "VALID") / 4),
+        (f32(2, 3, 8, 8),), rtol=1e-6),
+    "cumsum_cummax": Case(lambda x: (jnp.cumsum(x, 0), lax.cummax(x, 1), jnp.cumprod(x, 1)),
+                          (f32(5, 6),), rtol=1e-5, atol=1e-5),
+    "sort_argsort": Case(lambda x: (jnp.sort(x, 1), jnp.argsort(x, 1), jnp.sort(x, 0)),
+                         (f32(4, 6),)),
+    "sort_total_order": Case(lambda x: (jnp.sort(x), jnp.argsort(x)),
+                             (np.array([0.0, -0.0, np.nan, -np.inf, 1.0, np.inf, -1.0, 0.0],
+                                       np.float32),)),
+    "sort_16_bit_floats_nan_max": Case(
+        lambda x: (jnp.sort(x.astype(jnp.float16)), jnp.argsort(x.astype(jnp.bfloat16)),
+                   jnp.max(x), jnp.argmax(x), jnp.nanmax(x)),
+        (np.array([0.0, -0.0, np.nan, -np.inf, 1.0, np.inf, -1.0, 0.5], np.float32),)),
+    "sort_integer_descending": Case(lambda x: jnp.sort(x)[::-1], (i32(9),)),
+    "top_k": Case(lambda x: lax.top_k(x, 3), (f32(4, 10),)),
+    "gather_indexing": Case(lambda x, i, j: (x[i], x[:, j], x[i, j], jnp.take_along_axis(
+        x, jnp.argsort(x, 1), 1)), (f32(5, 4), np.array([4, 0, 2], np.int32),
+                                    np.array([3, 1, 1], np.int32))),
+    "scatter_set_add": Case(lambda x, i, v: (x.at[i].set(v), x.at[i].add(v), x.at[i].max(v),
+                                             x.at[:, 1].multiply(2.0)),
+                            (f32(5, 3), np.array([1, 3], np.int32), f32(2, 3))),
+    "dynamic_slice_update": Case(lambda x, i: (lax.dynamic_slice(x, (i, 1), (2, 2)),
+                                               lax.dynamic_update_slice(x, x[:2, :2] * 10,
+                                                                        (i, i))),
+                                 (f32(5, 4), np.int32(2))),
+    "fori_loop": Case(lambda x: lax.fori_loop(0, 5, lambda k, c: c * 1.5 + k, x), (f32(4),)),
+    "while_loop": Case(_while_collatz, (np.array([27, 6, 1], np.int32),)),
+    "scan": Case(_scan_cumulative, (f32(6, 3),), rtol=1e-6),
+    "cond": Case(lambda p, x: lax.cond(p > 0, jnp.sin, lambda v: v * 2.0, x),
+                 (np.float32(-1.0), f32(3))),
+    "switch": Case(lambda k, x: lax.switch(k, [jnp.exp, jnp.tanh, lambda v: -v], x),
+                   (np.int32(1), f32(3)), rtol=4e-6),
+    "one_hot_take_clip": Case(lambda i, x: (jax.nn.one_hot(i, 5), jnp.take(x, i, mode="clip")),
+                              (i32(4, lo=-2, hi=7), f32(6))),
+    "searchsorted_median": Case(lambda a, v: (jnp.searchsorted(a, v), jnp.median(a)),
+                                (np.sort(f32(10)), f32(4))),
+    "nonzero_fixed_size": Case(lambda x: jnp.nonzero(x > 0, size=4, fill_value=-1)[0],
+                               (f32(8),)),
+    "sort_two_operands": Case(lambda k, v: lax.sort((k, v), num_keys=1),
+                              (i32(8, lo=0, hi=3), f32(8))),
+    "resize_bilinear": Case(lambda x: jax.image.resize(x, (8, 8), "bilinear"), (f32(4, 4),),
+                            rtol=1e-5),
+    "conv_transpose": Case(
+        lambda x, w: lax.conv_transpose(x, w, (2, 2), "SAME",
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC")),
+        (f32(1, 4, 4, 3), f32(3, 3, 3, 2)), rtol=1e-5, atol=1e-5),
+    "f16_bf16": Case(lambda a, b: ((a.astype(jnp.float16) * 2 + 1).astype(jnp.float32),
+                                   a.astype(jnp.bfloat16) @ b.astype(jnp.bfloat16)),
+                     (f32(4, 8), f32(8, 3)), rtol=4e-3),    # one bf16 rounding
+    "int8_uint32_bool": Case(lambda a, b: (a.astype(jnp.int8) * b.astype(jnp.int8),
+                                           a.astype(jnp.uint32) * 987654321 >> 3,
+                                           (a > 0) ^ (b > 3)), (i32(6), i32(6))),
+    "nan_inf_tests": Case(lambda x: (jnp.isnan(x), jnp.isfinite(x), jnp.isinf(x)),
+                          (np.array([1, np.nan, np.inf, -np.inf], np.float32),)),
+    "atan2_lgamma_erf_inv": Case(lambda a, b: (jnp.arctan2(a, b), lax.lgamma(jnp.abs(a) + 0.5),
+                                               lax.erf_inv(jnp.tanh(b))),
+                                 (f32(6), f32(6)), rtol=1e-5, atol=1e-6),
+    "checkpoint_grad_opt_barrier": Case(
+        jax.grad(lambda x: jax.checkpoint(lambda v: jnp.sin(v) * v)(x).sum()), (f32(5),)),
+    # a parameter, one value twice and a constant as outputs
+    "outputs_that_are_not_computed": Case(lambda x: (x, x * 2, x * 2, jnp.ones(3)), (f32(3),)),
+    "softmax_logsumexp": Case(lambda x: (jax.nn.softmax(x, -1), jax.nn.logsumexp(x, -1)),
+                              (f32(3, 7),), rtol=4e-6),
+}
+
+
+@pytest.mark.parametrize("case_name", sorted(CASES))
+def test_jax_program_matches_jax(case_name, tmp_path):
+    case = CASES[case_name]
+    model = compile_hlo(hlo_text(case.fn, *case.args), tmp_path, case_name)
+    assert_matches(model(*case.args), jax_outputs(case.fn, case.args), case)
+
+
+# --- real programs: weights baked in as constants, as a jitted closure writes them ----
+
+def _dense(k, n_in, n_out):
+    r = np.random.default_rng(k)
+    return (r.standard_normal((n_in, n_out)) / np.sqrt(n_in)).astype(np.float32), \
+        (r.standard_normal(n_out) * 0.1).astype(np.float32)
+
+
+def mlp():
+    (w1, b1), (w2, b2) = _dense(1, 32, 64), _dense(2, 64, 10)
+    return lambda x: jax.nn.softmax(jax.nn.relu(x @ w1 + b1) @ w2 + b2, -1)
+
+
+def cnn():
+    r = np.random.default_rng(3)
+    k1 = (r.standard_normal((3, 3, 3, 8)) / 5).astype(np.float32)
+    k2 = (r.standard_normal((3, 3, 8, 16)) / 8).astype(np.float32)
+    wd, bd = _dense(4, 16, 10)
+    dn = ("NHWC", "HWIO", "NHWC")
+
+    def f(x):
+        h = jax.nn.relu(lax.conv_general_dilated(x, k1, (1, 1), "SAME", dimension_numbers=dn))
+        h = lax.reduce_window(h, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+        h = jax.nn.relu(lax.conv_general_dilated(h, k2, (1, 1), "SAME", dimension_numbers=dn))
+        return jnp.argmax(h.mean((1, 2)) @ wd + bd, -1), h.mean((1, 2))
+    return f
+
+
+def _layer_norm(x, g, b):
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) * lax.rsqrt(var + 1e-5) * g + b
+
+
+def transformer_block(d=32, heads=4):
+    (wq, _), (wk, _), (wv, _), (wo, bo) = (_dense(k, d, d) for k in (5, 6, 7, 8))
+    (w1, b1), (w2, b2) = _dense(9, d, 4 * d), _dense(10, 4 * d, d)
+    g = np.linspace(0.5, 1.5, d, dtype=np.float32)
+
+    def f(x):
+        b, t, _ = x.shape
+        h = _layer_norm(x, g, 0.1)
+        q, k, v = ((h @ w).reshape(b, t, heads, d // heads) for w in (wq, wk, wv))
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(d // heads)
+        s = jnp.where(jnp.tril(jnp.ones((t, t), bool)), s, -jnp.inf)
+        a = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, -1), v).reshape(b, t, d)
+        x = x + a @ wo + bo
+        return x + jax.nn.gelu(_layer_norm(x, g, -0.1) @ w1 + b1) @ w2 + b2
+    return f
+
+
+def scan_rnn(d=8, hidden=16):
+    (wx, b), (wh, _), (wy, by) = _dense(11, d, hidden), _dense(12, hidden, hidden), \
+        _dense(13, hidden, 4)
+
+    def f(xs, h0):
+        def step(h, x):
+            h = jnp.tanh(x @ wx + h @ wh + b)
+            return h, h @ wy + by
+        return lax.scan(step, h0, xs)
+    return f
+
+
+PROGRAMS = {
+    "mlp": Case(mlp(), (f32(8, 32),), rtol=1e-5, atol=1e-6),
+    "mlp_gradient": Case(jax.grad(lambda x: mlp()(x).max(-1).sum()), (f32(8, 32),),
+                         rtol=1e-4, atol=1e-6),
+    "cnn": Case(cnn(), (f32(2, 16, 16, 3),), rtol=1e-5, atol=1e-5),
+    "transformer_block": Case(transformer_block(), (f32(2, 8, 32),), rtol=1e-4, atol=1e-5),
+    "causal_dot_product_attention": Case(
+        lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True),
+        (f32(1, 6, 2, 8), f32(1, 6, 2, 8), f32(1, 6, 2, 8)), rtol=1e-5, atol=1e-6),
+    "scan_rnn": Case(scan_rnn(), (f32(10, 2, 8), f32(2, 16)), rtol=1e-5, atol=1e-5),
+}
+
+
+@pytest.mark.parametrize("program", sorted(PROGRAMS))
+def test_real_program_matches_jax(program, tmp_path):
+    case = PROGRAMS[program]
+    model = compile_hlo(hlo_text(case.fn, *case.args), tmp_path, program)
+    assert_matches(model(*case.args), jax_outputs(case.fn, case.args), case)
+
+
+def test_compiler_ir_text_with_large_constants(tmp_path):
+    case = PROGRAMS["mlp"]
+    text = jax.jit(case.fn).lower(*case.args).compiler_ir("hlo").as_hlo_text(
+        print_large_constants=True)
+    model = compile_hlo(text, tmp_path, "mlp_ir")
+    assert [i.name for i in model.inputs] == ["x"]
+    assert_matches(model(*case.args), jax_outputs(case.fn, case.args), case)
+
+
+DUMPED = "lambda x, w: (jnp.argsort(jnp.tanh(x @ w), axis=-1), jax.nn.softmax(x @ w))"
+
+
+def test_xla_dump_before_optimizations(tmp_path):
+    # XLA_FLAGS=--xla_dump_to writes %names, signatures, metadata and stack frames
+    args = (np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3),
+            np.linspace(2, -2, 15, dtype=np.float32).reshape(3, 5))
+    values = [a.tolist() for a in args]
+    script = ("import jax, jax.numpy as jnp, numpy as np\n"
+              f"jax.jit({DUMPED})(*[np.array(a, np.float32) for a in {values}])")
+    env = {**os.environ, "XLA_FLAGS": f"--xla_dump_to={tmp_path / 'dump'} --xla_dump_hlo_as_text"}
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, capture_output=True)
+    path, = (tmp_path / "dump").glob("*before_optimizations.txt")
+    assert "StackFrames" in path.read_text()
+    model = xlac.load(xlac.compile(path, tmp_path / "dumped.o").output)
+    assert_matches(model(*args), jax_outputs(eval(DUMPED), args), Case(None, args))
+
+
+# --- refusals: one line naming what is missing -----------------------------------
+
+REFUSALS = {
+    # jnp.linalg calls LAPACK through a custom-call
+    "cholesky": (lambda x: jnp.linalg.cholesky(x @ x.T + 4 * jnp.eye(3)), (f32(3, 3),),
+                 "custom-call lapack_spotrf_ffi at %cholesky"),
+    "linalg_solve": (lambda a, b: jnp.linalg.solve(a + 4 * jnp.eye(3), b), (f32(3, 3), f32(3)),
+                     "custom-call lapack_strsm_ffi at %[^;]+; custom-call lapack_sgetrf_ffi"),
+    # the rbg PRNG draws from XLA's generator; the default threefry is integer math
+    "random_rbg": (lambda x: x + jax.random.uniform(jax.random.key(0, impl="rbg"), (3,)),
+                   (f32(3),), "rng-bit-generator at %"),
+    "fft": (lambda x: jnp.fft.rfft(x).real, (f32(8),),
+            r"fft at %[\w.]+ \(jnp\.fft\); real at "),
+    "reduce_precision": (lambda x: lax.reduce_precision(x, 5, 10), (f32(4),),
+                         "reduce-precision at %"),
+    # the gradient of max pooling
+    "select_and_scatter": (jax.grad(lambda x: lax.reduce_window(
+        x, -jnp.inf, lax.max, (2, 2), (2, 2), "VALID").sum()), (f32(4, 4),),
+        "select-and-scatter at %"),
+    # a bitcast-convert between widths adds or drops a dimension: not in our IR
+    "bitcast_convert_widths": (lambda x: lax.bitcast_convert_type(x, jnp.uint8), (f32(3),),
+                               "bitcast-convert changes dims"),
+}
+
+
+@pytest.mark.parametrize("refusal", sorted(REFUSALS))
+def test_unsupported_ops_are_refused_in_one_line(refusal, tmp_path):
+    fn, args, message = REFUSALS[refusal]
+    path = tmp_path / f"{refusal}.hlo"
+    path.write_text(hlo_text(fn, *args))
+    with pytest.raises(xlac.XlacError, match=message):
+        xlac.compile(path, tmp_path / "out.o")
+    assert not (tmp_path / "out.o").exists()
+
+
+def test_refused_ops_are_not_in_the_opcode_table():
+    assert not set(REFUSED) & {op.text for op in Opcode}
+
+
+def test_elided_constants_say_how_to_print_them(tmp_path):
+    text = jax.jit(mlp()).lower(f32(8, 32)).compiler_ir("hlo").as_hlo_text()
+    path = tmp_path / "mlp.hlo"
+    path.write_text(text)
+    with pytest.raises(xlac.XlacError, match="print_large_constants=True"):
+        xlac.compile(path, tmp_path / "mlp.o")
+
+
+@pytest.mark.parametrize("printed, message", [
+    (lambda lowered: lowered.as_text(), "StableHLO (MLIR text) is not read yet"),
+    (lambda lowered: lowered.compile().as_text(), "HLO after XLA's optimizations"),
+])
+def test_other_forms_of_the_program_say_which_to_give(printed, message, tmp_path):
+    path = tmp_path / "f.txt"
+    path.write_text(printed(jax.jit(lambda x: jnp.tanh(x.T @ x)).lower(f32(4, 3))))
+    with pytest.raises(xlac.XlacError, match=re.escape(message) + ".*dialect='hlo'"):
+        xlac.compile(path, tmp_path / "f.o")
+
+
+def test_compile_takes_the_text_as_bytes(tmp_path):
+    x = f32(5)
+    result = xlac.compile(hlo_text(jnp.tanh, x).encode(), tmp_path / "t.o")
+    np.testing.assert_allclose(xlac.load(result.output)(x)[0], np.tanh(x), rtol=1e-6)
+
+
+def test_onnx_only_options_are_refused(tmp_path):
+    path = tmp_path / "f.hlo"
+    path.write_text(hlo_text(jnp.tanh, f32(3)))
+    with pytest.raises(xlac.XlacError, match="input_shapes applies to ONNX models"):
+        xlac.compile(path, tmp_path / "f.o", input_shapes={"x": (3,)})
+
+
+# --- the command line: picked by content, errors in one line -------------------------
+
+def test_cli_picks_the_hlo_importer_by_content(tmp_path, capsys):
+    path = tmp_path / "program.txt"          # no .hlo suffix: the HloModule header decides
+    path.write_text(hlo_text(lambda a, b: (a * b, a - b), f32(4), f32(4)))
+    assert main([str(path), "-o", str(tmp_path / "prog.o")]) == 0
+    header = (tmp_path / "prog.h").read_text()
+    assert "int prog_run(const float *a, const float *b, float *out0, float *out1, " \
+           "void *arena);" in header
+
+
+def test_inputs_are_named_from_jax_argument_paths(tmp_path):
+    params = {"w": f32(3, 2), "b": [f32(2)]}
+    text = hlo_text(lambda p, x: jnp.tanh(x @ p["w"] + p["b"][0]), params, f32(4, 3))
+    model = compile_hlo(text, tmp_path, "named")
+    assert [i.name for i in model.inputs] == ["p_b_0", "p_w", "x"]   # tree_leaves order
+
+
+def test_run_command_takes_hlo_text_and_check_says_why_not(tmp_path, capsys):
+    path = tmp_path / "f.hlo"
+    path.write_text(hlo_text(lambda x: x * 2.0, np.arange(3, dtype=np.float32)))
+    assert main(["run", str(path), "--input", "x=" + str(_save(tmp_path, "x", [1, 2, 3]))]) == 0
+    assert "[2. 4. 6.]" in capsys.readouterr().out
+    assert main(["run", str(path), "--check"]) == 1
+    assert "does not read HLO text" in capsys.readouterr().err
+
+
+def _save(folder, name, values):
+    path = folder / f"{name}.npy"
+    np.save(path, np.array(values, np.float32))
+    return path
+
+
+def test_cli_refuses_unsupported_ops_with_status_1(tmp_path, capsys):
+    path = tmp_path / "chol.hlo"
+    path.write_text(hlo_text(jnp.linalg.cholesky, np.eye(3, dtype=np.float32)))
+    assert main([str(path), "-o", str(tmp_path / "chol.o")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("xlac: error: unsupported XLA ops: custom-call")
+    assert "Traceback" not in err and not (tmp_path / "chol.o").exists()
+
+
+def test_cross_target_and_arena_as_for_onnx(tmp_path):
+    path = tmp_path / "cnn.hlo"
+    path.write_text(hlo_text(cnn(), f32(1, 16, 16, 3)))
+    result = xlac.compile(path, tmp_path / "cnn.o", target="aarch64-unknown-linux-gnu",
+                          report=True)
+    assert (tmp_path / "cnn.o").read_bytes()[18] == 183          # ELF e_machine: AArch64
+    header = (tmp_path / "cnn.h").read_text()
+    assert f"#define cnn_ARENA_SIZE {result.arena_size}u" in header and result.arena_size > 0
+    assert result.report["imported_ops"]["convolution"] == 2
+
+
+C_MAIN = r"""
+#include <stdio.h>
+#include "mlp.h"
+static float x[mlp_x_COUNT], y[mlp_out0_COUNT];
+static unsigned char arena[mlp_ARENA_SIZE + 1] __attribute__((aligned(64)));
+int main(void) {
+    unsigned i;
+    for (i = 0; i < mlp_x_COUNT; ++i) x[i] = (float)(i % 7) * 0.25f - 0.75f;
+    if (mlp_run(x, y, arena) != 0) return 1;
+    for (i = 0; i < mlp_out0_COUNT; ++i) printf("%.9g\n", y[i]);
+    return 0;
+}
+"""
+
+
+def test_object_links_into_a_c_program_without_the_runtime(tmp_path):
+    fn = mlp()
+    x = ((np.arange(8 * 32) % 7) * 0.25 - 0.75).astype(np.float32).reshape(8, 32)
+    (tmp_path / "mlp.hlo").write_text(hlo_text(fn, x))
+    assert main([str(tmp_path / "mlp.hlo"), "-o", str(tmp_path / "mlp.o")]) == 0
+    (tmp_path / "main.c").write_text(C_MAIN)
+    runtime_dir = runtime_c.__path__[0]
+    subprocess.run(["cc", "-std=gnu99", "-Wall", "-Werror", f"-I{tmp_path}", f"-I{runtime_dir}",
+                    str(tmp_path / "main.c"), str(tmp_path / "mlp.o"), "-o",
+                    str(tmp_path / "app")], check=True)
+    out = subprocess.run([str(tmp_path / "app")], capture_output=True, text=True, check=True)
+    got = np.array(out.stdout.split(), np.float32).reshape(8, 10)
+    np.testing.assert_allclose(got, np.asarray(jax.jit(fn)(x)), rtol=1e-5, atol=1e-6)
