@@ -22,7 +22,7 @@ import numpy as np
 from ...hlo import DotDimensionNumbers, Opcode, dtypes
 from .context import normalize_axis
 from .indexing import take, wrap_negative
-from .quantization import dynamic_quantized, integer_matmul, quant_param, scaled_product
+from .quantization import dequantize, dynamic_quantized, integer_matmul, scaled_product
 from .registry import MS, register
 
 F32 = dtypes.F32
@@ -99,18 +99,6 @@ def _signed4(ctx, u):
     return b.convert(b.op(Opcode.SUBTRACT, flipped, ctx.full(8, dtypes.S8, dims)), dtypes.S4)
 
 
-def _dequantized(ctx, node, q, scale, zp, axis: int, block_size: int, out):
-    """``(f32(q) - f32(zp)) * scale`` with scale and zp blocked along ``axis`` (zp None: 0,
-    or a float zero point in the scales' type), in ``out``."""
-    b, dims = ctx.b, q.shape.dims
-    y = b.convert(q, F32)
-    if zp is not None:
-        y = b.op(Opcode.SUBTRACT, y, quant_param(ctx, node, b.convert(zp, F32), dims, axis,
-                                                 block_size, "the zero point"))
-    s = quant_param(ctx, node, b.convert(scale, F32), dims, axis, block_size, "the scale")
-    return b.convert(b.op(Opcode.MULTIPLY, y, s), out)
-
-
 # -- MatMulNBits -----------------------------------------------------------------------------
 
 @register("MatMulNBits", since=1, domain=MS)
@@ -135,9 +123,8 @@ def matmul_nbits(ctx, node):
         raise ctx.error(node, f"A {a.shape} does not have K={k} columns")
     _default_blocks(ctx, node, g_idx, k, block)
     q = unpacked(ctx, ctx.b.reshape(packed, (n, blocks * block * bits // 8)), bits, k)
-    w = _dequantized(ctx, node, q, ctx.b.reshape(scales, (n, blocks)),
-                     _zero_points(ctx, node, zp, n, blocks, bits), 1, block,
-                     a.shape.dtype)
+    w = dequantize(ctx, q, ctx.b.reshape(scales, (n, blocks)),
+                   _zero_points(ctx, node, zp, n, blocks, bits), a.shape.dtype, node, 1, block)
     y = _product_transposed(ctx, a, w)
     if bias is not None:
         y = ctx.b.op(Opcode.ADD, y, ctx.b.broadcast(bias, y.shape.dims, (y.shape.rank - 1,)))
@@ -206,5 +193,5 @@ def gather_block_quantized(ctx, node):
     else:
         raise ctx.error(node, f"data must be 4-bit int4 or uint4, or uint8, got {dt} with "
                               f"bits={bits}")
-    w = _dequantized(ctx, node, q, scales, zp, q_axis, block, scales.shape.dtype)
+    w = dequantize(ctx, q, scales, zp, scales.shape.dtype, node, q_axis, block)
     return [take(ctx, w, wrap_negative(ctx, idx, w.shape.dims[g_axis]), g_axis)]
