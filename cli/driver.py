@@ -228,7 +228,7 @@ def _compile(model, output, *, name, target, cpu, features, emit_kind, input_sha
             # The module and its rewrites that may need less memory (a recurrent loop's
             # projection computed per step); footprint first: the smallest arena wins.
             candidates = alternatives(module)
-            imported = [op_counts(m) for m in candidates]
+            imported = [op_counts(m) if want_report else None for m in candidates]
         backend = make_backend(target, cpu, features, opt_level)
         with progress.stage("optimize"):
             for m, prefix in zip(candidates, ("", "step-projection/")):
