@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -41,7 +42,7 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from . import cache, runtime_c
-from .emitter.abi import DECLARATIONS, XLAC_DTYPE, XLAC_VALUE_KIND
+from .emitter.abi import CUDA_DECLARATIONS, DECLARATIONS, XLAC_DTYPE, XLAC_VALUE_KIND
 from .hlo import XlacError
 
 RUNTIME_DIR = Path(os.path.dirname(runtime_c.__file__))
@@ -94,6 +95,7 @@ class HeaderFacts:
     features: tuple[str, ...] | None   # LLVM features, "+avx2", "-avx512f", ...
     # NAME_THREAD_SCRATCH_BASE and _SIZE where the object has NAME_run_parallel
     thread_scratch: tuple[int, int] | None = None
+    cuda_kernels: int | None = None    # NAME_CUDA_KERNELS of an object built for CUDA
 
 
 def read_header(path: Path) -> HeaderFacts:
@@ -118,8 +120,9 @@ def read_header(path: Path) -> HeaderFacts:
     scratch = [re.search(rf"^#define {name}_THREAD_SCRATCH_{what} (\d+)u", text, re.MULTILINE)
                for what in ("BASE", "SIZE")]
     thread_scratch = None if None in scratch else tuple(int(x.group(1)) for x in scratch)
+    kernels = re.search(rf"^#define {name}_CUDA_KERNELS (\d+)", text, re.MULTILINE)
     return HeaderFacts(name, triple.group(1) if triple else None, feature_list,
-                       thread_scratch)
+                       thread_scratch, int(kernels.group(1)) if kernels else None)
 
 
 def _arch(triple: str) -> str:
@@ -148,9 +151,11 @@ def check_runs_here(facts: HeaderFacts, object_path: Path) -> None:
                             cli=problem + "--cpu this machine has")
 
 
+_RUNTIME_C = ("xlac_runtime.c", "xlac_threadpool.c", "xlac_cuda.c")
+
+
 def _runtime_sources() -> list[Path]:
-    return [RUNTIME_DIR / "xlac_runtime.c", RUNTIME_DIR / "xlac_threadpool.c",
-            RUNTIME_DIR / "xlac_runtime.h"]
+    return [RUNTIME_DIR / f for f in (*_RUNTIME_C, "xlac_runtime.h", "xlac_cuda.h")]
 
 
 def link_shared_library(object_path: Path, name: str) -> Path:
@@ -177,8 +182,8 @@ def link_shared_library(object_path: Path, name: str) -> Path:
     # the same time never sees (or dlopens) a half-written library.
     temp = folder / f".{library.name}.{os.getpid()}.{threading.get_ident()}.tmp"
     cmd = [os.environ.get("CC", "cc"), "-shared", "-fPIC", "-o", str(temp), str(object_path),
-           str(RUNTIME_DIR / "xlac_runtime.c"), str(RUNTIME_DIR / "xlac_threadpool.c"),
-           f"-I{RUNTIME_DIR}", "-lm", "-pthread"]
+           *(str(RUNTIME_DIR / f) for f in _RUNTIME_C), f"-I{RUNTIME_DIR}", "-lm", "-pthread",
+           "-ldl"]
     if sys.platform.startswith("linux"):
         # The model's calls into its own symbols stay inside this library even when
         # another loaded library exports the same NAME_* symbols.
@@ -420,10 +425,11 @@ class Model:
             raise XlacError(f"{self.name}_run_v failed with status {status}: {reason}")
 
 
-def load(path, threads: int | None = None) -> Model:
+def load(path, threads: int | None = None, device: int = 0) -> Model:
     """Load the object at ``path``; its header (same name, suffix ``.h``) must be beside it.
     ``threads``: run NAME_run_parallel on a pool of that many threads (the object must be
-    compiled with ``parallel=True``)."""
+    compiled with ``parallel=True``). An object compiled for CUDA runs on GPU ``device``
+    (a CudaModel)."""
     object_path = Path(os.fspath(path))
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
                                 or threads < 1):
@@ -437,5 +443,121 @@ def load(path, threads: int | None = None) -> Model:
                         "parallel=True to load it with threads=",
                         cli=f"'{object_path}' has no {facts.name}_run_parallel; compile it "
                         "with --parallel")
-    return Model(link_shared_library(object_path, facts.name), facts.name, threads,
-                 facts.thread_scratch)
+    library = link_shared_library(object_path, facts.name)
+    if facts.cuda_kernels is not None:
+        if threads is not None:
+            raise XlacError(f"'{object_path}' is compiled for CUDA: it takes no threads=")
+        return CudaModel(library, facts.name, facts.cuda_kernels, device)
+    return Model(library, facts.name, threads, facts.thread_scratch)
+
+
+class CudaModel(Model):
+    """A model compiled for CUDA, on one device: ``m(*inputs)`` takes and returns numpy
+    arrays (NAME_run_cuda copies them in and out); ``m.run_device`` takes device
+    arrays (``__cuda_array_interface__``: PyTorch, CuPy) without a copy. The context
+    (NAME_cuda_init) lives as long as the model."""
+
+    def __init__(self, library_path: Path, name: str, kernels: int, device: int = 0):
+        self.name = name
+        self.library_path = library_path
+        self.threads = None
+        self.pool = None
+        self._ffi = ffi = cffi.FFI()
+        ffi.cdef(DECLARATIONS)
+        ffi.cdef(CUDA_DECLARATIONS)
+        ffi.cdef(f"int {name}_cuda_init(void *ctx, int32_t device);\n"
+                 f"int {name}_run_cuda(void *ctx, const void *const *inputs, "
+                 "void *const *outputs);\n"
+                 f"int {name}_run_device(void *ctx, const uint64_t *inputs, "
+                 "const uint64_t *outputs, uint64_t arena, void *stream);\n"
+                 f"void {name}_cuda_release(void *ctx);\n"
+                 f"extern xlac_model_info {name}_info;")
+        try:
+            self._lib = lib = ffi.dlopen(str(library_path))
+            self.info = _model_info(ffi, getattr(lib, f"{name}_info"))
+            init = getattr(lib, f"{name}_cuda_init")
+            run_cuda = getattr(lib, f"{name}_run_cuda")
+            self._run_device = getattr(lib, f"{name}_run_device")
+            release = getattr(lib, f"{name}_cuda_release")
+        except (OSError, AttributeError) as e:
+            raise XlacError(f"cannot load model {name} from '{library_path}': {e}") from None
+        # NAME_cuda_ctx: an xlac_cuda_ctx, then a handle per kernel.
+        self._ctx = ffi.new("char[]", ffi.sizeof("xlac_cuda_ctx") + 8 * max(kernels, 1))
+        status = init(self._ctx, device)
+        if status != 0:
+            self._fail(f"{name}_cuda_init", status)
+        self._release = weakref.finalize(self, release, self._ctx)
+        self._lock = threading.Lock()     # NAME_run_cuda's device buffers are the context's
+        ctx = self._ctx
+
+        def run_v(inputs, outputs, arena):
+            with self._lock:
+                return run_cuda(ctx, inputs, outputs)
+        self._run_v = run_v
+        self._arena_size = 0    # the device arena is the context's
+        self._arenas = threading.local()
+
+    @property
+    def device_arena_size(self) -> int:
+        """Bytes of the device arena ``run_device`` takes (NAME_ARENA_SIZE)."""
+        return self.info.arena_size
+
+    def _fail(self, what: str, status: int):
+        reason = self._ffi.string(self._lib.xlac_status_string(status)).decode()
+        error = self._lib.xlac_cuda_driver_error(self._ffi.cast("xlac_cuda_ctx *", self._ctx))
+        detail = f" (CUDA error {error})" if error else ""
+        raise XlacError(f"{what} failed with status {status}: {reason}{detail}")
+
+    def _call(self, inputs, outputs, arena) -> None:
+        ffi = self._ffi
+        in_ptrs = ffi.new("void *[]", [ffi.cast("void *", a.ctypes.data) for a in inputs] or 1)
+        out_ptrs = ffi.new("void *[]", [ffi.cast("void *", o.ctypes.data) for o in outputs] or 1)
+        status = self._run_v(in_ptrs, out_ptrs, None)
+        if status != 0:
+            self._fail(f"{self.name}_run_cuda", status)
+
+    def run_device(self, inputs, outputs, arena, stream: int = 0) -> None:
+        """NAME_run_device on device arrays (objects with ``__cuda_array_interface__``,
+        C-contiguous, of the model's dtypes and shapes; ``arena``: at least
+        ``device_arena_size`` bytes, 256-aligned) on the CUstream ``stream`` (an int
+        handle, 0: the default stream). Returns once the work is queued."""
+        ins = [_device_pointer(x, t, "input") for x, t in zip(inputs, self.inputs)]
+        outs = [_device_pointer(x, t, "output") for x, t in zip(outputs, self.outputs)]
+        if len(ins) != len(self.inputs) or len(outs) != len(self.outputs):
+            raise XlacError(f"{self.name} takes {len(self.inputs)} input(s) and "
+                            f"{len(self.outputs)} output(s)")
+        arena_ptr = 0
+        if self.device_arena_size:
+            spec = _cuda_interface(arena, "arena")
+            nbytes = int(np.prod(spec["shape"])) * np.dtype(spec["typestr"]).itemsize
+            if nbytes < self.device_arena_size:
+                raise XlacError(f"the arena has {nbytes} bytes; {self.name} needs "
+                                f"{self.device_arena_size}")
+            arena_ptr = spec["data"][0]
+        ffi = self._ffi
+        status = self._run_device(self._ctx, ffi.new("uint64_t[]", ins or [0]),
+                                  ffi.new("uint64_t[]", outs or [0]), arena_ptr,
+                                  ffi.cast("void *", stream))
+        if status != 0:
+            self._fail(f"{self.name}_run_device", status)
+
+
+def _cuda_interface(x, what: str) -> dict:
+    spec = getattr(x, "__cuda_array_interface__", None)
+    if spec is None:
+        raise XlacError(f"the {what} must be a device array (__cuda_array_interface__), "
+                        f"got a {type(x).__name__}")
+    return spec
+
+
+def _device_pointer(x, t: TensorInfo, what: str) -> int:
+    spec = _cuda_interface(x, what)
+    dtype, shape = np.dtype(spec["typestr"]), tuple(spec["shape"])
+    if dtype != t.dtype or shape != t.shape:
+        raise XlacError(f"{what} '{t.name}' must be a {t.dtype}{list(t.shape)} device array, "
+                        f"got {dtype}{list(shape)}")
+    strides = spec.get("strides")
+    if strides is not None and tuple(strides) != tuple(
+            int(np.prod(shape[k + 1:])) * dtype.itemsize for k in range(len(shape))):
+        raise XlacError(f"{what} '{t.name}' must be C-contiguous")
+    return spec["data"][0]

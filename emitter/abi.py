@@ -23,13 +23,14 @@ from ..hlo import dtypes
 from .irutil import I32, I64, PTR
 
 HEADER = Path(runtime_c.__file__).parent / "xlac_runtime.h"
-_TEXT = HEADER.read_text()
+# The CUDA program's structs (an object compiled with --target cuda, xlac_cuda.c).
+CUDA_HEADER = HEADER.with_name("xlac_cuda.h")
 
-# The declarations inside the header's extern "C" block: what cffi's cdef takes (it
-# reads no preprocessor lines).
-DECLARATIONS = re.search(r'extern "C" \{\n#endif\n(.*?)#ifdef __cplusplus', _TEXT,
-                         re.S).group(1)
-_CODE = re.sub(r"/\*.*?\*/", " ", DECLARATIONS, flags=re.S)
+
+def _declarations(text: str) -> str:
+    """The declarations inside a header's extern "C" block: what cffi's cdef takes (it
+    reads no preprocessor lines)."""
+    return re.search(r'extern "C" \{\n#endif\n(.*?)#ifdef __cplusplus', text, re.S).group(1)
 
 
 def _field(declaration: str) -> tuple[str, str]:
@@ -42,14 +43,22 @@ def _field(declaration: str) -> tuple[str, str]:
     return name, "ptr" if "*" in type_words else " ".join(type_words)
 
 
-# enum type -> {constant: value}
-ENUMS: dict[str, dict[str, int]] = {
-    name: {k: int(v) for k, v in re.findall(r"(\w+) = (\d+)", body)}
-    for name, body in re.findall(r"typedef enum (\w+) \{(.*?)\} \1;", _CODE, re.S)}
-# struct type -> its fields in order: (name, "ptr" or the C integer type)
-STRUCTS: dict[str, tuple[tuple[str, str], ...]] = {
-    name: tuple(_field(d) for d in body.split(";") if d.strip())
-    for name, body in re.findall(r"typedef struct (\w+) \{(.*?)\} \1;", _CODE, re.S)}
+def _read(declarations: str) -> tuple[dict, dict]:
+    """enum type -> {constant: value}; struct type -> its fields in order: (name, "ptr"
+    or the C integer type)."""
+    code = re.sub(r"/\*.*?\*/", " ", declarations, flags=re.S)
+    enums = {name: {k: int(v) for k, v in re.findall(r"(\w+) = (\d+)", body)}
+             for name, body in re.findall(r"typedef enum (\w+) \{(.*?)\} \1;", code, re.S)}
+    structs = {name: tuple(_field(d) for d in body.split(";") if d.strip())
+               for name, body in re.findall(r"typedef struct (\w+) \{(.*?)\} \1;", code,
+                                            re.S)}
+    return enums, structs
+
+
+DECLARATIONS = _declarations(HEADER.read_text())
+ENUMS, STRUCTS = _read(DECLARATIONS)
+CUDA_DECLARATIONS = _declarations(CUDA_HEADER.read_text())
+CUDA_ENUMS, CUDA_STRUCTS = _read(CUDA_DECLARATIONS)
 
 _STATUS = ENUMS["xlac_status"]
 XLAC_OK = _STATUS["XLAC_OK"]
@@ -65,10 +74,12 @@ _LLVM_TYPES = {"ptr": PTR, "int32_t": I32, "int64_t": I64, "uint64_t": I64}
 
 
 def struct_type(name: str, size_t: ir.IntType | None = None) -> ir.LiteralStructType:
-    """``struct name`` for LLVM, whose data layout for the target places the fields where
-    its C compiler does. ``size_t``: the target's, for a struct holding one."""
+    """``struct name`` (of either header) for LLVM, whose data layout for the target
+    places the fields where its C compiler does. ``size_t``: the target's, for a struct
+    holding one."""
     types = _LLVM_TYPES if size_t is None else {**_LLVM_TYPES, "size_t": size_t}
-    return ir.LiteralStructType([types[c] for _, c in STRUCTS[name]])
+    fields = STRUCTS.get(name) or CUDA_STRUCTS[name]
+    return ir.LiteralStructType([types[c] for _, c in fields])
 
 
 def field_index(struct: str, field: str) -> int:

@@ -61,6 +61,7 @@ class Artifact:
     symbols: tuple[str, ...] = ()
     profile_sites: tuple[str, ...] = ()
     profile_parallel_sites: tuple[str, ...] = ()
+    device_code: str | None = None     # the CUDA target's PTX (emitter/cuda/)
 
 
 def weights_section(name: str, target: TargetInfo) -> str | None:

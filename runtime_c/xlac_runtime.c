@@ -6,6 +6,15 @@ const char *xlac_status_string(int status) {
     case XLAC_OK: return "ok";
     case XLAC_ERROR_NULL_ARGUMENT: return "a required pointer argument is NULL";
     case XLAC_ERROR_ARENA_ALIGNMENT: return "the arena is not aligned to NAME_ARENA_ALIGN";
+    case XLAC_ERROR_CUDA_NO_DRIVER: return "the CUDA driver (libcuda.so.1) cannot be loaded";
+    case XLAC_ERROR_CUDA_NO_DEVICE: return "no CUDA device with that number";
+    case XLAC_ERROR_CUDA_DRIVER_TOO_OLD:
+      return "the CUDA driver is older than the object's PTX needs";
+    case XLAC_ERROR_CUDA_DEVICE_TOO_OLD:
+      return "the CUDA device's compute capability is below the object's";
+    case XLAC_ERROR_CUDA_OUT_OF_MEMORY: return "out of CUDA device memory";
+    case XLAC_ERROR_CUDA_DRIVER: return "a CUDA driver call failed";
+    case XLAC_ERROR_CUDA_NOT_INITIALIZED: return "the CUDA context is not initialized";
     default: return "unknown xlac status";
   }
 }

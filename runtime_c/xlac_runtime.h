@@ -48,11 +48,19 @@ typedef enum xlac_dtype {
   XLAC_F8E8M0FNU = 22
 } xlac_dtype;
 
-/* Status codes returned by NAME_run and NAME_run_v. */
+/* Status codes returned by NAME_run and NAME_run_v, and by the CUDA entries
+   (xlac_cuda.h) where the driver or the device says no. */
 typedef enum xlac_status {
   XLAC_OK = 0,
   XLAC_ERROR_NULL_ARGUMENT = 1,   /* an input, output or (non-empty) arena pointer is NULL */
-  XLAC_ERROR_ARENA_ALIGNMENT = 2  /* the arena is not aligned to NAME_ARENA_ALIGN */
+  XLAC_ERROR_ARENA_ALIGNMENT = 2, /* the arena is not aligned to NAME_ARENA_ALIGN */
+  XLAC_ERROR_CUDA_NO_DRIVER = 3,  /* libcuda.so.1 cannot be loaded (no NVIDIA driver) */
+  XLAC_ERROR_CUDA_NO_DEVICE = 4,  /* no CUDA device, or none with the number asked for */
+  XLAC_ERROR_CUDA_DRIVER_TOO_OLD = 5,  /* the driver predates the object's PTX version */
+  XLAC_ERROR_CUDA_DEVICE_TOO_OLD = 6,  /* the device's compute capability is below the object's */
+  XLAC_ERROR_CUDA_OUT_OF_MEMORY = 7,   /* device memory could not be allocated */
+  XLAC_ERROR_CUDA_DRIVER = 8,     /* another driver error: xlac_cuda_driver_error(ctx) */
+  XLAC_ERROR_CUDA_NOT_INITIALIZED = 9  /* the context was not initialized, or failed to */
 } xlac_status;
 
 /* One input or output of a model. */

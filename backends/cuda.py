@@ -1,0 +1,103 @@
+"""The CUDA backend: kernels for an NVIDIA GPU and a host object that launches them.
+
+    backend = make_backend("cuda", cpu="sm_90")        # backends/
+    optimize(module, backend); assignment = plan_memory(module, backend)
+    artifact = backend.emit(module, assignment, EmitOptions("model"))
+
+Two targets: the host's (the object's own code: the program table and the entries,
+which call runtime_c/xlac_cuda.c) and ``nvptx64-nvidia-cuda`` at the chosen
+architecture (``--cpu``, sm_80 by default) for the kernels. Every instruction runs as
+a loop of element generators, one grid-stride kernel per step (emitter/cuda/), except
+sort, topk and scatter, which run their CPU routine in one thread. No dot or
+convolution kernel takes an epilogue, so no output fusion forms and no operand
+layout is asked for.
+
+``emulated``: the kernels are also compiled for the host, into an image a stand-in
+driver runs (tests/cuda), so the whole path runs on machines without a GPU.
+"""
+from __future__ import annotations
+
+from ..emitter import sort
+from ..emitter.cuda.render import render_cuda
+from ..emitter.render import Artifact, EmitOptions
+from ..emitter.scatter import emit_scatter_function
+from ..emitter.sort import emit_sort_function, emit_topk_function
+from ..emitter.target import TargetInfo, make_target
+from ..hlo import Instruction, Module, Opcode
+from ..optimizer.buffer_assignment import BufferAssignment
+from ..optimizer.policy import EpilogueStyle, FusionPolicy, LayoutConstraint
+from .cpu import KernelChoice
+
+DEVICE_TRIPLE = "nvptx64-nvidia-cuda"
+DEFAULT_ARCH = "sm_80"
+# Element buffers in the device arena start on this many bytes: a 16-byte access of any
+# element type never straddles.
+ARENA_ALIGN = 16
+
+_ROUTINES = {Opcode.SORT: emit_sort_function, Opcode.TOPK: emit_topk_function,
+             Opcode.SCATTER: emit_scatter_function}
+
+
+def is_cuda_target(triple: str | None) -> bool:
+    return triple is not None and (triple in ("cuda", "cuda-emulated")
+                                   or triple.startswith("nvptx"))
+
+
+class CudaBackend:
+    name = "cuda"
+
+    def __init__(self, host: TargetInfo, host_machine, device: TargetInfo, device_machine,
+                 opt_level: int = 2, emulated: bool = False):
+        self.target = host                  # the host object's
+        self.machine = host_machine
+        self.device = device
+        self.device_machine = device_machine
+        self.opt_level = opt_level
+        self.emulated = emulated
+        self.fusion = FusionPolicy(frozenset(), 0, frozenset())
+
+    # -- the optimizer's questions (optimizer/policy.py) ---------------------------------
+
+    @property
+    def alignment(self) -> int:
+        return ARENA_ALIGN
+
+    def epilogue_style(self, core: Instruction) -> EpilogueStyle | None:
+        return None
+
+    def kernel_reads_operands(self, instr: Instruction) -> bool:
+        return False
+
+    def dot_folds_transpose(self, dot: Instruction) -> bool:
+        return False
+
+    def layout_constraint(self, instr: Instruction) -> LayoutConstraint | None:
+        return None
+
+    def scratch_bytes(self, instr: Instruction, lean: bool = False) -> int:
+        return sort.scratch_bytes(instr) if instr.opcode is Opcode.SORT else 0
+
+    # -- the kernel registry -------------------------------------------------------------
+
+    def kernel(self, instr: Instruction, lean: bool = False) -> KernelChoice | None:
+        routine = _ROUTINES.get(instr.opcode)
+        if routine is None:
+            return None
+        passed = tuple(k for k, o in enumerate(instr.operands) if o.opcode is not Opcode.CONSTANT)
+        return KernelChoice("routine", instr.opcode.text, routine, passed,
+                            self.scratch_bytes(instr))
+
+    # -- code -----------------------------------------------------------------------------
+
+    def emit(self, module: Module, assignment: BufferAssignment, options: EmitOptions,
+             kinds=("obj",)) -> Artifact:
+        return render_cuda(self, module, assignment, options, kinds)
+
+    @staticmethod
+    def for_target(triple: str, cpu: str | None, features: str | None,
+                   opt_level: int) -> "CudaBackend":
+        host, host_machine = make_target(None, None, None, opt_level)
+        device, device_machine = make_target(DEVICE_TRIPLE, cpu or DEFAULT_ARCH, features,
+                                             opt_level)
+        return CudaBackend(host, host_machine, device, device_machine, opt_level,
+                           emulated=triple == "cuda-emulated")
