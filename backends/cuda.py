@@ -36,6 +36,10 @@ ARENA_ALIGN = 16
 
 _ROUTINES = {Opcode.SORT: emit_sort_function, Opcode.TOPK: emit_topk_function,
              Opcode.SCATTER: emit_scatter_function}
+# Kernels of this backend's own, tried in order: plan(instr) -> a plan with
+# ``emit(module, instr, name, hooks, weights, out, operands) -> (fn, blocks, threads)``
+# (the kernel takes out, every operand, then the weights), or None.
+_DEVICE_KERNELS: tuple = ()
 
 
 def is_cuda_target(triple: str | None) -> bool:
@@ -80,6 +84,11 @@ class CudaBackend:
     # -- the kernel registry -------------------------------------------------------------
 
     def kernel(self, instr: Instruction, lean: bool = False) -> KernelChoice | None:
+        for plan_kernel in _DEVICE_KERNELS:
+            plan = plan_kernel(instr)
+            if plan is not None:
+                return KernelChoice("device", type(plan).__name__, plan,
+                                    tuple(range(len(instr.operands))))
         routine = _ROUTINES.get(instr.opcode)
         if routine is None:
             return None

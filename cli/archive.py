@@ -107,15 +107,20 @@ def static_library(name: str, object_code: bytes, is_host: bool, triple: str) ->
                             f"{RUNTIME_SOURCE} with the toolchain for {triple} (xlac_add_model "
                             "in CMake does)")
         members.append(("xlac_runtime.o", compile_runtime()))
+        if any(s.startswith("xlac_cuda_") for s in runtime):
+            # A CUDA object's entries call the driver through xlac_cuda.c (link with -ldl).
+            cuda = RUNTIME_SOURCE.with_name("xlac_cuda.c")
+            members.append(("xlac_cuda.o", compile_runtime(cuda)))
     return write_archive(members)
 
 
-def compile_runtime() -> bytes:
-    """xlac_runtime.c compiled for this machine by the system C compiler ($CC, else cc)."""
+def compile_runtime(source: Path = RUNTIME_SOURCE) -> bytes:
+    """A runtime source (xlac_runtime.c) compiled for this machine by the system C
+    compiler ($CC, else cc)."""
     cc = os.environ.get("CC", "cc")
     with tempfile.TemporaryDirectory(prefix="xlac-runtime-") as folder:
-        out = Path(folder) / "xlac_runtime.o"
-        cmd = [cc, "-std=c99", "-O2", "-fPIC", "-c", str(RUNTIME_SOURCE), "-o", str(out)]
+        out = Path(folder) / f"{source.stem}.o"
+        cmd = [cc, "-std=c99", "-O2", "-fPIC", "-c", str(source), "-o", str(out)]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True)
         except OSError as e:
@@ -123,5 +128,5 @@ def compile_runtime() -> bytes:
                             f"library: {e.strerror or e}") from None
         if done.returncode != 0:
             first = next((line for line in done.stderr.splitlines() if line.strip()), "")
-            raise XlacError(f"compiling {RUNTIME_SOURCE} failed: {first.strip()}")
+            raise XlacError(f"compiling {source} failed: {first.strip()}")
         return out.read_bytes()

@@ -62,6 +62,7 @@ class Artifact:
     profile_sites: tuple[str, ...] = ()
     profile_parallel_sites: tuple[str, ...] = ()
     device_code: str | None = None     # the CUDA target's PTX (emitter/cuda/)
+    launches: tuple = ()               # CUDA: (kernel name, parameter count) per kernel
 
 
 def weights_section(name: str, target: TargetInfo) -> str | None:

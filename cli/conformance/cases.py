@@ -245,8 +245,9 @@ def _one_line(text: str) -> str:
     return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
 
-def run_case(case: Case) -> CaseResult:
-    """Prepare and run one case through xlac.backend; never raises."""
+def run_case(case: Case, target: str | None = None) -> CaseResult:
+    """Prepare and run one case through xlac.backend (compiled for ``target``, default
+    this machine); never raises."""
     from .. import backend
     from ..hlo import XlacError
     from ..importers.onnx import OutOfScope
@@ -257,7 +258,7 @@ def run_case(case: Case) -> CaseResult:
                           round(time.perf_counter() - start, 3))
     try:
         model, data_sets = case.load()
-        rep = backend.prepare(model)
+        rep = backend.prepare(model, **({"target": target} if target else {}))
         for inputs, expected in data_sets:
             got = rep.run(inputs)
             if len(got) != len(expected):
@@ -278,15 +279,18 @@ def run_case(case: Case) -> CaseResult:
 # -- running many -------------------------------------------------------------------------
 
 _CASES: list[Case] = []        # the parent's cases; forked workers inherit them
+_TARGET: list = [None]
 
 
 def _worker(index: int) -> CaseResult:
-    return run_case(_CASES[index])
+    return run_case(_CASES[index], _TARGET[0])
 
 
-def run(cases: list[Case], jobs: int, timeout: float) -> list[CaseResult]:
+def run(cases: list[Case], jobs: int, timeout: float, target: str | None = None
+        ) -> list[CaseResult]:
     global _CASES
     _CASES = cases
+    _TARGET[0] = target
     results: list[CaseResult] = []
     with tempfile.TemporaryDirectory(prefix="xlac-conformance-") as workdir:
         os.environ.setdefault("XLAC_CACHE_DIR", os.path.join(workdir, "cache"))

@@ -21,6 +21,8 @@ def main(argv=None) -> int:
                    help="run this suite (repeatable; default: all)")
     p.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per case")
+    p.add_argument("--target", help="compile for this target (e.g. cuda-emulated, with "
+                   "XLAC_CUDA_DRIVER naming a stand-in driver); default: this machine")
     p.add_argument("-v", "--verbose", action="store_true", help="one line per case")
     p.add_argument("--json", metavar="FILE", help="write every case's result as JSON")
     p.add_argument("--report", metavar="FILE",
@@ -31,7 +33,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     start = time.perf_counter()
     cases = collect(args.suite or SUITES, args.pattern)
-    results = run(cases, args.jobs, args.timeout)
+    results = run(cases, args.jobs, args.timeout, args.target)
     seconds = time.perf_counter() - start
     if args.verbose:
         for r in results:

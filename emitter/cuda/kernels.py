@@ -77,64 +77,102 @@ class KernelConstants:
 
 
 class NvptxHooks:
-    """Thread numbers from the PTX special registers; kernels get ``.entry``."""
+    """Thread numbers from the PTX special registers, ``bar.sync`` for a barrier,
+    addrspace(3) globals for shared memory; kernels get ``.entry``."""
 
     calling_convention = "ptx_kernel"
 
-    def _sreg(self, b: ir.IRBuilder, reg: str) -> ir.Value:
+    def _sreg(self, b: ir.IRBuilder, reg: str, axis: str) -> ir.Value:
+        return _call(b, f"llvm.nvvm.read.ptx.sreg.{reg}.{axis}", I32, [])
+
+    def thread(self, b, axis="x"):
+        return self._sreg(b, "tid", axis)
+
+    def block_size(self, b, axis="x"):
+        return self._sreg(b, "ntid", axis)
+
+    def block(self, b, axis="x"):
+        return self._sreg(b, "ctaid", axis)
+
+    def grid_size(self, b, axis="x"):
+        return self._sreg(b, "nctaid", axis)
+
+    def barrier(self, b) -> None:
+        _call(b, "llvm.nvvm.barrier0", VOID, [], attributes=("convergent",))
+
+    def shared(self, b: ir.IRBuilder, name: str, ty: ir.Type) -> ir.Value:
+        """A block's shared array of type ``ty``; a generic pointer to it."""
         module = b.module
-        name = f"llvm.nvvm.read.ptx.sreg.{reg}"
-        fn = module.globals.get(name) or ir.Function(module, ir.FunctionType(I32, []), name)
-        return b.call(fn, [])
-
-    def thread(self, b):
-        return self._sreg(b, "tid.x")
-
-    def block_size(self, b):
-        return self._sreg(b, "ntid.x")
-
-    def block(self, b):
-        return self._sreg(b, "ctaid.x")
-
-    def grid_size(self, b):
-        return self._sreg(b, "nctaid.x")
+        g = ir.GlobalVariable(module, ty, module.get_unique_name(name), addrspace=3)
+        g.linkage = "internal"
+        g.initializer = ir.Constant(ty, ir.Undefined)
+        g.align = 16
+        return b.addrspacecast(g, PTR)
 
     def finish(self, module: ir.Module, kernel: ir.Function, params: int) -> None:
         pass
 
 
+def _call(b: ir.IRBuilder, name: str, ret: ir.Type, args: list, attributes=()) -> ir.Value:
+    module = b.module
+    fn = module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(ret, [a.type for a in args]), name)
+        for a in attributes:
+            fn.attributes.add(a)
+    return b.call(fn, args)
+
+
 # struct xlac_emu_state of tests/cuda/fake_libcuda.c: tid[3], ntid[3], ctaid[3],
 # nctaid[3] (uint32), then the barrier function and the dynamic shared memory.
 _EMU_FIELDS = {"tid": 0, "ntid": 3, "ctaid": 6, "nctaid": 9}
+_AXES = {"x": 0, "y": 1, "z": 2}
+_EMU_BARRIER = 6          # in pointers: after the 12 uint32
 
 
 class EmulationHooks:
-    """Thread numbers from ``xlac_emu_state``, which a stand-in driver sets; each
-    kernel K also gets ``K__emu(void **params)``, which unpacks cuLaunchKernel's
-    argument array and calls K."""
+    """Thread numbers from ``xlac_emu_state``, which a stand-in driver sets, and its
+    barrier function; shared arrays are plain globals (the driver runs one block at a
+    time). Each kernel K also gets ``K__emu(void **params)``, which unpacks
+    cuLaunchKernel's argument array and calls K."""
 
     calling_convention = ""
 
-    def _field(self, b: ir.IRBuilder, field: str) -> ir.Value:
+    def _state(self, b: ir.IRBuilder) -> ir.Value:
         module = b.module
         state = module.globals.get("xlac_emu_state")
         if state is None:
             state = ir.GlobalVariable(module, PTR, "xlac_emu_state")
             state.initializer = ir.Constant(PTR, None)
-        base = b.load(state, typ=PTR)
-        return b.load(b.gep(base, [i64(_EMU_FIELDS[field])], source_etype=I32), typ=I32)
+        return b.load(state, typ=PTR)
 
-    def thread(self, b):
-        return self._field(b, "tid")
+    def _field(self, b: ir.IRBuilder, field: str, axis: str) -> ir.Value:
+        at = i64(_EMU_FIELDS[field] + _AXES[axis])
+        return b.load(b.gep(self._state(b), [at], source_etype=I32), typ=I32)
 
-    def block_size(self, b):
-        return self._field(b, "ntid")
+    def thread(self, b, axis="x"):
+        return self._field(b, "tid", axis)
 
-    def block(self, b):
-        return self._field(b, "ctaid")
+    def block_size(self, b, axis="x"):
+        return self._field(b, "ntid", axis)
 
-    def grid_size(self, b):
-        return self._field(b, "nctaid")
+    def block(self, b, axis="x"):
+        return self._field(b, "ctaid", axis)
+
+    def grid_size(self, b, axis="x"):
+        return self._field(b, "nctaid", axis)
+
+    def barrier(self, b) -> None:
+        slot = b.gep(self._state(b), [i64(_EMU_BARRIER)], source_etype=PTR)
+        b.call(b.load(slot, typ=ir.FunctionType(VOID, []).as_pointer()), [])
+
+    def shared(self, b: ir.IRBuilder, name: str, ty: ir.Type) -> ir.Value:
+        module = b.module
+        g = ir.GlobalVariable(module, ty, module.get_unique_name(name))
+        g.linkage = "internal"
+        g.initializer = ir.Constant(ty, None)
+        g.align = 16
+        return g
 
     def finish(self, module: ir.Module, kernel: ir.Function, params: int) -> None:
         wrapper = ir.Function(module, ir.FunctionType(VOID, [PTR]), f"{kernel.name}__emu")

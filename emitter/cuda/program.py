@@ -144,6 +144,11 @@ class _Builder:
             fn, elements = loop_kernel(self.module, instr, name, self.hooks, self.blob,
                                        out_arg, operand_args, offsets)
             blocks, threads = launch_size(elements)
+        elif s.kernel.kind == "device":
+            # A kernel of the backend's own (emitter/cuda/: a tiled dot, ...): its plan
+            # emits it and says how it is launched.
+            fn, blocks, threads = s.kernel.plan.emit(self.module, instr, name, self.hooks,
+                                                     self.blob, out_arg, operand_args)
         else:
             if s.kernel.kind != "routine":
                 raise XlacError(f"%{instr.name}: the CUDA backend has no {s.kernel.name} kernel")

@@ -99,6 +99,7 @@ def render_cuda(backend, module: Module, assignment: BufferAssignment, options: 
         target=host,
         symbols=symbols,
         device_code=ptx,
+        launches=tuple(zip(program.kernels, program.kernel_params)),
     )
 
 
