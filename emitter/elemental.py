@@ -649,7 +649,7 @@ def _reduce(em, instr, ops, index):
 
 def _reduce_in_lanes(em, instr, ops, full, inner: int):
     """The innermost reduced dim folded as element i into lane i % (chains * LANES) of
-    ``chains`` vector accumulators (each starting at init, _init_is_neutral), the
+    ``chains`` vector accumulators (each starting at init, init_is_neutral), the
     chains then combined pairwise, the lanes by halves."""
     b, comp = em.b, instr.called[0]
     shape = instr.operands[0].shape
@@ -714,7 +714,7 @@ _REORDERABLE = frozenset({Opcode.ADD, Opcode.MULTIPLY, Opcode.MAXIMUM, Opcode.MI
 def _splits_into_lanes(instr) -> bool:
     """Whether a reduce may fold its innermost dim as LANES partial results: one operand,
     a reducer op(x, y) of _REORDERABLE, and an init value that each lane may fold in
-    (_init_is_neutral)."""
+    (init_is_neutral)."""
     root = instr.called[0].root
     if len(instr.operands) != 2 or root.opcode not in _REORDERABLE:
         return False
@@ -726,7 +726,7 @@ def _splits_into_lanes(instr) -> bool:
         return False
     if dt.is_narrow_float or dt.is_sub_byte or dt.name == "f16":
         return False        # their rules convert with scalar constants: no vector lanes
-    return _init_is_neutral(instr)
+    return init_is_neutral(instr)
 
 
 # Reducers for which folding the init value in once more changes nothing, whatever it is:
@@ -735,7 +735,7 @@ _IDEMPOTENT_REDUCERS = frozenset({Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.AND, Op
 _IDENTITY = {Opcode.ADD: 0, Opcode.MULTIPLY: 1}
 
 
-def _init_is_neutral(instr) -> bool:
+def init_is_neutral(instr) -> bool:
     """Whether folding the init value in once more changes nothing: true for idempotent
     reducers and for add/multiply whose init is 0/1. Reduce-window may then skip window
     positions in the padding (or between dilated base elements), where XLA folds init
@@ -839,7 +839,7 @@ def _reduce_window_loop(em, instr, ops, index):
                 p = b.sdiv(p, dil)
             inside = b.and_(inside, b.icmp_unsigned("<", p, i64(shape.dims[d])))
             src.append(p)
-        if _init_is_neutral(instr):
+        if init_is_neutral(instr):
             with b.if_then(inside):
                 _accumulate(em, instr.called[0], accs, [ops[k](src) for k in range(n)])
         else:

@@ -21,11 +21,12 @@ from typing import Callable, Sequence
 
 from llvmlite import ir
 
-from ...hlo import Instruction, XlacError
+from ...hlo import Instruction, Opcode, XlacError
+from ...hlo.fusion import is_loop_fusion
 from ..constants import CONSTANT_ALIGN, storage_bytes
-from ..elemental import ElementalEmitter
+from ..elemental import ElementalEmitter, init_is_neutral
 from ..indexing import linearize
-from ..irutil import I32, I64, PTR, VOID, gep_bytes, gep_elem, i64, llvm_type
+from ..irutil import I32, I64, PTR, VOID, alloca_once, gep_bytes, gep_elem, i64, llvm_type
 from ..loops import PointerArg, access_align, operand_generators, passed_operands
 
 # Threads per block of a grid-stride kernel, and the most blocks a launch asks for
@@ -191,35 +192,29 @@ def launch_size(elements: int) -> tuple[int, int]:
     return blocks, BLOCK_THREADS
 
 
-def _kernel(module: ir.Module, name: str, params: int, hooks) -> tuple[ir.Function, ir.IRBuilder]:
+def _kernel(module: ir.Module, name: str, params: int, hooks,
+            pointers: Sequence[PointerArg] = ()) -> tuple[ir.Function, ir.IRBuilder]:
+    """A kernel of ``params`` pointer parameters; the first ones described by
+    ``pointers`` (their alignment, and noalias where nothing else touches their bytes)."""
     fn = ir.Function(module, ir.FunctionType(VOID, [PTR] * params), name)
     if hooks.calling_convention:
         fn.calling_convention = hooks.calling_convention
     fn.attributes.add("nounwind")
+    for arg, info in zip(fn.args, pointers):
+        if info.noalias and not info.is_output:
+            arg.add_attribute("noalias")
+        if info.align > 1:
+            arg.attributes.align = info.align
     return fn, ir.IRBuilder(fn.append_basic_block("entry"))
 
 
 def _grid_stride(b: ir.IRBuilder, hooks, count: int, body: Callable[[ir.Value], None]) -> None:
     """``body(i)`` for i = this thread's number, then every ``threads`` after it, below
     ``count``."""
-    fn = b.function
     first = b.add(b.mul(b.zext(hooks.block(b), I64), b.zext(hooks.block_size(b), I64)),
                   b.zext(hooks.thread(b), I64))
     stride = b.mul(b.zext(hooks.grid_size(b), I64), b.zext(hooks.block_size(b), I64))
-    pre = b.block
-    head = fn.append_basic_block("i.head")
-    loop = fn.append_basic_block("i.body")
-    done = fn.append_basic_block("i.end")
-    b.branch(head)
-    b.position_at_end(head)
-    i = b.phi(I64, name="i")
-    i.add_incoming(first, pre)
-    b.cbranch(b.icmp_unsigned("<", i, i64(count)), loop, done)
-    b.position_at_end(loop)
-    body(i)
-    i.add_incoming(b.add(i, stride, flags=["nuw"]), b.block)
-    b.branch(head)
-    b.position_at_end(done)
+    _strided(b, first, stride, count, body)
 
 
 def _delinearize(b: ir.IRBuilder, i: ir.Value, dims: Sequence[int], layout) -> list:
@@ -235,13 +230,34 @@ def _delinearize(b: ir.IRBuilder, i: ir.Value, dims: Sequence[int], layout) -> l
     return index
 
 
+# A reduction over at least this many elements per result runs as a block-wide
+# reduction (``_block_reduce``), one block per result; shorter ones in one thread each.
+BLOCK_REDUCE_MIN = 64
+
+
+def block_reduction(instr: Instruction) -> Instruction | None:
+    """The reduce a block-wide reduction computes for ``instr``: ``instr`` itself or the
+    root of its loop fusion, with one operand, a neutral init (each thread starts from
+    it) and at least BLOCK_REDUCE_MIN elements per result; else None."""
+    root = instr.called[0].root if is_loop_fusion(instr) else instr
+    if root.opcode is not Opcode.REDUCE or root.shape.is_tuple or instr.shape.is_tuple:
+        return None
+    if len(root.operands) != 2 or not init_is_neutral(root):
+        return None
+    reduced = 1
+    for d in root.attrs["dimensions"]:
+        reduced *= root.operands[0].shape.dims[d]
+    return root if reduced >= BLOCK_REDUCE_MIN else None
+
+
 def loop_kernel(module: ir.Module, instr: Instruction, name: str, hooks, blob: WeightsBlob,
                 out: PointerArg, operands: Sequence[PointerArg], offsets: Sequence[int]):
     """``name(out, operand..., weights)``: every element of ``instr``'s result from its
     generator; returns the kernel and the number of elements it covers."""
     passed = passed_operands(instr)
     params = 2 + len(passed)
-    fn, b = _kernel(module, name, params, hooks)
+    fn, b = _kernel(module, name, params, hooks,
+                    [out, *operands, PointerArg(CONSTANT_ALIGN, True)])   # the weights
     em = ElementalEmitter(b, KernelConstants(blob, b, fn.args[-1]))
     # operand_generators reads operand k from fn.args[1 + its position], as here.
     gens = operand_generators(em, b, fn, instr, operands)
@@ -250,8 +266,14 @@ def loop_kernel(module: ir.Module, instr: Instruction, name: str, hooks, blob: W
         raise XlacError(f"%{instr.name}: nested tuple result {instr.shape} is not supported")
     if any(leaf.dims != leaves[0].dims for leaf in leaves):
         raise XlacError(f"%{instr.name}: tuple leaves of different dimensions ({instr.shape})")
-    generate = em.generator(instr, gens)
     first = leaves[0]
+    reduce = block_reduction(instr)
+    if reduce is not None:
+        _block_reduce(b, hooks, em, instr, reduce, gens, fn.args[0], out.align)
+        b.ret_void()
+        hooks.finish(module, fn, params)
+        return fn, first.num_elements * BLOCK_THREADS    # a block per result
+    generate = em.generator(instr, gens)
     targets = [(gep_bytes(b, fn.args[0], off), leaf,
                 access_align(off, out.align, leaf.dtype.itemsize))
                for off, leaf in zip(offsets, leaves)]
@@ -269,6 +291,87 @@ def loop_kernel(module: ir.Module, instr: Instruction, name: str, hooks, blob: W
     b.ret_void()
     hooks.finish(module, fn, params)
     return fn, first.num_elements
+
+
+def _block_reduce(b: ir.IRBuilder, hooks, em: ElementalEmitter, instr: Instruction,
+                  reduce: Instruction, gens, out_ptr: ir.Value, align: int) -> None:
+    """Block k computes results k, k + blocks, ...: each thread folds the reduced
+    elements t, t + threads, ... of its result, then the block folds the threads'
+    partials pairwise in shared memory (log2(threads) steps, a barrier each)."""
+    if instr is reduce:
+        value, init_gen = gens[0], gens[1]
+    else:
+        fused = instr.called[0]
+        value = em.computation_generator(fused, gens, value=reduce.operands[0])
+        init_gen = em.computation_generator(fused, gens, value=reduce.operands[1])
+    src = reduce.operands[0].shape
+    dims = sorted(reduce.attrs["dimensions"])
+    kept = [d for d in range(src.rank) if d not in dims]
+    extent = 1
+    for d in dims:
+        extent *= src.dims[d]
+    result = instr.shape
+    ty = llvm_type(result.dtype)
+    comp = reduce.called[0]
+    shared = hooks.shared(b, "partials", ir.ArrayType(ty, BLOCK_THREADS))
+    tid = b.zext(hooks.thread(b), I64)
+    acc = alloca_once(b, ty, "acc")
+
+    def one_result(o):
+        index = _delinearize(b, o, result.dims, result.layout)
+        b.store(init_gen([]), acc)
+
+        def fold(r):
+            full: list = [None] * src.rank
+            for d, v in zip(kept, index):
+                full[d] = v
+            rest = r
+            for d in reversed(dims):       # the last reduced dim fastest
+                full[d] = b.urem(rest, i64(src.dims[d])) if d != dims[0] else rest
+                rest = b.udiv(rest, i64(src.dims[d]))
+            b.store(em.apply(comp, [b.load(acc, typ=ty), value(full)]), acc)
+
+        _strided(b, tid, i64(BLOCK_THREADS), extent, fold)
+        slot = gep_elem(b, shared, ty, tid)
+        b.store(b.load(acc, typ=ty), slot)
+        hooks.barrier(b)
+        step = BLOCK_THREADS // 2
+        while step:
+            with b.if_then(b.icmp_unsigned("<", tid, i64(step))):
+                other = b.load(gep_elem(b, shared, ty, b.add(tid, i64(step))), typ=ty)
+                b.store(em.apply(comp, [b.load(slot, typ=ty), other]), slot)
+            hooks.barrier(b)
+            step //= 2
+        with b.if_then(b.icmp_unsigned("==", tid, i64(0))):
+            at = linearize(b, index, result.dims, result.layout)
+            b.store(b.load(shared, typ=ty), gep_elem(b, out_ptr, ty, at),
+                    align=min(align, result.dtype.itemsize))
+        hooks.barrier(b)      # before the next result overwrites the partials
+
+    # The loop over results is the same for every thread of a block, so the barriers
+    # inside it are reached by all of them.
+    _strided(b, b.zext(hooks.block(b), I64), b.zext(hooks.grid_size(b), I64),
+             result.num_elements, one_result)
+
+
+def _strided(b: ir.IRBuilder, first: ir.Value, stride: ir.Value, count: int,
+             body: Callable[[ir.Value], None]) -> None:
+    """``body(i)`` for i = first, first + stride, ... below ``count``."""
+    fn = b.function
+    pre = b.block
+    head = fn.append_basic_block("s.head")
+    loop = fn.append_basic_block("s.body")
+    done = fn.append_basic_block("s.end")
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64, name="s")
+    i.add_incoming(first, pre)
+    b.cbranch(b.icmp_unsigned("<", i, i64(count)), loop, done)
+    b.position_at_end(loop)
+    body(i)
+    i.add_incoming(b.add(i, stride, flags=["nuw"]), b.block)
+    b.branch(head)
+    b.position_at_end(done)
 
 
 def routine_kernel(module: ir.Module, instr: Instruction, name: str, hooks, blob: WeightsBlob,

@@ -127,14 +127,18 @@ class _Builder:
         out = leaves[0]
         size = instr.shape.byte_size
         item = instr.shape.leaves()[0].dtype.itemsize
-        out_arg = PointerArg(self.align(out, item), False)
-        operand_args = []
-        for p, k in zip(s.operands, s.passed):
-            o = instr.operands[k]
-            same = p.start == out.start and o.shape.byte_size == size
-            operand_args.append(PointerArg(out_arg.align, False, True) if same else
-                                PointerArg(self.align(p, o.shape.leaves()[0].dtype.itemsize
-                                                      if o.shape.leaves() else 1), False))
+        operands = [(p, instr.operands[k].shape) for p, k in zip(s.operands, s.passed)]
+        in_place = [p.start == out.start and o.byte_size == size for p, o in operands]
+        # noalias where no other pointer of the launch touches the bytes: the loads
+        # then go through the read-only cache (ld.global.nc).
+        out_arg = PointerArg(self.align(out, item),
+                             not any(out.overlaps(size, p, o.byte_size)
+                                     for (p, o), same in zip(operands, in_place) if not same))
+        operand_args = [PointerArg(out_arg.align, False, True) if same else
+                        PointerArg(self.align(p, o.leaves()[0].dtype.itemsize
+                                              if o.leaves() else 1),
+                                   not p.overlaps(o.byte_size, out, size))
+                        for (p, o), same in zip(operands, in_place)]
         offsets = [leaf.offset - out.offset for leaf in leaves]
         # PTX names: letters, digits and underscores; the number keeps them apart.
         clean = re.sub(r"\W", "_", instr.name)
