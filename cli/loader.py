@@ -521,11 +521,13 @@ class CudaModel(Model):
         C-contiguous, of the model's dtypes and shapes; ``arena``: at least
         ``device_arena_size`` bytes, 256-aligned) on the CUstream ``stream`` (an int
         handle, 0: the default stream). Returns once the work is queued."""
+        inputs, outputs = list(inputs), list(outputs)
+        if len(inputs) != len(self.inputs) or len(outputs) != len(self.outputs):
+            raise XlacError(f"{self.name} takes {len(self.inputs)} input(s) and "
+                            f"{len(self.outputs)} output(s), got {len(inputs)} and "
+                            f"{len(outputs)}")
         ins = [_device_pointer(x, t, "input") for x, t in zip(inputs, self.inputs)]
         outs = [_device_pointer(x, t, "output") for x, t in zip(outputs, self.outputs)]
-        if len(ins) != len(self.inputs) or len(outs) != len(self.outputs):
-            raise XlacError(f"{self.name} takes {len(self.inputs)} input(s) and "
-                            f"{len(self.outputs)} output(s)")
         arena_ptr = 0
         if self.device_arena_size:
             spec = _cuda_interface(arena, "arena")

@@ -173,7 +173,9 @@ class EmulationHooks:
         g.linkage = "internal"
         g.initializer = ir.Constant(ty, None)
         g.align = 16
-        return g
+        # An opaque pointer, as the GPU's shared() gives (llvmlite keeps a bitcast's
+        # typed pointer); LLVM folds the round trip.
+        return b.inttoptr(b.ptrtoint(g, I64), PTR)
 
     def finish(self, module: ir.Module, kernel: ir.Function, params: int) -> None:
         wrapper = ir.Function(module, ir.FunctionType(VOID, [PTR]), f"{kernel.name}__emu")
