@@ -52,9 +52,10 @@ typedef CUresult (*sync_fn)(void *);
 
 /* CUresult values the statuses distinguish (cuda.h's numbers). */
 enum {
-  CUDA_ERROR_OUT_OF_MEMORY = 2, CUDA_ERROR_INSUFFICIENT_DRIVER = 35, CUDA_ERROR_NO_DEVICE = 100,
+  CUDA_ERROR_OUT_OF_MEMORY = 2, CUDA_ERROR_STUB_LIBRARY = 34,
+  CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER = 36, CUDA_ERROR_NO_DEVICE = 100,
   CUDA_ERROR_INVALID_DEVICE = 101, CUDA_ERROR_NO_BINARY_FOR_GPU = 209,
-  CUDA_ERROR_UNSUPPORTED_PTX_VERSION = 222
+  CUDA_ERROR_UNSUPPORTED_PTX_VERSION = 222, CUDA_ERROR_SYSTEM_DRIVER_MISMATCH = 803
 };
 enum { ATTRIBUTE_CC_MAJOR = 75, ATTRIBUTE_CC_MINOR = 76 };
 
@@ -62,9 +63,11 @@ static int failed(xlac_cuda_ctx *ctx, CUresult r) {
   ctx->driver_error = r;
   switch (r) {
     case CUDA_ERROR_OUT_OF_MEMORY: return XLAC_ERROR_CUDA_OUT_OF_MEMORY;
-    case CUDA_ERROR_NO_DEVICE: case CUDA_ERROR_INVALID_DEVICE:
+    /* The stub libcuda of a toolkit without a driver behind it: no device to run on. */
+    case CUDA_ERROR_NO_DEVICE: case CUDA_ERROR_INVALID_DEVICE: case CUDA_ERROR_STUB_LIBRARY:
       return XLAC_ERROR_CUDA_NO_DEVICE;
-    case CUDA_ERROR_INSUFFICIENT_DRIVER: case CUDA_ERROR_UNSUPPORTED_PTX_VERSION:
+    case CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER: case CUDA_ERROR_UNSUPPORTED_PTX_VERSION:
+    case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH:
       return XLAC_ERROR_CUDA_DRIVER_TOO_OLD;
     case CUDA_ERROR_NO_BINARY_FOR_GPU: return XLAC_ERROR_CUDA_DEVICE_TOO_OLD;
     default: return XLAC_ERROR_CUDA_DRIVER;
@@ -135,7 +138,8 @@ static int setup(xlac_cuda_ctx *ctx, const xlac_cuda_program *p, int32_t device)
     r = CALL(ctx, alloc_fn, F_MEM_ALLOC)(&ctx->weights, p->weights_bytes);
     if (r == 0) r = CALL(ctx, htod_fn, F_HTOD)(ctx->weights, p->weights, p->weights_bytes);
   }
-  if (r == 0) r = CALL(ctx, alloc_fn, F_MEM_ALLOC)(&ctx->staging, staging_bytes(p));
+  if (r == 0 && staging_bytes(p))   /* the driver refuses to allocate 0 bytes */
+    r = CALL(ctx, alloc_fn, F_MEM_ALLOC)(&ctx->staging, staging_bytes(p));
   CALL(ctx, pop_fn, F_CTX_POP)(&popped);
   if (r) return failed(ctx, r);
   return XLAC_OK;
