@@ -24,7 +24,8 @@ same pinned values, compiles once.
 
 Keyword options of ``prepare`` are those of ``xlac.compile`` that do not name files
 (``opt_level``, ``input_shapes``, ``const_inputs``, ``absent_inputs``, ``target``,
-``cpu``); ``rtol`` and ``atol``, which the onnx runner passes to every backend, are
+``cpu``); ``device="CUDA"`` compiles for ``target="cuda"`` unless a target is given;
+``rtol`` and ``atol``, which the onnx runner passes to every backend, are
 accepted and not used.
 """
 from __future__ import annotations
@@ -91,14 +92,16 @@ def _options_key(options: dict) -> tuple:
 
 
 def _compiled(model: onnx.ModelProto, model_hash: str, options: dict) -> Model:
-    """The loaded object of the model compiled with ``options`` (cached)."""
+    """The loaded object of the model compiled with ``options`` (cached); ``device``
+    among them: the CUDA device it runs on."""
     key = _digest(model_hash, _options_key(options))
     with _lock:
         if key in _objects:
             return _objects[key]
     out = _workdir() / f"{key[:32]}.o"
-    xlac_compile(model, out, name="model", **options)
-    loaded = load(out)
+    compile_options = {k: v for k, v in options.items() if k != "device"}
+    xlac_compile(model, out, name="model", **compile_options)
+    loaded = load(out, device=options.get("device", 0))
     with _lock:
         return _objects.setdefault(key, loaded)
 
@@ -222,14 +225,19 @@ class XlacBackend(Backend):
 
     @classmethod
     def prepare(cls, model, device: str = "CPU", **kwargs) -> XlacBackendRep:
-        """Compile ``model`` (a ModelProto, bytes or a path) for ``device`` ('CPU')."""
+        """Compile ``model`` (a ModelProto, bytes or a path) for ``device`` ('CPU', or
+        'CUDA' / 'CUDA:N': target cuda, run on GPU N)."""
         if not cls.supports_device(device):
-            raise XlacError(f"xlac compiles for the CPU, not for device '{device}'")
+            raise XlacError(f"xlac compiles for the CPU and CUDA, not for device '{device}'")
         unknown = sorted(set(kwargs) - set(_OPTIONS) - set(_IGNORED))
         if unknown:
             raise XlacError(f"unknown backend option(s): {', '.join(unknown)} "
                             f"(options: {', '.join(_OPTIONS)})")
         options = {k: v for k, v in kwargs.items() if k in _OPTIONS}
+        where = Device(device)
+        if where.type == DeviceType.CUDA:
+            options.setdefault("target", "cuda")
+            options["device"] = int(where.device_id or 0)
         if not isinstance(model, onnx.ModelProto):
             model, _ = read_model(model)
         return XlacBackendRep(model, options)
@@ -270,7 +278,7 @@ class XlacBackend(Backend):
     @classmethod
     def supports_device(cls, device: str) -> bool:
         try:
-            return Device(device).type == DeviceType.CPU
+            return Device(device).type in (DeviceType.CPU, DeviceType.CUDA)
         except AttributeError:          # not a device name onnx knows
             return False
 

@@ -68,6 +68,9 @@ def add_model_arguments(p) -> None:
     p.add_argument("-O", dest="opt_level", type=int, choices=range(4), default=2,
                    metavar="LEVEL", help="optimization level -O0 .. -O3 (default -O2)")
     p.add_argument("--strict", action="store_true", help="make warnings errors")
+    p.add_argument("--target", metavar="TRIPLE",
+                   help="compile for this target, which must run here: this machine's "
+                   "(default) or cuda, the GPU (cuda-emulated: a stand-in driver's)")
 
 
 def add_run_arguments(p) -> None:
@@ -113,7 +116,8 @@ def _prepare(args, folder: str) -> Prepared:
     if path.suffix == ".o":
         given = [flag for flag, value in (("--input-shape", args.input_shape),
                                            ("--const-input", args.const_input),
-                                           ("--absent-input", args.absent_input)) if value]
+                                           ("--absent-input", args.absent_input),
+                                           ("--target", args.target)) if value]
         if given:
             raise XlacError(f"{', '.join(given)} apply when compiling, but '{path}' is "
                             "compiled already")
@@ -123,7 +127,7 @@ def _prepare(args, folder: str) -> Prepared:
     const_inputs = const_inputs_from(args.const_input)
     output = Path(folder) / f"{c_identifier_for_model(path.stem)}.o"
     start = time.perf_counter()
-    compile(path, output, input_shapes=input_shapes_from(args.input_shape),
+    compile(path, output, target=args.target, input_shapes=input_shapes_from(args.input_shape),
             const_inputs=const_inputs, absent_inputs=args.absent_input,
             opt_level=args.opt_level, strict=args.strict,
             progress=Progress(sys.stderr))

@@ -225,3 +225,25 @@ def test_a_c_program_links_the_object_and_runs_it(driver, tmp_path):
     done = subprocess.run([str(exe)], capture_output=True, text=True,
                           env={**os.environ, "XLAC_CUDA_DRIVER": str(tmp_path / "none.so")})
     assert done.returncode == 1 and done.stdout.startswith("init 3 ")
+
+
+def test_onnx_backend_runs_on_the_cuda_device(driver):
+    import xlac.backend
+    model = _small_model()
+    assert xlac.backend.supports_device("CUDA") and not xlac.backend.supports_device("FPGA")
+    rep = xlac.backend.prepare(model, "CUDA:0", target="cuda-emulated")
+    x = np.linspace(-4, 3, 6, dtype=np.float32).reshape(2, 3)
+    (y,) = rep.run([x])
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(y, np.maximum(x + w, np.float32(0)))
+
+
+def test_run_command_compiles_for_cuda(driver, tmp_path, capsys):
+    from xlac.main import main
+    path = tmp_path / "small.onnx"
+    onnx.save(_small_model(), path)
+    assert main(["run", str(path), "--target", "cuda-emulated"]) == 0
+    assert "output y: float32[2, 3]" in capsys.readouterr().out
+    obj = compile_emulated(_small_model(), tmp_path)
+    assert main(["run", str(obj), "--target", "cuda"]) == 1
+    assert "--target apply when compiling" in capsys.readouterr().err
