@@ -190,7 +190,7 @@ def errors(expected: np.ndarray, got: np.ndarray) -> tuple[float, float, bool]:
     return float(diff.max()), float(rel.max()), ok
 
 
-def run_model(entry: RealModel, workdir: str | Path) -> Result:
+def run_model(entry: RealModel, workdir: str | Path, target: str | None = None) -> Result:
     """Compile ``entry`` with its pins, run it and compare with onnxruntime; never raises."""
     import onnx
 
@@ -209,7 +209,8 @@ def run_model(entry: RealModel, workdir: str | Path) -> Result:
     try:
         start = time.perf_counter()
         shapes = {n: i.dims for n, i in entry.inputs.items()}
-        compiled = xlac.compile(path, out, input_shapes=shapes, const_inputs=entry.const_inputs)
+        compiled = xlac.compile(path, out, input_shapes=shapes, const_inputs=entry.const_inputs,
+                                target=target)
         result.compile_s = time.perf_counter() - start
         result.arena_bytes = compiled.arena_size
         loaded = xlac.load(out)
@@ -249,11 +250,12 @@ def refused(result: Result, error: Exception) -> None:
         result.status, result.detail = "crash", f"{type(error).__name__}: {error}"[:400]
 
 
-def run(pattern: str | None = None, ci_only: bool = False) -> list[Result]:
+def run(pattern: str | None = None, ci_only: bool = False, target: str | None = None
+        ) -> list[Result]:
     rx = re.compile(pattern) if pattern else None
     chosen = [m for m in CORPUS if (rx is None or rx.search(m.name)) and (m.ci or not ci_only)]
     with tempfile.TemporaryDirectory(prefix="xlac-real-models-") as workdir:
-        return [run_model(m, workdir) for m in chosen]
+        return [run_model(m, workdir, target) for m in chosen]
 
 
 def _number(x, fmt: str) -> str:
@@ -321,8 +323,10 @@ def main(argv=None) -> int:
     p.add_argument("-k", dest="pattern", help="only models whose name matches this regex")
     p.add_argument("--ci", action="store_true", help="only the models the test suite runs")
     p.add_argument("--json", metavar="FILE", help="write every model's result as JSON")
+    p.add_argument("--target", help="compile for this target (e.g. cuda-emulated, with "
+                   "XLAC_CUDA_DRIVER naming a stand-in driver); default: this machine")
     args = p.parse_args(argv)
-    results = run(args.pattern, args.ci)
+    results = run(args.pattern, args.ci, args.target)
     for r in results:
         numbers = (f"  max abs {r.max_abs_error:.2g}  arena {r.arena_bytes:,}  "
                    f"compile {r.compile_s:.1f} s" if r.max_abs_error is not None else "")
