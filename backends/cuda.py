@@ -8,7 +8,8 @@ Two targets: the host's (the object's own code: the program table and the entrie
 which call runtime_c/xlac_cuda.c) and ``nvptx64-nvidia-cuda`` at the chosen
 architecture (``--cpu``, sm_80 by default) for the kernels. Every instruction runs as
 a loop of element generators, one grid-stride kernel per step (emitter/cuda/), except
-sort, topk and scatter, which run their CPU routine in one thread. No dot or
+f32 dots, which run a tiled shared-memory kernel (emitter/cuda/dot.py), and sort, topk
+and scatter, which run their CPU routine in one thread. No dot or
 convolution kernel takes an epilogue, so no output fusion forms and no operand
 layout is asked for.
 
@@ -18,6 +19,7 @@ driver runs (tests/cuda), so the whole path runs on machines without a GPU.
 from __future__ import annotations
 
 from ..emitter import sort
+from ..emitter.cuda.dot import plan_dot
 from ..emitter.cuda.render import render_cuda
 from ..emitter.render import Artifact, EmitOptions
 from ..emitter.scatter import emit_scatter_function
@@ -39,7 +41,7 @@ _ROUTINES = {Opcode.SORT: emit_sort_function, Opcode.TOPK: emit_topk_function,
 # Kernels of this backend's own, tried in order: plan(instr) -> a plan with
 # ``emit(module, instr, name, hooks, weights, out, operands) -> (fn, blocks, threads)``
 # (the kernel takes out, every operand, then the weights), or None.
-_DEVICE_KERNELS: tuple = ()
+_DEVICE_KERNELS: tuple = (plan_dot,)      # emitter/cuda/dot.py: tiled f32 dots
 
 
 def is_cuda_target(triple: str | None) -> bool:

@@ -44,7 +44,8 @@ from ...hlo import Instruction, Opcode
 from ...hlo.dtypes import F32
 from ..loops import PointerArg
 from ..irutil import I32, I64, i64
-from .kernels import NvptxHooks, WeightsBlob, _call, _kernel
+from ..intrinsics import call_intrinsic
+from .kernels import NvptxHooks, WeightsBlob, new_kernel
 
 THREADS = 256               # per block, one dimension
 BK = 16                     # the K step: rows of the shared tiles
@@ -158,12 +159,16 @@ def plan_dot(instr: Instruction) -> "DotPlan | None":
     c_cols = (tuple(out.dims[nb + nm:]), tuple(strides[nb + nm:]))
     k = lhs.dims[dn.lhs_contracting[0]] if dn.lhs_contracting else 1
     batch_dims = tuple(out.dims[:nb])
-    return DotPlan(batch_dims, a.rows, b.rows, k, a, b, c, c_cols,
+    plan = DotPlan(batch_dims, a.rows, b.rows, k, a, b, c, c_cols,
                    choose_tile(prod(batch_dims), a.rows, b.rows))
+    # The grid is 1-D: at most 2^31 - 1 blocks.
+    return plan if plan.blocks < 2 ** 31 else None
 
 
 @dataclass(frozen=True)
 class DotPlan:
+    """One dot as ``prod(batch_dims)`` products of an M x K A and a K x N B, how each
+    operand and the result are addressed, and the tile."""
     batch_dims: tuple[int, ...]
     m: int
     n: int
@@ -182,7 +187,7 @@ class DotPlan:
              out: PointerArg, operands: Sequence[PointerArg]):
         """``name(out, lhs, rhs, weights)``; returns it, the blocks and the threads per
         block of its launch."""
-        fn, b = _kernel(module, name, 4, hooks)
+        fn, b = new_kernel(module, name, 4, hooks)
         # The result never shares bytes with an operand (only element-wise ops run in
         # place): noalias, with the readonly LLVM infers for the operands, lets their
         # loads go through the read-only data cache (ld.global.nc).
@@ -193,7 +198,7 @@ class DotPlan:
                [min(a.align, 4) for a in (out, *operands)]).emit()
         b.ret_void()
         if isinstance(hooks, NvptxHooks):
-            # .maxntid: ptxas may give each thread 65536 / 256 registers.
+            # .maxntid 256: ptxas knows the block size it budgets registers for.
             module.add_named_metadata("nvvm.annotations",
                                       [fn, ir.MetaDataString(module, "maxntidx"),
                                        ir.Constant(I32, THREADS)])
@@ -258,14 +263,16 @@ class _Sgemm:
         load_a(k0)
         load_b(k0)
         self.hooks.barrier(b)           # the tiles are complete before anyone reads them
-        fmuladd = _FmulAdd(b)
+
+        def fmuladd(x, y, z):       # an FMA where the target has one
+            return call_intrinsic(b, "llvm.fmuladd", [x, y, z])
         new = list(acc)
         for kk in range(BK):            # unrolled: the micro-tile stays in registers
             a_vals = self._read(a_tile, kk * (tile.bm + PAD), row, tile.tm)
             b_vals = self._read(b_tile, kk * (tile.bn + PAD), col, tile.tn)
             new = [fmuladd(a_vals[i], b_vals[j], new[i * tile.tn + j])
                    for i in range(tile.tm) for j in range(tile.tn)]
-        pass # self.hooks.barrier(b)           # all have read the tiles the next step overwrites
+        self.hooks.barrier(b)           # all have read the tiles the next step overwrites
         k0.add_incoming(b.add(k0, i64(BK), flags=["nuw"]), b.block)
         for phi, value in zip(acc, new):
             phi.add_incoming(value, b.block)
@@ -275,12 +282,7 @@ class _Sgemm:
         self._store(acc, b.add(m0, row), b.add(n0, col), c_batch)
 
     def _shared(self, name: str, floats: int) -> ir.Value:
-        tile = self.hooks.shared(self.b, name, ir.ArrayType(F32_TY, floats))
-        if tile.type.is_opaque:
-            return tile
-        # EmulationHooks hands back the global itself, to llvmlite a typed pointer to
-        # the array, whose stores it checks against the array type: its first float.
-        return self.b.gep(tile, [i64(0), i64(0)], inbounds=True)
+        return self.hooks.shared(self.b, name, ir.ArrayType(F32_TY, floats))
 
     # -- addresses --
 
@@ -404,16 +406,6 @@ class _Sgemm:
                 inside = guards[0] if len(guards) == 1 else b.and_(*guards)
                 with b.if_then(inside):
                     b.store(value, ptr, align=self.out_align)
-
-
-class _FmulAdd:
-    """``a * b + c`` through llvm.fmuladd.f32 (an FMA where the target has one)."""
-
-    def __init__(self, b: ir.IRBuilder):
-        self.b = b
-
-    def __call__(self, x, y, z):
-        return _call(self.b, "llvm.fmuladd.f32", F32_TY, [x, y, z])
 
 
 def _cdiv(a: int, b: int) -> int:

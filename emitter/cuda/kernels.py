@@ -194,7 +194,7 @@ def launch_size(elements: int) -> tuple[int, int]:
     return blocks, BLOCK_THREADS
 
 
-def _kernel(module: ir.Module, name: str, params: int, hooks,
+def new_kernel(module: ir.Module, name: str, params: int, hooks,
             pointers: Sequence[PointerArg] = ()) -> tuple[ir.Function, ir.IRBuilder]:
     """A kernel of ``params`` pointer parameters; the first ones described by
     ``pointers`` (their alignment, and noalias where nothing else touches their bytes)."""
@@ -258,7 +258,7 @@ def loop_kernel(module: ir.Module, instr: Instruction, name: str, hooks, blob: W
     generator; returns the kernel and the number of elements it covers."""
     passed = passed_operands(instr)
     params = 2 + len(passed)
-    fn, b = _kernel(module, name, params, hooks,
+    fn, b = new_kernel(module, name, params, hooks,
                     [out, *operands, PointerArg(CONSTANT_ALIGN, True)])   # the weights
     em = ElementalEmitter(b, KernelConstants(blob, b, fn.args[-1]))
     # operand_generators reads operand k from fn.args[1 + its position], as here.
@@ -391,7 +391,7 @@ def routine_kernel(module: ir.Module, instr: Instruction, name: str, hooks, blob
     routine = emit_routine(module, instr, f"{name}_routine", factory, out, operands, offsets)
     # The routine reads constants through the weights pointer, which is its caller's:
     # routines take no extra argument, so it comes through a module global set here.
-    fn, b = _kernel(module, name, params, hooks)
+    fn, b = new_kernel(module, name, params, hooks)
     if weights:
         b.store(fn.args[-1], weights[0])
     b.call(routine, list(fn.args[:-1]))

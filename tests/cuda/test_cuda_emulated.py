@@ -247,3 +247,16 @@ def test_run_command_compiles_for_cuda(driver, tmp_path, capsys):
     obj = compile_emulated(_small_model(), tmp_path)
     assert main(["run", str(obj), "--target", "cuda"]) == 1
     assert "--target apply when compiling" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["ds_cnn", "resnet8"])
+def test_int8_models_match_the_host_build_bit_for_bit(name, driver, tmp_path):
+    # Integer arithmetic: the GPU's kernels must give the host build's bits.
+    sys.path.insert(0, str(HERE.parent))
+    from quantized_models import host_outputs, quantized
+    model = quantized(name + "_int8")
+    feeds = graph_inputs(model, np.random.default_rng(4))
+    want = host_outputs(model, list(feeds.values()), tmp_path)
+    got = xlac.load(compile_emulated(model, tmp_path, "cuda_model"))(*feeds.values())
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
