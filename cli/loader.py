@@ -447,7 +447,7 @@ def load(path, threads: int | None = None, device: int = 0) -> Model:
     if facts.cuda_kernels is not None:
         if threads is not None:
             raise XlacError(f"'{object_path}' is compiled for CUDA: it takes no threads=")
-        return CudaModel(library, facts.name, facts.cuda_kernels, device)
+        return CudaModel(library, facts.name, device)
     return Model(library, facts.name, threads, facts.thread_scratch)
 
 
@@ -457,7 +457,7 @@ class CudaModel(Model):
     arrays (``__cuda_array_interface__``: PyTorch, CuPy) without a copy. The context
     (NAME_cuda_init) lives as long as the model."""
 
-    def __init__(self, library_path: Path, name: str, kernels: int, device: int = 0):
+    def __init__(self, library_path: Path, name: str, device: int = 0):
         self.name = name
         self.library_path = library_path
         self.threads = None
@@ -471,6 +471,7 @@ class CudaModel(Model):
                  f"int {name}_run_device(void *ctx, const uint64_t *inputs, "
                  "const uint64_t *outputs, uint64_t arena, void *stream);\n"
                  f"void {name}_cuda_release(void *ctx);\n"
+                 f"size_t {name}_cuda_ctx_size(void);\n"
                  f"extern xlac_model_info {name}_info;")
         try:
             self._lib = lib = ffi.dlopen(str(library_path))
@@ -479,10 +480,11 @@ class CudaModel(Model):
             run_cuda = getattr(lib, f"{name}_run_cuda")
             self._run_device = getattr(lib, f"{name}_run_device")
             release = getattr(lib, f"{name}_cuda_release")
+            ctx_size = getattr(lib, f"{name}_cuda_ctx_size")()
         except (OSError, AttributeError) as e:
             raise XlacError(f"cannot load model {name} from '{library_path}': {e}") from None
-        # NAME_cuda_ctx: an xlac_cuda_ctx, then a handle per kernel.
-        self._ctx = ffi.new("char[]", ffi.sizeof("xlac_cuda_ctx") + 8 * max(kernels, 1))
+        # NAME_cuda_ctx, sized by the object itself (not the header, which may be stale).
+        self._ctx = ffi.new("char[]", ctx_size)
         status = init(self._ctx, device)
         if status != 0:
             self._fail(f"{name}_cuda_init", status)

@@ -181,6 +181,10 @@ void xlac_cuda_release(xlac_cuda_ctx *ctx) {
 
 int xlac_cuda_driver_error(const xlac_cuda_ctx *ctx) { return ctx ? ctx->driver_error : 0; }
 
+size_t xlac_cuda_ctx_size(const xlac_cuda_program *program) {
+  return sizeof(xlac_cuda_ctx) + sizeof(void *) * (size_t)program->kernel_count;
+}
+
 typedef struct {
   xlac_cuda_ctx *ctx;
   const xlac_cuda_program *p;

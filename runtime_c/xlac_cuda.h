@@ -106,7 +106,9 @@ typedef struct xlac_cuda_ctx {
   int32_t kernel_count;
 } xlac_cuda_ctx;
 
-/* ``ctx`` is followed in memory by program->kernel_count kernel handles (NAME_cuda_ctx). */
+/* ``ctx`` is followed in memory by program->kernel_count kernel handles (NAME_cuda_ctx),
+   xlac_cuda_ctx_size(program) bytes in all. */
+size_t xlac_cuda_ctx_size(const xlac_cuda_program *program);
 int xlac_cuda_init(xlac_cuda_ctx *ctx, const xlac_cuda_program *program, int32_t device);
 int xlac_cuda_run_device(xlac_cuda_ctx *ctx, const xlac_cuda_program *program,
                          const uint64_t *inputs, const uint64_t *outputs, uint64_t arena,

@@ -206,15 +206,23 @@ def _entries(llvm_module: ir.Module, name: str, program: ir.GlobalVariable) -> N
     run_device = runtime("xlac_cuda_run_device", I32, [PTR, PTR, PTR, PTR, I64, PTR])
     run_host = runtime("xlac_cuda_run_host", I32, [PTR, PTR, PTR, PTR])
     release = runtime("xlac_cuda_release", VOID, [PTR])
+    size_t = ir.IntType(64)       # the host object's: 64-bit Linux and macOS
+    ctx_size = runtime("xlac_cuda_ctx_size", size_t, [PTR])
     for entry, params, callee, ret in (
             ("cuda_init", [PTR, I32], init, I32),
             ("run_device", [PTR, PTR, PTR, I64, PTR], run_device, I32),
             ("run_cuda", [PTR, PTR, PTR], run_host, I32),
-            ("cuda_release", [PTR], release, VOID)):
+            ("cuda_release", [PTR], release, VOID),
+            ("cuda_ctx_size", [], ctx_size, size_t)):
         fn = ir.Function(llvm_module, ir.FunctionType(ret, params), f"{name}_{entry}")
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         args = list(fn.args)
-        call_args = [args[0]] + ([program] if callee is not release else []) + args[1:]
+        if callee is ctx_size:
+            call_args = [program]
+        elif callee is release:
+            call_args = args
+        else:
+            call_args = [args[0], program] + args[1:]
         result = b.call(callee, call_args)
         if ret is VOID:
             b.ret_void()

@@ -193,6 +193,7 @@ C_PROGRAM = r"""
 #include "model.h"
 int main(void) {
   model_cuda_ctx ctx;
+  if (sizeof ctx != model_cuda_ctx_size()) { printf("ctx size\n"); return 2; }
   int s = model_cuda_init(&ctx, 0);
   if (s) { printf("init %d %s\n", s, xlac_status_string(s)); return 1; }
   float x[6] = {-4, -1, 0, 1, 2, 3}, y[6];
