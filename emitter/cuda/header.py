@@ -1,7 +1,7 @@
 """OUT.h of an object compiled for CUDA: C99, needs xlac_cuda.h (and xlac_runtime.h)."""
 from __future__ import annotations
 
-from ..header import _comment_text, _port_lines, _value_lines, _wrap
+from ..header import _port_lines, _value_lines, _wrap
 from ..interface import ModelInterface
 from ..target import TargetInfo
 from .program import DEVICE_ALIGN
@@ -72,8 +72,8 @@ def render_cuda_header(interface: ModelInterface, host: TargetInfo, device: Targ
         f"  void *kernels[{max(kernels, 1)}];",
         f"}} {name}_cuda_ctx;",
         "",
-        f"/* Loads the driver, retains device's primary context, loads the kernels, copies",
-        f"   the weights ({name}_WEIGHTS_SIZE bytes) and allocates {name}_run_cuda's",
+        "/* Loads the driver, retains the device's primary context, loads the kernels,",
+        f"   copies the weights ({name}_WEIGHTS_SIZE bytes) and allocates {name}_run_cuda's",
         "   buffers. Returns 0 (XLAC_OK) or an xlac_status. */",
         f"int {name}_cuda_init({name}_cuda_ctx *ctx, int32_t device);",
         "",
