@@ -23,6 +23,7 @@ from ...hlo import Module, XlacError
 from ...optimizer.buffer_assignment import BufferAssignment
 from ..abi import struct_type
 from ..constants import ConstantPool, _ByteString
+from ..elf import ElfObject
 from ..info import emit_model_info
 from ..interface import model_interface
 from ..irutil import I32, I64, I8, PTR, VOID
@@ -82,8 +83,11 @@ def render_cuda(backend, module: Module, assignment: BufferAssignment, options: 
             parsed.verify()
             optimize_ir(parsed, backend.machine, backend.opt_level)
         object_code = assembly = None
+        footprint = None
         if "obj" in kinds:
             object_code, _ = emit_object(backend.machine, parsed)
+            if host.is_elf:      # the host object's flash: weights, kernels, the program
+                footprint = ElfObject(object_code).footprint(section)
         if "asm" in kinds:
             # The device code is what --emit asm is read for; the host part is a table.
             assembly = ptx
@@ -97,6 +101,7 @@ def render_cuda(backend, module: Module, assignment: BufferAssignment, options: 
                                   "emulated" if backend.emulated else
                                   "cubin" if image is not None else "ptx"),
         target=host,
+        footprint=footprint,
         symbols=symbols,
         device_code=ptx,
         launches=tuple(zip(program.kernels, program.kernel_params)),
