@@ -8,10 +8,14 @@ Two targets: the host's (the object's own code: the program table and the entrie
 which call runtime_c/xlac_cuda.c) and ``nvptx64-nvidia-cuda`` at the chosen
 architecture (``--cpu``, sm_80 by default) for the kernels. Every instruction runs as
 a loop of element generators, one grid-stride kernel per step (emitter/cuda/), except
-f32 dots, which run a tiled shared-memory kernel (emitter/cuda/dot.py), and sort, topk
-and scatter, which run their CPU routine in one thread. No dot or
-convolution kernel takes an epilogue, so no output fusion forms and no operand
-layout is asked for.
+f32 dots, which run a tiled shared-memory kernel (emitter/cuda/dot.py), f32 2-D
+convolutions, which run it as implicit GEMM where their groups are worth a GEMM and a
+direct kernel where they are narrower (depthwise; emitter/cuda/conv.py),
+and sort, topk and scatter, which run their CPU routine in one thread. The dot and
+convolution kernels take the element-wise ops after them (``EpilogueStyle.REGISTERS``:
+bias, activation, residual, a folded BatchNorm, GELU): the optimizer's output fusion puts
+them into one fusion, whose kernel's store applies them (emitter/cuda/epilogue.py). No
+operand layout is asked for.
 
 ``emulated``: the kernels are also compiled for the host, into an image a stand-in
 driver runs (tests/cuda), so the whole path runs on machines without a GPU.
@@ -19,8 +23,10 @@ driver runs (tests/cuda), so the whole path runs on machines without a GPU.
 from __future__ import annotations
 
 from ..emitter import sort
+from ..emitter.cuda.conv import plan_conv
 from ..emitter.cuda.dot import plan_dot
 from ..emitter.cuda.render import render_cuda
+from ..emitter.kernels.epilogue import EPILOGUE_OPS
 from ..emitter.render import Artifact, EmitOptions
 from ..emitter.scatter import emit_scatter_function
 from ..emitter.sort import emit_sort_function, emit_topk_function
@@ -29,6 +35,10 @@ from ..hlo import Instruction, Module, Opcode
 from ..optimizer.buffer_assignment import BufferAssignment
 from ..optimizer.policy import EpilogueStyle, FusionPolicy, LayoutConstraint
 from .cpu import KernelChoice
+
+# At most this many ops in a kernel's epilogue: the store applies it to each element of a
+# thread's micro-tile (16 of them), unrolled.
+MAX_EPILOGUE = 16
 
 DEVICE_TRIPLE = "nvptx64-nvidia-cuda"
 DEFAULT_ARCH = "sm_80"
@@ -41,7 +51,8 @@ _ROUTINES = {Opcode.SORT: emit_sort_function, Opcode.TOPK: emit_topk_function,
 # Kernels of this backend's own, tried in order: plan(instr) -> a plan with
 # ``emit(module, instr, name, hooks, weights, out, operands) -> (fn, blocks, threads)``
 # (the kernel takes out, every operand, then the weights), or None.
-_DEVICE_KERNELS: tuple = (plan_dot,)      # emitter/cuda/dot.py: tiled f32 dots
+_DEVICE_KERNELS: tuple = (plan_dot,       # emitter/cuda/dot.py: tiled f32 dots
+                           plan_conv)      # emitter/cuda/conv.py: implicit GEMM, direct
 
 
 def is_cuda_target(triple: str | None) -> bool:
@@ -60,7 +71,7 @@ class CudaBackend:
         self.device_machine = device_machine
         self.opt_level = opt_level
         self.emulated = emulated
-        self.fusion = FusionPolicy(frozenset(), 0, frozenset())
+        self.fusion = FusionPolicy(EPILOGUE_OPS, MAX_EPILOGUE, frozenset())
 
     # -- the optimizer's questions (optimizer/policy.py) ---------------------------------
 
@@ -69,7 +80,13 @@ class CudaBackend:
         return ARENA_ALIGN
 
     def epilogue_style(self, core: Instruction) -> EpilogueStyle | None:
-        return None
+        """REGISTERS for an f32 dot or convolution that a kernel of this backend's takes
+        (plan_dot / plan_conv: its store applies the epilogue); None for the rest, which
+        run as loops."""
+        plan = {Opcode.DOT: plan_dot, Opcode.CONVOLUTION: plan_conv}.get(core.opcode)
+        if plan is None or core.shape.is_tuple or plan(core) is None:
+            return None
+        return EpilogueStyle.REGISTERS
 
     def kernel_reads_operands(self, instr: Instruction) -> bool:
         return False

@@ -331,3 +331,208 @@ def test_emulated_kernel_matches_numpy_in_both_thread_orders(name, driver, tmp_p
                 if line.startswith(f"launch {kernel} ")]
     assert launches == [f"launch {kernel} grid={case.blocks},1,1 block=256,1,1 shared=0"] \
         * len(ORDERS)
+
+
+# -- epilogues ---------------------------------------------------------------------------
+#
+# An f32 dot and the element-wise ops after it are one output fusion (the backend's
+# EpilogueStyle.REGISTERS), which the tiled kernel computes: its store applies the ops to
+# each accumulator (emitter/cuda/epilogue.py). Each model below compiles into that one
+# kernel, which ptxas takes without spills and which matches onnxruntime in emulation.
+
+def _chain(inputs: dict, nodes, inits: dict, output: str, shape) -> Callable:
+    """A model factory: ``nodes`` (op, inputs, output, attributes) over the float inputs
+    ``inputs`` (name -> shape) and the initializers ``inits`` (name -> array)."""
+    def model():
+        graph = helper.make_graph(
+            [helper.make_node(op, ins, [out], **attrs) for op, ins, out, attrs in nodes], "g",
+            [_value(n, s) for n, s in inputs.items()], [_value(output, shape)],
+            [numpy_helper.from_array(np.asarray(v, np.float32), n) for n, v in inits.items()])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return model
+
+
+def _gelu(x: str, out: str) -> list:
+    """erf GELU as torch exports it: x * 0.5 * (1 + erf(x / sqrt 2))."""
+    return [("Div", [x, "sqrt2"], f"{out}_d", {}), ("Erf", [f"{out}_d"], f"{out}_e", {}),
+            ("Add", [f"{out}_e", "one"], f"{out}_p", {}), ("Mul", [x, "half"], f"{out}_h", {}),
+            ("Mul", [f"{out}_h", f"{out}_p"], out, {})]
+
+
+GELU_CONSTANTS = {"sqrt2": np.sqrt(2), "one": 1.0, "half": 0.5}
+
+
+@dataclass(frozen=True)
+class Fused:
+    """A model whose one kernel is a tiled dot (or convolution: ``tiles``; "": the
+    direct convolution) with an epilogue; its inputs (name -> shape) and the largest K
+    it sums over."""
+    model: Callable
+    inputs: dict
+    k: int
+    tiles: str = "dot"
+
+    def feeds(self) -> dict:
+        return {n: _rand(s, seed) for seed, (n, s) in enumerate(self.inputs.items())}
+
+
+def _linear(k, n, seed=20):
+    """A K x N weight and a bias of N."""
+    return _rand((k, n), seed), _rand((n,), seed + 1)
+
+
+FUSED = {
+    "bias_relu": Fused(_chain({"x": (70, 48)},
+                              [("MatMul", ["x", "w"], "t", {}), ("Add", ["t", "b"], "u", {}),
+                               ("Relu", ["u"], "y", {})],
+                              dict(zip("wb", _linear(48, 96))), "y", (70, 96)),
+                       {"x": (70, 48)}, 48),
+    "bias_gelu": Fused(_chain({"x": (40, 64)},
+                              [("MatMul", ["x", "w"], "t", {}), ("Add", ["t", "b"], "u", {}),
+                               *_gelu("u", "y")],
+                              {**dict(zip("wb", _linear(64, 130))), **GELU_CONSTANTS},
+                              "y", (40, 130)),
+                       {"x": (40, 64)}, 64),
+    # 64 x 64 tiles: sixteen GELUs per thread.
+    "large_tile_bias_gelu": Fused(_chain({"x": (512, 64)},
+                                         [("MatMul", ["x", "w"], "t", {}),
+                                          ("Add", ["t", "b"], "u", {}), *_gelu("u", "y")],
+                                         {**dict(zip("wb", _linear(64, 1024))),
+                                          **GELU_CONSTANTS}, "y", (512, 1024)),
+                                  {"x": (512, 64)}, 64),
+    # The input is read twice: as the dot's lhs and as the residual.
+    "bias_residual": Fused(_chain({"x": (64, 32)},
+                                  [("MatMul", ["x", "w"], "t", {}),
+                                   ("Add", ["t", "b"], "u", {}), ("Add", ["u", "x"], "y", {})],
+                                  dict(zip("wb", _linear(32, 32))), "y", (64, 32)),
+                           {"x": (64, 32)}, 32),
+    "clip": Fused(_chain({"x": (33, 20)},
+                         [("MatMul", ["x", "w"], "t", {}), ("Clip", ["t", "lo", "hi"], "y", {})],
+                         {"w": _rand((20, 50), 22), "lo": -0.5, "hi": 0.7}, "y", (33, 50)),
+                  {"x": (33, 20)}, 20),
+    # A scale and shift per column (a folded normalization), then tanh; N below a tile.
+    "scale_shift_tanh": Fused(_chain({"x": (45, 30)},
+                                     [("MatMul", ["x", "w"], "t", {}),
+                                      ("Mul", ["t", "s"], "u", {}), ("Add", ["u", "c"], "v", {}),
+                                      ("Tanh", ["v"], "y", {})],
+                                     {"w": _rand((30, 17), 23), "s": _rand((17,), 24),
+                                      "c": _rand((17,), 25)}, "y", (45, 17)),
+                              {"x": (45, 30)}, 30),
+    # A 3-D MatMul: the importer flattens its rows and reshapes the result back, the
+    # epilogue (bias, residual of the 3-D shape) after the reshape.
+    "rows_flattened_residual": Fused(_chain({"x": (2, 5, 33), "r": (2, 5, 20)},
+                                            [("MatMul", ["x", "w"], "t", {}),
+                                             ("Add", ["t", "b"], "u", {}),
+                                             ("Add", ["u", "r"], "y", {})],
+                                            dict(zip("wb", _linear(33, 20))), "y",
+                                            (2, 5, 20)),
+                                     {"x": (2, 5, 33), "r": (2, 5, 20)}, 33),
+    # Attention's scores, scaled: a batched dot and a scalar.
+    "batched_scaled": Fused(_chain({"q": (2, 20, 16), "k": (2, 16, 24)},
+                                   [("MatMul", ["q", "k"], "t", {}),
+                                    ("Mul", ["t", "scale"], "y", {})],
+                                   {"scale": 0.25}, "y", (2, 20, 24)),
+                            {"q": (2, 20, 16), "k": (2, 16, 24)}, 16),
+}
+
+
+def check_fused_kernel(ptx: str, tiles: str, arch: str) -> None:
+    """``ptx`` is one kernel, with ``tiles``'s shared tiles (none for ""), which ptxas
+    assembles for ``arch`` without spilling."""
+    entries = re.findall(r"^\.visible \.entry (\w+)\(", ptx, re.M)
+    assert len(entries) == 1, entries
+    assert f"{tiles}_a_tile" in ptx if tiles else ".shared" not in ptx
+    _, printed = assemble(ptx, arch, PTXAS, ("-v", "--warning-as-error", "--warn-on-spills"))
+    props = re.search(rf"Function properties for {entries[0]}\s*\n(.*?)\n(.*?)\n", printed)
+    assert props, printed
+    frame, usage = props.groups()
+    assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in frame, printed
+    assert int(re.search(r"Used (\d+) registers", usage).group(1)) <= 128, usage
+
+
+def check_fused_emulation(case: Fused, folder: Path, monkeypatch) -> None:
+    """The emulated model matches onnxruntime in both thread orders, in one launch."""
+    import onnxruntime as ort
+    model = case.model()
+    feeds = case.feeds()
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, feeds)[0]
+    out = folder / "model.o"
+    xlac.compile(model, out, target="cuda-emulated")
+    m = xlac.load(out)
+    log = folder / "launches.txt"
+    monkeypatch.setenv("XLAC_FAKE_CUDA_LOG", str(log))
+    for order in ORDERS:
+        if order is None:
+            monkeypatch.delenv("XLAC_FAKE_CUDA_ORDER", raising=False)
+        else:
+            monkeypatch.setenv("XLAC_FAKE_CUDA_ORDER", order)
+        (got,) = m(*feeds.values())
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-6 * case.k,
+                                   err_msg=f"thread order {order or 'forward'}")
+    launches = [line for line in log.read_text().splitlines() if line.startswith("launch ")]
+    assert len(launches) == len(ORDERS), launches
+
+
+def test_backend_fuses_epilogues_of_the_kernels_it_has():
+    from xlac.optimizer.policy import EpilogueStyle
+    backend = make_backend("cuda", "sm_80")
+    assert backend.fusion.max_epilogue > 0 and Opcode.ERF in backend.fusion.epilogue_ops
+    dot32 = _dot_of("""HloModule m
+ENTRY e {
+  a = f32[4,5] parameter(0)
+  b = f32[5,6] parameter(1)
+  ROOT d = f32[4,6] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}""")
+    assert backend.epilogue_style(dot32) is EpilogueStyle.REGISTERS
+    dot64 = _dot_of("""HloModule m
+ENTRY e {
+  a = f64[4,5] parameter(0)
+  b = f64[5,6] parameter(1)
+  ROOT d = f64[4,6] dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}""")
+    assert backend.epilogue_style(dot64) is None      # the loop's: no kernel to take it
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("name", sorted(FUSED))
+def test_fused_epilogue_is_one_kernel_without_spills(name, arch, tmp_path):
+    case = FUSED[name]
+    out = tmp_path / "model.s"
+    xlac.compile(case.model(), out, target="cuda", cpu=arch, emit="asm")
+    check_fused_kernel(out.read_text(), case.tiles, arch)
+
+
+@pytest.mark.parametrize("name", sorted(FUSED))
+def test_fused_epilogue_matches_onnxruntime(name, driver, tmp_path, monkeypatch):
+    check_fused_emulation(FUSED[name], tmp_path, monkeypatch)
+
+
+def _entries(model, epilogues: bool, monkeypatch) -> int:
+    """The number of kernels of ``model``'s PTX, with or without fused epilogues."""
+    from xlac.backends.cuda import CudaBackend
+    with monkeypatch.context() as mp:
+        if not epilogues:
+            mp.setattr(CudaBackend, "epilogue_style", lambda self, core: None)
+        art = _optimized_artifact(model)
+    return len(re.findall(r"^\.visible \.entry ", art.assembly, re.M))
+
+
+def _optimized_artifact(model):
+    from xlac.importers.onnx import import_onnx
+    from xlac.optimizer import optimize
+    module = import_onnx(model)
+    backend = make_backend("cuda", "sm_80")
+    optimize(module, backend)
+    return backend.emit(module, plan_memory(module, backend), EmitOptions("model"), ("asm",))
+
+
+def test_bert_encoder_has_fewer_kernels_with_epilogues(monkeypatch):
+    sys.path.insert(0, str(HERE.parents[1] / "benchmarks"))
+    from models import bert_encoder
+    model = bert_encoder(layers=1)
+    fused, unfused = _entries(model, True, monkeypatch), _entries(model, False, monkeypatch)
+    # Per layer: the attention's output projection (bias, residual) and both FFN
+    # matmuls (bias and GELU; bias and residual) lose their own loop, and so does the
+    # scores' scaling.
+    assert fused <= unfused - 4, (fused, unfused)
