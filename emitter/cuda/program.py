@@ -48,7 +48,6 @@ class StepRecord:
     d: int = 0
     e: int = 0
     bytes: int = 0
-    what: str = ""          # the instruction, for --emit steps-like listings and errors
 
 
 @dataclass
@@ -106,20 +105,18 @@ class _Builder:
             return self.launch(s)
         if isinstance(s, Copy):
             first = self.args([s.dst, s.src])
-            return StepRecord(COPY, b=first, bytes=s.instr.shape.byte_size, what=s.instr.name)
+            return StepRecord(COPY, b=first, bytes=s.instr.shape.byte_size)
         if isinstance(s, While):
             cond = self.range_of(s.condition)
             body = self.range_of(s.body)
-            return StepRecord(WHILE, a=self.args([s.predicate]), b=cond, c=body,
-                              what=s.instr.name)
+            return StepRecord(WHILE, a=self.args([s.predicate]), b=cond, c=body)
         assert isinstance(s, Conditional)
         ranges = [self.range_of(branch) for branch in s.branches]
         # The branch ranges must be consecutive: record them again in order.
         first = len(self.program.ranges)
         self.program.ranges.extend(self.program.ranges[r] for r in ranges)
         op = IF if s.instr.operands[0].shape.dtype.is_pred else SWITCH
-        return StepRecord(op, a=self.args([s.index]), b=first, c=len(ranges),
-                          what=s.instr.name)
+        return StepRecord(op, a=self.args([s.index]), b=first, c=len(ranges))
 
     def launch(self, s: Loop | Kernel) -> StepRecord:
         instr: Instruction = s.instr
@@ -170,7 +167,7 @@ class _Builder:
         self.program.kernels.append(fn.name)
         self.program.kernel_params.append(params)
         return StepRecord(LAUNCH, a=len(self.program.kernels) - 1, b=first, c=params,
-                          d=blocks, e=threads, what=instr.name)
+                          d=blocks, e=threads)
 
 
 def build_program(steps, assignment: BufferAssignment, llvm_module, hooks,
