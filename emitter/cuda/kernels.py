@@ -195,7 +195,7 @@ def launch_size(elements: int) -> tuple[int, int]:
 
 
 def new_kernel(module: ir.Module, name: str, params: int, hooks,
-            pointers: Sequence[PointerArg] = ()) -> tuple[ir.Function, ir.IRBuilder]:
+               pointers: Sequence[PointerArg] = ()) -> tuple[ir.Function, ir.IRBuilder]:
     """A kernel of ``params`` pointer parameters; the first ones described by
     ``pointers`` (their alignment, and noalias where nothing else touches their bytes)."""
     fn = ir.Function(module, ir.FunctionType(VOID, [PTR] * params), name)
