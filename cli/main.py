@@ -65,7 +65,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-o", dest="output", metavar="OUT.o",
                    help="output file; the header OUT.h is written beside it")
     p.add_argument("--name", help="C symbol prefix (default: OUT's stem as a C identifier)")
-    p.add_argument("--target", metavar="TRIPLE", help="LLVM target triple (default: this machine)")
+    p.add_argument("--target", metavar="TRIPLE", help="LLVM target triple, or cuda for an "
+                   "NVIDIA GPU (--cpu sm_80, sm_90, ...); default: this machine")
     p.add_argument("--cpu", help="target CPU (default: this machine's for the host target, "
                    "a generic CPU otherwise)")
     p.add_argument("--features", metavar="+F,-G",
