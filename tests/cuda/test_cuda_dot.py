@@ -294,17 +294,6 @@ def test_kernel_assembles_without_spills(name, arch, tmp_path):
 
 # -- the emulation -----------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def driver(tmp_path_factory):
-    sys.path.insert(0, str(HERE))
-    from fake_driver import build_fake_driver
-    path = build_fake_driver(tmp_path_factory.mktemp("fake-cuda"))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XLAC_CUDA_DRIVER", str(path))
-        for var in ("XLAC_FAKE_CUDA_ORDER", "XLAC_FAKE_CUDA_FAIL", "XLAC_FAKE_CUDA_LOG"):
-            mp.delenv(var, raising=False)
-        yield path
-
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_emulated_kernel_matches_numpy_in_both_thread_orders(name, driver, tmp_path,

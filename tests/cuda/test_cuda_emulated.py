@@ -26,20 +26,8 @@ import xlac.runtime_c
 from xlac.hlo import XlacError
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1] / "benchmarks"))
-from fake_driver import build_fake_driver  # noqa: E402
 from models import MODELS, graph_inputs  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def driver(tmp_path_factory):
-    path = build_fake_driver(tmp_path_factory.mktemp("fake-cuda"))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XLAC_CUDA_DRIVER", str(path))
-        mp.delenv("XLAC_FAKE_CUDA_ORDER", raising=False)
-        mp.delenv("XLAC_FAKE_CUDA_FAIL", raising=False)
-        yield path
 
 
 def compile_emulated(model: onnx.ModelProto, folder: Path, name: str = "model") -> Path:
