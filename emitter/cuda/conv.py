@@ -79,6 +79,20 @@ class _Spatial:
     base_dilation: int          # the input's (lhs)
     in_stride: int              # element stride of the input along it
 
+    def input_position(self, b: ir.IRBuilder, p: ir.Value, checked: bool, ok):
+        """The input element at base-dilated position ``p`` (i32), and ``ok`` and-ed
+        with whether it exists (``checked``: the window may leave the input here)."""
+        if not checked:
+            return p, ok
+        inside = None
+        if self.base_dilation != 1:
+            inside = b.icmp_signed("==", b.srem(p, i32(self.base_dilation)), i32(0))
+            p = b.sdiv(p, i32(self.base_dilation))
+        # Unsigned: a negative position (the low padding) is outside too.
+        in_range = b.icmp_unsigned("<", p, i32(self.size))
+        inside = in_range if inside is None else b.and_(inside, in_range)
+        return p, inside if ok is None else b.and_(ok, inside)
+
 
 @dataclass(frozen=True)
 class ConvGeometry:
@@ -352,17 +366,7 @@ class InputGather:
                 offset = b.mul(index["c"], i32(g.in_channel_stride))
                 for i, s in enumerate(g.spatial):
                     p = b.add(starts[i], b.mul(index[i], i32(s.dilation)))
-                    if not self.checked[i]:
-                        offset = b.add(offset, b.mul(p, i32(s.in_stride)))
-                        continue
-                    inside = None
-                    if s.base_dilation != 1:
-                        inside = b.icmp_signed("==", b.srem(p, i32(s.base_dilation)), i32(0))
-                        p = b.sdiv(p, i32(s.base_dilation))
-                    # Unsigned: a negative position (the low padding) is outside too.
-                    in_range = b.icmp_unsigned("<", p, i32(s.size))
-                    inside = in_range if inside is None else b.and_(inside, in_range)
-                    ok = inside if ok is None else b.and_(ok, inside)
+                    p, ok = s.input_position(b, p, self.checked[i], ok)
                     offset = b.add(offset, b.mul(p, i32(s.in_stride)))
                 # Inside, the offset is not negative; outside, element 0 is read (a
                 # valid address) and the value dropped.
@@ -461,14 +465,7 @@ class DirectPlan:
         ok = None
         for k, (s, w) in enumerate(zip(self.spatial, window)):
             p = b.add(starts[k], i32(w * s.dilation)) if w * s.dilation else starts[k]
-            if self.checked[k]:
-                inside = None
-                if s.base_dilation != 1:
-                    inside = b.icmp_signed("==", b.srem(p, i32(s.base_dilation)), i32(0))
-                    p = b.sdiv(p, i32(s.base_dilation))
-                in_range = b.icmp_unsigned("<", p, i32(s.size))
-                inside = in_range if inside is None else b.and_(inside, in_range)
-                ok = inside if ok is None else b.and_(ok, inside)
+            p, ok = s.input_position(b, p, self.checked[k], ok)
             offset = b.add(offset, b.mul(p, i32(s.in_stride)))
         where = b.zext(offset, I64)
         if ok is not None:
