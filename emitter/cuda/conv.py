@@ -252,11 +252,7 @@ class ConvPlan:
         blocks and the threads per block of its launch."""
         g = self.geometry
         params = 2 + len(operands)
-        fn, b = new_kernel(module, name, params, hooks)
-        # As the dot's: the result shares no bytes with an operand.
-        if not any(o.is_output for o in operands):
-            for arg in fn.args[:-1]:
-                arg.add_attribute("noalias")
+        fn, b = new_kernel(module, name, params, hooks, [out, *operands])
         out_align, x_align, w_align = (min(a.align, 4) for a in (out, *operands[:2]))
         loop = TileLoop(b, hooks, self.tile, g.m, g.n, g.k, "conv")
         # The group's offsets in the kernel (A), the output (C) and the input (its
@@ -413,10 +409,7 @@ class DirectPlan:
         """``name(out, input, kernel, [epilogue operand...,] weights)``; returns it, the
         blocks and the threads per block of its (grid-stride) launch."""
         params = 2 + len(operands)
-        fn, b = new_kernel(module, name, params, hooks)
-        if not any(o.is_output for o in operands):
-            for arg in fn.args[:-1]:
-                arg.add_attribute("noalias")
+        fn, b = new_kernel(module, name, params, hooks, [out, *operands])
         out_align, x_align, w_align = (min(a.align, 4) for a in (out, *operands[:2]))
         apply = None if self.epilogue is None else \
             self.epilogue.bind(b, fn, blob, operands)

@@ -234,13 +234,9 @@ class DotPlan:
         """``name(out, lhs, rhs, [epilogue operand...,] weights)``; returns it, the blocks
         and the threads per block of its launch."""
         params = 2 + len(operands)
-        fn, b = new_kernel(module, name, params, hooks)
-        # The result never shares bytes with an operand (only element-wise ops run in
-        # place): noalias, with the readonly LLVM infers for the operands, lets their
-        # loads go through the read-only data cache (ld.global.nc).
-        if not any(o.is_output for o in operands):
-            for arg in fn.args[:-1]:
-                arg.add_attribute("noalias")
+        # noalias where the launch's pointers are apart (program.py): with the readonly
+        # LLVM infers for the operands, their loads go through the read-only data cache.
+        fn, b = new_kernel(module, name, params, hooks, [out, *operands])
         out_align, lhs_align, rhs_align = (min(a.align, 4) for a in (out, *operands[:2]))
         loop = TileLoop(b, hooks, self.tile, self.m, self.n, self.k)
         offsets = []            # A's, B's and C's element offsets of the block's batch element
