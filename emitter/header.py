@@ -115,6 +115,23 @@ def _parallel_lines(name: str, params: list[str], scratch) -> list[str]:
     ]
 
 
+def closing_lines(name: str, guard: str) -> list[str]:
+    """A model header's end: NAME_info, the extern "C" block and the include guard
+    closed."""
+    return [
+        "",
+        "/* Names, dtypes, shapes and sizes of the inputs and outputs. */",
+        f"extern const xlac_model_info {name}_info;",
+        "",
+        "#ifdef __cplusplus",
+        "}",
+        "#endif",
+        "",
+        f"#endif /* {guard} */",
+        "",
+    ]
+
+
 def render_header(interface: ModelInterface, target: TargetInfo, arena_size: int,
                   arena_align: int, symbols=(), stack_bytes: int | None = None,
                   thread_scratch=None) -> str:
@@ -190,15 +207,6 @@ def render_header(interface: ModelInterface, target: TargetInfo, arena_size: int
         f"int {name}_run_v(const void *const *inputs, void *const *outputs, void *arena);",
         *(_parallel_lines(name, params, thread_scratch)
           if thread_scratch is not None else []),
-        "",
-        "/* Names, dtypes, shapes and sizes of the inputs and outputs. */",
-        f"extern const xlac_model_info {name}_info;",
-        "",
-        "#ifdef __cplusplus",
-        "}",
-        "#endif",
-        "",
-        f"#endif /* {guard} */",
-        "",
+        *closing_lines(name, guard),
     ]
     return "\n".join(out)

@@ -1,7 +1,7 @@
 """OUT.h of an object compiled for CUDA: C99, needs xlac_cuda.h (and xlac_runtime.h)."""
 from __future__ import annotations
 
-from ..header import _port_lines, _value_lines, _wrap
+from ..header import _port_lines, _value_lines, _wrap, closing_lines
 from ..interface import ModelInterface
 from ..target import TargetInfo
 from .program import DEVICE_ALIGN
@@ -94,15 +94,6 @@ def render_cuda_header(interface: ModelInterface, host: TargetInfo, device: Targ
         "",
         f"/* sizeof({name}_cuda_ctx), from the object (for callers that allocate it). */",
         f"size_t {name}_cuda_ctx_size(void);",
-        "",
-        "/* Names, dtypes, shapes and sizes of the inputs and outputs. */",
-        f"extern const xlac_model_info {name}_info;",
-        "",
-        "#ifdef __cplusplus",
-        "}",
-        "#endif",
-        "",
-        f"#endif /* {guard} */",
-        "",
+        *closing_lines(name, guard),
     ]
     return "\n".join(out)
