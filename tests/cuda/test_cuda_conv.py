@@ -47,6 +47,8 @@ from xlac.importers.hlo import import_hlo
 from xlac.optimizer import plan_memory
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from test_cuda_dot import compile_case, tiled_kernel  # noqa: E402
 ARCHS = ("sm_80", "sm_90")
 PTXAS = find_ptxas()
 ORDERS = (None, "reverse")          # the stand-in's default order, then the reverse
@@ -179,38 +181,9 @@ CASES = {
 }
 
 
-def compile_case(case: Case, folder: Path, target: str, arch: str = "sm_80") -> Path:
-    """Compile ``case`` for ``target`` into ``folder``: the PTX (``cuda``, model.s) or the
-    object (``cuda-emulated``, model.o)."""
-    model = case.model()
-    if isinstance(model, onnx.ModelProto):
-        out = folder / ("model.s" if target == "cuda" else "model.o")
-        if target == "cuda":
-            xlac.compile(model, out, target="cuda", cpu=arch, emit="asm")
-        else:
-            xlac.compile(model, out, target="cuda-emulated")
-        return out
-    module = import_hlo(model.encode(), name="model")
-    backend = make_backend(target, arch)
-    kinds = ("asm",) if target == "cuda" else ("obj",)
-    art = backend.emit(module, plan_memory(module, backend), EmitOptions("model"), kinds)
-    if target == "cuda":
-        out = folder / "model.s"
-        out.write_text(art.assembly)
-    else:
-        out = folder / "model.o"
-        out.write_bytes(art.object_code)
-        (folder / "model.h").write_text(art.header)
-    return out
-
-
 def conv_kernel(ptx: str) -> tuple[str, str]:
     """The name and the text of the one kernel of ``ptx`` with the convolution's tiles."""
-    entries = re.split(r"(?=^\.visible \.entry )", ptx, flags=re.M)
-    found = [(re.search(r"\.entry (\w+)\(", e).group(1), e) for e in entries
-             if ".entry" in e and "conv_a_tile" in e]
-    assert len(found) == 1, f"{len(found)} convolution kernels in the PTX"
-    return found[0]
+    return tiled_kernel(ptx, "conv_a_tile")
 
 
 def kernel_properties(printed: str, kernel: str, arch: str) -> tuple[str, str]:

@@ -198,12 +198,12 @@ def compile_case(case: Case, folder: Path, target: str, arch: str = "sm_80") -> 
     return out
 
 
-def dot_kernel(ptx: str) -> tuple[str, str]:
-    """The name and the text of the one kernel of ``ptx`` with the dot's shared tiles."""
+def tiled_kernel(ptx: str, tile: str = "dot_a_tile") -> tuple[str, str]:
+    """The name and the text of the one kernel of ``ptx`` with the shared ``tile``."""
     entries = re.split(r"(?=^\.visible \.entry )", ptx, flags=re.M)
     found = [(re.search(r"\.entry (\w+)\(", e).group(1), e) for e in entries
-             if ".entry" in e and "dot_a_tile" in e]
-    assert len(found) == 1, f"{len(found)} dot kernels in the PTX"
+             if ".entry" in e and tile in e]
+    assert len(found) == 1, f"{len(found)} kernels with {tile} in the PTX"
     return found[0]
 
 
@@ -274,7 +274,7 @@ def test_ptxas_is_installed():
 def test_kernel_assembles_without_spills(name, arch, tmp_path):
     case = CASES[name]
     ptx = compile_case(case, tmp_path, "cuda", arch).read_text()
-    kernel, text = dot_kernel(ptx)
+    kernel, text = tiled_kernel(ptx)
     assert re.search(r"^\.maxntid 256\b", text, re.M)
     assert len(re.findall(r"\bbar\.sync\b", text)) >= 2
     tile = case.tile
@@ -299,7 +299,7 @@ def test_kernel_assembles_without_spills(name, arch, tmp_path):
 def test_emulated_kernel_matches_numpy_in_both_thread_orders(name, driver, tmp_path,
                                                              monkeypatch):
     case = CASES[name]
-    kernel, _ = dot_kernel(compile_case(case, tmp_path, "cuda").read_text())
+    kernel, _ = tiled_kernel(compile_case(case, tmp_path, "cuda").read_text())
     m = xlac.load(compile_case(case, tmp_path, "cuda-emulated"))
     feeds = case.feeds()
     want = case.reference(*(x.astype(np.float64) for x in feeds))
