@@ -95,7 +95,7 @@ class HeaderFacts:
     features: tuple[str, ...] | None   # LLVM features, "+avx2", "-avx512f", ...
     # NAME_THREAD_SCRATCH_BASE and _SIZE where the object has NAME_run_parallel
     thread_scratch: tuple[int, int] | None = None
-    cuda_kernels: int | None = None    # NAME_CUDA_KERNELS of an object built for CUDA
+    cuda: bool = False                 # built for CUDA (the header has NAME_CUDA_KERNELS)
 
 
 def read_header(path: Path) -> HeaderFacts:
@@ -120,9 +120,9 @@ def read_header(path: Path) -> HeaderFacts:
     scratch = [re.search(rf"^#define {name}_THREAD_SCRATCH_{what} (\d+)u", text, re.MULTILINE)
                for what in ("BASE", "SIZE")]
     thread_scratch = None if None in scratch else tuple(int(x.group(1)) for x in scratch)
-    kernels = re.search(rf"^#define {name}_CUDA_KERNELS (\d+)", text, re.MULTILINE)
+    cuda = re.search(rf"^#define {name}_CUDA_KERNELS ", text, re.MULTILINE) is not None
     return HeaderFacts(name, triple.group(1) if triple else None, feature_list,
-                       thread_scratch, int(kernels.group(1)) if kernels else None)
+                       thread_scratch, cuda)
 
 
 def _arch(triple: str) -> str:
@@ -444,7 +444,7 @@ def load(path, threads: int | None = None, device: int = 0) -> Model:
                         cli=f"'{object_path}' has no {facts.name}_run_parallel; compile it "
                         "with --parallel")
     library = link_shared_library(object_path, facts.name)
-    if facts.cuda_kernels is not None:
+    if facts.cuda:
         if threads is not None:
             raise XlacError(f"'{object_path}' is compiled for CUDA: it takes no threads=")
         return CudaModel(library, facts.name, device)
