@@ -17,6 +17,17 @@ Models: the onnx package's nine light ImageNet CNNs and the six models of
 Graph inputs, outputs and weights are in none of the columns. The last lines give
 the geometric mean of xlac/tflm, how far xlac's packing is above its own bound, and
 whether xlac beats the ONNX-order bound on every model.
+
+With ``--streamed``, each model is also compiled with its convolution chains streamed a
+few rows at a time (``--memory-budget``, optimizer/row_streaming.py), with the columns
+
+    layer bound the most bytes one ONNX node's intermediate inputs and outputs take:
+                the wall of every planner that keeps whole tensors
+    streamed    the smallest arena of the streamed plans (1, 2 or 4 rows per band)
+    rows        the rows per band of that plan
+    recomputed  MACs computed twice (streaming keeps rows a window reads again: none)
+    latency     its median latency over the unstreamed build's, both timed in turn in
+                this one process
 """
 from __future__ import annotations
 
@@ -26,11 +37,17 @@ import glob
 import json
 import math
 import os
+import statistics
 import tempfile
+import time
 
+import numpy as np
 import onnx
 
 import xlac
+from xlac.backends import make_backend
+from xlac.importers.onnx import import_onnx
+from xlac.optimizer import RowStreaming, optimize, plan_memory
 from xlac.importers.onnx.liveness import TensorLife, onnx_order_intervals, peak_bytes
 from memory_models import MODELS
 
@@ -74,8 +91,9 @@ def greedy_by_size(lives: list[TensorLife], alignment: int = 16) -> int:
                 for o, t in zip(offsets, lives)), default=0)
 
 
-def measure(name: str, model) -> dict:
-    """One table row: ``model`` is a path or an onnx.ModelProto."""
+def measure(name: str, model, stream_runs: int = 0) -> dict:
+    """One table row: ``model`` is a path or an onnx.ModelProto; with ``stream_runs``,
+    the streamed columns too."""
     lives = onnx_order_intervals(model)
     with tempfile.TemporaryDirectory() as tmp:
         report = xlac.compile(model, os.path.join(tmp, "model.hlo"), emit="hlo",
@@ -90,7 +108,53 @@ def measure(name: str, model) -> dict:
     row["xlac_over_onnx_bound"] = _ratio(arena, row["onnx_order_bound_bytes"])
     row["xlac_over_own_bound"] = _ratio(arena, row["xlac_own_bound_bytes"])
     row["xlac_over_tflm"] = _ratio(arena, row["tflm_bytes"])
+    if stream_runs:
+        row["layer_bound_bytes"] = layer_bound(model, lives)
+        row.update(streamed(model, stream_runs))
     return row
+
+
+def layer_bound(model, lives: list[TensorLife]) -> int:
+    """The most bytes of intermediates one node reads and writes at once."""
+    proto = onnx.load(model) if isinstance(model, str) else model
+    size = {t.name: t.size_bytes for t in lives}
+    return max((sum(size.get(v, 0) for v in {*n.input, *n.output})
+                for n in proto.graph.node), default=0)
+
+
+def streamed(model, runs: int) -> dict:
+    """The smallest streamed arena, its rows per band, and its latency over the
+    unstreamed build's (``runs`` calls of each, interleaved)."""
+    backend = make_backend(None, None, None, 2)
+    arenas = {}
+    for rows in (1, 2, 4):
+        m = import_onnx(model, name="m")
+        stream = RowStreaming(rows)
+        optimize(m, backend, stream=stream)
+        if stream.chains:
+            arenas[rows] = plan_memory(m, backend).arena_size
+    if not arenas:
+        return {"streamed_bytes": None, "band_rows": None, "recomputed_macs": 0,
+                "latency_ratio": None}
+    rows = min(arenas, key=lambda r: (arenas[r], -r))
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = xlac.load(xlac.compile(model, os.path.join(tmp, "plain.o"), name="plain").output)
+        small = xlac.load(xlac.compile(model, os.path.join(tmp, "streamed.o"), name="streamed",
+                                       memory_budget=arenas[rows]).output)
+        calls = []
+        for m in (plain, small):
+            x = [np.random.default_rng(0).standard_normal(t.shape).astype(t.dtype)
+                 for t in m.inputs]
+            calls.append(m.bind(x, [np.empty(t.shape, t.dtype) for t in m.outputs],
+                                m.new_arena()))
+        times = [[], []]
+        for _ in range(runs):
+            for k, call in enumerate(calls):
+                t = time.perf_counter()
+                call()
+                times[k].append(time.perf_counter() - t)
+    return {"streamed_bytes": arenas[rows], "band_rows": rows, "recomputed_macs": 0,
+            "latency_ratio": statistics.median(times[1]) / statistics.median(times[0])}
 
 
 def _ratio(a: int, b: int) -> float:
@@ -117,28 +181,48 @@ COLUMNS = [("model", "model", 22, "s"), ("naive", "naive_bytes", 14, ",d"),
            ("/own bd", "xlac_over_own_bound", 8, ".3f"), ("/tflm", "xlac_over_tflm", 7, ".3f")]
 
 
-def format_row(row: dict) -> str:
+STREAMED_COLUMNS = [("layer bound", "layer_bound_bytes", 12, ",d"),
+                    ("streamed", "streamed_bytes", 10, ",d"), ("rows", "band_rows", 5, "d"),
+                    ("recomputed", "recomputed_macs", 11, ",d"),
+                    ("latency", "latency_ratio", 8, ".2f")]
+
+
+def format_row(row: dict, columns=COLUMNS) -> str:
     return " ".join(f"{row[key]:{'<' if fmt == 's' else '>'}{width}{fmt}}"
-                    for _, key, width, fmt in COLUMNS)
+                    if row[key] is not None else f"{'-':>{width}}"
+                    for _, key, width, fmt in columns)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="substring of the model names to run")
     ap.add_argument("--json", help="also write the table and summary to this JSON file")
+    ap.add_argument("--streamed", action="store_true",
+                    help="add the streamed columns (compiles and times every model)")
+    ap.add_argument("--runs", type=int, default=200, help="timed calls per build (--streamed)")
+    ap.add_argument("--int8", action="store_true",
+                    help="the models of memory_models.py quantized as benchmarks/int8.py "
+                         "quantizes them (QDQ, int8), instead of the float models")
     args = ap.parse_args()
+    columns = COLUMNS + (STREAMED_COLUMNS if args.streamed else [])
     models = [(os.path.basename(p)[len("light_"):-len(".onnx")], lambda p=p: p)
               for p in LIGHT] + list(MODELS.items())
+    quantized = tempfile.TemporaryDirectory(prefix="xlac-memory-int8-")
+    if args.int8:
+        from int8 import quantize
+        models = [(f"{name}_int8", lambda name=name, make=make: quantize(
+                      make(), quantized.name, name, "qdq", "int8"))
+                  for name, make in MODELS.items()]
     header = " ".join(f"{title:{'<' if fmt == 's' else '>'}{width}}"
-                      for title, _, width, fmt in COLUMNS)
+                      for title, _, width, fmt in columns)
     print(header)
     print("-" * len(header))
     rows = []
     for name, make in models:
         if args.only and args.only not in name:
             continue
-        rows.append(measure(name, make()))
-        print(format_row(rows[-1]), flush=True)
+        rows.append(measure(name, make(), args.runs if args.streamed else 0))
+        print(format_row(rows[-1], columns), flush=True)
     if not rows:
         print("no model matches --only")
         return
@@ -149,6 +233,12 @@ def main() -> None:
     above = s["models_above_onnx_bound"]
     print("xlac <= ONNX-order bound on every model: "
           + ("yes" if not above else f"no ({', '.join(above)})"))
+    if args.streamed:
+        done = [r for r in rows if r["streamed_bytes"]]
+        if done:
+            gm = math.exp(sum(math.log(r["streamed_bytes"] / r["xlac_arena_bytes"])
+                              for r in done) / len(done))
+            print(f"geometric mean of streamed/xlac: {gm:.3f} over {len(done)} models")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "summary": s}, f, indent=2)

@@ -25,7 +25,7 @@ from .hlo import Module, XlacError, XlacWarning
 from .hlo.text import print_module
 from .importers.hlo import import_hlo, is_hlo_text
 from .importers.onnx import import_onnx
-from .optimizer import alternatives, optimize, plan_memory
+from .optimizer import RowStreaming, alternatives, optimize, plan_memory
 from .optimizer.exact_scheduling import DEFAULT_BUDGET
 from .outputs import write_files
 from .progress import Progress
@@ -33,6 +33,8 @@ from .report import build_report, op_counts
 
 EMIT_KINDS = ("obj", "lib", "asm", "llvm", "hlo", "steps")
 OPT_LEVELS = (0, 1, 2, 3)
+# Rows per band of the streamed plans --memory-budget tries, the fastest first.
+STREAM_BAND_ROWS = (4, 2, 1)
 # NAME prefixes every exported symbol; a leading underscore would make reserved C names.
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
@@ -137,6 +139,7 @@ def compile(model, output, *, name: str | None = None, target: str | None = None
             input_shapes: dict | None = None, absent_inputs=None,
             opt_level: int = 2, report: bool = False, dump_passes=None,
             const_inputs: dict | None = None, strict: bool = False, parallel: bool = False,
+            memory_budget: int | None = None,
             progress: Progress | None = None) -> CompileResult:
     """Compile ``model`` (an ONNX path, bytes or ModelProto, or the path or bytes of
     XLA's HLO text as JAX prints it) into ``output`` and the header beside it
@@ -157,8 +160,18 @@ def compile(model, output, *, name: str | None = None, target: str | None = None
     than the onnx package knows), which ``strict`` makes an error. ``parallel`` adds
     NAME_run_parallel, the entry that hands its big loops and kernels to the caller's
     thread pool (``xlac.load(..., threads=N)``); its code is separate from NAME_run's,
-    which stays as it is.
+    which stays as it is. ``memory_budget`` (bytes) asks for the fastest plan whose arena
+    fits: if the plain one does not, chains of convolutions are streamed a few rows at a
+    time (optimizer/row_streaming.py), fewer rows per band until one fits; an
+    ``XlacError`` names the smallest arena reachable when none does.
     """
+    if memory_budget is not None and (isinstance(memory_budget, bool)
+                                      or not isinstance(memory_budget, int)
+                                      or memory_budget <= 0):
+        raise XlacError(f"memory_budget must be a positive number of bytes, "
+                        f"got {memory_budget!r}",
+                        cli=f"--memory-budget must be a positive number of bytes, "
+                            f"got {memory_budget!r}")
     _check_mapping("input_shapes", input_shapes, '{"x": (1, 64)}')
     _check_mapping("const_inputs", const_inputs, '{"k": np.array([1, 2])}')
     with warnings.catch_warnings():
@@ -170,7 +183,8 @@ def compile(model, output, *, name: str | None = None, target: str | None = None
                             input_shapes=input_shapes or {}, const_inputs=const_inputs or {},
                             absent_inputs=absent_inputs,
                             opt_level=opt_level, want_report=report, dump_passes=dump_passes,
-                            parallel=parallel, progress=progress or Progress())
+                            parallel=parallel, memory_budget=memory_budget,
+                            progress=progress or Progress())
         except XlacWarning as w:
             raise XlacError(f"{w} (an error with strict=True)",
                             cli=f"{w} (an error with --strict)") from None
@@ -202,7 +216,7 @@ def _check_mapping(what: str, value, example: str) -> None:
 
 def _compile(model, output, *, name, target, cpu, features, emit_kind, input_shapes,
              const_inputs, absent_inputs, opt_level, want_report, dump_passes, parallel: bool,
-             progress: Progress) -> CompileResult:
+             memory_budget: int | None, progress: Progress) -> CompileResult:
     output = Path(os.fspath(output))
     header = output.with_suffix(".h")
     if header == output:
@@ -229,16 +243,24 @@ def _compile(model, output, *, name, target, cpu, features, emit_kind, input_sha
             # projection computed per step); footprint first: the smallest arena wins.
             candidates = alternatives(module)
             imported = [op_counts(m) if want_report else None for m in candidates]
+            unoptimized = ([m.clone() for m in candidates] if memory_budget is not None
+                           else None)
         backend = make_backend(target, cpu, features, opt_level)
+        exact_budget = DEFAULT_BUDGET if opt_level >= 2 else 0
         with progress.stage("optimize"):
             for m, prefix in zip(candidates, ("", "step-projection/")):
                 optimize(m, backend, opt_level=opt_level, dump=dump and (
                     lambda n, m, prefix=prefix: dump(prefix + n, m)))
         with progress.stage("plan"):
-            plans = [plan_memory(m, backend, exact_budget=DEFAULT_BUDGET if opt_level >= 2 else 0)
-                     for m in candidates]
+            plans = [plan_memory(m, backend, exact_budget=exact_budget) for m in candidates]
             best = min(range(len(plans)), key=lambda k: plans[k].arena_size)
             module, assignment, imported_ops = candidates[best], plans[best], imported[best]
+        streaming = None
+        if memory_budget is not None:
+            with progress.stage("stream"):
+                module, assignment, streaming = _fit_budget(
+                    unoptimized[best], module, assignment, memory_budget, backend,
+                    opt_level, exact_budget)
         with progress.stage("emit"):
             kinds = {"obj": ("obj",), "lib": ("obj",), "asm": ("asm",), "llvm": ("llvm",),
                      "hlo": (), "steps": ()}[emit_kind]
@@ -264,5 +286,34 @@ def _compile(model, output, *, name, target, cpu, features, emit_kind, input_sha
                              module=module, assignment=assignment,
                              onnx_order_bound=onnx_bound, const_inputs=sorted(const_inputs),
                              times=progress.times, files=[str(p) for p in paths],
-                             footprint=artifact.footprint, stack_bytes=artifact.stack_bytes)
+                             footprint=artifact.footprint, stack_bytes=artifact.stack_bytes,
+                             streaming=streaming)
     return CompileResult(paths, name, assignment.arena_size, built)
+
+
+def _fit_budget(imported: Module, module: Module, assignment, budget: int, backend,
+                opt_level: int, exact_budget: int):
+    """The fastest plan whose arena fits ``budget``: ``module`` as planned, else
+    ``imported`` optimized with its convolution chains streamed, fewer rows per band
+    each try. Returns the module, its assignment and what was streamed (None: nothing)."""
+    tried = [{"band_rows": None, "arena_bytes": assignment.arena_size}]
+    if assignment.arena_size <= budget:
+        return module, assignment, {"budget": budget, "tried": tried, "chains": []}
+    for rows in STREAM_BAND_ROWS:
+        streamed, stream = imported.clone(), RowStreaming(rows)
+        optimize(streamed, backend, opt_level=opt_level, stream=stream)
+        if not stream.chains:
+            break                        # nothing streams: no band size changes that
+        plan = plan_memory(streamed, backend, exact_budget=exact_budget)
+        tried.append({"band_rows": rows, "arena_bytes": plan.arena_size})
+        if plan.arena_size <= budget:
+            chains = [{"sink": c["sink"].name, "members": c["members"],
+                       "onnx_node": str(c["sink"].metadata or ""),
+                       "biggest_map_bytes": c["biggest_map_bytes"]} for c in stream.chains]
+            return streamed, plan, {"budget": budget, "band_rows": rows, "tried": tried,
+                                    "chains": chains}
+    smallest = min(t["arena_bytes"] for t in tried)
+    how = ("with its convolution chains streamed a row at a time"
+           if any(t["band_rows"] for t in tried) else "(no convolution chain to stream)")
+    raise XlacError(f"no plan fits the memory budget of {budget:,} bytes: the smallest "
+                    f"arena reachable is {smallest:,} bytes {how}")

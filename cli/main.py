@@ -5,6 +5,7 @@
          [--const-input NAME=FILE.npy ...] [--absent-input NAME ...] [--report]
          [--report-json FILE]
          [--report-memory[=FILE.svg]] [--dump-passes DIR] [-O0|-O1|-O2|-O3] [--strict]
+         [--memory-budget BYTES]
     xlac --runtime-dir
     xlac --cmake-dir
     xlac --version
@@ -96,6 +97,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="write the HLO after import and after each optimization pass to DIR")
     p.add_argument("-O", dest="opt_level", type=int, choices=range(4), default=2,
                    metavar="LEVEL", help="optimization level -O0 .. -O3 (default -O2)")
+    p.add_argument("--memory-budget", type=int, metavar="BYTES",
+                   help="the most arena bytes the model may use: the fastest plan that fits, "
+                        "streaming chains of convolutions a few rows at a time where needed "
+                        "(an error names the smallest arena reachable)")
     p.add_argument("--parallel", action="store_true",
                    help="also emit NAME_run_parallel, which splits the big loops and kernels "
                    "into tasks for a thread pool the caller passes (xlac_threadpool)")
@@ -151,6 +156,7 @@ def _run(argv) -> int:
                      const_inputs=const_inputs_from(args.const_input),
                      absent_inputs=args.absent_input, opt_level=args.opt_level,
                      report=want_report, strict=args.strict, parallel=args.parallel,
+                     memory_budget=args.memory_budget,
                      dump_passes=args.dump_passes, progress=Progress(sys.stderr))
     if args.report_json is not None:
         _write_json(args.report_json, result.report)

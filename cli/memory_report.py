@@ -192,6 +192,7 @@ def format_memory(section: dict) -> str:
     lines = [f"memory: arena {_n(section['arena_bytes'])} bytes, aligned to "
              f"{section['alignment']}; {len(section['steps'])} steps"]
     lines += [f"  {s}" for s in section["why"]]
+    lines += _streaming(section.get("streaming"))
     t = section["peak_step"]
     if t is not None:
         live = [r for r in section["blocks"] if r["live_at_peak"]]
@@ -212,6 +213,24 @@ def format_memory(section: dict) -> str:
             lines.append(f"    ... {len(scratch) - LIST_ROWS} more in --report-json")
     lines += _chart(section)
     return "\n".join(lines) + "\n"
+
+
+def _streaming(streaming: dict | None) -> list[str]:
+    """What --memory-budget tried: the arena of each plan, and the chains streamed."""
+    if streaming is None:
+        return []
+    tried = ", ".join(f"{_n(t['arena_bytes'])} bytes "
+                      + (f"with {t['band_rows']} row(s) per band" if t["band_rows"]
+                         else "unstreamed") for t in streaming["tried"])
+    lines = [f"  memory budget {_n(streaming['budget'])} bytes; plans tried, fastest first: "
+             f"{tried}"]
+    if streaming["chains"]:
+        lines.append(f"  streamed {streaming['band_rows']} row(s) per band (no arithmetic "
+                     "recomputed: the rows a window reads again are kept):")
+        lines += _table(["members", "biggest map", "last instruction", "ONNX node"],
+                        [[str(c["members"]), _n(c["biggest_map_bytes"]), "%" + c["sink"],
+                          c["onnx_node"]] for c in streaming["chains"]], right=2)
+    return lines
 
 
 def _block_name(r: dict) -> str:

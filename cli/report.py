@@ -86,9 +86,10 @@ def build_report(*, name: str, target, imported_ops: dict[str, int], module: Mod
                  assignment: BufferAssignment, onnx_order_bound: int | None,
                  times: dict[str, float], files: list[str],
                  const_inputs: list[str] = (), footprint: dict | None = None,
-                 stack_bytes: int | None = None) -> dict:
+                 stack_bytes: int | None = None, streaming: dict | None = None) -> dict:
     st = assignment.stats
     memory = memory_section(assignment)
+    memory["streaming"] = streaming
     flash = None
     if footprint is not None:
         flash = {k: footprint[k] for k in ("code", "weights", "rodata")}

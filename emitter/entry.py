@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
+from ..hlo.structure import structural_key
 from ..optimizer.buffer_assignment import BufferAssignment, BufferSlice
 from .abi import (XLAC_ERROR_ARENA_ALIGNMENT, XLAC_ERROR_NULL_ARGUMENT, XLAC_OK, field_index,
                   threadpool_type)
@@ -73,6 +74,9 @@ class _ComputeEmitter:
         self.constants = constants
         self.libcalls: set[str] = set()
         self._kernels: dict[tuple, ir.Function] = {}
+        # Loop and quantized-kernel functions by structural key: steps that compute the
+        # same function of same-shaped pointers with the same guarantees call one.
+        self._shared: dict[tuple, ir.Function] = {}
         self.thread_scratch = scratch
         # Each step's call (a loop or kernel function, or the pool's parallel_for) with
         # its instruction's name, and the task function of each split step: what
@@ -232,9 +236,17 @@ class _ComputeEmitter:
             emit_function = emit_elemental_function
             extra["vector_bytes"] = self.target.vector_bytes
         offsets = [leaf.offset - out.offset for leaf in leaves]
-        fn = emit_function(self.llvm_module, instr, self._function_name(instr), factory,
-                           out_arg, operand_args, offsets, **extra)
-        self.libcalls.update(*(e.libcalls for e in em))
+        key = None
+        if emit_function is emit_elemental_function:
+            key = ("loop", structural_key(instr), out_arg, tuple(operand_args),
+                   tuple(offsets), tuple(sorted(extra.items())))
+        fn = self._shared.get(key) if key is not None else None
+        if fn is None:
+            fn = emit_function(self.llvm_module, instr, self._function_name(instr), factory,
+                               out_arg, operand_args, offsets, **extra)
+            self.libcalls.update(*(e.libcalls for e in em))
+            if key is not None:
+                self._shared[key] = fn
         args = [self.pointer(out)] + [self.pointer(p) for p, _ in operands]
         if scratch is not None:
             args.append(self.pointer(scratch))
@@ -334,8 +346,11 @@ class _ComputeEmitter:
     def _emit_quantized_call(self, step: Kernel) -> None:
         """An integer convolution or dot with its epilogue (kernels/qconv.py), compiled for
         this layer: it reads the fusion's operands that are not constants."""
-        fn = step.kernel.plan.emit(self.llvm_module, self._function_name(step.instr),
-                                   self.constants)
+        key = ("quantized", structural_key(step.instr))
+        fn = self._shared.get(key)
+        if fn is None:
+            fn = self._shared[key] = step.kernel.plan.emit(
+                self.llvm_module, self._function_name(step.instr), self.constants)
         args = [self.pointer(step.result)] + [self.pointer(o) for o in step.operands]
         self.sites.append((self.b.call(fn, args), step.instr.name))
 

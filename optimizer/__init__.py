@@ -13,6 +13,7 @@ from .memory_plan import plan_memory
 from .optimize import alternatives, make_pipeline, optimize
 from .pipeline import ComputationPass, Pass, Pipeline
 from .projection_sinking import ProjectionSinking
+from .row_streaming import RowStreaming
 from .scheduling import (DEFAULT_SCHEDULERS, DefinitionOrderScheduler, ListScheduler,
                          PostOrderScheduler, ScheduleResult, Scheduler, check_order, schedule,
                          schedule_model)
@@ -20,7 +21,7 @@ from .scheduling import (DEFAULT_SCHEDULERS, DefinitionOrderScheduler, ListSched
 __all__ = [
     "ComputationPass", "Pass", "Pipeline", "optimize", "make_pipeline", "alternatives",
     "AlgebraicSimplifier", "ConstantFolding", "CommonSubexpressionElimination",
-    "ConvPhaseSplit", "ProjectionSinking",
+    "ConvPhaseSplit", "ProjectionSinking", "RowStreaming",
     "DeadCodeElimination", "InstructionFusion", "WhileLoopInvariantCodeMotion",
     "MemoryModel", "schedule", "schedule_model", "ScheduleResult", "Scheduler", "DefinitionOrderScheduler", "PostOrderScheduler",
     "ListScheduler", "DEFAULT_SCHEDULERS", "check_order", "simulate_peak",

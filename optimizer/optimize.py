@@ -12,12 +12,13 @@ from .layout_assignment import LayoutAssignment
 from .licm import WhileLoopInvariantCodeMotion
 from .pipeline import DumpHook, Pipeline
 from .projection_sinking import ProjectionSinking
+from .row_streaming import RowStreaming
 from .policy import BackendPolicy
 from .quantization import QuantizedArithmetic
 
 
 def make_pipeline(opt_level: int, backend: BackendPolicy, verify: bool = False,
-                  dump: DumpHook | None = None) -> Pipeline:
+                  dump: DumpHook | None = None, stream: RowStreaming | None = None) -> Pipeline:
     """-O0: only DCE. -O1 and up: quantized models onto their integers (before constant
     folding could turn their weights into floats), base-dilated convolutions split into
     dense phases, then simplify, fold, CSE, DCE and loop-invariant code motion to a fixed
@@ -30,16 +31,18 @@ def make_pipeline(opt_level: int, backend: BackendPolicy, verify: bool = False,
                                      CommonSubexpressionElimination(), DeadCodeElimination(),
                                      WhileLoopInvariantCodeMotion()],
                         fixed_point=True, verify=verify, dump=dump)
+    streaming = [stream, DeadCodeElimination()] if stream is not None else []
     return Pipeline(f"O{opt_level}", [QuantizedArithmetic(), ConvPhaseSplit(), simplify,
+                                      *streaming,
                                       OutputFusion(backend), InstructionFusion(backend),
                                       LayoutAssignment(backend), DeadCodeElimination()],
                     verify=verify, dump=dump)
 
 
 def optimize(module: Module, backend: BackendPolicy, opt_level: int = 2, verify: bool = False,
-             dump: DumpHook | None = None) -> Module:
+             dump: DumpHook | None = None, stream: RowStreaming | None = None) -> Module:
     """Optimize ``module`` for ``backend`` in place (and return it, for chaining)."""
-    make_pipeline(opt_level, backend, verify, dump).run(module)
+    make_pipeline(opt_level, backend, verify, dump, stream).run(module)
     return module
 
 
