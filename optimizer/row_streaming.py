@@ -53,14 +53,22 @@ _NCHW = ConvDimensionNumbers.nchw(2)
 _IDENTITY = {Opcode.ADD: 0.0, Opcode.MULTIPLY: 1.0, Opcode.MAXIMUM: None, Opcode.MINIMUM: None}
 
 
+# The most band computations (a member's band) one region may become: each is code and
+# a step of its own, and the planner's and LLVM's time grows with their number (a
+# 96x96 MobileNet's region is about 1,100 at one row per band).
+MAX_BANDS = 4000
+
+
 class RowStreaming:
-    """Stream every region of the entry computation, ``band_rows`` rows per band.
-    ``chains`` says what it streamed (for ``--report-memory``): per region its sink, its
-    members' count and its biggest map's bytes, which now live as bands."""
+    """Stream every region of the entry computation, ``band_rows`` rows per band, that
+    becomes at most ``max_bands`` band computations. ``chains`` says what it streamed
+    (for ``--report-memory``): per region its sink, its members' count and its biggest
+    map's bytes, which now live as bands."""
     name = "row-streaming"
 
-    def __init__(self, band_rows: int = 1):
+    def __init__(self, band_rows: int = 1, max_bands: int = MAX_BANDS):
         self.band_rows = band_rows
+        self.max_bands = max_bands
         self.chains: list[dict] = []
 
     def run(self, module: Module) -> bool:
@@ -69,7 +77,9 @@ class RowStreaming:
         made: set = set()              # what a rewrite wrote: bands already
         changed = False
         while True:
-            region = _next_region(comp, outputs, made)
+            region = _next_region(comp, outputs, made,
+                                  lambda m: -(-m.shape.dims[ROW] // self.band_rows),
+                                  self.max_bands)
             if region is None:
                 return changed
             sink, members = region
@@ -166,15 +176,17 @@ def _global_window(instr: Instruction) -> bool:
             and not w.pad_low[ROW] and not w.pad_high[ROW] and w.rhs_dilation[ROW] == 1)
 
 
-def _next_region(comp: Computation, outputs: set, made: set):
-    """The last sink (in order) whose region holds a window, and its members. (A sink
-    whose only window is its own reads its input from outside: nothing to stream.)"""
+def _next_region(comp: Computation, outputs: set, made: set, bands, max_bands: int):
+    """The last sink (in order) whose region holds a window and becomes at most
+    ``max_bands`` bands (``bands(member)`` each), and its members. (A sink whose only
+    window is its own reads its input from outside: nothing to stream.)"""
     users = comp.users()
     for sink in reversed(comp.instructions):
         if sink in made or not (_reduction_sink(sink) or _row_local(sink)):
             continue
         members = _region(sink, users, outputs, made)
-        if any(row_window(m) is not None for m in members):
+        if any(row_window(m) is not None for m in members) \
+                and sum(bands(m) for m in members) <= max_bands:
             return sink, members
     return None
 

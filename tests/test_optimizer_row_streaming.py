@@ -168,6 +168,19 @@ def test_does_not_accumulate_a_reduction_whose_init_is_not_its_identity():
     assert len(pools) == 1 and pools[0].operands[0].shape.dims[2] == 9
 
 
+def test_does_not_stream_past_the_band_limit():
+    """CHAIN at one row per band is 48 band computations (c1, a1, r1, 16 rows each).
+    Under that limit the chain ends at r1 (c1 and a1: 32), which c2 then reads whole;
+    under 16 (c1 alone, before a1), nothing streams."""
+    changed, _ = run_pass(RowStreaming(1, max_bands=15), CHAIN)
+    assert not changed
+    _, m = run_pass(RowStreaming(1, max_bands=47), CHAIN)
+    c2 = [c for c in _ops(m, Opcode.CONVOLUTION) if c.shape.dims[1] == 3]
+    assert len(c2) == 1 and c2[0].operands[0].shape.dims == (1, 4, 16, 8)
+    _, m = run_pass(RowStreaming(1, max_bands=48), CHAIN)
+    assert len([c for c in _ops(m, Opcode.CONVOLUTION) if c.shape.dims[1] == 3]) == 16
+
+
 def test_does_not_stream_a_base_dilated_convolution():
     text = """
 ENTRY %main (x: f32[1,2,5,4], k: f32[3,2,3,3]) -> f32[1,3,10,8] {
