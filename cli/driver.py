@@ -295,7 +295,9 @@ def _fit_budget(imported: Module, module: Module, assignment, budget: int, backe
                 opt_level: int, exact_budget: int):
     """The fastest plan whose arena fits ``budget``: ``module`` as planned, else
     ``imported`` optimized with its convolution chains streamed, fewer rows per band
-    each try. Returns the module, its assignment and what was streamed (None: nothing)."""
+    each try. Returns the module, its assignment and the report's account: the budget,
+    the plans tried (rows per band, None for the plain one, and arena) and the chains
+    streamed (none when the plain plan fits)."""
     tried = [{"band_rows": None, "arena_bytes": assignment.arena_size}]
     if assignment.arena_size <= budget:
         return module, assignment, {"budget": budget, "tried": tried, "chains": []}

@@ -24,7 +24,9 @@ def make_pipeline(opt_level: int, backend: BackendPolicy, verify: bool = False,
     dense phases, then simplify, fold, CSE, DCE and loop-invariant code motion to a fixed
     point, then output fusion (the backend's kernels with the epilogues they apply),
     loop fusion, the layouts the backend's kernels want and a DCE that drops what fusion
-    left unused. ``backend`` answers the passes' questions (optimizer/policy.py)."""
+    left unused. ``stream`` (a RowStreaming, from ``--memory-budget``) runs after the
+    simplification, before fusion, so that each band's layers fuse as the whole layers
+    would. ``backend`` answers the passes' questions (optimizer/policy.py)."""
     if opt_level <= 0:
         return Pipeline("O0", [DeadCodeElimination()], verify=verify, dump=dump)
     simplify = Pipeline("simplify", [AlgebraicSimplifier(backend), ConstantFolding(backend),
