@@ -46,6 +46,7 @@ import onnx
 
 import xlac
 from xlac.backends import make_backend
+from xlac.driver import STREAM_BAND_ROWS
 from xlac.importers.onnx import import_onnx
 from xlac.optimizer import RowStreaming, optimize, plan_memory
 from xlac.importers.onnx.liveness import TensorLife, onnx_order_intervals, peak_bytes
@@ -127,7 +128,7 @@ def streamed(model, runs: int) -> dict:
     unstreamed build's (``runs`` calls of each, interleaved)."""
     backend = make_backend(None, None, None, 2)
     arenas = {}
-    for rows in (1, 2, 4):
+    for rows in STREAM_BAND_ROWS:
         m = import_onnx(model, name="m")
         stream = RowStreaming(rows)
         optimize(m, backend, stream=stream)

@@ -227,13 +227,14 @@ class _Streamer:
         self.reduction = _reduction_sink(sink)
         order = {id(i): n for n, i in enumerate(comp.instructions)}
         self.members = sorted(members, key=lambda i: order[id(i)])
-        self.users = {m: [] for m in self.members}
+        self.users = {m: [] for m in self.members}      # the members reading each
         for u in self.members + [sink]:
             for k in _row_operands(u):
                 o = u.operands[k]
-                if o in self.users and (u, k) not in self.users[o]:
-                    self.users[o].append((u, k))
+                if o in self.users and u not in self.users[o]:
+                    self.users[o].append(u)
         self.held: dict = {}           # member -> (instruction, first row, end row)
+        self.constants: dict = {}      # scalar constants, made once per rewrite
         self.done: dict = {m: 0 for m in self.members + [sink]}   # rows computed so far
 
     def add(self, opcode: Opcode, *operands, shape: Shape | None = None, called=(),
@@ -286,8 +287,7 @@ class _Streamer:
     def _keep_from(self, m: Instruction) -> int:
         """The first row of ``m`` a reader still needs: where its next band's windows
         start."""
-        return min(self._reads(u, self.done[u], self.done[u] + 1)[0]
-                   for u, _ in self.users[m])
+        return min(self._reads(u, self.done[u], self.done[u] + 1)[0] for u in self.users[m])
 
     def _compute(self, m: Instruction, a: int, b: int) -> None:
         new = self._band(m, a, b)
@@ -388,10 +388,14 @@ class _Streamer:
         index = [self._constant(np.array(v, np.int32), S32) for v in (0, 0, a, 0)]
         return self.add(Opcode.DYNAMIC_UPDATE_SLICE, acc, part, *index)
 
-    def _constant(self, value: np.ndarray, dtype) -> Instruction:  # a scalar
-        return self.comp.add(Instruction(Opcode.CONSTANT, Shape.array(dtype, ()),
-                                         literal=value, name="constant",
-                                         metadata=self.sink.metadata))
+    def _constant(self, value: np.ndarray, dtype) -> Instruction:
+        """A scalar constant, one instruction for all the bands that use it."""
+        key = (dtype.name, value.tobytes())
+        if key not in self.constants:
+            self.constants[key] = self.comp.add(Instruction(
+                Opcode.CONSTANT, Shape.array(dtype, ()), literal=value, name="constant",
+                metadata=self.sink.metadata))
+        return self.constants[key]
 
 
 def _with_rows(dims, rows: int) -> tuple:
