@@ -13,6 +13,19 @@ Models, built in code with seeded random weights (batch 1, float32):
     MLPs / autoencoders        mlp (784-512-256-10), fc_autoencoder (MLPerf Tiny)
     recurrent                  lstm_kws, gru_tagger (benchmarks/recurrent.py)
 
+and the models as users bring them (benchmarks/user_models.py: exported by
+torch.onnx.export or converted by skl2onnx, seeded, nothing downloaded):
+
+    tree ensembles             rf_classifier, gb_classifier (scikit-learn, 100 trees, depth 8)
+    relative-position attention t5_encoder (RMS norm, bucketed position bias)
+    segmentation               lraspp_mobilenet_v3 (bilinear resizes, 128x128)
+    large-kernel depthwise     convnext_blocks (7x7 depthwise, channels-last LayerNorm)
+    squeeze-excitation         mobilenet_v3_small (hard-swish, hard-sigmoid)
+    recurrent from torch       torch_lstm (nn.LSTM over 50 frames)
+
+Those need torch, or scikit-learn and skl2onnx; without them their rows say so and the
+run goes on.
+
 ``--light`` adds the onnx package's nine light ImageNet CNNs (224x224, weights
 ConstantOfShape(0.02), so the timing is real but the outputs are not).
 
@@ -25,8 +38,9 @@ Python, its buffers bound once: xlac through ``Model.bind`` (a cffi call of
 NAME_run_v, 0.2 us), onnxruntime through ``run_with_iobinding`` (1.6 us on an empty
 model; ``InferenceSession.run`` costs 3.2 us, ``Model.run`` 5 us), so models of a few
 microseconds compare their code, not the Python around it.
-It prints per model the medians, the ratio xlac/onnxruntime, the compile time and
-the largest output difference; then the geometric mean of the ratios and the worst
+It prints per model the medians, the ratio xlac/onnxruntime, the compile time
+(xlac.compile, seconds), xlac's arena (NAME_ARENA_SIZE, KiB) and the largest output
+difference; then the geometric mean of the ratios and the worst
 model. ``--quick`` takes fewer, shorter samples (a full run in a few minutes).
 
 ``--profile MODEL`` compiles MODEL with a cycle counter around every call the model's
@@ -51,6 +65,7 @@ import onnxruntime as ort
 import xlac
 from memory_models import GraphBuilder, MODELS as MEMORY_MODELS
 from recurrent import MODELS as RECURRENT_MODELS
+from user_models import MODELS as USER_MODELS
 
 LIGHT = sorted(glob.glob(os.path.join(os.path.dirname(onnx.__file__),
                                       "backend/test/data/light/light_*.onnx")))
@@ -110,6 +125,7 @@ MODELS = {
     "mlp": mlp,
     "fc_autoencoder": MEMORY_MODELS["fc_autoencoder"],
     **RECURRENT_MODELS,
+    **USER_MODELS,
 }
 
 
@@ -187,10 +203,10 @@ def measure(name: str, model: onnx.ModelProto, samples: int, sample_s: float) ->
     ort_call, refs = bound_ort(sess, feeds, outs)
     xlac_call()
     ort_call()
-    diff = max(float(np.abs(o - r).max()) for o, r in zip(outs, refs))
+    diff = max(float(np.abs(o.astype(np.float64) - r).max()) for o, r in zip(outs, refs))
     tx, to = side_by_side([xlac_call, ort_call], samples, sample_s)
     return {"model": name, "xlac_ms": tx * 1e3, "ort_ms": to * 1e3, "ratio": tx / to,
-            "compile_s": compile_s, "max_diff": diff}
+            "compile_s": compile_s, "arena_bytes": m.arena_size, "max_diff": diff}
 
 
 # -- profile ------------------------------------------------------------------------------
@@ -306,7 +322,7 @@ def main() -> None:
     sample_s = (args.sample_ms or (5 if args.quick else 20)) / 1e3
     only = args.only.split(",") if args.only else None
     header = (f"{'model':<22} {'xlac ms':>9} {'ort ms':>9} {'ratio':>6} {'compile s':>10} "
-              f"{'max |diff|':>11}")
+              f"{'arena KiB':>10} {'max |diff|':>11}")
     print(f"load average at start: {os.getloadavg()[0]:.2f} (1 min), "
           f"{samples} samples of ~{sample_s * 1e3:.0f} ms per side")
     print(header)
@@ -315,10 +331,16 @@ def main() -> None:
     for name, build in models.items():
         if only and not any(o in name for o in only):
             continue
-        r = measure(name, build(), samples, sample_s)
+        try:
+            model = build()
+        except ModuleNotFoundError as e:       # user_models.py's torch / sklearn builders
+            print(f"{name:<22} skipped: needs {e.name}", flush=True)
+            continue
+        r = measure(name, model, samples, sample_s)
         rows.append(r)
         print(f"{name:<22} {r['xlac_ms']:9.3f} {r['ort_ms']:9.3f} {r['ratio']:6.2f} "
-              f"{r['compile_s']:10.1f} {r['max_diff']:11.3g}", flush=True)
+              f"{r['compile_s']:10.1f} {r['arena_bytes'] / 1024:10.1f} "
+              f"{r['max_diff']:11.3g}", flush=True)
     if rows:
         geo = float(np.exp(np.mean([np.log(r["ratio"]) for r in rows])))
         worst = max(rows, key=lambda r: r["ratio"])
