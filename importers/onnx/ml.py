@@ -5,21 +5,25 @@ LabelEncoder maps keys to values with a default; string keys or values are out o
 scope (xlac holds no strings) and refused by the importer's type check.
 
 TreeEnsemble: the forest lives in the attributes, so its structure is known at
-compile time and the lowering needs no control flow: every interior node's decision
-is computed for every sample at once (the split feature gathered, compared with the
-node's mode: LEQ, LT, GTE, GT, EQ, NEQ or set membership, NaN following
-missing_tracks_true); a leaf is reached when every decision on its path went its
-way (the path's decisions gathered and AND-reduced, paths padded with an
-always-true column); the leaf values then meet the targets in one dot (SUM,
-AVERAGE) or a masked reduce (MIN, MAX). The work is samples x leaves x depth, not
-x all nodes. The deprecated ops (what skl2onnx still writes) name nodes by (tree id,
-node id) and let a leaf weigh several targets or classes; they reuse the lowering.
+compile time. It becomes node arrays (feature, split, mode, children; a leaf is a node
+that goes to itself) and a walk: every tree of every sample steps one level down per
+step, as many steps as the deepest tree has levels, each step a few gathers from the
+arrays, a compare and a select, so the work is samples x trees x depth, as in
+onnxruntime, and the state is one node index per tree and sample. The reached leaves'
+weights are then gathered and summed over the trees (SUM, AVERAGE) or their extreme
+taken (MIN, MAX). A node's mode is one compare when the forest has one mode (LEQ in
+every converter's output), else bits of less, equal and greater; set membership and
+missing_tracks_true (NaN goes true) are OR-ed in. The deprecated ops (what skl2onnx
+still writes) name nodes by (tree id, node id) and let a leaf weigh several targets or
+classes; they reuse the walk.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from ...hlo import DotDimensionNumbers, GatherDimensionNumbers, Opcode, dtypes
+from ...hlo import GatherDimensionNumbers, Opcode, dtypes
 from .ml_models import (class_labels, features, first_argmax, lookup, post_transform,
                         scores)
 from .registry import register
@@ -86,7 +90,51 @@ def label_encoder(ctx, node):
 
 _MODES = ("LE", "LT", "GE", "GT", "EQ", "NE")     # ONNX modes 0-5 as HLO directions
 _MEMBER = 6
+_LEAF = -1
 _AGGREGATES = {0: "AVERAGE", 1: "SUM", 2: "MIN", 3: "MAX"}
+# the comparisons a mode is true on, as bits: less 1, equal 2, greater 4
+_MODE_BITS = {0: 3, 1: 1, 2: 6, 3: 4, 4: 2, 5: 5, _MEMBER: 0}
+
+
+@dataclass
+class Nodes:
+    """A forest as node arrays, every tree's nodes and leaves numbered together: an
+    interior node tests x[feature] against split by mode (0-6) and goes to true_id or
+    false_id; a leaf (mode _LEAF) goes to itself and names its row of the leaf table
+    (leaf_row). roots: each tree's first node."""
+    feature: list
+    split: list
+    mode: list
+    track: list
+    true_id: list
+    false_id: list
+    leaf_row: list
+    roots: list
+
+    def depth(self, ctx, node) -> int:
+        """The most interior nodes on a root-to-leaf path; a cycle is an error."""
+        count, known = len(self.mode), {}
+
+        def below(i, seen):
+            if not 0 <= i < count:
+                raise ctx.error(node, f"node id {i} is out of range")
+            if self.mode[i] == _LEAF:
+                return 0
+            if i not in known:
+                if i in seen:
+                    raise ctx.error(node, "the trees have a cycle")
+                seen.add(i)
+                known[i] = 1 + max(below(self.true_id[i], seen), below(self.false_id[i], seen))
+                seen.discard(i)
+            return known[i]
+        return max((below(r, set()) for r in self.roots), default=0)
+
+
+def _gather(ctx, table, index):
+    """table[index] for a 1-D constant ``table`` and an integer array ``index``."""
+    b = ctx.b
+    return b.gather(b.constant(np.asarray(table)), index,
+                    GatherDimensionNumbers((), (0,), (0,), index.shape.rank), (1,))
 
 
 def _columns(ctx, x, index):
@@ -97,28 +145,78 @@ def _columns(ctx, x, index):
                     (x.shape.dims[0], 1))
 
 
-def _paths(ctx, node, roots, true_ids, false_ids, true_leaf, false_leaf, num_nodes):
-    """Per leaf of each tree: (leaf index, [(interior node, branch taken)...])."""
-    out = []
+def _at_sample(ctx, x, index):
+    """x[s, index[t, s]]: per sample, the columns of x (or of any (n, k) array) that
+    ``index`` (trees, n) names."""
+    return ctx.b.gather(x, index, GatherDimensionNumbers((), (1,), (1,), 2, (0,), (1,)),
+                        (1, 1))
 
-    def walk(i, is_leaf, path, depth):
-        if depth > num_nodes:
-            raise ctx.error(node, "the trees have a cycle")
-        if is_leaf:
-            out.append((i, path))
-            return
-        if not 0 <= i < num_nodes:
-            raise ctx.error(node, f"node id {i} is out of range")
-        walk(true_ids[i], true_leaf[i], path + [(i, True)], depth + 1)
-        walk(false_ids[i], false_leaf[i], path + [(i, False)], depth + 1)
 
-    for r in roots:
-        # a root whose branches are the same leaf is a tree of one leaf
-        if true_leaf[r] and false_leaf[r] and true_ids[r] == false_ids[r]:
-            walk(true_ids[r], True, [], 0)
+def walk(ctx, node, x, nodes: Nodes, members=None):
+    """The leaf each tree reaches for each sample, as a leaf row (s32 (trees, n)): all
+    trees step down one level at a time, ``depth`` times (a leaf stays where it is), so
+    the work is samples x trees x depth, as in onnxruntime's walk. Tree-major, so that
+    a batch walks one tree's nodes while they are in the cache."""
+    b = ctx.b
+    n, dt = x.shape.dims[0], x.shape.dtype
+    dims = (len(nodes.roots), n)
+    s32 = np.int32
+    interior = [i for i, mo in enumerate(nodes.mode) if mo != _LEAF]
+    modes = {nodes.mode[i] for i in interior}
+    feature = np.asarray(nodes.feature, s32)
+    split = np.asarray(nodes.split, np.float64).astype(dt.np)
+    true_id = np.asarray(nodes.true_id, s32)
+    false_id = np.asarray(nodes.false_id, s32)
+    track = np.asarray(nodes.track, bool) & (np.asarray(nodes.mode) != _LEAF)
+    bits = np.asarray([_MODE_BITS.get(mo, 0) for mo in nodes.mode], s32)
+    member = None
+    if _MEMBER in modes:
+        member = _membership(ctx, node, x, nodes.mode, nodes.feature, members)  # (n, nodes)
+    at = b.broadcast(b.constant(np.asarray(nodes.roots, s32)), dims, (0,))
+    for _ in range(nodes.depth(ctx, node)):
+        value = _at_sample(ctx, x, _gather(ctx, feature, at))
+        threshold = _gather(ctx, split, at)
+        if len(modes) == 1 and _MEMBER not in modes:
+            go = b.compare(value, threshold, _MODES[next(iter(modes))])
         else:
-            walk(r, False, [], 0)
-    return out
+            mode = _gather(ctx, bits, at)
+            go = ctx.full(0, dtypes.PRED, dims)
+            for bit, direction in ((1, "LT"), (2, "EQ"), (4, "GT")):
+                wants = b.compare(b.op(Opcode.AND, mode, ctx.full(bit, dtypes.S32, dims)),
+                                  ctx.full(0, dtypes.S32, dims), "NE")
+                go = b.op(Opcode.OR, go, b.op(Opcode.AND, wants,
+                                              b.compare(value, threshold, direction)))
+            if member is not None:
+                go = b.op(Opcode.OR, go, _at_sample(ctx, member, at))
+        if track.any():
+            missing = b.compare(value, value, "NE")
+            go = b.op(Opcode.OR, go, b.op(Opcode.AND, _gather(ctx, track, at), missing))
+        at = b.op(Opcode.SELECT, go, _gather(ctx, true_id, at), _gather(ctx, false_id, at))
+    return _gather(ctx, np.asarray(nodes.leaf_row, s32), at)
+
+
+def forest(ctx, leaves, table, has, aggregate, trees, dt):
+    """The targets' scores (n, targets) and whether a reached leaf scored each (PRED),
+    for the leaf rows ``leaves`` (trees, n) weighing table[row, target] where
+    has[row, target]: the trees' weights summed (SUM, AVERAGE) or the scored ones'
+    extreme (MIN, MAX; an unscored target holds the extreme)."""
+    b = ctx.b
+    count, n = leaves.shape.dims
+    targets = table.shape[1]
+    cube = (count, n, targets)
+
+    def rows(array):
+        return b.gather(b.constant(array), leaves,
+                        GatherDimensionNumbers((2,), (0,), (0,), 2), (1, targets))
+    hit = rows(has)
+    scored = ctx.reduce(hit, (0,), Opcode.OR, False)
+    if aggregate in ("SUM", "AVERAGE"):
+        scale = 1 / trees if aggregate == "AVERAGE" and trees else 1
+        return ctx.reduce(rows((table * scale).astype(dt.np)), (0,), Opcode.ADD, 0), scored
+    big = np.finfo(dt.np).max if aggregate == "MIN" else np.finfo(dt.np).min
+    y = ctx.reduce(b.op(Opcode.SELECT, hit, rows(table.astype(dt.np)), ctx.full(big, dt, cube)),
+                   (0,), Opcode.MINIMUM if aggregate == "MIN" else Opcode.MAXIMUM, big)
+    return y, scored
 
 
 @register("TreeEnsemble", since=5, domain=ML, ignore=("nodes_hitrates",))
@@ -127,7 +225,7 @@ def tree_ensemble(ctx, node):
     x = ctx.input(node, 0)
     if x.shape.rank != 2 or not x.shape.dtype.is_float:
         raise ctx.error(node, f"X must be float [N, F], got {x.shape}")
-    dt, (n, features) = x.shape.dtype, x.shape.dims
+    dt, features = x.shape.dtype, x.shape.dims[1]
     splits = np.asarray(ctx.attr(node, "nodes_splits"), np.float64).reshape(-1)
     feature_ids = list(ctx.attr(node, "nodes_featureids"))
     modes = [int(m) for m in np.asarray(ctx.attr(node, "nodes_modes")).reshape(-1)]
@@ -155,87 +253,33 @@ def tree_ensemble(ctx, node):
     if any(not 0 <= t < n_targets for t in targets):
         raise ctx.error(node, f"a leaf target is outside [0, {n_targets})")
     tracks = tracks or [0] * m
-
-    paths = _paths(ctx, node, roots, true_ids, false_ids, true_leaf, false_leaf, m)
-    if any(not 0 <= leaf < len(weights) for leaf, _ in paths):
-        raise ctx.error(node, "a leaf id is out of range")
-    table = np.zeros((len(paths), n_targets))                     # leaf -> its target
-    has = np.zeros((len(paths), n_targets), bool)
-    for row, (leaf, _) in enumerate(paths):
-        table[row, targets[leaf]] = weights[leaf]
-        has[row, targets[leaf]] = True
-    decision = decisions(ctx, node, x, splits, feature_ids, modes, tracks, members)
-    y, scored = forest(ctx, reached_leaves(ctx, decision, [p for _, p in paths], m), table, has,
-                       aggregate, len(roots), dt)
+    if len(tracks) != m:
+        raise ctx.error(node, "the nodes_* (or leaf_*) attributes differ in length")
+    leaves = len(weights)
+    for ids, leaf in ((true_ids, true_leaf), (false_ids, false_leaf)):
+        for i, is_leaf in zip(ids, leaf):
+            if not 0 <= i < (leaves if is_leaf else m):
+                raise ctx.error(node, f"{'leaf' if is_leaf else 'node'} id {i} is out of range")
+    if any(not 0 <= r < m for r in roots):
+        raise ctx.error(node, "a tree root is out of range")
+    # interior nodes first, then leaf k as node m + k
+    nodes = Nodes(feature_ids + [0] * leaves, list(splits) + [0.0] * leaves,
+                  modes + [_LEAF] * leaves, tracks + [0] * leaves,
+                  [i + m * bool(t) for i, t in zip(true_ids, true_leaf)] + list(range(m, m + leaves)),
+                  [i + m * bool(t) for i, t in zip(false_ids, false_leaf)]
+                  + list(range(m, m + leaves)),
+                  [-1] * m + list(range(leaves)), roots)
+    table = np.zeros((leaves, n_targets))                        # leaf -> its target
+    has = np.zeros((leaves, n_targets), bool)
+    table[np.arange(leaves), targets] = weights
+    has[np.arange(leaves), targets] = True
+    y, scored = forest(ctx, walk(ctx, node, x, nodes, members), table, has, aggregate,
+                       len(roots), dt)
     if aggregate in ("MIN", "MAX"):
         # a target no reached leaf scores is 0 (onnxruntime; the onnx reference leaves
         # the float extreme its loop starts from)
         y = b.op(Opcode.SELECT, scored, y, ctx.full(0, dt, y.shape.dims))
     return [_post_transform(ctx, y, post)]
-
-
-def decisions(ctx, node, x, splits, feature_ids, modes, tracks, members):
-    """Every interior node's decision for every sample, PRED (n, m + 1): column m is
-    always true (path padding). modes are 0-6 (_MODES, then set membership)."""
-    b = ctx.b
-    n, m = x.shape.dims[0], len(splits)
-    dt = x.shape.dtype
-    dims = (n, m)
-    values = _columns(ctx, x, feature_ids) if m else None
-    decision = ctx.full(0, dtypes.PRED, dims)
-    split = b.broadcast(b.constant(np.asarray(splits).astype(dt.np)), dims, (1,))
-    for k, direction in enumerate(_MODES):
-        if k in modes:
-            mask = b.broadcast(b.constant(np.array([mo == k for mo in modes])), dims, (1,))
-            hit = b.op(Opcode.AND, mask, b.compare(values, split, direction))
-            decision = b.op(Opcode.OR, decision, hit)
-    if _MEMBER in modes:
-        decision = b.op(Opcode.OR, decision, _membership(ctx, node, x, modes, feature_ids,
-                                                         members))
-    if any(tracks):
-        missing = b.op(Opcode.AND, b.broadcast(b.constant(np.array(tracks, bool)), dims, (1,)),
-                       b.compare(values, values, "NE"))
-        decision = b.op(Opcode.OR, decision, missing)
-    return b.concatenate([decision, ctx.full(1, dtypes.PRED, (n, 1))], 1)
-
-
-def reached_leaves(ctx, decision, paths, m):
-    """PRED (n, leaves): a leaf is reached when every decision on its path (a list of
-    (interior node, branch taken)) went its way."""
-    b = ctx.b
-    n = decision.shape.dims[0]
-    depth = max((len(p) for p in paths), default=0) or 1
-    path_nodes = np.full((len(paths), depth), m, np.int64)
-    path_branch = np.ones((len(paths), depth), bool)
-    for row, path in enumerate(paths):
-        for col, (i, taken) in enumerate(path):
-            path_nodes[row, col], path_branch[row, col] = i, taken
-    along = b.compare(_columns(ctx, decision, path_nodes),
-                      b.broadcast(b.constant(path_branch), (n,) + path_branch.shape, (1, 2)), "EQ")
-    return ctx.reduce(along, (2,), Opcode.AND, True)
-
-
-def forest(ctx, reached, table, has, aggregate, trees, dt):
-    """The targets' scores (n, T) and whether any reached leaf scored each (PRED (n, T)),
-    for leaves weighing table[leaf, target] where has[leaf, target]: one dot (SUM,
-    AVERAGE) or a masked reduce (MIN, MAX; an unscored target holds the extreme)."""
-    b = ctx.b
-    n, leaves = reached.shape.dims
-    targets = table.shape[1]
-    cube = (n, leaves, targets)
-    hit = b.op(Opcode.AND, b.broadcast(reached, cube, (0, 1)),
-               b.broadcast(b.constant(has), cube, (1, 2)))
-    scored = ctx.reduce(hit, (1,), Opcode.OR, False)
-    if aggregate in ("SUM", "AVERAGE"):
-        scale = 1 / trees if aggregate == "AVERAGE" and trees else 1
-        contribution = b.constant((table * scale).astype(dt.np))
-        y = b.dot(b.convert(reached, dt), contribution, DotDimensionNumbers((), (1,), (), (0,)))
-        return y, scored
-    big = np.finfo(dt.np).max if aggregate == "MIN" else np.finfo(dt.np).min
-    v = b.broadcast(b.constant(table.astype(dt.np)), cube, (1, 2))
-    y = ctx.reduce(b.op(Opcode.SELECT, hit, v, ctx.full(big, dt, cube)), (1,),
-                   Opcode.MINIMUM if aggregate == "MIN" else Opcode.MAXIMUM, big)
-    return y, scored
 
 
 def _membership(ctx, node, x, modes, feature_ids, members):
@@ -303,9 +347,11 @@ def _tensor_or_list(ctx, node, name):
 
 
 def _old_forest(ctx, node, x, prefix, n_out):
-    """Lower the nodes_* and <prefix>_* attributes of the deprecated ops: the leaves'
-    paths become the TreeEnsemble lowering's; each leaf may weigh several targets.
-    Returns (reached (n, leaves), table (leaves, n_out), has (leaves, n_out), trees)."""
+    """Lower the nodes_* and <prefix>_* attributes of the deprecated ops: the nodes,
+    named by (tree id, node id), become the TreeEnsemble lowering's node arrays; each
+    leaf may weigh several targets.
+    Returns (the leaf rows reached (n, trees), table (leaves, n_out), has (leaves,
+    n_out), trees)."""
     tree_ids = list(ctx.attr(node, "nodes_treeids"))
     node_ids = list(ctx.attr(node, "nodes_nodeids"))
     feature_ids = list(ctx.attr(node, "nodes_featureids"))
@@ -325,8 +371,7 @@ def _old_forest(ctx, node, x, prefix, n_out):
     unknown = set(modes) - set(_OLD_MODES) - {"LEAF"}
     if unknown:
         raise ctx.error(node, f"unknown nodes_modes {sorted(unknown)}")
-    interior = [row for row in range(count) if modes[row] != "LEAF"]
-    column = {row: k for k, row in enumerate(interior)}
+    interior = {row for row in range(count) if modes[row] != "LEAF"}
     for row in interior:
         if not 0 <= feature_ids[row] < x.shape.dims[1]:
             raise ctx.error(node, f"node {node_ids[row]} reads feature {feature_ids[row]} of "
@@ -343,29 +388,21 @@ def _old_forest(ctx, node, x, prefix, n_out):
     if len({tree_ids[r] for r in roots}) != len(roots) or \
             {tree_ids[r] for r in roots} != set(tree_ids):
         raise ctx.error(node, "each tree needs exactly one root")
-    paths, leaf_rows = [], []
-
-    def walk(row, path):
-        if len(path) > count:
-            raise ctx.error(node, "the trees have a cycle")
-        if modes[row] == "LEAF":
-            paths.append(path)
-            leaf_rows.append(row)
-            return
-        walk(child(row, true_ids), path + [(column[row], True)])
-        walk(child(row, false_ids), path + [(column[row], False)])
-
-    for r in roots:
-        walk(r, [])
+    leaf_rows = [row for row in range(count) if modes[row] == "LEAF"]
+    leaf_of = {row: k for k, row in enumerate(leaf_rows)}
+    nodes = Nodes([f if r in interior else 0 for r, f in enumerate(feature_ids)], values,
+                  [_OLD_MODES.get(mo, _LEAF) for mo in modes], tracks,
+                  [child(r, true_ids) if r in interior else r for r in range(count)],
+                  [child(r, false_ids) if r in interior else r for r in range(count)],
+                  [leaf_of.get(r, -1) for r in range(count)], roots)
     w_tree = list(ctx.attr(node, f"{prefix}_treeids"))
     w_node = list(ctx.attr(node, f"{prefix}_nodeids"))
     w_ids = list(ctx.attr(node, f"{prefix}_ids"))
     w = _tensor_or_list(ctx, node, f"{prefix}_weights")
     if not len(w_tree) == len(w_node) == len(w_ids) == len(w):
         raise ctx.error(node, f"the {prefix}_* attributes differ in length")
-    leaf_of = {row: k for k, row in enumerate(leaf_rows)}
-    table = np.zeros((len(paths), n_out))
-    has = np.zeros((len(paths), n_out), bool)
+    table = np.zeros((len(leaf_rows), n_out))
+    has = np.zeros((len(leaf_rows), n_out), bool)
     for t, i, target, weight in zip(w_tree, w_node, w_ids, w):
         row = at.get((t, i))
         if row not in leaf_of or not 0 <= target < n_out:
@@ -373,12 +410,9 @@ def _old_forest(ctx, node, x, prefix, n_out):
                                   "leaf or target")
         table[leaf_of[row], target] += weight
         has[leaf_of[row], target] = True
-    decision = decisions(ctx, node, x, values[interior], [feature_ids[r] for r in interior],
-                         [_OLD_MODES[modes[r]] for r in interior], [tracks[r] for r in interior],
-                         None)
     ctx.attr(node, "nodes_hitrates", None)              # hints for a runtime's cache
     ctx.attr(node, "nodes_hitrates_as_tensor", None)
-    return reached_leaves(ctx, decision, paths, len(interior)), table, has, len(roots)
+    return walk(ctx, node, x, nodes), table, has, len(roots)
 
 
 @register("TreeEnsembleRegressor", since=1, domain=ML)
@@ -394,8 +428,8 @@ def tree_ensemble_regressor(ctx, node):
     base = _tensor_or_list(ctx, node, "base_values")
     if len(base) not in (0, n_targets):
         raise ctx.error(node, f"{len(base)} base_values for {n_targets} targets")
-    reached, table, has, trees = _old_forest(ctx, node, x, "target", n_targets)
-    y, scored = forest(ctx, reached, table, has, aggregate, trees, dtypes.F32)
+    leaves, table, has, trees = _old_forest(ctx, node, x, "target", n_targets)
+    y, scored = forest(ctx, leaves, table, has, aggregate, trees, dtypes.F32)
     dims = y.shape.dims
     if len(base):
         y = b.op(Opcode.ADD, y, b.broadcast(b.constant(base.astype(np.float32)), dims, (1,)))
@@ -415,8 +449,8 @@ def tree_ensemble_classifier(ctx, node):
     base = _tensor_or_list(ctx, node, "base_values")
     if k < 2 or len(base) not in ((0, k) if k > 2 else (0, 1, 2)):
         raise ctx.error(node, f"{len(base)} base_values for {k} class labels")
-    reached, table, has, trees = _old_forest(ctx, node, x, "class", k)
-    y, scored = forest(ctx, reached, table, has, "SUM", trees, dtypes.F32)
+    leaves, table, has, trees = _old_forest(ctx, node, x, "class", k)
+    y, scored = forest(ctx, leaves, table, has, "SUM", trees, dtypes.F32)
     if k > 2:
         # the label is the best class among the scored ones (with base_values, all)
         if len(base):
