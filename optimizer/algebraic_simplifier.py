@@ -139,6 +139,31 @@ def divide_one(instr):
     return a if _is_splat(b, 1) and _same_shape(a, instr) else None
 
 
+def power_small_integer(instr):
+    # power(x, 1) => x ; power(x, 2) => x * x ; power(x, -1) => 1 / x (floats): one
+    # correctly rounded op where pow is a libm call per element (an RMS norm's square).
+    # pow(x, 0.5) stays: sqrt differs at -0 and -inf.
+    a, e = instr.operands
+    v = splat_value(e)
+    if v is None or not _same_shape(a, instr):
+        return None
+    if v == 1:
+        return a
+    if v == 2:
+        return Instruction(Opcode.MULTIPLY, instr.shape, [a, a], name=instr.name)
+    if v == -1 and instr.shape.dtype.is_float:
+        return Instruction(Opcode.DIVIDE, instr.shape, [_splat_like(instr, 1), a],
+                           name=instr.name)
+    return None
+
+
+def _splat_like(instr, value):
+    """``value`` broadcast to ``instr``'s shape (a new scalar constant)."""
+    scalar = Instruction(Opcode.CONSTANT, instr.shape.with_dims(()), [],
+                         literal=np.asarray(value, instr.shape.dtype.np))
+    return Instruction(Opcode.BROADCAST, instr.shape, [scalar], {"dimensions": ()})
+
+
 def negate_negate(instr):
     # negate(negate(x)) => x
     (a,) = instr.operands
@@ -304,6 +329,7 @@ RULES: dict[Opcode, tuple[Rule, ...]] = {
     Opcode.SUBTRACT: (subtract_zero,),
     Opcode.MULTIPLY: (multiply_one, multiply_zero),
     Opcode.DIVIDE: (divide_one,),
+    Opcode.POWER: (power_small_integer,),
     Opcode.NEGATE: (negate_negate,),
     Opcode.CONVERT: (convert_same_type,),
     Opcode.RESHAPE: (reshape_same_shape, reshape_reshape),

@@ -42,6 +42,10 @@ TO_X = {
   %b = f32[2,3] broadcast(%one), dimensions={}
   ROOT %r = f32[2,3] divide(%x, %b)
 """,
+    "power_one": """  %one = f32[] constant(1)
+  %b = f32[2,3] broadcast(%one), dimensions={}
+  ROOT %r = f32[2,3] power(%x, %b)
+""",
     "negate_negate": """  %n = f32[2,3] negate(%x)
   ROOT %r = f32[2,3] negate(%n)
 """,
@@ -87,6 +91,37 @@ def test_multiply_by_integer_zero_is_zero():
   ROOT %b = s32[2,3] broadcast(%zero), dimensions={}
 }
 """)
+
+
+def test_square_is_a_multiply():
+    changed, m = simplify(entry("""  %two = f32[] constant(2)
+  %b = f32[2,3] broadcast(%two), dimensions={}
+  ROOT %r = f32[2,3] power(%x, %b)
+"""))
+    assert changed
+    assert_hlo(m, entry("  ROOT %r.1 = f32[2,3] multiply(%x, %x)\n"))
+
+
+def test_integer_square_is_a_multiply():
+    changed, m = simplify(entry("""  %two = s32[] constant(2)
+  %b = s32[2,3] broadcast(%two), dimensions={}
+  ROOT %r = s32[2,3] power(%x, %b)
+""", x="s32[2,3]", result="s32[2,3]"))
+    assert changed
+    assert_hlo(m, entry("  ROOT %r.1 = s32[2,3] multiply(%x, %x)\n", x="s32[2,3]",
+                        result="s32[2,3]"))
+
+
+def test_float_power_minus_one_is_a_reciprocal():
+    changed, m = simplify(entry("""  %m = f32[] constant(-1)
+  %b = f32[2,3] broadcast(%m), dimensions={}
+  ROOT %r = f32[2,3] power(%x, %b)
+"""))
+    assert changed
+    assert_hlo(m, entry("""  %constant = f32[] constant(1)
+  %broadcast = f32[2,3] broadcast(%constant), dimensions={}
+  ROOT %r.1 = f32[2,3] divide(%broadcast, %x)
+"""))
 
 
 def test_reshape_of_reshape_is_one_reshape():
@@ -188,6 +223,23 @@ UNCHANGED = {
   %b = f32[2,3] broadcast(%one), dimensions={}
   ROOT %r = f32[2,3] divide(%b, %x)
 """,
+    # sqrt(-0) is -0 and sqrt(-inf) NaN where pow gives +0 and +inf; x*x*x rounds twice
+    "power_half": """  %h = f32[] constant(0.5)
+  %b = f32[2,3] broadcast(%h), dimensions={}
+  ROOT %r = f32[2,3] power(%x, %b)
+""",
+    "power_three": """  %t = f32[] constant(3)
+  %b = f32[2,3] broadcast(%t), dimensions={}
+  ROOT %r = f32[2,3] power(%x, %b)
+""",
+    "power_non_splat": """  %c = f32[2,3] constant({ {2, 2, 2}, {2, 2, 1} })
+  ROOT %r = f32[2,3] power(%x, %c)
+""",
+    # integer pow(x, -1) is 0 for |x| > 1 where 1 / x divides
+    "integer_power_minus_one": """  %m = s32[] constant(-1)
+  %b = s32[2,3] broadcast(%m), dimensions={}
+  ROOT %r = s32[2,3] power(%x, %b)
+""",
     "negate_abs": """  %a = f32[2,3] abs(%x)
   ROOT %r = f32[2,3] negate(%a)
 """,
@@ -213,7 +265,8 @@ UNCHANGED = {
   ROOT %r = f32[3,3] add(%a, %b)
 """,
 }
-SHAPES = {"convert_other_type": ("f32[2,3]", "f64[2,3]"), "reshape": ("f32[2,3]", "f32[3,2]"),
+SHAPES = {
+    "integer_power_minus_one": ("s32[2,3]", "s32[2,3]"),"convert_other_type": ("f32[2,3]", "f64[2,3]"), "reshape": ("f32[2,3]", "f32[3,2]"),
           "reshape_of_transpose": ("f32[2,3]", "f32[6]"),
           "transpose": ("f32[2,3]", "f32[3,2]"), "transpose_of_reverse": ("f32[2,3]", "f32[3,2]"),
           "slice_part": ("f32[2,3]", "f32[2,2]"), "concatenate_two": ("f32[2,3]", "f32[4,3]"),
