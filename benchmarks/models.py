@@ -16,7 +16,8 @@ Models, built in code with seeded random weights (batch 1, float32):
 and the models as users bring them (benchmarks/user_models.py: exported by
 torch.onnx.export or converted by skl2onnx, seeded, nothing downloaded):
 
-    tree ensembles             rf_classifier, gb_classifier (scikit-learn, 100 trees, depth 8)
+    tree ensembles             rf_classifier, gb_classifier (scikit-learn, 100 trees, depth 8),
+                               rf_deep_classifier (100 trees, no depth limit)
     relative-position attention t5_encoder (RMS norm, bucketed position bias)
     segmentation               lraspp_mobilenet_v3 (bilinear resizes, 128x128)
     large-kernel depthwise     convnext_blocks (7x7 depthwise, channels-last LayerNorm)

@@ -5,6 +5,8 @@ models.py's table, where xlac had not been measured on these model classes:
     rf_classifier        scikit-learn RandomForestClassifier: 100 trees, depth 8,
                          20 features, 2 classes (skl2onnx, no ZipMap)
     gb_classifier        scikit-learn GradientBoostingClassifier: the same sizes
+    rf_deep_classifier   scikit-learn RandomForestClassifier: 100 trees without a depth
+                         limit (leaves from depth 3 to about 30), 30 features, 3 classes
     t5_encoder           a T5-style encoder: 2 pre-norm layers, RMS norm, bucketed
                          relative-position bias shared by the layers, ReLU FFN;
                          sequence 64, hidden 256, 4 heads, FFN 1024
@@ -42,11 +44,15 @@ def _forest(kind: str, name: str) -> onnx.ModelProto:
     from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier
     from skl2onnx import to_onnx
 
-    x, y = make_classification(n_samples=2000, n_features=20, n_informative=12,
-                               n_classes=2, random_state=0)
+    deep = kind == "rf_deep"
+    x, y = make_classification(n_samples=5000 if deep else 2000, n_features=30 if deep else 20,
+                               n_informative=15 if deep else 12, n_classes=3 if deep else 2,
+                               random_state=0)
     x = x.astype(np.float32)
     if kind == "rf":
         clf = RandomForestClassifier(n_estimators=100, max_depth=8, random_state=0)
+    elif deep:
+        clf = RandomForestClassifier(n_estimators=100, random_state=0)
     else:
         clf = GradientBoostingClassifier(n_estimators=100, max_depth=8, random_state=0)
     clf.fit(x, y)
@@ -64,6 +70,10 @@ def rf_classifier() -> onnx.ModelProto:
 
 def gb_classifier() -> onnx.ModelProto:
     return _forest("gb", "gb_classifier")
+
+
+def rf_deep_classifier() -> onnx.ModelProto:
+    return _forest("rf_deep", "rf_deep_classifier")
 
 
 # -- torch.onnx.export --------------------------------------------------------------------
@@ -356,6 +366,7 @@ def torch_lstm(frames: int = 50, feats: int = 40, hidden: int = 128,
 MODELS = {
     "rf_classifier": rf_classifier,
     "gb_classifier": gb_classifier,
+    "rf_deep_classifier": rf_deep_classifier,
     "t5_encoder": t5_encoder,
     "lraspp_mobilenet_v3": lraspp_mobilenet_v3,
     "convnext_blocks": convnext_blocks,
