@@ -524,6 +524,45 @@ def test_unsupported_classifier_attributes_are_refused(op, attrs, message):
         import_onnx(model)
 
 
+def _tree5(true_ids, false_ids, true_leafs, false_leafs, splits, leaves, roots=(0,)):
+    """An ai.onnx.ml 5 TreeEnsemble over feature 0 (LEQ everywhere), one target."""
+    m = len(splits)
+    return node("TreeEnsemble", ["x"], domain="ai.onnx.ml", name="m",
+                nodes_featureids=[0] * m,
+                nodes_modes=numpy_helper.from_array(np.zeros(m, np.uint8)),
+                nodes_splits=numpy_helper.from_array(np.asarray(splits, np.float32)),
+                nodes_truenodeids=list(true_ids), nodes_trueleafs=list(true_leafs),
+                nodes_falsenodeids=list(false_ids), nodes_falseleafs=list(false_leafs),
+                leaf_targetids=[0] * leaves,
+                leaf_weights=numpy_helper.from_array(np.arange(leaves, dtype=np.float32)),
+                tree_roots=list(roots), n_targets=1)
+
+
+@pytest.mark.parametrize("tree, message", [
+    (_tree5([1, 0], [1, 0], [0, 0], [0, 1], [0.0, 1.0], 1), "the trees have a cycle"),
+    (_tree5([2], [0], [0], [1], [0.0], 1), "node id 2 is out of range"),
+    (_tree5([0], [3], [1], [1], [0.0], 2), "leaf id 3 is out of range"),
+    (_tree5([0], [1], [1], [1], [0.0], 2, roots=(1,)), "a tree root is out of range"),
+])
+def test_malformed_forests_are_refused(tree, message):
+    model = make_model([tree], {"x": np.zeros((2, 1), np.float32)},
+                       outputs=[("y", np.float32, (2, 1))], opset={"": 13, "ai.onnx.ml": 5})
+    with pytest.raises(XlacError, match=f"^TreeEnsemble node 'm': {message}"):
+        import_onnx(model)
+
+
+def test_a_tree_deeper_than_pythons_stack_walks_to_its_leaf():
+    # a chain: node k sends x0 <= k + 0.5 to leaf k, else on to node k + 1
+    depth = 1500
+    ks = list(range(depth))
+    tree = _tree5([k for k in ks], [k + 1 for k in ks[:-1]] + [depth], [1] * depth,
+                  [0] * (depth - 1) + [1], [k + 0.5 for k in ks], depth + 1)
+    x = np.array([[700.2], [-3.0], [1e9]], np.float32)
+    model = make_model([tree], {"x": x}, outputs=[("y", np.float32, (3, 1))],
+                       opset={"": 13, "ai.onnx.ml": 5})
+    np.testing.assert_array_equal(evaluate(import_onnx(model), [x])[0], [[700], [0], [depth]])
+
+
 def test_unknown_attribute_names_the_node():
     # ONNX's checker rejects attributes outside the schema...
     model = make_model([node("Relu", ["x"])], {"x": np.zeros(3, np.float32)})

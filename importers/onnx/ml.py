@@ -112,22 +112,22 @@ class Nodes:
     roots: list
 
     def depth(self, ctx, node) -> int:
-        """The most interior nodes on a root-to-leaf path; a cycle is an error."""
-        count, known = len(self.mode), {}
-
-        def below(i, seen):
+        """The most interior nodes on a root-to-leaf path; a cycle is an error. A walk
+        with a stack, not recursion, so that a tree may be deeper than Python's stack."""
+        count, deepest, most = len(self.mode), 0, {}
+        stack = [(r, 0) for r in self.roots]
+        while stack:
+            i, d = stack.pop()
             if not 0 <= i < count:
                 raise ctx.error(node, f"node id {i} is out of range")
+            if d > count:               # a path longer than the nodes repeats one
+                raise ctx.error(node, "the trees have a cycle")
             if self.mode[i] == _LEAF:
-                return 0
-            if i not in known:
-                if i in seen:
-                    raise ctx.error(node, "the trees have a cycle")
-                seen.add(i)
-                known[i] = 1 + max(below(self.true_id[i], seen), below(self.false_id[i], seen))
-                seen.discard(i)
-            return known[i]
-        return max((below(r, set()) for r in self.roots), default=0)
+                deepest = max(deepest, d)
+            elif most.get(i, -1) < d:   # a node reached again no deeper adds nothing
+                most[i] = d
+                stack += [(self.true_id[i], d + 1), (self.false_id[i], d + 1)]
+        return deepest
 
 
 def _gather(ctx, table, index):
