@@ -140,6 +140,8 @@ TUNING_CASES = [
                                            "3x3 16->16 @112"]),
     ("direct_min_pixels", "direct", "channels", ["3x3 3->16 @32", "3x3 32->32 @8",
                                                  "3x3 64->32 @7"]),
+    ("rows_min_stem_pixels", "rows", "channels", ["3x3/2 3->16 @224", "3x3/2 3->32 @224",
+                                                  "3x3/2 3->16 @64", "3x3/2 3->16 @32"]),
     ("winograd_min_channels", "winograd", "gemm", ["3x3 16->16 @32", "3x3 32->32 @16"]),
     ("winograd_min_pixels", "winograd", "channels", ["3x3 64->64 @8"]),
     ("winograd_max_pairs_per_pixel", "winograd", "gemm", ["3x3 64->64 @56",

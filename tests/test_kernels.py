@@ -295,6 +295,13 @@ CONV_CASES = [
      by_width("channels", "channels", "gemm")),
     # Stems of few output channels: vectors along output rows (RowConv), every column
     # stride it takes, padding, dilation, groups, tiles of channels past the last one.
+    # a 3x3 stem from rows_min_stem_pixels output pixels (33 x 33): RowConv where the
+    # target's row sets it (AVX2), ChannelConv elsewhere
+    ("stem_3x3_stride2_large_map", dict(xd=(1, 3, 66, 66), wd=(16, 3, 3, 3), stride=(2, 2),
+                                        pad=((1, 1), (1, 1)), constant=True),
+     by_width("channels", "rows", "channels")),
+    ("stem_3x3_stride2_below_large", dict(xd=(1, 3, 62, 62), wd=(16, 3, 3, 3), stride=(2, 2),
+                                          pad=((1, 1), (1, 1)), constant=True), "channels"),
     ("stem_rows_stride2", dict(xd=(1, 3, 37, 41), wd=(8, 3, 3, 3), stride=(2, 2),
                                pad=((1, 1), (1, 1))), "rows"),
     ("stem_rows_cin1_asym_pad", dict(xd=(2, 1, 13, 29), wd=(8, 1, 3, 5), stride=(1, 2),

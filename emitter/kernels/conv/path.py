@@ -9,6 +9,7 @@ The paths, in the order they are tried (the first that applies):
     depthwise       the other depthwise windows
     winograd        3x3 stride 1, one group, enough channels on a large enough map
     direct          3x3 stride 1 keeping the map's size, few output channels, 64+ pixels
+    rows            stems of windows up to 3x3 from rows_min_stem_pixels output pixels
     channels        constant weights, output channels a multiple of the lanes: stems,
                     windows on small maps, strided windows, 1x1 windows on small maps
     rows            the stems ChannelConv does not take, up to rows_max_cout channels
@@ -61,6 +62,10 @@ def conv_path(instr: Instruction, t: Tiling, tuning: ConvTuning,
         return "winograd"
     if direct_pays(instr, w, sizes, t, tuning):
         return "direct"
+    rows = row_conv_fits(w, sizes, width, t, tuning)
+    if (rows and tuning.rows_min_stem_pixels is not None and prod(w.size) <= 9
+            and pixels >= tuning.rows_min_stem_pixels):
+        return "rows"
     if (constant_weights and w.rank == 2 and t.lanes >= 4 and sizes.cout_g % t.lanes == 0
             and prod(w.size) <= DIRECT_MAX_POSITIONS
             and (sizes.cin_g <= tuning.channels_max_cin
@@ -72,9 +77,7 @@ def conv_path(instr: Instruction, t: Tiling, tuning: ConvTuning,
                  and (sizes.cout_g % _channel_panel(instr, sizes, t, tuning) == 0
                       or sizes.cin_g >= tuning.channels_min_pointwise_cin))):
         return "channels"
-    if (w.rank == 2 and t.lanes >= 4 and sizes.cin_g <= tuning.channels_max_cin
-            and sizes.cout_g <= tuning.rows_max_cout and w.stride[1] <= tuning.rows_max_stride
-            and 2 * width > t.lanes and prod(w.size) <= DIRECT_MAX_POSITIONS):
+    if rows:
         return "rows"
     if (w.rank == 2 and t.lanes >= tuning.subsample_min_lanes and all(k == 1 for k in w.size)
             and not any(w.pad_low) and not any(w.pad_high) and any(v > 1 for v in w.stride)
@@ -82,6 +85,15 @@ def conv_path(instr: Instruction, t: Tiling, tuning: ConvTuning,
             and subsample_pieces(width, t.lanes) <= tuning.subsample_max_pieces):
         return "gemm_subsample"
     return "gemm"
+
+
+def row_conv_fits(w: Window, sizes: ConvSizes, width: int, t: Tiling,
+                  tuning: ConvTuning) -> bool:
+    """A stem RowConv runs: 2-D, few input and output channels, a column stride it reads
+    in vectors, rows wider than half a vector."""
+    return (w.rank == 2 and t.lanes >= 4 and sizes.cin_g <= tuning.channels_max_cin
+            and sizes.cout_g <= tuning.rows_max_cout and w.stride[1] <= tuning.rows_max_stride
+            and 2 * width > t.lanes and prod(w.size) <= DIRECT_MAX_POSITIONS)
 
 
 def winograd_pays(w: Window, sizes: ConvSizes, t: Tiling, tuning: ConvTuning) -> bool:

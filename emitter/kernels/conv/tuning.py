@@ -2,7 +2,8 @@
 ``ConvTuning`` row per (vector bytes, registers), picked by ``conv_tuning``.
 
 The thresholds were measured on one Zen 5 core with AVX-512; the rows of 16 registers
-take them as they are, with tiles sized to their registers. benchmarks/conv_tuning.md
+take them as they are, with tiles sized to their registers, and the AVX2 row adds
+what a Zen 3 core measured (``rows_min_stem_pixels``). benchmarks/conv_tuning.md
 lists each field's measurements and the benchmarks/kernels.py cases that repeat them; a
 target that measures otherwise brings its own row.
 """
@@ -45,6 +46,9 @@ class ConvTuning:
     # this many per tile (each input vector feeds that many FMAs).
     rows_max_cout: int
     rows_mr: int
+    # ... and, from this many output pixels, the stems of windows up to 3x3 that
+    # ChannelConv would take (None: ChannelConv keeps them).
+    rows_min_stem_pixels: int | None
     # DepthwiseRows and RowConv read stride x lanes columns per vector and keep every
     # stride-th; wider strides keep Depthwise's gathers (and RowConv the GEMM).
     rows_max_stride: int
@@ -66,16 +70,20 @@ ZEN5_AVX512 = ConvTuning(
     channels_max_cin=4, channels_max_pixels=256, channels_max_strided_pointwise_pixels=64,
     channels_max_pointwise_pixels=196, channels_min_pointwise_cin=128, channels_vectors=2,
     channels_cols=14, pointwise_vectors=3, pointwise_accumulators=24,
-    rows_max_cout=32, rows_mr=8, rows_max_stride=4,
+    rows_max_cout=32, rows_mr=8, rows_min_stem_pixels=None, rows_max_stride=4,
     depthwise_rows_block=4, depthwise_rows_unroll=2,
     subsample_max_stride=4, subsample_max_pieces=4, subsample_min_lanes=8)
 
 # 4 rows by 2 vectors of accumulators and a 3x3 window's 9 weights need 32 registers.
 SIXTEEN_REGISTERS = replace(ZEN5_AVX512, depthwise_rows_block=1, depthwise_rows_unroll=4)
 
+# On Zen 3, RowConv ran 3x3 stems (3 -> 8 to 32 channels, stride 1 and 2) from 48 x 48
+# output pixels in 0.41 to 0.95 of ChannelConv's time (benchmarks/conv_tuning.md).
+ZEN3_AVX2 = replace(SIXTEEN_REGISTERS, rows_min_stem_pixels=1024)
+
 TUNING = {
     (64, 32): ZEN5_AVX512,          # AVX-512
-    (32, 16): SIXTEEN_REGISTERS,    # AVX2
+    (32, 16): ZEN3_AVX2,            # AVX2
     (16, 16): SIXTEEN_REGISTERS,    # SSE, NEON, RISC-V V, as TargetInfo counts them
     (4, 16): SIXTEEN_REGISTERS,     # no SIMD
 }
