@@ -141,7 +141,8 @@ def divide_one(instr):
 
 def power_small_integer(instr):
     # power(x, 1) => x ; power(x, 2) => x * x ; power(x, -1) => 1 / x (floats): one
-    # correctly rounded op where pow is a libm call per element (an RMS norm's square).
+    # correctly rounded op where pow costs a log and an exp per element (an RMS norm's
+    # square).
     # pow(x, 0.5) stays: sqrt differs at -0 and -inf.
     a, e = instr.operands
     v = splat_value(e)

@@ -265,8 +265,8 @@ UNCHANGED = {
   ROOT %r = f32[3,3] add(%a, %b)
 """,
 }
-SHAPES = {
-    "integer_power_minus_one": ("s32[2,3]", "s32[2,3]"),"convert_other_type": ("f32[2,3]", "f64[2,3]"), "reshape": ("f32[2,3]", "f32[3,2]"),
+SHAPES = {"integer_power_minus_one": ("s32[2,3]", "s32[2,3]"),
+          "convert_other_type": ("f32[2,3]", "f64[2,3]"), "reshape": ("f32[2,3]", "f32[3,2]"),
           "reshape_of_transpose": ("f32[2,3]", "f32[6]"),
           "transpose": ("f32[2,3]", "f32[3,2]"), "transpose_of_reverse": ("f32[2,3]", "f32[3,2]"),
           "slice_part": ("f32[2,3]", "f32[2,2]"), "concatenate_two": ("f32[2,3]", "f32[4,3]"),

@@ -6,8 +6,9 @@ The forests are fitted without a depth limit where scikit-learn has none, so tre
 differ in depth and leaves sit at every level: the walk must stop each tree at its leaf
 while the deeper ones go on. The random forests have an odd number of trees: their
 pure leaves vote 0 or 1, and an even split of the votes is a tie that onnxruntime itself
-breaks by its summation order (one thread or several). The arena check holds the lowering to the walk's size,
-trees x rows indices, where evaluating every node would need nodes x rows.
+breaks by its summation order (one thread or several). The arena check holds the
+lowering to the walk's size, trees x rows indices, where evaluating every node would
+need nodes x rows.
 """
 from __future__ import annotations
 

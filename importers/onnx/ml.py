@@ -263,11 +263,11 @@ def tree_ensemble(ctx, node):
     if any(not 0 <= r < m for r in roots):
         raise ctx.error(node, "a tree root is out of range")
     # interior nodes first, then leaf k as node m + k
+    to_self = list(range(m, m + leaves))
     nodes = Nodes(feature_ids + [0] * leaves, list(splits) + [0.0] * leaves,
                   modes + [_LEAF] * leaves, tracks + [0] * leaves,
-                  [i + m * bool(t) for i, t in zip(true_ids, true_leaf)] + list(range(m, m + leaves)),
-                  [i + m * bool(t) for i, t in zip(false_ids, false_leaf)]
-                  + list(range(m, m + leaves)),
+                  [i + m * bool(t) for i, t in zip(true_ids, true_leaf)] + to_self,
+                  [i + m * bool(t) for i, t in zip(false_ids, false_leaf)] + to_self,
                   [-1] * m + list(range(leaves)), roots)
     table = np.zeros((leaves, n_targets))                        # leaf -> its target
     has = np.zeros((leaves, n_targets), bool)
@@ -350,7 +350,7 @@ def _old_forest(ctx, node, x, prefix, n_out):
     """Lower the nodes_* and <prefix>_* attributes of the deprecated ops: the nodes,
     named by (tree id, node id), become the TreeEnsemble lowering's node arrays; each
     leaf may weigh several targets.
-    Returns (the leaf rows reached (n, trees), table (leaves, n_out), has (leaves,
+    Returns (the leaf rows reached (trees, n), table (leaves, n_out), has (leaves,
     n_out), trees)."""
     tree_ids = list(ctx.attr(node, "nodes_treeids"))
     node_ids = list(ctx.attr(node, "nodes_nodeids"))

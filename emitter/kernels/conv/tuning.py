@@ -77,7 +77,7 @@ ZEN5_AVX512 = ConvTuning(
 # 4 rows by 2 vectors of accumulators and a 3x3 window's 9 weights need 32 registers.
 SIXTEEN_REGISTERS = replace(ZEN5_AVX512, depthwise_rows_block=1, depthwise_rows_unroll=4)
 
-# On Zen 3, RowConv ran 3x3 stems (3 -> 8 to 32 channels, stride 1 and 2) from 48 x 48
+# On Zen 3, RowConv ran 3x3 stems (3 -> 8 to 32 channels, stride 1 and 2) from 32 x 32
 # output pixels in 0.41 to 0.95 of ChannelConv's time (benchmarks/conv_tuning.md).
 ZEN3_AVX2 = replace(SIXTEEN_REGISTERS, rows_min_stem_pixels=1024)
 
