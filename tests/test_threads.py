@@ -90,7 +90,8 @@ def winograd(batch: int = 1):
 
 def stem_rows():
     """ChannelConv split by output rows: a stem of one panel (32 channels) with its
-    padding, and a strided window on a small map (one panel) with a residual."""
+    padding (31 x 32 output pixels, below the AVX2 row's rows_min_stem_pixels), and a
+    strided window on a small map (one panel) with a residual."""
     n = helper.make_node
     return _model([
         n("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
@@ -99,7 +100,7 @@ def stem_rows():
         n("Tanh", ["c2"], ["t"]),
         n("Conv", ["t", "w3"], ["c3"], strides=[2, 2]),
         n("Add", ["c3", "r3"], ["y"]),
-    ], [("x", [1, 3, 64, 63])], [("y", [1, 32, 15, 15])], [
+    ], [("x", [1, 3, 62, 63])], [("y", [1, 32, 15, 15])], [
         _weights("w1", (32, 3, 3, 3)), _weights("b1", (32,)), _weights("w2", (64, 32, 1, 1)),
         _weights("w3", (32, 64, 3, 3)), _weights("r3", (32, 15, 15))])
 
