@@ -464,6 +464,23 @@ def test_stem_kernels_other_vector_widths(kernel, case, vector_bytes):
            F32)
 
 
+STEM_THRESHOLD_CASES = [c for c in CONV_CASES if c[0].startswith("stem_3x3_stride2_")]
+
+
+@pytest.mark.parametrize("vector_bytes", [16, 32])
+@pytest.mark.parametrize("case", STEM_THRESHOLD_CASES, ids=[c[0] for c in STEM_THRESHOLD_CASES])
+def test_stem_threshold_kernels_at_explicit_widths(case, vector_bytes):
+    """The stems on either side of the AVX2 row's rows_min_stem_pixels, run as SSE and
+    AVX2 whatever this machine is: ChannelConv, or RowConv above it at AVX2."""
+    _, kw, path = case
+    instr = make_conv(**kw)
+    x, w = _operands(instr)
+    kernel = {"channels": "ChannelConv", "rows": "RowConv"}[expected(path, vector_bytes)]
+    assert type(plan_kernel(instr, HostTarget(vector_bytes)).spec).__name__ == kernel
+    _check(CompiledKernel(instr, HostTarget(vector_bytes))(x, w), conv_reference(instr, x, w),
+           F32)
+
+
 @pytest.mark.parametrize("width,most,cols", [(16, 14, 8), (32, 14, 8), (7, 14, 7),
                                              (28, 14, 14), (24, 14, 12), (17, 14, 9),
                                              (3, 6, 3)])
