@@ -504,6 +504,22 @@ def test_pointwise_tile_reads_a_small_maps_weights_once(side, vectors):
         assert tile[1] * tile[2] >= 9
 
 
+@pytest.mark.parametrize("vector_bytes,registers", [(32, 16), (64, 32)])
+@pytest.mark.parametrize("height,rows", [(1, 1), (2, 2), (28, None)])
+def test_channel_conv_tiles_are_no_taller_than_the_map(vector_bytes, registers, height,
+                                                      rows):
+    """A squeeze-excitation's 1x1 convolution on its pooled 1x1 map takes one-row tiles:
+    taller ones would only add compile-time variants that never run."""
+    instr = make_conv((1, 96, height, 1), (576, 96, 1, 1), constant=True)
+    window = ConvWindow.of(instr.attrs["window"], (height, 1))
+    tile = channel_tile(window, ConvSizes.of(instr), tiling_for(HostTarget(vector_bytes)),
+                        conv_tuning(vector_bytes, registers))
+    if rows is None:
+        assert tile[1] > 2
+    else:
+        assert tile[1] == rows
+
+
 @pytest.mark.parametrize("channels,kernel", [(48, "ChannelConv"), (8, "RowConv")])
 def test_stem_kernels_need_simd(channels, kernel):
     """A scalar target (Cortex-M: one lane) keeps the GEMM: no transposes, no vectors of

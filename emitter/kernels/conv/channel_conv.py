@@ -347,7 +347,9 @@ def channel_tile(window: ConvWindow, sizes: ConvSizes, t: Tiling,
         accumulators = registers - vectors - 2
         cols = channel_cols(sizes.out_sp[1],
                             min(tuning.channels_cols, t.lanes, accumulators // vectors))
-    return vectors, max(1, accumulators // (vectors * cols)), cols
+    # No more rows than the map has: taller tiles would only add compile-time variants
+    # (a squeeze-excitation's 1x1 map needs one row, not three).
+    return vectors, max(1, min(sizes.out_sp[0], accumulators // (vectors * cols))), cols
 
 
 def channel_cols(width: int, most: int) -> int:
