@@ -95,6 +95,9 @@ class _DepthwiseRow:
             self.valid[j] = valid
         self.row_start = [b.mul(b.add(oy, i64(r)), self.geo.out_sp[1]) for r in range(block)]
         self.out_row = [offset_ptr(b, self.dst, F32, start) for start in self.row_start]
+        # The left and right borders stay separate loops (as the border rows do): where a
+        # model's sizes reach the kernel as constants, their masks fold; one loop over
+        # both would build them at run time, and on narrow maps borders are most vectors.
         with for_range(b, v_lo, "vb") as v:
             self._vectors(v, 1, masked=True)
         with for_range(b, v_unrolled, "vu", start=v_lo, step=self.k.unroll) as v:
