@@ -26,7 +26,7 @@ from xlac.emitter.kernels.conv.channel_conv import channel_cols, channel_tile
 from xlac.emitter.kernels.conv.depthwise import Depthwise
 from xlac.emitter.kernels.conv.depthwise_rows import DepthwiseRows
 from xlac.emitter.kernels.conv.geometry import ConvSizes, ConvWindow
-from xlac.emitter.kernels.conv.implicit_gemm import subsample_pieces
+from xlac.emitter.kernels.conv.implicit_gemm import UNROLLED_POSITIONS, subsample_pieces
 from xlac.emitter.kernels.conv.path import conv_path
 from xlac.emitter.kernels.conv.tuning import conv_tuning
 from xlac.emitter.kernels.gemm import tiling_for
@@ -462,6 +462,35 @@ def test_stem_kernels_other_vector_widths(kernel, case, vector_bytes):
     assert type(plan_kernel(instr, HostTarget(vector_bytes)).spec).__name__ == kernel
     _check(CompiledKernel(instr, HostTarget(vector_bytes))(x, w), conv_reference(instr, x, w),
            F32)
+
+
+LONG_WINDOW_CASES = {
+    # a spectrogram's STFT as a 1-D convolution: one channel, 256 taps, hop 64 (gathers)
+    "stft_1d": dict(xd=(1, 1, 704), wd=(18, 1, 256), stride=(64,)),
+    # stride 1, "same" padding: contiguous reads, masked where the taps leave the input
+    "same_1d": dict(xd=(2, 2, 150), wd=(8, 2, 100), pad=((49, 50),)),
+    # 9x9 = 81 positions in two dims, padded, strided (gathers checked in both dims)
+    "9x9_stride2": dict(xd=(1, 3, 21, 19), wd=(10, 3, 9, 9), stride=(2, 2),
+                        pad=((4, 4), (4, 3))),
+    "9x9_same": dict(xd=(1, 2, 13, 12), wd=(8, 2, 9, 9), pad=((4, 4), (4, 4))),
+}
+
+
+@pytest.mark.parametrize("vector_bytes", [4, 16, 32, 64])
+@pytest.mark.parametrize("name", sorted(LONG_WINDOW_CASES))
+def test_conv_gemm_loops_over_a_long_window(name, vector_bytes):
+    """Windows of more than UNROLLED_POSITIONS positions pack their im2col rows in a
+    run-time loop over the positions (unrolled, the pack is one block of thousands of
+    gathers that LLVM takes seconds to compile)."""
+    instr = make_conv(**LONG_WINDOW_CASES[name], constant=True)
+    positions = np.prod(instr.attrs["window"].size)
+    assert positions > UNROLLED_POSITIONS
+    x, w = _operands(instr)
+    assert type(plan_kernel(instr, HostTarget(vector_bytes)).spec).__name__ == "ConvGemm"
+    kernel = CompiledKernel(instr, HostTarget(vector_bytes))
+    # The reads are emitted once per vector of pixels, not once per position as well.
+    assert kernel.llvm_ir.count("call <") < positions
+    _check(kernel(x, w), conv_reference(instr, x, w), F32)
 
 
 STEM_THRESHOLD_CASES = [c for c in CONV_CASES if c[0].startswith("stem_3x3_stride2_")]

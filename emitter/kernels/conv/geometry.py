@@ -246,14 +246,20 @@ class PixelLanes:
                 off = b.add(off, b.mul(p, splat_i32(b, s, lanes)))
             self.offsets = off
 
-    def load(self, b: ir.IRBuilder, chan: ir.Value, kpos: tuple[int, ...]) -> ir.Value:
-        """in[pixel * stride + kpos * dil - pad] for each lane, 0 outside the image."""
+    def load(self, b: ir.IRBuilder, chan: ir.Value, kpos: tuple) -> ir.Value:
+        """in[pixel * stride + kpos * dil - pad] for each lane, 0 outside the image.
+        ``kpos``: the window position, ints, or i64 values (a run-time window loop:
+        every dim some position of which may leave the image is checked)."""
         w, lanes = self.w, self.lanes
+        known = all(isinstance(k, int) for k in kpos)
+        # k * dil per dim: a constant, or a run-time value.
+        kd = [k * d if known else b.mul(k, i64(d)) for k, d in zip(kpos, w.dil)]
         mask = self.valid
         for i, k in enumerate(kpos):
-            if not w.may_leave(i, k):
+            if not (w.may_leave(i, k) if known
+                    else any(w.may_leave(i, j) for j in range(w.size[i]))):
                 continue
-            inside = b.icmp_unsigned("<", b.add(self.pos[i], _ivec(k * w.dil[i], lanes)),
+            inside = b.icmp_unsigned("<", b.add(self.pos[i], splat_i32(b, kd[i], lanes)),
                                      self.in_sp[i])
             mask = inside if mask is None else b.and_(mask, inside)
         vty = vec_type(F32, lanes)
@@ -261,15 +267,19 @@ class PixelLanes:
         if self.offsets is None:
             # Contiguous: lane j reads element n0 + j + sum((k_i*dil_i - pad_i) * stride_i).
             start = self.n0
-            for k, d, p, s in zip(kpos, w.dil, w.pad_low, strides):
-                if k * d - p:
-                    start = b.add(start, b.mul(i64(k * d - p), s))
+            for k, p, s in zip(kd, w.pad_low, strides):
+                if not known:
+                    start = b.add(start, b.mul(b.sub(k, i64(p)), s))
+                elif k - p:
+                    start = b.add(start, b.mul(i64(k - p), s))
             ptr = offset_ptr(b, chan, F32, start)
             return load_vec(b, ptr, vty) if mask is None else masked_load(b, ptr, vty, mask)
         shift = _ivec(0, lanes)
-        for k, d, s in zip(kpos, w.dil, strides):
-            if k * d:
-                shift = b.add(shift, b.mul(_ivec(k * d, lanes), splat_i32(b, s, lanes)))
+        for k, s in zip(kd, strides):
+            if not known:
+                shift = b.add(shift, splat_i32(b, b.mul(k, s), lanes))
+            elif k:
+                shift = b.add(shift, b.mul(_ivec(k, lanes), splat_i32(b, s, lanes)))
         all_lanes = lane_mask(lanes, lanes)
         return masked_gather(b, chan, F32, b.add(self.offsets, shift),
                              all_lanes if mask is None else mask)

@@ -23,13 +23,18 @@ from ..sizes import first_lanes, imin, splat_i32
 from ..vec import F32, const_vec, masked_load, offset_ptr, splat, store_vec, vec_type
 from .geometry import ConvKernel, ConvWindow, Geometry, LaneCoords, PixelLanes
 
+# Windows of up to this many positions are unrolled in the im2col pack (a 7x7 window's
+# 49 among them); longer ones loop over their positions at run time.
+UNROLLED_POSITIONS = 64
+
 
 @dataclass(frozen=True)
 class Im2colPacker:
     """Packs a sliver of the implicit im2col matrix of one image and group.
 
     Row ``c * R + r`` is input channel c under window position r, column n is output
-    pixel n. K blocks hold whole channels so the window loop is unrolled at compile time.
+    pixel n. K blocks hold whole channels, so the window loop is unrolled at compile time
+    (up to ``UNROLLED_POSITIONS`` positions, a run-time loop beyond).
     """
     w: ConvWindow
     geo: Geometry
@@ -68,10 +73,24 @@ class Im2colPacker:
         with for_range(b, b.udiv(kc, i64(w.window)), "pc") as c:
             chan = offset_ptr(b, self.base, F32, b.mul(b.add(c0, c), self.geo.in_pixels))
             row0 = b.mul(c, i64(w.window * t.nr))
-            for r, kpos in enumerate(w.positions):
+
+            def position(r, kpos):      # r: an int, or an i64 value
+                at = b.add(row0, i64(r * t.nr) if isinstance(r, int) else b.mul(r, i64(t.nr)))
                 for v, lanes in enumerate(rows):
-                    dst_idx = b.add(row0, i64(r * t.nr + v * t.lanes))
+                    dst_idx = b.add(at, i64(v * t.lanes))
                     store_vec(b, lanes.load(b, chan, kpos), offset_ptr(b, dst, F32, dst_idx))
+            if w.window <= UNROLLED_POSITIONS:
+                for r, kpos in enumerate(w.positions):
+                    position(r, kpos)
+            else:
+                # A long window (a 1-D spectrogram's 256 or 400 taps) is a run-time loop:
+                # unrolled, one block of thousands of gathers takes LLVM seconds to compile.
+                with for_range(b, i64(w.window), "kp") as r:
+                    kpos, rest = [], r
+                    for size in reversed(w.size):
+                        kpos.append(b.urem(rest, i64(size)))
+                        rest = b.udiv(rest, i64(size))
+                    position(r, tuple(reversed(kpos)))
 
 
 @dataclass(frozen=True)
