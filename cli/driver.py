@@ -19,12 +19,14 @@ import numpy as np
 
 from .archive import static_library
 from .backends import make_backend
+from .bounds import batch_bound, check_separable
 from .emitter import EmitOptions, build_steps, format_steps
 from .emitter.names import c_identifier_for_model
 from .hlo import Module, XlacError, XlacWarning
 from .hlo.text import print_module
 from .importers.hlo import import_hlo, is_hlo_text
 from .importers.onnx import import_onnx
+from .importers.onnx.prepare import read_model
 from .optimizer import RowStreaming, alternatives, optimize, plan_memory
 from .optimizer.exact_scheduling import DEFAULT_BUDGET
 from .outputs import write_files
@@ -61,13 +63,16 @@ def parse_input_shape(text: str) -> tuple[str, tuple[int, ...] | list[tuple[int,
     the name may itself hold '='."""
     name, eq, dims = text.rpartition("=")
     shape = r"\d+(x\d+)*"
-    if not eq or not name or not re.fullmatch(rf"{shape}|\[({shape}(,{shape})*)?\]", dims):
+    # A tensor's first dimension may be a name that --bound gives a limit: N x 3 x 224.
+    lead = r"([A-Za-z_][A-Za-z0-9_]*x)?\d+(x\d+)*|[A-Za-z_][A-Za-z0-9_]*"
+    if not eq or not name or not re.fullmatch(rf"{lead}|\[({shape}(,{shape})*)?\]", dims):
         raise XlacError(f"bad --input-shape '{text}': expected NAME=DIMxDIMx..., "
-                        "e.g. input=1x3x224x224, or for a sequence input one shape per "
-                        "element in brackets, e.g. 'seq=[2x3,4x3]'")
+                        "e.g. input=1x3x224x224 (or N=Nx3x224x224 with --bound N=8), or "
+                        "for a sequence input one shape per element in brackets, e.g. "
+                        "'seq=[2x3,4x3]'")
     if dims.startswith("["):
         return name, [tuple(int(d) for d in e.split("x")) for e in dims[1:-1].split(",") if e]
-    return name, tuple(int(d) for d in dims.split("x"))
+    return name, tuple(int(d) if d.isdigit() else d for d in dims.split("x"))
 
 
 def input_shapes_from(specs: list[str]) -> dict:
@@ -139,7 +144,7 @@ def compile(model, output, *, name: str | None = None, target: str | None = None
             input_shapes: dict | None = None, absent_inputs=None,
             opt_level: int = 2, report: bool = False, dump_passes=None,
             const_inputs: dict | None = None, strict: bool = False, parallel: bool = False,
-            memory_budget: int | None = None,
+            memory_budget: int | None = None, bounds: dict | None = None,
             progress: Progress | None = None) -> CompileResult:
     """Compile ``model`` (an ONNX path, bytes or ModelProto, or the path or bytes of
     XLA's HLO text as JAX prints it) into ``output`` and the header beside it
@@ -163,7 +168,9 @@ def compile(model, output, *, name: str | None = None, target: str | None = None
     which stays as it is. ``memory_budget`` (bytes) asks for the fastest plan whose arena
     fits: if the plain one does not, chains of convolutions are streamed a few rows at a
     time (optimizer/row_streaming.py), fewer rows per band until one fits; an
-    ``XlacError`` names the smallest arena reachable when none does.
+    ``XlacError`` names the smallest arena reachable when none does. ``bounds`` maps the
+    name of every input's leading (batch) dimension to its largest size, ``{"N": 8}``:
+    the object then takes the batch at run time (bounds.py).
     """
     if memory_budget is not None and (isinstance(memory_budget, bool)
                                       or not isinstance(memory_budget, int)
@@ -174,6 +181,8 @@ def compile(model, output, *, name: str | None = None, target: str | None = None
                             f"got {memory_budget!r}")
     _check_mapping("input_shapes", input_shapes, '{"x": (1, 64)}')
     _check_mapping("const_inputs", const_inputs, '{"k": np.array([1, 2])}')
+    _check_mapping("bounds", bounds, '{"N": 8}')
+    _check_symbols(input_shapes or {}, bounds or {})
     with warnings.catch_warnings():
         if strict:
             warnings.simplefilter("error", XlacWarning)
@@ -184,7 +193,7 @@ def compile(model, output, *, name: str | None = None, target: str | None = None
                             absent_inputs=absent_inputs,
                             opt_level=opt_level, want_report=report, dump_passes=dump_passes,
                             parallel=parallel, memory_budget=memory_budget,
-                            progress=progress or Progress())
+                            bounds=bounds or {}, progress=progress or Progress())
         except XlacWarning as w:
             raise XlacError(f"{w} (an error with strict=True)",
                             cli=f"{w} (an error with --strict)") from None
@@ -208,6 +217,32 @@ def _import(model, *, name, input_shapes, const_inputs, absent_inputs,
     return import_hlo(model, name=name)
 
 
+def _check_symbols(input_shapes: dict, bounds: dict) -> None:
+    """Every dimension named in ``input_shapes`` has its bound."""
+    for name, dims in input_shapes.items():
+        for d in dims if isinstance(dims, tuple) else ():
+            if isinstance(d, str) and d not in bounds:
+                raise XlacError(f"input_shapes names the dimension {d} of '{name}': give its "
+                                f"largest size in bounds, e.g. bounds={{'{d}': 8}}",
+                                cli=f"--input-shape names the dimension {d} of '{name}': "
+                                    f"give its largest size, e.g. --bound {d}=8")
+
+
+def _import_bounded(model, bounds: dict, *, name, input_shapes, const_inputs, absent_inputs,
+                    onnx_order_bound) -> tuple[Module, tuple[str, int]]:
+    """The one-sample module of a batch-separable model, and its (symbol, limit)."""
+    if is_hlo_text(model):
+        raise XlacError("bounds apply to ONNX models, not HLO text",
+                        cli="--bound applies to ONNX models, not HLO text")
+    proto, _ = read_model(model)
+    batch = batch_bound(proto, bounds, input_shapes, const_inputs, absent_inputs)
+    given = dict(name=name, const_inputs=const_inputs, absent_inputs=absent_inputs)
+    one = import_onnx(proto, input_shapes=batch.input_shapes(1),
+                      onnx_order_bound=onnx_order_bound, **given)
+    check_separable(one, import_onnx(proto, input_shapes=batch.input_shapes(2), **given))
+    return one, (batch.symbol, batch.limit)
+
+
 def _check_mapping(what: str, value, example: str) -> None:
     if value is not None and not isinstance(value, Mapping):
         raise XlacError(f"{what} must be a dict from input names, e.g. {what}={example}; "
@@ -216,7 +251,7 @@ def _check_mapping(what: str, value, example: str) -> None:
 
 def _compile(model, output, *, name, target, cpu, features, emit_kind, input_shapes,
              const_inputs, absent_inputs, opt_level, want_report, dump_passes, parallel: bool,
-             memory_budget: int | None, progress: Progress) -> CompileResult:
+             memory_budget: int | None, bounds: dict, progress: Progress) -> CompileResult:
     output = Path(os.fspath(output))
     header = output.with_suffix(".h")
     if header == output:
@@ -233,9 +268,16 @@ def _compile(model, output, *, name, target, cpu, features, emit_kind, input_sha
 
     with progress:
         with progress.stage("import"):
-            module = _import(model, name=name, input_shapes=input_shapes,
-                             const_inputs=const_inputs, absent_inputs=absent_inputs,
-                             onnx_order_bound=want_report)
+            bound = None
+            if bounds:
+                module, bound = _import_bounded(
+                    model, bounds, name=name, input_shapes=input_shapes,
+                    const_inputs=const_inputs, absent_inputs=absent_inputs,
+                    onnx_order_bound=want_report)
+            else:
+                module = _import(model, name=name, input_shapes=input_shapes,
+                                 const_inputs=const_inputs, absent_inputs=absent_inputs,
+                                 onnx_order_bound=want_report)
             onnx_bound = module.source_order_bound
             if dump is not None:
                 dump("imported", module)
@@ -246,6 +288,9 @@ def _compile(model, output, *, name, target, cpu, features, emit_kind, input_sha
             unoptimized = ([m.clone() for m in candidates] if memory_budget is not None
                            else None)
         backend = make_backend(target, cpu, features, opt_level)
+        if bound is not None and backend.name == "cuda":
+            raise XlacError("bounds are not supported for the CUDA target yet",
+                            cli="--bound is not supported for the CUDA target yet")
         exact_budget = DEFAULT_BUDGET if opt_level >= 2 else 0
         with progress.stage("optimize"):
             for m, prefix in zip(candidates, ("", "step-projection/")):
@@ -264,7 +309,8 @@ def _compile(model, output, *, name, target, cpu, features, emit_kind, input_sha
         with progress.stage("emit"):
             kinds = {"obj": ("obj",), "lib": ("obj",), "asm": ("asm",), "llvm": ("llvm",),
                      "hlo": (), "steps": ()}[emit_kind]
-            artifact = backend.emit(module, assignment, EmitOptions(name, parallel=parallel),
+            artifact = backend.emit(module, assignment,
+                                    EmitOptions(name, parallel=parallel, bound=bound),
                                     kinds=kinds)
             body = {
                 "obj": lambda: artifact.object_code,

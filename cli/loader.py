@@ -33,7 +33,7 @@ import sys
 import tempfile
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -96,6 +96,8 @@ class HeaderFacts:
     # NAME_THREAD_SCRATCH_BASE and _SIZE where the object has NAME_run_parallel
     thread_scratch: tuple[int, int] | None = None
     cuda: bool = False                 # built for CUDA (the header has NAME_CUDA_KERNELS)
+    # (symbol, limit) of a bounded batch (NAME_BOUND_<symbol>): NAME_run_sized_v
+    bound: tuple[str, int] | None = None
 
 
 def read_header(path: Path) -> HeaderFacts:
@@ -121,8 +123,10 @@ def read_header(path: Path) -> HeaderFacts:
                for what in ("BASE", "SIZE")]
     thread_scratch = None if None in scratch else tuple(int(x.group(1)) for x in scratch)
     cuda = re.search(rf"^#define {name}_CUDA_KERNELS ", text, re.MULTILINE) is not None
+    bound = re.search(rf"^#define {name}_BOUND_(\w+) (\d+)u", text, re.MULTILINE)
     return HeaderFacts(name, triple.group(1) if triple else None, feature_list,
-                       thread_scratch, cuda)
+                       thread_scratch, cuda,
+                       (bound.group(1), int(bound.group(2))) if bound else None)
 
 
 def _arch(triple: str) -> str:
@@ -239,25 +243,29 @@ class Model:
     threads (``pool``), owned by the Model."""
 
     def __init__(self, library_path: Path, name: str, threads: int | None = None,
-                 thread_scratch: tuple[int, int] | None = None):
+                 thread_scratch: tuple[int, int] | None = None,
+                 bound: tuple[str, int] | None = None):
         self.name = name
         self.library_path = library_path
         self.threads = threads
+        self.bound = bound       # (symbol, limit): inputs take 1 to limit samples
         self._ffi = ffi = cffi.FFI()
         ffi.cdef(DECLARATIONS)      # xlac_runtime.h's, as they are
+        # A bounded object's sized entries take the batch first (NAME_run_sized_v).
+        sized, sizes = ("_sized", "const size_t *sizes, ") if bound else ("", "")
         # Declared without const: cffi's ABI mode reads a "const" global as a constant,
         # which it supports only for integers. Python only reads it.
-        ffi.cdef(f"int {name}_run_v(const void *const *inputs, void *const *outputs, "
-                 f"void *arena);\nextern xlac_model_info {name}_info;")
+        ffi.cdef(f"int {name}_run{sized}_v({sizes}const void *const *inputs, "
+                 f"void *const *outputs, void *arena);\nextern xlac_model_info {name}_info;")
         if threads is not None:
-            ffi.cdef(f"int {name}_run_parallel_v(const void *const *inputs, "
+            ffi.cdef(f"int {name}_run_parallel{sized}_v({sizes}const void *const *inputs, "
                      "void *const *outputs, void *arena, const xlac_threadpool *pool);")
         try:
             self._lib = ffi.dlopen(str(library_path))
-            self._run_v = getattr(self._lib, f"{name}_run_v")
+            self._run_v = getattr(self._lib, f"{name}_run{sized}_v")
             self.info = _model_info(ffi, getattr(self._lib, f"{name}_info"))
             if threads is not None:
-                parallel_v = getattr(self._lib, f"{name}_run_parallel_v")
+                parallel_v = getattr(self._lib, f"{name}_run_parallel{sized}_v")
         except (OSError, AttributeError) as e:
             raise XlacError(f"cannot load model {name} from '{library_path}': {e}") from None
         self._arena_size = self.info.arena_size
@@ -271,7 +279,7 @@ class Model:
             if threads > 1:
                 self._arena_size = base + (threads - 1) * slot
             pool = self.pool
-            self._run_v = lambda i, o, a: parallel_v(i, o, a, pool)
+            self._run_v = lambda *args: parallel_v(*args, pool)
         self._arenas = threading.local()
 
     @property
@@ -320,7 +328,7 @@ class Model:
         argument for an optional compiled empty) with this thread's arena; returns new
         output arrays (a list of them for a sequence, None for an empty optional)."""
         arrays = self._check_inputs(self._flat_inputs(inputs))
-        outputs = [np.empty(t.shape, dtype=t.dtype) for t in self.outputs]
+        outputs = [np.empty(t.shape, dtype=t.dtype) for t in self._output_shapes(arrays)]
         self._call(arrays, outputs, self._thread_arena())
         return [None if v.kind == "absent" else
                 outputs[v.first:v.first + v.count] if v.kind == "sequence" else
@@ -354,7 +362,7 @@ class Model:
         if len(outputs) != len(self.outputs):
             raise XlacError(f"{self.name} has {len(self.outputs)} output(s), "
                             f"got {len(outputs)} output array(s)")
-        for t, o in zip(self.outputs, outputs):
+        for t, o in zip(self._output_shapes(arrays), outputs):
             if not isinstance(o, np.ndarray) or o.dtype != t.dtype or o.shape != t.shape:
                 got = f"{o.dtype}{list(o.shape)}" if isinstance(o, np.ndarray) else type(o).__name__
                 raise XlacError(f"output '{t.name}' must be a {t.dtype}{list(t.shape)} array, "
@@ -376,10 +384,11 @@ class Model:
         out_ptrs = ffi.new("void *[]", [ffi.cast("void *", o.ctypes.data) for o in outputs]
                            or 1)
         arena_ptr = ffi.cast("void *", arena.ctypes.data)
+        args = (*self._sizes(arrays), in_ptrs, out_ptrs, arena_ptr)
         run_v = self._run_v
 
         def call() -> None:
-            status = run_v(in_ptrs, out_ptrs, arena_ptr)
+            status = run_v(*args)
             if status != 0:
                 raise XlacError(f"{self.name}_run_v failed with status {status}")
         call.buffers = (arrays, outputs, arena)   # keep them alive while ``call`` is
@@ -396,10 +405,36 @@ class Model:
             a = x if isinstance(x, np.ndarray) else np.asarray(x, dtype=t.dtype)
             if a.dtype != t.dtype:
                 raise XlacError(f"input '{t.name}' must have dtype {t.dtype}, got {a.dtype}")
-            if a.shape != t.shape:
+            if self.bound is None and a.shape != t.shape:
                 raise XlacError(f"input '{t.name}' must have shape {t.shape}, got {a.shape}")
+            if self.bound is not None and (a.shape[1:] != t.shape[1:] or a.ndim != len(t.shape)
+                                           or not 1 <= a.shape[0] <= self.bound[1]):
+                symbol, limit = self.bound
+                raise XlacError(f"input '{t.name}' must have shape ({symbol}, "
+                                f"{', '.join(map(str, t.shape[1:]))}) with 1 <= {symbol} <= "
+                                f"{limit}, got {a.shape}")
             arrays.append(np.ascontiguousarray(a))
+        if self.bound is not None and len({a.shape[0] for a in arrays}) > 1:
+            raise XlacError(f"the inputs of {self.name} must hold one batch size, got "
+                            f"{', '.join(str(a.shape[0]) for a in arrays)}")
         return arrays
+
+    def _batch(self, arrays) -> int | None:
+        """The inputs' batch size (a bounded object's), else None."""
+        return arrays[0].shape[0] if self.bound is not None and arrays else None
+
+    def _output_shapes(self, arrays) -> list[TensorInfo]:
+        """The outputs for these inputs: a bounded object's at their batch."""
+        n = self._batch(arrays)
+        if n is None:
+            return list(self.outputs)
+        return [replace(t, shape=(n, *t.shape[1:]),
+                        size_bytes=t.size_bytes // self.bound[1] * n) for t in self.outputs]
+
+    def _sizes(self, arrays) -> tuple:
+        """NAME_run_sized_v's leading argument, where the object has it."""
+        n = self._batch(arrays)
+        return () if n is None else (self._ffi.new("size_t[1]", [n]),)
 
     def _check_arena(self, arena) -> None:
         if not isinstance(arena, np.ndarray) or not arena.flags.c_contiguous:
@@ -419,7 +454,8 @@ class Model:
         # cffi cannot make a zero-length array; the callee never reads an empty list.
         in_ptrs = ffi.new("void *[]", [ffi.cast("void *", a.ctypes.data) for a in inputs] or 1)
         out_ptrs = ffi.new("void *[]", [ffi.cast("void *", o.ctypes.data) for o in outputs] or 1)
-        status = self._run_v(in_ptrs, out_ptrs, ffi.cast("void *", arena.ctypes.data))
+        status = self._run_v(*self._sizes(inputs), in_ptrs, out_ptrs,
+                             ffi.cast("void *", arena.ctypes.data))
         if status != 0:
             reason = ffi.string(self._lib.xlac_status_string(status)).decode()
             raise XlacError(f"{self.name}_run_v failed with status {status}: {reason}")
@@ -448,7 +484,7 @@ def load(path, threads: int | None = None, device: int = 0) -> Model:
         if threads is not None:
             raise XlacError(f"'{object_path}' is compiled for CUDA: it takes no threads=")
         return CudaModel(library, facts.name, device)
-    return Model(library, facts.name, threads, facts.thread_scratch)
+    return Model(library, facts.name, threads, facts.thread_scratch, facts.bound)
 
 
 class CudaModel(Model):

@@ -5,7 +5,7 @@
          [--const-input NAME=FILE.npy ...] [--absent-input NAME ...] [--report]
          [--report-json FILE]
          [--report-memory[=FILE.svg]] [--dump-passes DIR] [-O0|-O1|-O2|-O3] [--strict]
-         [--memory-budget BYTES]
+         [--memory-budget BYTES] [--bound SYMBOL=LIMIT]
     xlac --runtime-dir
     xlac --cmake-dir
     xlac --version
@@ -33,6 +33,7 @@ import onnx
 
 from . import __version__, runtime_c
 from .commands import COMMANDS
+from .bounds import bounds_from
 from .driver import EMIT_KINDS, compile, const_inputs_from, input_shapes_from
 from .hlo import XlacError, XlacWarning
 from .memory_report import arena_svg, format_memory
@@ -80,6 +81,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMxDIM...",
                    help="pin the shape of an input with dynamic dimensions; a sequence "
                    "input's element shapes in brackets, NAME=[2x3,4x3] (repeatable)")
+    p.add_argument("--bound", action="append", default=[], metavar="SYMBOL=LIMIT",
+                   help="compile for every batch of 1 to LIMIT: SYMBOL is every input's "
+                   "leading dimension (the model's name for it, or one written in "
+                   "--input-shape, e.g. x=Nx3x224x224 --bound N=8); NAME_run takes the "
+                   "batch at run time")
     p.add_argument("--const-input", action="append", default=[], metavar="NAME=FILE.npy",
                    help="compile input NAME as a constant with the value in FILE.npy, for "
                    "inputs that give shapes, axes or counts (repeatable)")
@@ -156,7 +162,7 @@ def _run(argv) -> int:
                      const_inputs=const_inputs_from(args.const_input),
                      absent_inputs=args.absent_input, opt_level=args.opt_level,
                      report=want_report, strict=args.strict, parallel=args.parallel,
-                     memory_budget=args.memory_budget,
+                     memory_budget=args.memory_budget, bounds=bounds_from(args.bound),
                      dump_passes=args.dump_passes, progress=Progress(sys.stderr))
     if args.report_json is not None:
         _write_json(args.report_json, result.report)

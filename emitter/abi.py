@@ -64,6 +64,7 @@ _STATUS = ENUMS["xlac_status"]
 XLAC_OK = _STATUS["XLAC_OK"]
 XLAC_ERROR_NULL_ARGUMENT = _STATUS["XLAC_ERROR_NULL_ARGUMENT"]
 XLAC_ERROR_ARENA_ALIGNMENT = _STATUS["XLAC_ERROR_ARENA_ALIGNMENT"]
+XLAC_ERROR_SIZE_OUT_OF_BOUNDS = _STATUS["XLAC_ERROR_SIZE_OUT_OF_BOUNDS"]
 # Every DType travels: XLAC_F32 is dtypes.F32's number (a DType missing there fails here).
 XLAC_DTYPE = {d: ENUMS["xlac_dtype"][f"XLAC_{d.name.upper()}"] for d in dtypes.ALL}
 # ValueSpec.kind -> its number: XLAC_VALUE_SEQUENCE is "sequence".

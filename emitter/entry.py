@@ -4,6 +4,10 @@
     i32  NAME_run_v(ptr inputs, ptr outputs, ptr arena)
     i32  NAME_run(ptr in0, ..., ptr out0, ..., ptr arena)
 
+A bounded object (--bound: a leading batch dimension) computes one sample in
+NAME_compute and adds NAME_run_sized_v(ptr sizes, ...), which runs it once per sample;
+its NAME_run takes the size first, and NAME_run_v runs at the bound.
+
 NAME_compute renders the step list (steps.py) in order: a Loop calls its loop function
 (loops.py), a Kernel its kernel (emitter/kernels/: a function shared by the kernels of
 one spec; a quantized kernel or a sort / topk / scatter routine compiled for its
@@ -21,8 +25,8 @@ from llvmlite import ir
 
 from ..hlo.structure import structural_key
 from ..optimizer.buffer_assignment import BufferAssignment, BufferSlice
-from .abi import (XLAC_ERROR_ARENA_ALIGNMENT, XLAC_ERROR_NULL_ARGUMENT, XLAC_OK, field_index,
-                  threadpool_type)
+from .abi import (XLAC_ERROR_ARENA_ALIGNMENT, XLAC_ERROR_NULL_ARGUMENT,
+                  XLAC_ERROR_SIZE_OUT_OF_BOUNDS, XLAC_OK, field_index, threadpool_type)
 from .constants import CONSTANT_ALIGN, ConstantPool
 from .elemental import ElementalEmitter
 from .interface import ModelInterface
@@ -371,13 +375,23 @@ def _emit_run_v(llvm_module: ir.Module, interface: ModelInterface, compute: ir.F
     as status codes rather than faults. With ``parallel`` (NAME_compute_parallel) it is
     NAME_run_parallel_v, taking the pool last, and ``compute`` is NAME_run_v: a NULL
     pool or one of fewer than two threads calls it (so NAME_compute keeps its one
-    caller, and LLVM compiles the one-thread path as without the parallel entry)."""
-    suffix = "_parallel_v" if parallel is not None else "_v"
-    fnty = ir.FunctionType(I32, [PTR, PTR, PTR] + ([PTR] if parallel is not None else []))
-    fn = ir.Function(llvm_module, fnty, f"{interface.name}_run{suffix}")
+    caller, and LLVM compiles the one-thread path as without the parallel entry).
+
+    With a bound it is NAME_run(_parallel)_sized_v, taking the sizes first (one size_t
+    per bound): a size of 0 or over the bound is XLAC_ERROR_SIZE_OUT_OF_BOUNDS, and the
+    compute function runs once per sample (_emit_sample_loop)."""
+    bound = interface.bound
+    size_t = ir.IntType(pointer_bits)
+    suffix = ("_parallel" if parallel is not None else "") + ("_sized" if bound else "")
+    fnty = ir.FunctionType(I32, [PTR] * (bound is not None) + [PTR, PTR, PTR]
+                           + [PTR] * (parallel is not None))
+    fn = ir.Function(llvm_module, fnty, f"{interface.name}_run{suffix}_v")
     fn.attributes.add("nounwind")
-    inputs, outputs, arena = fn.args[:3]
+    args = list(fn.args)
+    sizes = args.pop(0) if bound is not None else None
+    inputs, outputs, arena = args[:3]
     inputs.name, outputs.name, arena.name = "inputs", "outputs", "arena"
+    leading = [sizes] if sizes is not None else []
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     fail_null = fn.append_basic_block("null_argument")
     null = ir.Constant(PTR, None)
@@ -388,24 +402,32 @@ def _emit_run_v(llvm_module: ir.Module, interface: ModelInterface, compute: ir.F
         b.position_at_end(ok)
 
     if parallel is not None:
-        pool = fn.args[3]
+        pool = args[3]
         pool.name = "pool"
         single = fn.append_basic_block("single")
         one = ir.IRBuilder(single)
-        one.ret(one.call(compute, [inputs, outputs, arena]))
+        one.ret(one.call(compute, leading + [inputs, outputs, arena]))
         require(b.icmp_unsigned("!=", pool, null), single, "pool.ok")
-        size_t = ir.IntType(pointer_bits)
         at = field_index("xlac_threadpool", "threads")
         threads = b.load(b.gep(pool, [ir.Constant(I32, 0), ir.Constant(I32, at)],
                                source_etype=threadpool_type(size_t),
                                inbounds=True), typ=size_t)
         require(b.icmp_unsigned(">", threads, ir.Constant(size_t, 1)), single, "threaded")
-    for array, count, what in ((inputs, len(interface.inputs), "inputs"),
-                               (outputs, len(interface.outputs), "outputs")):
-        if count == 0:
+    if sizes is not None:
+        sizes.name = "sizes"
+        require(b.icmp_unsigned("!=", sizes, null), fail_null, "sizes.ok")
+        count = b.load(sizes, typ=size_t)
+        # 0 wraps to the largest size_t: one unsigned compare rejects 0 and sizes over.
+        fail_size = fn.append_basic_block("size_out_of_bounds")
+        require(b.icmp_unsigned("<", b.sub(count, ir.Constant(size_t, 1)),
+                                ir.Constant(size_t, bound.limit)), fail_size, "size.ok")
+        ir.IRBuilder(fail_size).ret(ir.Constant(I32, XLAC_ERROR_SIZE_OUT_OF_BOUNDS))
+    for array, count_, what in ((inputs, len(interface.inputs), "inputs"),
+                                (outputs, len(interface.outputs), "outputs")):
+        if count_ == 0:
             continue
         require(b.icmp_unsigned("!=", array, null), fail_null, f"{what}.array_ok")
-        for k in range(count):
+        for k in range(count_):
             p = b.load(b.gep(array, [i64(k)], source_etype=PTR, inbounds=True), typ=PTR)
             require(b.icmp_unsigned("!=", p, null), fail_null, f"{what}.{k}.ok")
     if arena_size > 0:
@@ -414,40 +436,106 @@ def _emit_run_v(llvm_module: ir.Module, interface: ModelInterface, compute: ir.F
         fail_align = fn.append_basic_block("misaligned_arena")
         require(b.icmp_unsigned("==", misaligned, i64(0)), fail_align, "arena.aligned")
         ir.IRBuilder(fail_align).ret(ir.Constant(I32, XLAC_ERROR_ARENA_ALIGNMENT))
-    if parallel is None:
-        b.call(compute, [inputs, outputs, arena])
+    target = compute if parallel is None else parallel
+    rest = [inputs, outputs, arena] + ([args[3]] if parallel is not None else [])
+    if sizes is None:
+        b.call(target, rest)
     else:
-        b.call(parallel, [inputs, outputs, arena, fn.args[3]])
+        b.call(_emit_sample_loop(llvm_module, interface, target, size_t), [count] + rest)
     b.ret(ir.Constant(I32, XLAC_OK))
     ir.IRBuilder(fail_null).ret(ir.Constant(I32, XLAC_ERROR_NULL_ARGUMENT))
     return fn
 
 
+def _emit_sample_loop(llvm_module: ir.Module, interface: ModelInterface,
+                      compute: ir.Function, size_t: ir.IntType) -> ir.Function:
+    """COMPUTE_samples(n, inputs, outputs, arena, ...): ``compute``, which computes one
+    sample, once per sample; sample i of a port is its i-th block of one sample's bytes
+    (the batch is every port's leading dimension). The arena is reused: samples run one
+    after another."""
+    extra = [a.type for a in compute.args[3:]]
+    fn = ir.Function(llvm_module, ir.FunctionType(VOID, [size_t, PTR, PTR, PTR] + extra),
+                     f"{compute.name}_samples")
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    n, inputs, outputs, arena = fn.args[:4]
+    limit = interface.bound.limit
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    loop, done = fn.append_basic_block("sample"), fn.append_basic_block("done")
+    arrays = []
+    for array, ports in ((inputs, interface.inputs), (outputs, interface.outputs)):
+        bases = [b.load(b.gep(array, [i64(k)], source_etype=PTR, inbounds=True), typ=PTR)
+                 for k in range(len(ports))]
+        one = b.alloca(ir.ArrayType(PTR, max(len(ports), 1)))
+        arrays.append((one, bases, [p.size_bytes // limit for p in ports]))
+    count = n if size_t.width == 64 else b.zext(n, I64)
+    b.branch(loop)
+    b.position_at_end(loop)
+    i = b.phi(I64, "i")
+    i.add_incoming(i64(0), fn.blocks[0])
+    for one, bases, strides in arrays:
+        for k, (base, stride) in enumerate(zip(bases, strides)):
+            b.store(gep_bytes(b, base, b.mul(i, i64(stride))),
+                    b.gep(one, [i64(0), i64(k)], inbounds=True))
+    b.call(compute, [arrays[0][0], arrays[1][0], arena, *fn.args[4:]])
+    following = b.add(i, i64(1))
+    i.add_incoming(following, loop)
+    b.cbranch(b.icmp_unsigned("<", following, count), loop, done)
+    ir.IRBuilder(done).ret_void()
+    return fn
+
+
+def _emit_run_at_bound(llvm_module: ir.Module, interface: ModelInterface,
+                       sized_v: ir.Function, size_t: ir.IntType) -> ir.Function:
+    """NAME_run(_parallel)_v of a bounded object: its sized entry at the bound, for
+    drivers that size every buffer from NAME_info."""
+    name = sized_v.name.replace("_sized_v", "_v")
+    fn = ir.Function(llvm_module, ir.FunctionType(I32, [a.type for a in sized_v.args[1:]]),
+                     name)
+    fn.attributes.add("nounwind")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    sizes = b.alloca(size_t)
+    b.store(ir.Constant(size_t, interface.bound.limit), sizes)
+    b.ret(b.call(sized_v, [sizes, *fn.args]))
+    return fn
+
+
 def _emit_run(llvm_module: ir.Module, interface: ModelInterface, run_v: ir.Function,
-              parallel: bool = False) -> ir.Function:
+              parallel: bool = False, pointer_bits: int = 64) -> ir.Function:
     """The typed entry: gathers its pointer arguments into arrays on the stack.
-    ``parallel``: NAME_run_parallel, which takes the pool after the arena."""
+    ``parallel``: NAME_run_parallel, which takes the pool after the arena. A bounded
+    object's takes the bound's size first and calls the sized ``run_v``."""
     n_in, n_out = len(interface.inputs), len(interface.outputs)
     extra = ["arena", "pool"] if parallel else ["arena"]
-    fnty = ir.FunctionType(I32, [PTR] * (n_in + n_out + len(extra)))
+    size_t = ir.IntType(pointer_bits)
+    lead = [size_t] if interface.bound is not None else []
+    fnty = ir.FunctionType(I32, lead + [PTR] * (n_in + n_out + len(extra)))
     fn = ir.Function(llvm_module, fnty, f"{interface.name}_run" + ("_parallel" if parallel
                                                                    else ""))
     fn.attributes.add("nounwind")
-    for arg, port in zip(fn.args, interface.inputs + interface.outputs):
-        arg.name = port.c_name
-    for arg, label in zip(fn.args[n_in + n_out:], extra):
-        arg.name = label
+    args = list(fn.args)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
+    leading = []
+    if lead:
+        count = args.pop(0)
+        count.name = interface.bound.c_name
+        sizes = b.alloca(size_t)
+        b.store(count, sizes)
+        leading = [sizes]
+    for arg, port in zip(args, interface.inputs + interface.outputs):
+        arg.name = port.c_name
+    for arg, label in zip(args[n_in + n_out:], extra):
+        arg.name = label
     arrays = []
-    for args in (fn.args[:n_in], fn.args[n_in:n_in + n_out]):
-        if not args:
+    for group in (args[:n_in], args[n_in:n_in + n_out]):
+        if not group:
             arrays.append(ir.Constant(PTR, None))
             continue
-        array = b.alloca(ir.ArrayType(PTR, len(args)))
-        for k, a in enumerate(args):
+        array = b.alloca(ir.ArrayType(PTR, len(group)))
+        for k, a in enumerate(group):
             b.store(a, b.gep(array, [i64(0), i64(k)], inbounds=True))
         arrays.append(array)
-    b.ret(b.call(run_v, [*arrays, *fn.args[n_in + n_out:]]))
+    b.ret(b.call(run_v, [*leading, *arrays, *args[n_in + n_out:]]))
     return fn
 
 
@@ -460,17 +548,22 @@ def emit_entry(llvm_module: ir.Module, steps, assignment: BufferAssignment,
     returns the C library functions the code calls (see ElementalEmitter.libcalls), with
     ``parallel`` where the extra threads' scratch lies, and the compute functions'
     emitters (their ``sites`` and ``tasks``, for profile.py)."""
+    bits = target.pointer_bits
     compute = _ComputeEmitter(llvm_module, assignment, interface, target, constants)
     compute.emit(steps)
     run_v = _emit_run_v(llvm_module, interface, compute.fn, assignment.arena_size,
-                        assignment.alignment)
-    _emit_run(llvm_module, interface, run_v)
+                        assignment.alignment, pointer_bits=bits)
+    _emit_run(llvm_module, interface, run_v, pointer_bits=bits)
+    if interface.bound is not None:
+        _emit_run_at_bound(llvm_module, interface, run_v, ir.IntType(bits))
     if not parallel:
         return compute.libcalls, None, [compute]
     scratch = thread_scratch(steps, assignment, target)
     threaded = _ComputeEmitter(llvm_module, assignment, interface, target, constants, scratch)
     threaded.emit(steps)
     run_pv = _emit_run_v(llvm_module, interface, run_v, assignment.arena_size,
-                         assignment.alignment, threaded.fn, target.pointer_bits)
-    _emit_run(llvm_module, interface, run_pv, parallel=True)
+                         assignment.alignment, threaded.fn, bits)
+    _emit_run(llvm_module, interface, run_pv, parallel=True, pointer_bits=bits)
+    if interface.bound is not None:
+        _emit_run_at_bound(llvm_module, interface, run_pv, ir.IntType(bits))
     return compute.libcalls | threaded.libcalls, scratch, [compute, threaded]

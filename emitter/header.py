@@ -94,8 +94,9 @@ def _float_abi_lines(target: TargetInfo) -> list[str]:
     return []
 
 
-def _parallel_lines(name: str, params: list[str], scratch) -> list[str]:
-    """The arena rule and the prototypes of NAME_run_parallel(_v)."""
+def _parallel_lines(name: str, params: list[str], scratch, sized: bool = False) -> list[str]:
+    """The arena rule and the prototypes of NAME_run_parallel(_v) (and, for a bounded
+    object, _sized_v)."""
     words = [p + "," for p in params] + ["const xlac_threadpool *pool);"]
     return [
         "",
@@ -112,6 +113,9 @@ def _parallel_lines(name: str, params: list[str], scratch) -> list[str]:
         f"int {name}_run_parallel_v(const void *const *inputs, void *const *outputs, "
         "void *arena,",
         "    const xlac_threadpool *pool);",
+        *([f"int {name}_run_parallel_sized_v(const size_t *sizes, const void *const *inputs,",
+           "    void *const *outputs, void *arena, const xlac_threadpool *pool);"]
+          if sized else []),
     ]
 
 
@@ -192,21 +196,52 @@ def render_header(interface: ModelInterface, target: TargetInfo, arena_size: int
     for kind, ports in (("input", interface.inputs), ("output", interface.outputs)):
         for k, port in enumerate(ports):
             out += _port_lines(name, kind, k, port)
-    params = [f"const {c_type(p.dtype)} *{p.c_name}" for p in interface.inputs]
+    bound = interface.bound
+    params = [f"size_t {bound.c_name}"] if bound is not None else []
+    params += [f"const {c_type(p.dtype)} *{p.c_name}" for p in interface.inputs]
     params += [f"{c_type(p.dtype)} *{p.c_name}" for p in interface.outputs]
     params.append("void *arena")
     words = [p + "," for p in params[:-1]] + [params[-1] + ");"]
     proto = _wrap(words, "    ", first=f"int {name}_run(")
     out += [
         "",
-        "/* Typed entry: inputs then outputs in graph order, then the arena.",
-        "   Returns 0 (XLAC_OK) on success, else an xlac_status. */",
+        *(_bound_lines(name, bound) if bound is not None else
+          ["/* Typed entry: inputs then outputs in graph order, then the arena.",
+           "   Returns 0 (XLAC_OK) on success, else an xlac_status. */"]),
         *proto,
         "",
-        "/* Generic entry for drivers that do not know the model. */",
+        "/* Generic entry for drivers that do not know the model"
+        + (": every buffer holds" if bound is not None else ". */"),
+        *([f"   {name}_BOUND_{bound.c_name} samples, as {name}_info gives them. */"]
+          if bound is not None else []),
         f"int {name}_run_v(const void *const *inputs, void *const *outputs, void *arena);",
-        *(_parallel_lines(name, params, thread_scratch)
+        *([f"/* The same with the sizes first ({name}_NUM_BOUNDS of them, in the order of "
+           "the bounds). */",
+           f"int {name}_run_sized_v(const size_t *sizes, const void *const *inputs,",
+           "    void *const *outputs, void *arena);"] if bound is not None else []),
+        *(_parallel_lines(name, params, thread_scratch, bound is not None)
           if thread_scratch is not None else []),
         *closing_lines(name, guard),
     ]
     return "\n".join(out)
+
+
+def _bound_lines(name: str, bound) -> list[str]:
+    """The bound's macros and what NAME_run does with its size."""
+    n = bound.c_name
+    return [
+        f"/* Bounded batch: the leading dimension of every input and output is the batch, "
+        f"{n}",
+        f"   samples of 1 to {name}_BOUND_{n}. The sizes above are at the bound; a call "
+        f"reads and",
+        f"   writes the first {n} samples of each buffer, and its time grows with {n}. "
+        "The code",
+        f"   computes one sample after another, so {name}_ARENA_SIZE is one sample's. */",
+        f"#define {name}_NUM_BOUNDS 1",
+        f"#define {name}_BOUND_{n} {bound.limit}u",
+        "",
+        f"/* Typed entry: {n}, then inputs then outputs in graph order, then the arena.",
+        "   Returns 0 (XLAC_OK) on success, XLAC_ERROR_SIZE_OUT_OF_BOUNDS where "
+        f"{n} is 0 or",
+        f"   over {name}_BOUND_{n}, else another xlac_status. */",
+    ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from ..hlo import DType, Module, Signature, TensorSpec, ValueSpec
+from ..hlo import DType, Module, Signature, TensorSpec, ValueSpec, XlacError
 from .names import unique_c_identifiers
 
 
@@ -32,12 +32,22 @@ class Port:
 
 
 @dataclass(frozen=True)
+class Bound:
+    """A leading batch dimension of every input and output: NAME_run takes its size,
+    1 to ``limit``, and runs the one-sample code once per sample (entry.py)."""
+    symbol: str          # the dimension's name (--bound SYMBOL=LIMIT)
+    c_name: str          # its C identifier: NAME_run's size parameter, NAME_BOUND_<c_name>
+    limit: int
+
+
+@dataclass(frozen=True)
 class ModelInterface:
     name: str
     inputs: tuple[Port, ...]
     outputs: tuple[Port, ...]
     input_values: tuple[ValueSpec, ...]
     output_values: tuple[ValueSpec, ...]
+    bound: Bound | None = None    # the ports' dims are then those at the bound
 
     def ports_of(self, value: ValueSpec, which: str) -> tuple[Port, ...]:
         """The ports of one of ``input_values`` / ``output_values`` ("inputs" / "outputs")."""
@@ -47,9 +57,12 @@ class ModelInterface:
         return ports[first:first + value.count]
 
 
-def model_interface(module: Module, name: str) -> ModelInterface:
+def model_interface(module: Module, name: str,
+                    bound: tuple[str, int] | None = None) -> ModelInterface:
     """Inputs and outputs from ``module.signature``, or, for modules built without one,
-    from the entry parameters and outputs (named after their instructions)."""
+    from the entry parameters and outputs (named after their instructions). With
+    ``bound`` (symbol, limit) ``module`` computes one sample: every port's dim 0 is 1,
+    and the interface's ports hold ``limit`` samples."""
     sig = module.signature
     if sig is None:
         sig = Signature([TensorSpec(p.name, p.shape.dtype, p.shape.dims)
@@ -61,9 +74,19 @@ def model_interface(module: Module, name: str) -> ModelInterface:
     # A sequence's element k is NAME_k in C (its port name, "NAME[k]", is no identifier).
     bases = [f"{v.name}_{k}" if v.kind == "sequence" else v.name
              for w in ("inputs", "outputs") for v in values[w] for k in range(v.count)]
-    # Inputs and outputs share one parameter list, so their C names are unique together.
-    c_names = unique_c_identifiers(bases)
+    # Inputs, outputs and a bound's size share one parameter list, so their C names are
+    # unique together.
+    c_names = unique_c_identifiers(bases + ([bound[0]] if bound is not None else []))
     ports = [Port(t.name, c, t.dtype, tuple(t.dims)) for t, c in zip(inputs + outputs, c_names)]
+    batch = None
+    if bound is not None:
+        symbol, limit = bound
+        for p in ports:
+            if not p.dims or p.dims[0] != 1:
+                raise XlacError(f"bounded batch: '{p.name}' has no leading dimension of one "
+                                "sample")
+        ports = [Port(p.name, p.c_name, p.dtype, (limit,) + p.dims[1:]) for p in ports]
+        batch = Bound(symbol, c_names[-1], limit)
     return ModelInterface(name, tuple(ports[:len(inputs)]), tuple(ports[len(inputs):]),
-                          values["inputs"], values["outputs"])
+                          values["inputs"], values["outputs"], batch)
 

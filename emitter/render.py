@@ -42,6 +42,9 @@ class EmitOptions:
     # Count cycles per step of NAME_compute (and NAME_compute_parallel) (profile.py);
     # Artifact.profile_sites (profile_parallel_sites) names each slot's instruction.
     profile: bool = False
+    # (symbol, limit): every port's leading dimension is a batch of 1 to limit samples;
+    # the module computes one (entry.py runs it per sample).
+    bound: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ def render(backend, module: Module, assignment: BufferAssignment, options: EmitO
     if unknown:
         raise XlacError(f"unknown output kind(s) {sorted(unknown)}; choose from {list(KINDS)}")
     target, tm = backend.target, backend.machine
-    interface = model_interface(module, options.name)
+    interface = model_interface(module, options.name, options.bound)
     check_fits(module, assignment, interface, target)
     section = weights_section(options.name, target)
     # .incbin only where nothing textual is asked for: the text would name a temp file.

@@ -15,6 +15,7 @@ const char *xlac_status_string(int status) {
     case XLAC_ERROR_CUDA_OUT_OF_MEMORY: return "out of CUDA device memory";
     case XLAC_ERROR_CUDA_DRIVER: return "a CUDA driver call failed";
     case XLAC_ERROR_CUDA_NOT_INITIALIZED: return "the CUDA context is not initialized";
+    case XLAC_ERROR_SIZE_OUT_OF_BOUNDS: return "a size is 0 or over its bound";
     default: return "unknown xlac status";
   }
 }

@@ -60,7 +60,8 @@ typedef enum xlac_status {
   XLAC_ERROR_CUDA_DEVICE_TOO_OLD = 6,  /* the device's compute capability is below the object's */
   XLAC_ERROR_CUDA_OUT_OF_MEMORY = 7,   /* device memory could not be allocated */
   XLAC_ERROR_CUDA_DRIVER = 8,     /* another driver error: xlac_cuda_driver_error(ctx) */
-  XLAC_ERROR_CUDA_NOT_INITIALIZED = 9  /* the context was not initialized, or failed to */
+  XLAC_ERROR_CUDA_NOT_INITIALIZED = 9, /* the context was not initialized, or failed to */
+  XLAC_ERROR_SIZE_OUT_OF_BOUNDS = 10   /* a run-time size is 0 or over its NAME_BOUND_ */
 } xlac_status;
 
 /* One input or output of a model. */
