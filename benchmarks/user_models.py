@@ -78,17 +78,19 @@ def rf_deep_classifier() -> onnx.ModelProto:
 
 # -- torch.onnx.export --------------------------------------------------------------------
 
-def _export(module, example: tuple) -> onnx.ModelProto:
+def _export(module, example: tuple, dynamic_batch: bool = False) -> onnx.ModelProto:
     """``module`` in eval mode through torch's TorchScript exporter (as
-    tests/test_torch_models.py exports), one input per example tensor."""
+    tests/test_torch_models.py exports), one input per example tensor; with
+    ``dynamic_batch`` every input's and the output's first dimension is ``batch``."""
     import torch
     module.eval()
     names = [f"input{i}" for i in range(len(example))]
+    axes = ({n: {0: "batch"} for n in names + ["output"]} if dynamic_batch else None)
     buffer = io.BytesIO()
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(module, example, buffer, dynamo=False, opset_version=OPSET,
-                          input_names=names, output_names=["output"])
+                          input_names=names, output_names=["output"], dynamic_axes=axes)
     return onnx.load_from_string(buffer.getvalue())
 
 
@@ -105,7 +107,7 @@ def _randomize_batch_norms(module, gen) -> None:
 
 
 def t5_encoder(layers: int = 2, seq: int = 64, hidden: int = 256, heads: int = 4,
-               ffn: int = 1024) -> onnx.ModelProto:
+               ffn: int = 1024, dynamic_batch: bool = False) -> onnx.ModelProto:
     import torch
     nn = torch.nn
 
@@ -176,7 +178,7 @@ def t5_encoder(layers: int = 2, seq: int = 64, hidden: int = 256, heads: int = 4
 
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
-    return _export(Encoder(), (torch.randn(1, seq, hidden, generator=gen),))
+    return _export(Encoder(), (torch.randn(1, seq, hidden, generator=gen),), dynamic_batch)
 
 
 def _make_divisible(v: float, divisor: int = 8) -> int:

@@ -333,7 +333,7 @@ def _compile(model, output, *, name, target, cpu, features, emit_kind, input_sha
                              onnx_order_bound=onnx_bound, const_inputs=sorted(const_inputs),
                              times=progress.times, files=[str(p) for p in paths],
                              footprint=artifact.footprint, stack_bytes=artifact.stack_bytes,
-                             streaming=streaming)
+                             streaming=streaming, bound=bound)
     return CompileResult(paths, name, assignment.arena_size, built)
 
 

@@ -69,9 +69,10 @@ def weight_bytes(module: Module) -> int:
     return sum(distinct.values())
 
 
-def signature_section(module: Module, name: str) -> dict:
-    """The model's inputs and outputs with the arguments of NAME_run that hold them."""
-    interface = model_interface(module, name)
+def signature_section(module: Module, name: str, bound: tuple[str, int] | None = None) -> dict:
+    """The model's inputs and outputs with the arguments of NAME_run that hold them (at
+    the bound, for a bounded batch)."""
+    interface = model_interface(module, name, bound)
 
     def values(which: str) -> list[dict]:
         return [{"name": v.name, "kind": v.kind, "optional": v.optional,
@@ -86,7 +87,8 @@ def build_report(*, name: str, target, imported_ops: dict[str, int], module: Mod
                  assignment: BufferAssignment, onnx_order_bound: int | None,
                  times: dict[str, float], files: list[str],
                  const_inputs: list[str] = (), footprint: dict | None = None,
-                 stack_bytes: int | None = None, streaming: dict | None = None) -> dict:
+                 stack_bytes: int | None = None, streaming: dict | None = None,
+                 bound: tuple[str, int] | None = None) -> dict:
     st = assignment.stats
     memory = memory_section(assignment)
     memory["streaming"] = streaming
@@ -102,7 +104,8 @@ def build_report(*, name: str, target, imported_ops: dict[str, int], module: Mod
         "files": files,
         "imported_ops": imported_ops,
         "const_inputs": list(const_inputs),
-        "signature": signature_section(module, name),
+        "signature": signature_section(module, name, bound),
+        "bound": None if bound is None else {"symbol": bound[0], "limit": bound[1]},
         "ops": op_counts(module),
         "fusions": fusion_summary(module),
         "weight_bytes": weight_bytes(module),
@@ -189,6 +192,9 @@ def format_report(report: dict) -> str:
            "in the signature)"] if report["const_inputs"] else []),
         f"  inputs              {_signature_text(report['signature']['inputs'])}",
         f"  outputs             {_signature_text(report['signature']['outputs'])}",
+        *([f"  bounded batch       {report['bound']['symbol']} from 1 to "
+           f"{report['bound']['limit']}: the code computes one sample at a time, so the "
+           "arena is one sample's"] if report.get("bound") else []),
         f"  optimized ops       {sum(report['ops'].values())}: {_counts_text(report['ops'])}",
         f"  fusions             {len(fusions)}, holding {fused_ops} ops",
         f"  weight bytes        {_bytes_text(report['weight_bytes'])}",

@@ -211,8 +211,8 @@ def render_header(interface: ModelInterface, target: TargetInfo, arena_size: int
         *proto,
         "",
         "/* Generic entry for drivers that do not know the model"
-        + (": every buffer holds" if bound is not None else ". */"),
-        *([f"   {name}_BOUND_{bound.c_name} samples, as {name}_info gives them. */"]
+        + ("; it runs" if bound is not None else ". */"),
+        *([f"   {name}_BOUND_{bound.c_name} samples, the shapes {name}_info gives. */"]
           if bound is not None else []),
         f"int {name}_run_v(const void *const *inputs, void *const *outputs, void *arena);",
         *([f"/* The same with the sizes first ({name}_NUM_BOUNDS of them, in the order of "

@@ -102,7 +102,8 @@ def reference(model, feeds):
 def cnn_object(tmp_path_factory):
     folder = tmp_path_factory.mktemp("bounded")
     model = cnn()
-    result = xlac.compile(model, folder / "cnn.o", bounds={"N": 4}, parallel=True)
+    result = xlac.compile(model, folder / "cnn.o", bounds={"N": 4}, parallel=True,
+                          report=True)
     exact = xlac.compile(model, folder / "one.o", input_shapes={"x": (1, 3, 12, 12)})
     return model, result, exact
 
@@ -129,6 +130,13 @@ def test_a_bounded_cnn_runs_on_threads(cnn_object):
 def test_the_arena_is_one_sample_s(cnn_object):
     _, result, exact = cnn_object
     assert result.arena_size == exact.arena_size
+
+
+def test_the_report_gives_the_bound_and_the_signature_at_the_bound(cnn_object):
+    _, result, _ = cnn_object
+    assert result.report["bound"] == {"symbol": "N", "limit": 4}
+    (x,) = result.report["signature"]["inputs"][0]["arguments"]
+    assert x["dims"] == [4, 3, 12, 12]
 
 
 def test_the_loader_refuses_batches_out_of_bounds(cnn_object):
