@@ -31,6 +31,7 @@ def _batched(build):
     """``build``'s model with its input's and output's first dimension named ``batch``."""
     def make() -> onnx.ModelProto:
         model = build()
+        del model.graph.value_info[:]        # shapes inferred at batch 1
         for v in list(model.graph.input) + list(model.graph.output):
             v.type.tensor_type.shape.dim[0].dim_param = "batch"
         return model

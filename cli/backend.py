@@ -23,8 +23,9 @@ cached by model hash and pinned values: a model prepared twice, or run twice on 
 same pinned values, compiles once.
 
 Keyword options of ``prepare`` are those of ``xlac.compile`` that do not name files
-(``opt_level``, ``input_shapes``, ``const_inputs``, ``absent_inputs``, ``target``,
-``cpu``); ``device="CUDA"`` compiles for ``target="cuda"`` unless a target is given;
+(``opt_level``, ``input_shapes``, ``const_inputs``, ``absent_inputs``, ``bounds``,
+``target``, ``cpu``): with ``bounds={"N": 8}`` a model is compiled once and ``run`` takes
+every batch of 1 to 8; ``device="CUDA"`` compiles for ``target="cuda"`` unless a target is given;
 ``rtol`` and ``atol``, which the onnx runner passes to every backend, are
 accepted and not used.
 """
@@ -47,7 +48,8 @@ from .hlo import XlacError
 from .importers.onnx import ConstantInputNeeded, InputShapeNeeded, read_model
 from .loader import Model, load
 
-_OPTIONS = ("opt_level", "input_shapes", "const_inputs", "absent_inputs", "target", "cpu")
+_OPTIONS = ("opt_level", "input_shapes", "const_inputs", "absent_inputs", "bounds", "target",
+            "cpu")
 _IGNORED = ("rtol", "atol")        # the onnx runner's tolerances, for its own comparison
 
 _lock = threading.Lock()
@@ -87,6 +89,8 @@ def _options_key(options: dict) -> tuple:
             v = tuple((n, repr(d)) for n, d in sorted(v.items()))
         elif k == "absent_inputs":
             v = tuple(sorted(v))
+        elif k == "bounds":
+            v = tuple(sorted(v.items()))
         key.append((k, v))
     return tuple(key)
 

@@ -269,6 +269,18 @@ def test_the_command_line_compiles_a_bound_and_refuses_a_bad_one(tmp_path):
     assert not (tmp_path / "bad.o").exists()
 
 
+def test_the_onnx_backend_compiles_a_bounded_model_once():
+    import xlac.backend
+    model = cnn()
+    rep = xlac.backend.prepare(model, bounds={"N": 3})
+    before = len(xlac.backend._objects)
+    for n in (3, 1, 2):
+        x = RNG.standard_normal((n, 3, 12, 12)).astype(np.float32)
+        for got, want in zip(rep.run([x]), reference(model, {"x": x})):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert len(xlac.backend._objects) == before
+
+
 def test_a_cross_target_object_has_the_sized_entry(tmp_path):
     result = xlac.compile(cnn(), tmp_path / "cnn.o", bounds={"N": 4},
                           target="thumbv7em-none-eabihf", cpu="cortex-m4")

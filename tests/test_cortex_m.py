@@ -50,6 +50,9 @@ INT8 = tuple(f"{m}_int8" for m in MLPERF_TINY)
 # Streamed int8 builds on the Cortex-M4F (--memory-budget): half the arena TensorFlow
 # Lite Micro's planner needs for the same int8 models (24,224 and 58,376 bytes).
 STREAMED = {"ds_cnn_int8": 24_224 // 2, "resnet8_int8": 58_376 // 2}
+# A bounded-batch build on the Cortex-M4F (--bound batch=2): the firmware calls
+# NAME_run_v, which runs both samples through the one-sample code.
+BOUNDED = {"ds_cnn": 2}
 # newlib's memcpy / memset frames, which NAME_STACK_SIZE leaves out.
 LIBRARY_STACK = 64
 
@@ -81,6 +84,16 @@ def _model(name: str) -> onnx.ModelProto:
     if is_quantized(name):
         return quantized(name)
     return math_model() if name == "math" else expose_logits(MODELS[name]())
+
+
+def _batched(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with the first dimension of its inputs and outputs named ``batch``."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.value_info[:]
+    for v in list(out.graph.input) + list(out.graph.output):
+        v.type.tensor_type.shape.dim[0].dim_param = "batch"
+    return out
 
 
 def _inputs(model: onnx.ModelProto) -> list[np.ndarray]:
@@ -140,6 +153,21 @@ def runs(tmp_path_factory) -> dict[tuple[str, str], Run]:
             results["cortex-m4f", f"{name}_streamed"] = Run("cortex-m4f", name, expected)
             builds.append((_make("cortex-m4f", path, build,
                                  flags=f"--memory-budget {STREAMED[name]}"), root))
+        if name in BOUNDED:
+            n, batched = BOUNDED[name], _batched(model)
+            onnx.save(batched, root / f"{name}_bounded.onnx")
+            rng = np.random.default_rng(1)
+            x = [(rng.standard_normal((n, *a.shape[1:])) * 4).astype(np.float32)
+                 for a in inputs]
+            want = ort.InferenceSession(batched.SerializeToString()).run(
+                None, {v.name: a for v, a in zip(batched.graph.input, x)})
+            build = root / "cortex-m4f" / f"{name}_bounded"
+            build.mkdir(parents=True)
+            write_inputs(build, x)
+            results["cortex-m4f", f"{name}_bounded"] = Run("cortex-m4f", f"{name}_bounded",
+                                                           want)
+            builds.append((_make("cortex-m4f", root / f"{name}_bounded.onnx", build,
+                                 flags=f"--bound batch={n}"), root))
     # Two makes at a time (compiling is CPU-bound), then every emulator at once.
     for done, (cmd, _) in zip(run_all(builds), builds):
         assert done.returncode == 0, f"{' '.join(map(str, cmd))}:\n{done.stdout}{done.stderr}"
@@ -186,6 +214,16 @@ CASES = [(b, m) for m in (*MLPERF_TINY, "math", *INT8) for b in BOARDS]
 def test_matches_onnxruntime(runs, board, model):
     r = runs[board, model]
     assert_close(r.outputs, r.expected)
+
+
+@pytest.mark.parametrize("name", BOUNDED)
+def test_a_bounded_batch_runs_every_sample_on_the_board(runs, name):
+    """The sample loop and its 32-bit size_t on Thumb: both samples match onnxruntime,
+    in one sample's arena."""
+    r = runs["cortex-m4f", f"{name}_bounded"]
+    assert_close(r.outputs, r.expected)
+    assert r.report["bound"] == {"symbol": "batch", "limit": BOUNDED[name]}
+    assert r.report["ram_bytes"]["arena"] == runs["cortex-m4f", name].report["ram_bytes"]["arena"]
 
 
 @pytest.mark.parametrize("board,model", [c for c in CASES if is_quantized(c[1])])
