@@ -3,11 +3,14 @@
 Every input's leading dimension is SYMBOL: the model's own ``dim_param``, or a name
 written in ``--input-shape`` (``x=Nx3x224x224``). The model is imported at two samples
 and proved batch-separable (optimizer/batch_dims.py: each output sample depends on its
-own input sample alone), and the one-sample import must hold the same constants as the
-two-sample one (a graph that computes with the batch size itself, ``x / Shape(x)[0]``,
-differs there). Then the one-sample module is compiled, and the object runs it once per
-sample (emitter/entry.py): the time grows with the real batch, not the bound, and the
-arena is one sample's.
+own input sample alone), and the import at three samples must be the same graph but for
+the batch: the same instructions, shapes that differ only in the batch, the same
+constants (a graph that computes with the batch size itself, ``x / Shape(x)[0]``,
+differs there). Two and three, not one and two: an importer may specialize a dimension
+of one (broadcasting drops it), which changes the graph's form, not what it computes.
+Then the one-sample module is compiled, and the object runs it once per sample
+(emitter/entry.py): the time grows with the real batch, not the bound, and the arena is
+one sample's.
 """
 from __future__ import annotations
 
@@ -17,9 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from .hlo import Module, Opcode, XlacError
+from .hlo import Module, Opcode, Shape, XlacError
+from .hlo.opcodes import ELEMENTWISE
 from .importers.onnx.model_file import graph_inputs
-from .optimizer.batch_dims import check_batch_separable
+from .optimizer.batch_dims import Batched, check_batch_separable
 from .optimizer.dce import DeadCodeElimination
 
 _SYMBOL = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -100,17 +104,39 @@ def batch_bound(model: onnx.ModelProto, bounds: dict[str, int], input_shapes: di
     return BatchBound(symbol, limit, rest, pinned)
 
 
-def check_separable(one: Module, two: Module) -> None:
+def check_separable(two: Module, three: Module) -> None:
     """Raise XlacError unless ``two`` (imported at two samples) keeps samples apart and
-    ``one`` (at one sample) computes with the same constants. Both lose their dead
-    code first: a Shape that only gives a Reshape its target leaves a dead constant."""
-    for m in (one, two):
+    ``three`` (at three) is the same graph but for the batch. Both lose their dead code
+    first: a Shape that only gives a Reshape its target leaves a dead constant."""
+    for m in (two, three):
         DeadCodeElimination().run(m)
-    check_batch_separable(two, 2)
-    a, b = _constants(one), _constants(two)
+    values = check_batch_separable(two, 2)
+    # Sizes computed from the batch (a slice to Shape(x)[0] on another dim) change shapes
+    # beyond the batch dim: every instruction must match but for the batch. A value that
+    # depends on no input may grow with the batch (a bias broadcast to the activations)
+    # along dims it is constant on, but nothing may read it along them by their extent
+    # (a sum over a ConstantOfShape(Shape(x)) counts the samples).
+    twos, threes = two.entry.instructions, three.entry.instructions
+    if len(twos) != len(threes):
+        raise XlacError("bounded batch: the model's graph differs between batches of 2 and "
+                        "3 samples; compile one object per batch size (--input-shape)")
+    for x, y in zip(twos, threes):
+        why = None
+        if x.opcode is not y.opcode or not _same_but_batch(x.shape, y.shape, values[x], True):
+            why = f"is {y.shape} at 3 samples but {x.shape} at 2"
+        elif x.opcode not in _ELEMENT_BY_ELEMENT:
+            why = next((f"reads %{a.name}, {b.shape} at 3 samples but {a.shape} at 2"
+                        for a, b in zip(x.operands, y.operands)
+                        if not _same_but_batch(a.shape, b.shape, values[a], False)), None)
+        if why is not None:
+            where = f" (ONNX node {x.metadata})" if x.metadata else ""
+            raise XlacError(f"bounded batch: {x.opcode.text} '{x.name}'{where} {why}: the "
+                            "model computes with the batch size; compile one object per "
+                            "batch size (--input-shape)")
+    a, b = _constants(two), _constants(three)
     if len(a) != len(b):
-        raise XlacError("bounded batch: the model's graph differs between batches of 1 and "
-                        "2 samples; compile one object per batch size (--input-shape)")
+        raise XlacError("bounded batch: the model's graph differs between batches of 2 and "
+                        "3 samples; compile one object per batch size (--input-shape)")
     for x, y in zip(a, b):
         same = (x.literal.shape == y.literal.shape
                 and np.array_equal(x.literal, y.literal, equal_nan=x.literal.dtype.kind == "f")
@@ -118,8 +144,34 @@ def check_separable(one: Module, two: Module) -> None:
         if not same:
             where = f" (ONNX node {y.metadata})" if y.metadata else ""
             raise XlacError(f"bounded batch: constant '{y.name}'{where} differs between "
-                            "batches of 1 and 2 samples: the model computes with the batch "
+                            "batches of 2 and 3 samples: the model computes with the batch "
                             "size; compile one object per batch size (--input-shape)")
+
+
+# Ops whose every result element reads operand elements at its own index (or an index
+# remapped without regard to extent): a uniform operand that grows along a dim it is
+# constant on gives them the same values.
+_ELEMENT_BY_ELEMENT = ELEMENTWISE | {Opcode.BROADCAST, Opcode.RESHAPE, Opcode.BITCAST,
+                                     Opcode.TRANSPOSE, Opcode.COPY, Opcode.TUPLE,
+                                     Opcode.GET_TUPLE_ELEMENT}
+
+
+def _same_but_batch(two: Shape, three: Shape, value, grows: bool) -> bool:
+    """Whether ``three`` (at three samples) is ``two`` (at two, whose analysis gave
+    ``value``) with the batch grown by half; with ``grows``, a uniform value may also grow
+    by half along the dims it is constant on."""
+    if two.is_tuple or three.is_tuple:
+        return (two.is_tuple and three.is_tuple
+                and len(two.tuple_shapes) == len(three.tuple_shapes) == len(value)
+                and all(_same_but_batch(a, b, v, grows)
+                        for a, b, v in zip(two.tuple_shapes, three.tuple_shapes, value)))
+    if two.dtype != three.dtype or len(two.dims) != len(three.dims):
+        return False
+    if isinstance(value, Batched):
+        return all((a, b) == (2 * value.block, 3 * value.block) if j == value.dim else a == b
+                   for j, (a, b) in enumerate(zip(two.dims, three.dims)))
+    return all(a == b or (grows and j in value.replicated and 2 * b == 3 * a)
+               for j, (a, b) in enumerate(zip(two.dims, three.dims)))
 
 
 def _constants(module: Module) -> list:

@@ -64,15 +64,19 @@ def parse_input_shape(text: str) -> tuple[str, tuple[int, ...] | list[tuple[int,
     name, eq, dims = text.rpartition("=")
     shape = r"\d+(x\d+)*"
     # A tensor's first dimension may be a name that --bound gives a limit: N x 3 x 224.
-    lead = r"([A-Za-z_][A-Za-z0-9_]*x)?\d+(x\d+)*|[A-Za-z_][A-Za-z0-9_]*"
-    if not eq or not name or not re.fullmatch(rf"{lead}|\[({shape}(,{shape})*)?\]", dims):
+    named = re.fullmatch(rf"([A-Za-z_][A-Za-z0-9_]*?)(?:x({shape}))?", dims)
+    if eq and name and named:
+        rest = named.group(2)
+        return name, (named.group(1), *(int(d) for d in rest.split("x"))) if rest else (
+            named.group(1),)
+    if not eq or not name or not re.fullmatch(rf"{shape}|\[({shape}(,{shape})*)?\]", dims):
         raise XlacError(f"bad --input-shape '{text}': expected NAME=DIMxDIMx..., "
-                        "e.g. input=1x3x224x224 (or N=Nx3x224x224 with --bound N=8), or "
+                        "e.g. input=1x3x224x224 (or input=Nx3x224x224 with --bound N=8), or "
                         "for a sequence input one shape per element in brackets, e.g. "
                         "'seq=[2x3,4x3]'")
     if dims.startswith("["):
         return name, [tuple(int(d) for d in e.split("x")) for e in dims[1:-1].split(",") if e]
-    return name, tuple(int(d) if d.isdigit() else d for d in dims.split("x"))
+    return name, tuple(int(d) for d in dims.split("x"))
 
 
 def input_shapes_from(specs: list[str]) -> dict:
@@ -239,7 +243,8 @@ def _import_bounded(model, bounds: dict, *, name, input_shapes, const_inputs, ab
     given = dict(name=name, const_inputs=const_inputs, absent_inputs=absent_inputs)
     one = import_onnx(proto, input_shapes=batch.input_shapes(1),
                       onnx_order_bound=onnx_order_bound, **given)
-    check_separable(one, import_onnx(proto, input_shapes=batch.input_shapes(2), **given))
+    check_separable(import_onnx(proto, input_shapes=batch.input_shapes(2), **given),
+                    import_onnx(proto, input_shapes=batch.input_shapes(3), **given))
     return one, (batch.symbol, batch.limit)
 
 

@@ -497,6 +497,7 @@ class CudaModel(Model):
         self.name = name
         self.library_path = library_path
         self.threads = None
+        self.bound = None        # --bound is refused for CUDA
         self.pool = None
         self._ffi = ffi = cffi.FFI()
         ffi.cdef(DECLARATIONS)

@@ -35,10 +35,11 @@ class Uniform:
 NOWHERE = Uniform(frozenset())
 
 
-def check_batch_separable(module: Module, size: int) -> None:
+def check_batch_separable(module: Module, size: int) -> dict:
     """Raise XlacError (one line) unless every output of module's entry computation is
     batched at dim 0 and depends on input sample i only through sample i of each input.
-    Every entry parameter is batched at dim 0 (its dims[0] == size)."""
+    Every entry parameter is batched at dim 0 (its dims[0] == size). Returns the value
+    of every entry instruction."""
     entry = module.entry
     for k, p in enumerate(entry.parameters):
         if p.shape.is_tuple or not p.shape.dims or p.shape.dims[0] != size:
@@ -55,6 +56,7 @@ def check_batch_separable(module: Module, size: int) -> None:
         if isinstance(v, Batched):
             raise XlacError(f"{where} holds {v.block} rows of dim 0 per sample, not one")
         raise XlacError(f"{where} does not depend on the batch")
+    return values
 
 
 def _port(module: Module, which: str, k: int, instr: Instruction) -> str:

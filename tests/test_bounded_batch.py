@@ -237,14 +237,44 @@ def _divide_by_batch() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _columns_to_batch() -> onnx.ModelProto:
+    """Samples stay apart, but each keeps as many columns as the batch has samples."""
+    nodes = [helper.make_node("Shape", ["x"], ["n"], end=1),
+             helper.make_node("Slice", ["x", "zero", "n", "one"], ["y"]),
+             helper.make_node("ReduceSum", ["y", "one"], ["s"], keepdims=0)]
+    graph = helper.make_graph(
+        nodes, "first_columns",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("s", TensorProto.FLOAT, ["N"])],
+        [numpy_helper.from_array(np.array([0], np.int64), "zero"),
+         numpy_helper.from_array(np.array([1], np.int64), "one")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _count_the_batch() -> onnx.ModelProto:
+    """Samples stay apart, but a sum over ones shaped like the batch counts it: x * N."""
+    nodes = [helper.make_node("Shape", ["x"], ["n"], end=1),
+             helper.make_node("ConstantOfShape", ["n"], ["ones"],
+                              value=numpy_helper.from_array(np.array([1], np.float32))),
+             helper.make_node("ReduceSum", ["ones"], ["count"], keepdims=0),
+             helper.make_node("Mul", ["x", "count"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "times_batch", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 @pytest.mark.parametrize("model, bounds, shapes, match", [
     (_reduce_over_batch(), {"N": 4}, None, r"^bounded batch: .*samples"),
     (_divide_by_batch(), {"N": 4}, None, r"^bounded batch: constant .* batch size"),
+    (_columns_to_batch(), {"N": 4}, None, r"^bounded batch: slice .* at 3 samples but .* at 2"),
+    (_count_the_batch(), {"N": 4}, None, r"^bounded batch: (reduce|constant) .*batch size"),
     (cnn(), {"M": 4}, None, r"input 'x' \(Nx3x12x12\) does not lead with M"),
     (cnn(), {"N": 4, "M": 2}, None, r"one --bound per model"),
     (cnn(), None, {"x": ("N", 3, 12, 12)}, r"names the dimension N of 'x'"),
     (cnn(), {"N": 4}, {"x": ("N", 3, "H", 12)}, r"names the dimension H of 'x'"),
-], ids=["reduce-over-batch", "divide-by-batch", "wrong-symbol", "two-bounds", "no-bound",
+], ids=["reduce-over-batch", "divide-by-batch", "columns-to-batch", "count-the-batch",
+        "wrong-symbol", "two-bounds", "no-bound",
         "second-dynamic-dim"])
 def test_refusals_are_one_line_and_leave_no_file(tmp_path, model, bounds, shapes, match):
     out = tmp_path / "m.o"
@@ -252,6 +282,23 @@ def test_refusals_are_one_line_and_leave_no_file(tmp_path, model, bounds, shapes
         xlac.compile(model, out, bounds=bounds, input_shapes=shapes)
     assert "\n" not in str(e.value)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("text, want", [
+    ("x=Nx3x224x224", ("x", ("N", 3, 224, 224))),
+    ("x=batch_size", ("x", ("batch_size",))),
+    ("x=idxx3", ("x", ("idx", 3))),        # a name that ends in x, then a dimension
+    ("x=1x3", ("x", (1, 3))),
+])
+def test_input_shape_takes_a_named_leading_dimension(text, want):
+    from xlac.driver import parse_input_shape
+    assert parse_input_shape(text) == want
+
+
+def test_input_shape_takes_a_name_only_first():
+    from xlac.driver import parse_input_shape
+    with pytest.raises(XlacError, match="bad --input-shape 'x=3xN'"):
+        parse_input_shape("x=3xN")
 
 
 def test_the_command_line_compiles_a_bound_and_refuses_a_bad_one(tmp_path):
