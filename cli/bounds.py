@@ -40,17 +40,6 @@ def parse_bound(text: str) -> tuple[str, int]:
     return m.group(1), int(m.group(2))
 
 
-def bounds_from(specs: list[str]) -> dict[str, int]:
-    """``["N=8"]`` (repeated ``--bound``) -> ``{"N": 8}``."""
-    out: dict[str, int] = {}
-    for spec in specs:
-        symbol, limit = parse_bound(spec)
-        if symbol in out:
-            raise XlacError(f"--bound {symbol} is given twice")
-        out[symbol] = limit
-    return out
-
-
 @dataclass(frozen=True)
 class BatchBound:
     symbol: str

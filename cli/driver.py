@@ -19,7 +19,7 @@ import numpy as np
 
 from .archive import static_library
 from .backends import make_backend
-from .bounds import batch_bound, check_separable
+from .bounds import batch_bound, check_separable, parse_bound
 from .emitter import EmitOptions, build_steps, format_steps
 from .emitter.names import c_identifier_for_model
 from .hlo import Module, XlacError, XlacWarning
@@ -89,13 +89,18 @@ def const_inputs_from(specs: list[str]) -> dict:
     return _per_input(specs, load_const_input, "--const-input")
 
 
-def _per_input(specs: list[str], parse, option: str) -> dict:
+def bounds_from(specs: list[str]) -> dict[str, int]:
+    """``["N=8"]`` (repeated ``--bound``) -> ``{"N": 8}``."""
+    return _per_input(specs, parse_bound, "--bound", "dimension")
+
+
+def _per_input(specs: list[str], parse, option: str, what: str = "input") -> dict:
     """{name: value} of ``parse(spec) -> (name, value)`` over the option's specs."""
     values = {}
     for spec in specs:
         name, value = parse(spec)
         if name in values:
-            raise XlacError(f"{option} gives input '{name}' twice")
+            raise XlacError(f"{option} gives {what} '{name}' twice")
         values[name] = value
     return values
 

@@ -33,8 +33,7 @@ import onnx
 
 from . import __version__, runtime_c
 from .commands import COMMANDS
-from .bounds import bounds_from
-from .driver import EMIT_KINDS, compile, const_inputs_from, input_shapes_from
+from .driver import EMIT_KINDS, bounds_from, compile, const_inputs_from, input_shapes_from
 from .hlo import XlacError, XlacWarning
 from .memory_report import arena_svg, format_memory
 from .outputs import write_files
