@@ -84,12 +84,13 @@ class ConstantPool:
             self._by_instr[id(instr)] = g
         return g
 
-    def global_for_bytes(self, data: bytes) -> ir.GlobalVariable:
-        """A read-only global holding ``data`` (kernels' packed weights), stored once."""
+    def global_for_bytes(self, data: bytes, align: int = CONSTANT_ALIGN) -> ir.GlobalVariable:
+        """A read-only global holding ``data`` (kernels' packed weights, an epilogue's
+        scalars), stored once, aligned to at least ``align``."""
         digest = hashlib.sha256(data).digest()
         g = self._by_digest.get(digest)
         if g is None:
-            g = self._new_global(data)
+            g = self._new_global(data, align)
             self._by_digest[digest] = g
         return g
 
@@ -97,11 +98,11 @@ class ConstantPool:
         """Module-level assembly (``.incbin`` definitions) to append to the IR text."""
         return "".join(f'module asm "{line}"\n' for line in self._asm)
 
-    def _new_global(self, data: bytes) -> ir.GlobalVariable:
+    def _new_global(self, data: bytes, align: int = CONSTANT_ALIGN) -> ir.GlobalVariable:
         name = self._module.get_unique_name(f"{self._prefix}const")
         g = ir.GlobalVariable(self._module, ir.ArrayType(I8, len(data)), name)
         g.global_constant = True
-        g.align = CONSTANT_ALIGN
+        g.align = align
         if self._section is not None:
             g.section = self._section
         if self._incbin_dir is not None and len(data) >= INCBIN_MIN_BYTES:
@@ -112,7 +113,7 @@ class ConstantPool:
             path.write_bytes(data)
             section = self._section or f".rodata.{name}"
             self._asm += [f".section {section},\\22a\\22,@progbits",
-                          f".p2align {CONSTANT_ALIGN.bit_length() - 1}",
+                          f".p2align {align.bit_length() - 1}",
                           f".type {name},@object", f"{name}:",
                           f".incbin \\22{path}\\22", f".size {name}, {len(data)}", ".text"]
             return g

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from llvmlite import ir
 
 from ..hlo.structure import structural_key
@@ -303,6 +304,8 @@ class _ComputeEmitter:
                 args.append(self.constants.global_for_bytes(packed.tobytes()))
             else:
                 args.append(self.pointer(operand))
+        args += [self.constants.global_for_bytes(np.float32(v).tobytes(), 4)
+                 for v in plan.spec.constant_operands]
         if step.scratch is not None:
             args.append(self.pointer(step.scratch))
         split = None

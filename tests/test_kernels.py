@@ -757,7 +757,7 @@ def test_depthwise_padding_reads_no_neighbour():
 # bias, activation and residual, optimizer/fusion.py): HLO text after %conv, the result
 # %out. %bias, %s and %r are run-time operands (a value per channel, a scalar, a value
 # of the result's shape) the kernel reads through its extra pointers; %zb is a broadcast
-# constant, compiled in.
+# constant, which the caller passes through a pointer after them.
 EPILOGUES = {
     "bias": "%out = add(%conv, %bb)",
     "bias_first": "%out = add(%bb, %conv)",
@@ -1143,6 +1143,32 @@ def test_shared_kernel_computes_both_instructions(case):
                 else conv_reference(instr, x, y))
         _check(kernel(x, y, instr=instr), want, F32)
 
+
+
+def test_epilogues_differing_in_a_constant_share_a_kernel():
+    """Layers whose fused epilogues differ only in scalar constants (ReLU6 and a clamp at
+    4; PP-LCNet's learned scalar scale and shift) run one function, each call passing
+    its own constants."""
+    from xlac.hlo.evaluator import evaluate
+
+    def build(top):
+        m = _epilogue_module("depthwise_s1", EPILOGUES["bias_relu6"])
+        six = next(i for i in m.entry.instructions if i.name == "six")
+        six.literal = np.array(top, np.float32)
+        return m
+    tops = (6.0, 4.0)
+    roots = [_fused_root(lambda top=top: build(top)) for top in tops]
+    host = host_target()
+    assert kernel_key(roots[0], host) == kernel_key(roots[1], host)
+    assert plan_kernel(roots[1], host).spec.constant_operands == (0.0, 4.0)
+    kernel = CompiledKernel(roots[0])
+    for top, root in zip(tops, roots):
+        original = build(top)
+        args = [_random(p.shape.dims, F32) * 4 for p in original.entry.parameters]
+        want, = evaluate(original, args)
+        got = kernel(*(args[o.attrs["number"]] for o in root.operands), instr=root)
+        _check(got, want, F32)
+        assert got.max() == top
 
 def test_bound_call_computes_what_a_call_does():
     """CompiledKernel.bind (what benchmarks/kernels.py times) runs the same call."""

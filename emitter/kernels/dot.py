@@ -236,6 +236,7 @@ class NaiveDot:
     params = ()
     scratch_bytes = 0
     extra_operands = 0
+    constant_operands = ()
 
     def emit(self, f: Frame) -> None:
         emit_naive_dot(f.b, self, f.out, f.lhs, f.rhs)

@@ -20,7 +20,7 @@ from ...hlo import Instruction, Opcode, dtypes
 from ...hlo.fusion import keeps_columns, output_channel_dim, output_fusion_core
 from ...hlo.opcodes import TRANSCENDENTAL
 from ..elemental import RULES, ElementalEmitter
-from .vec import F32, const_vec, load_vec, masked_load, offset_ptr, splat, vec_type
+from .vec import F32, load_vec, masked_load, offset_ptr, splat, vec_type
 
 # What ``Epilogue.apply`` computes on vectors of f32 results: the element-wise ops that
 # need no library call (mathlib's functions are straight-line IR), and compare / select
@@ -38,19 +38,24 @@ class Epilogue:
 
     A step is ``(opcode, args, direction)`` (``direction``: a compare's, else None), in
     the fused computation's order, the last one its root; an arg is ``("acc",)`` the
-    accumulators, ``("step", j)`` the value of step j, ``("const", v)`` a constant
-    (compiled in), ``("scalar", k)`` element 0 of extra operand k, ``("channel", k)``
-    element c of extra operand k for output channel c, or ``("full", k)`` the element of
-    extra operand k (of the output's shape) at the index being stored. ``pointers``: how
-    many extra operands the kernel takes (the fusion's operands after the input and the
-    weights). ``instructions``: the fused instructions of the steps, whose element
-    generators ``apply`` runs (left out of equality: equal steps are equal code, so
-    kernels of equal epilogues share a function).
+    accumulators, ``("step", j)`` the value of step j, ``("scalar", k)`` element 0 of
+    extra operand k, ``("channel", k)`` element c of extra operand k for output channel
+    c, or ``("full", k)`` the element of extra operand k (of the output's shape) at the
+    index being stored. ``pointers``: how many extra operands the kernel takes: the
+    fusion's operands after the input and the weights, then one pointer to each of
+    ``constants``. ``constants``: the fused computation's scalar constants, which the
+    steps read as scalar operands rather than immediates, so that layers whose
+    epilogues differ only in them (a learned scalar scale and shift after an
+    activation, as PP-LCNet's) share one function; the caller passes them
+    (``constant_operands``). ``instructions``: the fused instructions of the steps,
+    whose element generators ``apply`` runs. Both are left out of equality: equal steps
+    are equal code, so kernels of equal epilogues share a function.
 
     ``lanes`` None below means scalars: a kernel storing one element at a time.
     """
     steps: tuple = ()
     pointers: int = 0
+    constants: tuple[float, ...] = field(default=(), compare=False, repr=False)
     instructions: tuple = field(default=(), compare=False, repr=False)
 
     def _args(self, kind: str) -> list[tuple]:
@@ -82,9 +87,6 @@ class Epilogue:
         out = {}
         for arg in self._args("scalar"):
             out[arg] = _splat(b, b.load(extra[arg[1]], typ=F32), lanes)
-        for arg in self._args("const"):
-            out[arg] = (ir.Constant(F32, arg[1]) if lanes is None
-                        else const_vec(F32, [arg[1]] * lanes))
         return out
 
     def full(self, b: ir.IRBuilder, extra, index: ir.Value, mask, lanes: int | None) -> dict:
@@ -195,7 +197,7 @@ def plan_epilogue(fusion: Instruction) -> Epilogue | None:
             [o.attrs["number"] for o in core.operands] != [0, 1]:
         return None
     args: dict[Instruction, tuple] = {core: ("acc",)}
-    steps, instructions = [], []
+    steps, instructions, constants = [], [], {}
     for instr in fused.instructions:
         if instr in args or instr in core.operands or instr.opcode in _LEAVES:
             continue
@@ -207,7 +209,8 @@ def plan_epilogue(fusion: Instruction) -> Epilogue | None:
             return None
         step_args = []
         for o in instr.operands:
-            arg = args.get(o) or _epilogue_arg(o, core, instr.shape)
+            arg = args.get(o) or _epilogue_arg(o, core, instr.shape, len(params) - 2,
+                                               constants)
             if arg is None:
                 return None
             step_args.append(arg)
@@ -217,15 +220,19 @@ def plan_epilogue(fusion: Instruction) -> Epilogue | None:
     if not steps or args.get(fused.root) != ("step", len(steps) - 1) \
             or fused.root.shape.dtype != dtypes.F32:
         return None
-    return Epilogue(tuple(steps), len(params) - 2, tuple(instructions))
+    return Epilogue(tuple(steps), len(params) - 2 + len(constants),
+                    tuple(value for value, _ in constants), tuple(instructions))
 
 
 # Operands of the steps, read through _epilogue_arg where a step uses them.
 _LEAVES = frozenset({Opcode.PARAMETER, Opcode.CONSTANT, Opcode.BROADCAST})
 
 
-def _epilogue_arg(o: Instruction, core: Instruction, shape):
-    """An operand of an epilogue step at ``shape`` as an Epilogue arg, or None."""
+def _epilogue_arg(o: Instruction, core: Instruction, shape, operands: int,
+                  constants: dict[tuple, int]):
+    """An operand of an epilogue step at ``shape`` as an Epilogue arg, or None; a scalar
+    constant becomes the scalar operand after the ``operands`` the fusion passes and the
+    constants before it (``constants``: value -> its place, which this adds to)."""
     per_channel = False
     if o.opcode is Opcode.BROADCAST:
         src = o.operands[0]
@@ -234,7 +241,9 @@ def _epilogue_arg(o: Instruction, core: Instruction, shape):
             return None
         o, per_channel = src, True
     if o.opcode is Opcode.CONSTANT and o.shape.num_elements == 1 and o.shape.dtype == dtypes.F32:
-        return ("const", float(o.literal.reshape(())))
+        value = float(o.literal.reshape(()))
+        # Keyed with the text too: 0.0 and -0.0 are equal floats, but not the same constant.
+        return ("scalar", operands + constants.setdefault((value, str(value)), len(constants)))
     if o.opcode is Opcode.PARAMETER and o.shape.dtype == dtypes.F32 and o.attrs["number"] >= 2:
         if o.shape.num_elements == 1:
             return ("scalar", o.attrs["number"] - 2)
@@ -251,3 +260,7 @@ class EpilogueOperands:
     @property
     def extra_operands(self) -> int:
         return self.epilogue.pointers
+
+    @property
+    def constant_operands(self) -> tuple[float, ...]:
+        return self.epilogue.constants

@@ -12,7 +12,9 @@ whose ``arguments()`` are those i64 arguments; the frame holds the same type ove
 function's arguments. Spec classes implement ``params`` (the names of the i64
 arguments, in order), ``sizes_of(values)`` (the sizes whose arguments are ``values``;
 specs without params need none), ``extra_operands`` (how many pointers follow lhs and
-rhs), ``scratch_bytes`` (the most any call uses, a KernelPlan saying where its call uses
+rhs: the instruction's operands after them, then one per ``constant_operands``, f32
+values the caller passes so that code differing only in them is shared),
+``scratch_bytes`` (the most any call uses, a KernelPlan saying where its call uses
 less; or, where the scratch grows with the sizes, as Winograd's does, any positive
 stand-in, every plan stating its own) and ``emit(frame)``; a spec with
 ``pack_weights(array, sizes)`` reads its rhs, a constant, in the order that returns (the
@@ -43,6 +45,9 @@ class KernelSpec(Hashable, Protocol):
 
     @property
     def extra_operands(self) -> int: ...
+
+    @property
+    def constant_operands(self) -> tuple[float, ...]: ...
 
     @property
     def scratch_bytes(self) -> int: ...

@@ -81,13 +81,15 @@ class CompiledKernel:
         self.sizes = np.array(arguments or [0], np.int64)
         nsizes = len(arguments)
         # entry(out, operands[], scratch, sizes[]): as many operands as the instruction
-        # has (an output fusion's epilogue reads more than two).
+        # has (an output fusion's epilogue reads more than two), then its epilogue's
+        # scalar constants (each call passes its instruction's own).
         entry = ir.Function(module, ir.FunctionType(VOID, [PTR] * 4), "entry")
         b = ir.IRBuilder(entry.append_basic_block())
         sizes = [b.load(b.gep(entry.args[3], [i64(j)], source_etype=I64), typ=I64)
                  for j in range(nsizes)]
         operands = [b.load(b.gep(entry.args[1], [i64(j)], source_etype=PTR), typ=PTR)
-                    for j in range(len(instr.operands))]
+                    for j in range(len(instr.operands)
+                                   + len(self.plan.spec.constant_operands))]
         scratch = [entry.args[2]] if len(kernel.args) - nsizes > 1 + len(operands) else []
         b.call(kernel, [entry.args[0], *operands, *scratch] + sizes)
         b.ret_void()
@@ -159,6 +161,7 @@ class CompiledKernel:
         block[start + need:] = 0xA5
         if hasattr(plan.spec, "pack_weights"):
             args[1] = self._packed(plan, args[1])
+        args += [np.array(v, np.float32) for v in plan.spec.constant_operands]
         pointers = np.array([a.ctypes.data for a in args], np.uintp)
         return _Call(partial(self._fn, out.ctypes.data, pointers.ctypes.data,
                              block.ctypes.data + start, sizes.ctypes.data),

@@ -27,6 +27,7 @@ class NaiveConv:
     params = ()
     scratch_bytes = 0
     extra_operands = 0
+    constant_operands = ()
 
     def emit(self, f: Frame) -> None:
         emit_naive_conv(f.b, self, f.out, f.lhs, f.rhs)
