@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..hlo import Computation, DotDimensionNumbers, Instruction, Opcode
+from ..hlo import Computation, DotDimensionNumbers, Instruction, Opcode, SliceSpec, Window
 from ..hlo.opcodes import ELEMENTWISE
 from .pipeline import ComputationPass
 from .policy import BackendPolicy
@@ -317,6 +317,42 @@ def dot_of_transpose(instr, policy: BackendPolicy):
                        name=instr.name)
 
 
+def convolution_unread_taps(instr):
+    # conv(x, k) with window taps at its ends that meet only padding at every output
+    # position => conv(x, slice(k)) over the taps that meet the image, the padding
+    # lowered by what was cut (the result's size stays): those taps multiply zeros.
+    # A 5x5 window on a 2x2 map reads the image through its middle 3x3 alone.
+    x, k = instr.operands
+    w, dn = instr.attrs["window"], instr.attrs["dimension_numbers"]
+    if any(d != 1 for d in w.lhs_dilation):
+        return None
+    first, last = [], []
+    for i, (n, o) in enumerate(zip((x.shape.dims[d] for d in dn.input_spatial),
+                                   (instr.shape.dims[d] for d in dn.output_spatial))):
+        s, d, pad = w.stride[i], w.rhs_dilation[i], w.pad_low[i]
+        read = [t for t in range(w.size[i])
+                if any(0 <= y * s + t * d - pad < n for y in range(o))]
+        if not read:
+            return None
+        first.append(read[0])
+        last.append(read[-1])
+    pad_low = tuple(p - t * d for p, t, d in zip(w.pad_low, first, w.rhs_dilation))
+    pad_high = tuple(p - (size - 1 - t) * d
+                     for p, size, t, d in zip(w.pad_high, w.size, last, w.rhs_dilation))
+    size = tuple(b - a + 1 for a, b in zip(first, last))
+    if size == w.size or min(pad_low + pad_high) < 0:
+        return None
+    starts, limits = [0] * k.shape.rank, list(k.shape.dims)
+    for i, d in enumerate(dn.kernel_spatial):
+        starts[d], limits[d] = first[i], last[i] + 1
+    dims = tuple(b - a for a, b in zip(starts, limits))
+    taps = Instruction(Opcode.SLICE, k.shape.with_dims(dims), [k],
+                       {"slice": SliceSpec(starts, limits, (1,) * k.shape.rank)})
+    window = Window(size, w.stride, pad_low, pad_high, w.lhs_dilation, w.rhs_dilation)
+    return Instruction(Opcode.CONVOLUTION, instr.shape, [x, taps],
+                       {**instr.attrs, "window": window}, name=instr.name)
+
+
 def get_tuple_element_of_tuple(instr):
     # get-tuple-element(tuple(x0, ..., xn), k) => xk
     (t,) = instr.operands
@@ -342,6 +378,7 @@ RULES: dict[Opcode, tuple[Rule, ...]] = {
     Opcode.PAD: (pad_zero,),
     Opcode.BROADCAST: (broadcast_same_shape,),
     Opcode.GET_TUPLE_ELEMENT: (get_tuple_element_of_tuple,),
+    Opcode.CONVOLUTION: (convolution_unread_taps,),
 }
 # Every element-wise op: its own rules first, then hoisting it above broadcasts.
 RULES = {**RULES, **{op: RULES.get(op, ()) + (elementwise_of_broadcasts,)

@@ -370,3 +370,59 @@ ENTRY %main (a: f32[3,4,5], b: f32[5,4,2]) -> f32[3,2] {
 def test_does_not_fold_a_transpose_into_a_dot(text):
     changed, m = simplify(text)
     assert not changed
+
+
+def _conv(x, k, y, window, groups=1):
+    """A module convolving %x with the parameter %k (NCHW, OIHW)."""
+    return f"""
+ENTRY %main (x: {x}, k: {k}) -> {y} {{
+  %x = {x} parameter(0)
+  %k = {k} parameter(1)
+  ROOT %c = {y} convolution({x} %x, {k} %k), window={{{window}}}, dim_labels=bf01_oi01->bf01, feature_group_count={groups}
+}}
+"""
+
+
+def test_convolution_drops_taps_that_read_only_padding():
+    # A 5x5 depthwise window padded by 2 on a 2x2 map: rows and columns 0 and 4 of the
+    # window meet the image at no output position; the middle 3x3 padded by 1 remains.
+    changed, m = simplify(_conv("f32[1,4,2,2]", "f32[4,1,5,5]", "f32[1,4,2,2]",
+                                "size=5x5 pad=2_2x2_2", groups=4))
+    assert changed
+    assert_hlo(m, """
+ENTRY %main (x: f32[1,4,2,2], k: f32[4,1,5,5]) -> f32[1,4,2,2] {
+  %x = f32[1,4,2,2] parameter(0)
+  %k = f32[4,1,5,5] parameter(1)
+  %slice = f32[4,1,3,3] slice(%k), slice={[0:4], [0:1], [1:4], [1:4]}
+  ROOT %c.1 = f32[1,4,2,2] convolution(%x, %slice), window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_oi01->bf01, feature_group_count=4
+}
+""")
+
+
+def test_convolution_drops_taps_at_one_end_with_strides_and_dilation():
+    # Rows: a 3-row window, stride 2, padded 0 above and 3 below, on 2 rows: output row 0
+    # reads rows 0..2, output row 1 rows 2..4, so window row 2 meets only padding.
+    # Columns: dilation 2, padded 2 on both sides, on 2 columns: taps 0 and 2 land on
+    # columns -2 and 2 (output column 0) and -1 and 3 (column 1); tap 1 alone remains.
+    changed, m = simplify(_conv("f32[1,2,2,2]", "f32[3,2,3,3]", "f32[1,3,2,2]",
+                                "size=3x3 stride=2x1 pad=0_3x2_2 rhs_dilate=1x2"))
+    assert changed
+    conv = m.entry.root
+    w = conv.attrs["window"]
+    assert (w.size, w.pad_low, w.pad_high) == ((2, 1), (0, 0), (2, 0))
+    assert conv.operands[1].shape.dims == (3, 2, 2, 1)
+
+
+@pytest.mark.parametrize("text", [
+    # every tap of the 5x5 window meets the 4x4 map at some output position
+    _conv("f32[1,4,4,4]", "f32[4,1,5,5]", "f32[1,4,4,4]", "size=5x5 pad=2_2x2_2", groups=4),
+    # a base-dilated (transposed) convolution: its holes are not padding at the ends
+    _conv("f32[1,2,2,2]", "f32[3,2,5,5]", "f32[1,3,3,3]", "size=5x5 pad=2_2x2_2 lhs_dilate=2x2"),
+    # trimming would need negative padding: dilated by 2 and padded by 1, tap 0 meets
+    # only padding and tap 1 starts one row into the image
+    _conv("f32[1,1,2,1]", "f32[1,1,3,1]", "f32[1,1,1,1]",
+          "size=3x1 stride=3x1 pad=1_2x0_0 rhs_dilate=2x1"),
+], ids=["every_tap_read", "base_dilated", "negative_padding"])
+def test_does_not_drop_convolution_taps(text):
+    changed, m = simplify(text)
+    assert not changed
