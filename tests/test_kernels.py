@@ -1273,6 +1273,29 @@ def test_gemm_stays_inside_a_short_ks_scratch():
     _check(CompiledKernel(SHORT_K)(x, y), dot_reference(SHORT_K, x, y), F32)
 
 
+
+# A convolution GEMM whose K (input channels x window positions: 5 x 9) is shorter
+# than the K block; and a 1x1 one over 8 channels (a row-streamed band's pointwise layer).
+SHORT_K_CONVS = [make_conv((1, 5, 11, 11), (40, 5, 3, 3), pad=((1, 1), (1, 1))),
+                 make_conv((1, 8, 2, 13), (8, 8, 1, 1))]
+
+
+@every_target()
+@pytest.mark.parametrize("k", [0, 1], ids=["3x3_k45", "1x1_k8"])
+def test_conv_gemm_scratch_fits_a_short_k(k, target_name):
+    instr, t = SHORT_K_CONVS[k], target(target_name)
+    spec = plan_kernel(instr, t).spec
+    assert type(spec).__name__ == "ConvGemm"
+    assert scratch_bytes(instr, t) == (45, 8)[k] * tiling_for(t).nr * 4
+    assert scratch_bytes(instr, t) < spec.scratch_bytes
+
+
+@pytest.mark.parametrize("k", [0, 1], ids=["3x3_k45", "1x1_k8"])
+def test_conv_gemm_stays_inside_a_short_ks_scratch(k):
+    instr = SHORT_K_CONVS[k]
+    x, w = (_random(o.shape.dims, F32) for o in instr.operands)
+    _check(CompiledKernel(instr)(x, w), conv_reference(instr, x, w), F32)
+
 def test_other_opcodes_are_rejected():
     b = Builder("add")
     x = b.parameter(0, Shape.array(F32, (2,)))

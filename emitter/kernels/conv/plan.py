@@ -53,11 +53,12 @@ def plan_conv(instr: Instruction, target, lean: bool = False,
     if path in ("direct", "winograd") or (path in ("gemm", "gemm_subsample") and lean
                                           and window.window <= DIRECT_MAX_POSITIONS):
         return KernelPlan(DirectConv(window, t), sizes)
-    if path == "gemm":
-        return KernelPlan(ConvGemm(window, t), sizes)
-    if path == "gemm_subsample":
-        pieces = subsample_pieces(instr.shape.dims[-1], t.lanes)
-        return KernelPlan(ConvGemm(window, t, pieces=pieces), sizes)
+    if path in ("gemm", "gemm_subsample"):
+        pieces = subsample_pieces(instr.shape.dims[-1], t.lanes) if path != "gemm" else 0
+        # The packed sliver of B holds at most K rows: a call with a short K (a few
+        # input channels, a band of row streaming) needs less than the spec's K block.
+        k_rows = min(sizes.cin_g * window.window, window.k_block(t))
+        return KernelPlan(ConvGemm(window, t, pieces=pieces), sizes, k_rows * t.nr * 4)
     if path == "rows":
         mr = min(sizes.cout_g, tuning.rows_mr)
         return KernelPlan(RowConv(window, t.lanes, mr, max(1, t.registers // 2 // mr)), sizes)
