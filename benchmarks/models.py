@@ -40,9 +40,9 @@ NAME_run_v, 0.2 us), onnxruntime through ``run_with_iobinding`` (1.6 us on an em
 model; ``InferenceSession.run`` costs 3.2 us, ``Model.run`` 5 us), so models of a few
 microseconds compare their code, not the Python around it.
 It prints per model the medians, the ratio xlac/onnxruntime, the compile time
-(xlac.compile, seconds), xlac's arena (NAME_ARENA_SIZE, KiB) and the largest output
-difference; then the geometric mean of the ratios and the worst
-model. ``--quick`` takes fewer, shorter samples (a full run in a few minutes).
+(xlac.compile, seconds), the object's code (its executable sections, KiB), xlac's arena
+(NAME_ARENA_SIZE, KiB) and the largest output difference; then the geometric mean of
+the ratios and the worst model. ``--quick`` takes fewer, shorter samples (a full run in a few minutes).
 
 ``--profile MODEL`` compiles MODEL with a cycle counter around every call the model's
 code makes (emitter/profile.py: one per fused loop or kernel call) and prints the time
@@ -199,6 +199,7 @@ def measure(name: str, model: onnx.ModelProto, samples: int, sample_s: float) ->
         res = xlac.compile(model, os.path.join(tmp, f"{name}.o"))
         compile_s = time.perf_counter() - t
         m = xlac.load(res.output)
+        code = code_bytes(res)
     sess = ort_session(model)
     xlac_call, outs = bound_xlac(m, [feeds[p.name] for p in sess.get_inputs()])
     ort_call, refs = bound_ort(sess, feeds, outs)
@@ -207,7 +208,17 @@ def measure(name: str, model: onnx.ModelProto, samples: int, sample_s: float) ->
     diff = max(float(np.abs(o.astype(np.float64) - r).max()) for o, r in zip(outs, refs))
     tx, to = side_by_side([xlac_call, ort_call], samples, sample_s)
     return {"model": name, "xlac_ms": tx * 1e3, "ort_ms": to * 1e3, "ratio": tx / to,
-            "compile_s": compile_s, "arena_bytes": m.arena_size, "max_diff": diff}
+            "compile_s": compile_s, "code_bytes": code, "arena_bytes": m.arena_size,
+            "max_diff": diff}
+
+
+def code_bytes(res) -> int:
+    """The object's executable sections: its code, without the weights or other data."""
+    from xlac.emitter.elf import ElfObject
+    from xlac.emitter.render import weights_section
+    from xlac.emitter.target import make_target
+    section = weights_section(res.name, make_target()[0])
+    return ElfObject(res.output.read_bytes()).footprint(section)["code"]
 
 
 # -- profile ------------------------------------------------------------------------------
@@ -323,7 +334,7 @@ def main() -> None:
     sample_s = (args.sample_ms or (5 if args.quick else 20)) / 1e3
     only = args.only.split(",") if args.only else None
     header = (f"{'model':<22} {'xlac ms':>9} {'ort ms':>9} {'ratio':>6} {'compile s':>10} "
-              f"{'arena KiB':>10} {'max |diff|':>11}")
+              f"{'code KiB':>9} {'arena KiB':>10} {'max |diff|':>11}")
     print(f"load average at start: {os.getloadavg()[0]:.2f} (1 min), "
           f"{samples} samples of ~{sample_s * 1e3:.0f} ms per side")
     print(header)
@@ -340,7 +351,8 @@ def main() -> None:
         r = measure(name, model, samples, sample_s)
         rows.append(r)
         print(f"{name:<22} {r['xlac_ms']:9.3f} {r['ort_ms']:9.3f} {r['ratio']:6.2f} "
-              f"{r['compile_s']:10.1f} {r['arena_bytes'] / 1024:10.1f} "
+              f"{r['compile_s']:10.1f} {r['code_bytes'] / 1024:9.1f} "
+              f"{r['arena_bytes'] / 1024:10.1f} "
               f"{r['max_diff']:11.3g}", flush=True)
     if rows:
         geo = float(np.exp(np.mean([np.log(r["ratio"]) for r in rows])))
