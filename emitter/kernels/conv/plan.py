@@ -54,7 +54,8 @@ def plan_conv(instr: Instruction, target, lean: bool = False,
                                           and window.window <= DIRECT_MAX_POSITIONS):
         return KernelPlan(DirectConv(window, t), sizes)
     if path in ("gemm", "gemm_subsample"):
-        pieces = subsample_pieces(instr.shape.dims[-1], t.lanes) if path != "gemm" else 0
+        pieces = (subsample_pieces(instr.shape.dims[-1], t.lanes)
+                  if path == "gemm_subsample" else 0)
         # The packed sliver of B holds at most K rows: a call with a short K (a few
         # input channels, a band of row streaming) needs less than the spec's K block.
         k_rows = min(sizes.cin_g * window.window, window.k_block(t))
