@@ -92,6 +92,8 @@ class ConstantPool:
         if g is None:
             g = self._new_global(data, align)
             self._by_digest[digest] = g
+        elif g.align < align:       # stored first for a reader that asked for less
+            g.align = align
         return g
 
     def module_asm(self) -> str:

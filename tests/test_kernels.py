@@ -1144,31 +1144,42 @@ def test_shared_kernel_computes_both_instructions(case):
         _check(kernel(x, y, instr=instr), want, F32)
 
 
+def _relu6_topped(top: float):
+    """The depthwise ReLU6 epilogue module with its clamp's top at ``top``."""
+    m = _epilogue_module("depthwise_s1", EPILOGUES["bias_relu6"])
+    six = next(i for i in m.entry.instructions if i.name == "six")
+    six.literal = np.array(top, np.float32)
+    return m
 
-def test_epilogues_differing_in_a_constant_share_a_kernel():
+
+TOPS = (6.0, 4.0)
+
+
+@every_target()
+def test_epilogues_differing_in_a_constant_share_a_kernel(target_name):
     """Layers whose fused epilogues differ only in scalar constants (ReLU6 and a clamp at
-    4; PP-LCNet's learned scalar scale and shift) run one function, each call passing
-    its own constants."""
-    from xlac.hlo.evaluator import evaluate
+    4; PP-LCNet's learned scalar scale and shift) share one kernel key, each call
+    passing its own constants."""
+    t = target(target_name)
+    roots = [_fused_root(lambda top=top: _relu6_topped(top)) for top in TOPS]
+    assert kernel_key(roots[0], t) == kernel_key(roots[1], t)
+    assert [plan_kernel(r, t).spec.constant_operands for r in roots] == \
+        [(0.0, top) for top in TOPS]
 
-    def build(top):
-        m = _epilogue_module("depthwise_s1", EPILOGUES["bias_relu6"])
-        six = next(i for i in m.entry.instructions if i.name == "six")
-        six.literal = np.array(top, np.float32)
-        return m
-    tops = (6.0, 4.0)
-    roots = [_fused_root(lambda top=top: build(top)) for top in tops]
-    host = host_target()
-    assert kernel_key(roots[0], host) == kernel_key(roots[1], host)
-    assert plan_kernel(roots[1], host).spec.constant_operands == (0.0, 4.0)
+
+def test_shared_epilogue_kernel_computes_each_layers_constants():
+    """One compiled function run for both layers computes each with its own top."""
+    from xlac.hlo.evaluator import evaluate
+    roots = [_fused_root(lambda top=top: _relu6_topped(top)) for top in TOPS]
     kernel = CompiledKernel(roots[0])
-    for top, root in zip(tops, roots):
-        original = build(top)
+    for top, root in zip(TOPS, roots):
+        original = _relu6_topped(top)
         args = [_random(p.shape.dims, F32) * 4 for p in original.entry.parameters]
         want, = evaluate(original, args)
         got = kernel(*(args[o.attrs["number"]] for o in root.operands), instr=root)
         _check(got, want, F32)
         assert got.max() == top
+
 
 def test_bound_call_computes_what_a_call_does():
     """CompiledKernel.bind (what benchmarks/kernels.py times) runs the same call."""
@@ -1273,7 +1284,6 @@ def test_gemm_stays_inside_a_short_ks_scratch():
     _check(CompiledKernel(SHORT_K)(x, y), dot_reference(SHORT_K, x, y), F32)
 
 
-
 # A convolution GEMM whose K (input channels x window positions: 5 x 9) is shorter
 # than the K block; and a 1x1 one over 8 channels (a row-streamed band's pointwise layer).
 SHORT_K_CONVS = [make_conv((1, 5, 11, 11), (40, 5, 3, 3), pad=((1, 1), (1, 1))),
@@ -1295,6 +1305,7 @@ def test_conv_gemm_stays_inside_a_short_ks_scratch(k):
     instr = SHORT_K_CONVS[k]
     x, w = (_random(o.shape.dims, F32) for o in instr.operands)
     _check(CompiledKernel(instr)(x, w), conv_reference(instr, x, w), F32)
+
 
 def test_other_opcodes_are_rejected():
     b = Builder("add")
