@@ -23,7 +23,7 @@ from ..emitter import kernels, sort
 from ..emitter.kernels.conv import has_fast_path
 from ..emitter.kernels.dot import columns_are_channels
 from ..emitter.kernels.epilogue import EPILOGUE_OPS
-from ..emitter.kernels.qconv import PROLOGUE_OPS, channels_minor_input, plan_quantized
+from ..emitter.kernels.qconv import channels_minor_input, plan_quantized
 from ..emitter.render import Artifact, EmitOptions, render
 from ..emitter.scatter import emit_scatter_function
 from ..emitter.sort import emit_sort_function, emit_topk_function
@@ -63,7 +63,7 @@ class CpuBackend:
         self.target = target
         self.machine = machine          # llvmlite's TargetMachine
         self.opt_level = opt_level
-        self.fusion = FusionPolicy(EPILOGUE_OPS, MAX_EPILOGUE, PROLOGUE_OPS)
+        self.fusion = FusionPolicy(EPILOGUE_OPS, MAX_EPILOGUE)
 
     # -- the optimizer's questions (optimizer/policy.py) ---------------------------------
 

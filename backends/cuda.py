@@ -71,7 +71,7 @@ class CudaBackend:
         self.device_machine = device_machine
         self.opt_level = opt_level
         self.emulated = emulated
-        self.fusion = FusionPolicy(EPILOGUE_OPS, MAX_EPILOGUE, frozenset())
+        self.fusion = FusionPolicy(EPILOGUE_OPS, MAX_EPILOGUE)
 
     # -- the optimizer's questions (optimizer/policy.py) ---------------------------------
 

@@ -44,12 +44,11 @@ which dots and convolutions take the ops after them, and how
 convolution (quantized arithmetic, s32 accumulators) takes the element-wise ops after it
 into one ``kind='kOutput'`` fusion, so that its kernel stores the requantized narrow
 result and the s32 values never reach memory; a pad of its input by a constant (the zero
-point) goes in too, so that the kernel pads as it reads. So does a dot's prologue: the
-element-wise ops that quantize a model input into its lhs (scalar scale and zero point;
-the policy's ``prologue_ops``), which the kernel computes as it reads, instead of an 8-bit copy of the input in the arena
-(a quantized MLP's first layer; a convolution would compute each input element once per
-tap, so it reads the copy). The epilogue is the chain of single-user element-wise ops of
-the accumulators' dims from the contraction, cut back to its narrowest value; what each
+point) goes in too, so that the kernel pads as it reads. The quantization of its input
+never goes in: a dot reads each element of its lhs once per panel of output columns, a
+convolution once per tap, so it would be computed (a divide among it) that many times;
+a loop writes the 8-bit copy once. The epilogue is the chain of single-user element-wise
+ops of the accumulators' dims from the contraction, cut back to its narrowest value; what each
 of them reads besides the chain must be a scalar, a broadcast of values along the output
 channels only (``epilogue_operand``), or a value of the result's dims read at the same
 element. A chain that reaches a model output (a quantized model's last layer
@@ -267,26 +266,6 @@ class _OutputFuser:
                 return [c for c in candidates if c in region]
         return []
 
-    def _prologue(self, core: Instruction) -> list[Instruction]:
-        """The policy's prologue ops that make an integer dot's activations (its lhs) out of a
-        model input, in order (a quantized MLP's first QuantizeLinear), each read only by
-        the next and everything else they read a constant or a broadcast of a scalar one;
-        else []."""
-        if core.opcode is not Opcode.DOT or self._style(core) is not EpilogueStyle.REQUANTIZE:
-            return []
-        chain, reader, x = [], core, core.operands[0]
-        while x.opcode in self.policy.fusion.prologue_ops and list(self.users[x]) == [reader] \
-                and x not in self.pinned:
-            rest = [o for o in x.operands
-                    if not _scalar_like(o) and o.opcode is not Opcode.CONSTANT]
-            if len(rest) != 1 or rest[0].shape.dims != x.shape.dims:
-                return []
-            chain.append(x)
-            reader, x = x, rest[0]
-        if x.opcode is not Opcode.PARAMETER or x not in self.comp.parameters:
-            return []
-        return chain[::-1]
-
     def _fuse(self, core: Instruction) -> bool:
         chain = self._chain(core)
         pad = core.operands[0]
@@ -295,11 +274,10 @@ class _OutputFuser:
                       and pad.operands[1].opcode is Opcode.CONSTANT
                       and list(self.users[pad]) == [core] and pad not in self.pinned
                       and core.opcode is Opcode.CONVOLUTION)
-        prologue = self._prologue(core)
-        if not chain and not absorb_pad and not prologue:
+        if not chain and not absorb_pad:
             return False
         root = chain[-1] if chain else core
-        members = prologue + ([pad] if absorb_pad else []) + [core] + chain
+        members = ([pad] if absorb_pad else []) + [core] + chain
         inside = set(members)
         fused = Computation("fused_computation")
         params: dict[object, Instruction] = {}

@@ -19,7 +19,7 @@ class EpilogueStyle(Enum):
     """How a kernel takes in the element-wise ops after its dot or convolution
     (``OutputFusion``)."""
     # An integer contraction: the chain after it cut back to its narrowest value (the
-    # requantization), the constant pad of its input and a quantizing prologue of a dot.
+    # requantization) and the constant pad of its input.
     REQUANTIZE = "requantize"
     # A float kernel: the f32 ops it applies to its results in registers, any DAG of
     # ``FusionPolicy.epilogue_ops`` with one exit.
@@ -31,7 +31,6 @@ class FusionPolicy:
     """What a backend's kernels apply around their dot or convolution."""
     epilogue_ops: frozenset[Opcode]     # a REGISTERS epilogue's ops
     max_epilogue: int                   # at most this many in one
-    prologue_ops: frozenset[Opcode]     # what an integer dot computes as it reads its lhs
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,7 @@ def layers_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
         const("fc_wz", np.int8(0)), const("fc_ys", np.float32(0.15)),
         const("fc_yz", np.uint8(100))], ["fc_y"]))
     outputs.append(helper.make_tensor_value_info("fc_y", TensorProto.UINT8, [3, 21]))
-    # a float input quantized as the kernel reads it, the result dequantized as it stores
+    # a float input quantized into an s8 copy, the result dequantized as the kernel stores
     feeds["fcq_x"] = RNG.standard_normal((2, 37)).astype(np.float32)
     inputs.append(helper.make_tensor_value_info("fcq_x", TensorProto.FLOAT, [2, 37]))
     nodes += [helper.make_node("QuantizeLinear", ["fcq_x", "fc_xs", const("fcq_xz", np.int8(-5))],

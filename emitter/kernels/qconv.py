@@ -42,7 +42,6 @@ from llvmlite import ir
 
 from ...hlo import ConvDimensionNumbers, Instruction, Opcode, dtypes
 from ...hlo.fusion import is_output_fusion, output_fusion_core
-from ...hlo.opcodes import ELEMENTWISE
 from ...hlo.shape import channels_minor
 from ..elemental import ElementalEmitter
 from ..indexing import linearize
@@ -52,13 +51,6 @@ from .intdot import I16, IntDot, int_dot_for
 from .vec import const_vec, lane_mask, masked_load, offset_ptr, vec_type
 
 _WORD = 4           # k per dot4: one 32-bit word of activations
-
-# What quantizing a value takes (importers/onnx/quantization.py's q: divide by the scale,
-# round, add the zero point, clamp, convert): cheap enough for a dot's kernel to compute
-# as it reads, once per panel of output channels (QuantizedKernel.activations).
-PROLOGUE_OPS = frozenset({Opcode.DIVIDE, Opcode.MULTIPLY, Opcode.ADD, Opcode.SUBTRACT,
-                          Opcode.ROUND_NEAREST_EVEN, Opcode.CLAMP, Opcode.MAXIMUM,
-                          Opcode.MINIMUM, Opcode.CONVERT})
 
 
 def channels_minor_input(instr: Instruction) -> int | None:
@@ -112,7 +104,7 @@ class QuantizedKernel:
     instr: Instruction
     dot: IntDot
     registers: int                      # the target's vector registers
-    x_k: int                            # fusion operand: the activations (or their source)
+    x_k: int                            # fusion operand: the activations
     depthwise: bool
     # geometry (a dot is one image of 1 x M pixels, one tap, K channels)
     n: int
@@ -135,9 +127,6 @@ class QuantizedKernel:
     accumulated: Instruction | None = None  # the value the accumulators stand for
     no_nans: bool = False               # the epilogue cannot meet a NaN
     float_abi: str | None = None        # the target's (TargetInfo.float_abi)
-    # a dot's lhs computed as it is read from operand x_k (the fusion's prologue: a model
-    # input quantized), else None: operand x_k holds the 8-bit activations
-    activations: Instruction | None = None
 
     @property
     def cin_g(self) -> int:
@@ -332,30 +321,13 @@ def _plan_conv(instr, fused, core, target) -> QuantizedKernel | None:
         weights.reshape(cout, cin_g, kh * kw), "nchw")
 
 
-def _prologue_source(instr, a: Instruction) -> Instruction | None:
-    """The fused parameter a dot's lhs ``a`` is computed from element by element: ``a``
-    itself, or the one operand of a's dims (the others scalars, broadcasts, constants)
-    down its prologue."""
-    while a.opcode is not Opcode.PARAMETER:
-        if a.opcode not in ELEMENTWISE:
-            return None
-        rest = [o for o in a.operands if o.shape.rank and o.opcode is not Opcode.BROADCAST
-                and not (o.opcode is Opcode.PARAMETER
-                         and instr.operands[o.number].opcode is Opcode.CONSTANT)]
-        if len(rest) != 1 or rest[0].shape.dims != a.shape.dims:
-            return None
-        a = rest[0]
-    return a
-
-
 def _plan_dot(instr, fused, core, target) -> QuantizedKernel | None:
     dn = core.attrs["dimension_numbers"]
     a, w_param = core.operands
-    source = _prologue_source(instr, a)
-    if (source is None or core.shape.rank != 2 or dn.lhs_batch
+    if (a.opcode is not Opcode.PARAMETER or core.shape.rank != 2 or dn.lhs_batch
             or dn.lhs_contracting != (1,) or len(dn.rhs_contracting) != 1):
         return None
-    x = instr.operands[source.number]
+    x = instr.operands[a.number]
     weights = _weights_of(instr, w_param)
     if (weights is None or a.shape.dtype not in (dtypes.S8, dtypes.U8)
             or not x.shape.has_default_layout):
@@ -365,9 +337,9 @@ def _plan_dot(instr, fused, core, target) -> QuantizedKernel | None:
     m, k = x.shape.dims
     nout = weights.shape[0]
     return QuantizedKernel(
-        instr, _dot_for(target, weights), target.registers, source.number, False, 1, k, 1,
+        instr, _dot_for(target, weights), target.registers, a.number, False, 1, k, 1,
         m, 1, m, 1, nout, ((0, 0),), (1, 1), (0, 0), 0, (0, 1, 0, k),
-        weights.reshape(nout, k, 1), "mn", activations=None if a is source else a)
+        weights.reshape(nout, k, 1), "mn")
 
 
 # --- shared pieces ------------------------------------------------------------------
@@ -485,8 +457,6 @@ class _GemmEmitter:
         self.wbase = constants.global_for_bytes(packed)
         self.sbase = constants.global_for_bytes(starts) \
             if np.frombuffer(starts, np.int32).any() else None
-        self.activations = None if k.activations is None else em.computation_generator(
-            k.instr.called[0], _operand_readers(k, b, em, ptrs), value=k.activations)
 
     def emit(self):
         k, b, lanes = self.k, self.b, self.dot.lanes
@@ -541,7 +511,7 @@ class _GemmEmitter:
             def step(c4, tail, taps=taps, wtap=wtap):
                 xs = []
                 for i, (base, inside) in enumerate(taps):
-                    word = self._word(base, c4, tail, oxs[i])
+                    word = self._load_tail(base, c4) if tail else self._load_word(base, c4)
                     if inside is not None:
                         word = b.select(inside, word, pad_word)
                     xs.append(b.xor(word, mask) if self.flip else word)
@@ -559,23 +529,6 @@ class _GemmEmitter:
             if k.cin_g % _WORD:
                 step(i64(full), True)
         self._store_tile(img, n0, nv, cols, m0, soff, acc)
-
-    def _word(self, base, c4, tail: bool, pixel):
-        """The four channels from 4 * c4 of the tap at ``base`` (of a dot's row ``pixel``)
-        as one word; past the last channel (``tail``) the bytes are zeros."""
-        if self.activations is not None:
-            return self._computed_word(pixel, c4, self.k.cin_g % _WORD if tail else _WORD)
-        return self._load_tail(base, c4) if tail else self._load_word(base, c4)
-
-    def _computed_word(self, pixel, c4, count: int):
-        """A dot's activations computed by its prologue (a model input quantized as it
-        is read): ``count`` channels from 4 * c4 of row ``pixel``, bytes of one word."""
-        b = self.b
-        word = ir.Constant(I32, 0)
-        for t in range(count):
-            v = self.activations([pixel, b.add(b.mul(c4, i64(_WORD)), i64(t))])
-            word = b.or_(word, b.shl(b.zext(v, I32), ir.Constant(I32, 8 * t)))
-        return word
 
     def _load_word(self, base, c4):
         b = self.b

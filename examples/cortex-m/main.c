@@ -42,16 +42,40 @@ static int write_file(const char *path, const void *data, size_t size) {
     return fclose(f) == 0 && put == size ? 0 : -1;
 }
 
-/* Calls model_run_v on a painted stack; returns its status, *used the bytes of stack
-   it touched (the model and the memcpy/memset it calls). */
+#ifdef COUNTER_ADDRESS
+/* A free-running counter of the board (MPS2's FPGAIO COUNTER). Under QEMU's
+   -icount shift=0 each executed instruction advances the virtual clock by 1 ns, so
+   the counter counts instructions in fixed steps; calibrate() measures the step. */
+#define COUNTER() (*(volatile uint32_t *)(COUNTER_ADDRESS))
+
+/* Ticks of a loop of exactly 2 * 2^20 + 1 instructions (subs/bne; mov). */
 __attribute__((noinline))
-static int run_measured(const void *const *inputs, void *const *outputs, size_t *used) {
+static uint32_t calibrate(void) {
+    uint32_t start = COUNTER(), n;
+    __asm volatile("mov %0, #0x100000\n1:\n\tsubs %0, %0, #1\n\tbne 1b" : "=r"(n) :: "cc");
+    return COUNTER() - start;
+}
+#endif
+
+/* Calls model_run_v on a painted stack; returns its status, *used the bytes of stack
+   it touched (the model and the memcpy/memset it calls) and *ticks the counter's
+   ticks during the call (0 without COUNTER_ADDRESS). */
+__attribute__((noinline))
+static int run_measured(const void *const *inputs, void *const *outputs, size_t *used,
+                        uint32_t *ticks) {
     /* Everything below the stack pointer is free until the call. Volatile: a loop
        the compiler turned into memset would paint over memset's own frame. */
     volatile uint32_t *top = stack_pointer();
     volatile uint32_t *p = &__stack_limit__;
     while (p < top) *p++ = PAINT;
+#ifdef COUNTER_ADDRESS
+    uint32_t start = COUNTER();
     int status = model_run_v(inputs, outputs, arena);
+    *ticks = COUNTER() - start;
+#else
+    int status = model_run_v(inputs, outputs, arena);
+    *ticks = 0;
+#endif
     p = &__stack_limit__;
     while (p < top && *p == PAINT) ++p;
     *used = (size_t)((uint8_t *)top - (uint8_t *)p);
@@ -81,8 +105,14 @@ int main(void) {
         }
     }
     size_t stack = 0;
-    int status = run_measured(inputs, outputs, &stack);
+    uint32_t ticks = 0;
+    int status = run_measured(inputs, outputs, &stack, &ticks);
     printf("model: status %d, stack %lu bytes\n", status, (unsigned long)stack);
+#ifdef COUNTER_ADDRESS
+    /* Instructions per tick, from the calibration loop's 2^21 + 1 instructions. */
+    printf("model: %lu ticks, calibration %lu ticks for 2097153 instructions\n",
+           (unsigned long)ticks, (unsigned long)calibrate());
+#endif
     if (status != 0) return 1;
     for (int k = 0; k < model_NUM_OUTPUTS; ++k) {
         snprintf(path, sizeof path, "output%d.bin", k);

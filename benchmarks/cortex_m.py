@@ -1,0 +1,130 @@
+"""xlac's int8 MLPerf Tiny models on an emulated Cortex-M: instructions per inference,
+flash and RAM.
+
+    python benchmarks/cortex_m.py [--board mps2-an386] [--only NAME] [--float]
+                                  [--build build/cortex_m]
+
+Each model of benchmarks/memory_models.py's MLPerf Tiny four is quantized as users
+quantize it (benchmarks/int8.py: onnxruntime's QDQ, per-channel int8 weights, int8
+activations, calibrated on seeded random inputs), compiled for the board's CPU and
+linked by examples/cortex-m/Makefile with ``COUNT=1``: main.c reads the board's FPGAIO
+counter around the model call and QEMU runs with ``-icount shift=0``, one virtual
+nanosecond per executed instruction, so the counter advances once per fixed number of
+instructions (40 on the 25 MHz MPS2 counter); a calibration loop of known length
+measures that number on every run. The figure counts instructions, not cycles.
+
+Flash and RAM are xlac's report for the object (code + weights + read-only data; arena
++ static data): what the model adds to a firmware. The call's outputs are checked
+against xlac's build for this machine (int8 arithmetic: the same bits on every target).
+Needs Debian's gcc-arm-none-eabi, libnewlib-arm-none-eabi and qemu-system-arm.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+import xlac
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+EXAMPLE = ROOT / "examples" / "cortex-m"
+sys.path.insert(0, str(HERE))
+from int8 import quantize  # noqa: E402
+from memory_models import MODELS  # noqa: E402
+
+MLPERF_TINY = ("ds_cnn", "resnet8", "mobilenet_v1_025_vww", "fc_autoencoder")
+BOARDS = {"mps2-an386": "Cortex-M4F", "mps2-an505": "Cortex-M33", "mps2-an385": "Cortex-M3"}
+# main.c's calibration loop: 2^20 iterations of subs/bne, and a mov.
+CALIBRATION_INSTRUCTIONS = 2 * 2**20 + 1
+
+
+def instructions(stdout: str) -> int:
+    """The call's instructions, from main.c's counter line."""
+    m = re.search(r"model: (\d+) ticks, calibration (\d+) ticks for (\d+) instructions",
+                  stdout)
+    if m is None:
+        raise RuntimeError(f"no counter line in the firmware's output:\n{stdout}")
+    ticks, cal, n = map(int, m.groups())
+    return round(ticks * n / cal)
+
+
+def make(board: str, model: Path, build: Path, *goals: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["make", "-s", "-C", str(EXAMPLE), f"BOARD={board}", f"MODEL={model}",
+         f"BUILD={build}", f"XLAC={sys.executable} -m xlac.main", "COUNT=1", *goals],
+        capture_output=True, text=True, timeout=1800)
+
+
+def prepare(name: str, folder: Path, quantized: bool) -> tuple[Path, list[np.ndarray]]:
+    """The model file and one seeded input for it."""
+    model = MODELS[name]()
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    path = folder / f"{name}.onnx"
+    if quantized:
+        path = Path(quantize(model, str(folder), name, "qdq"))
+    else:
+        onnx.save(model, path)
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    return path, [x]
+
+
+def measure(board: str, name: str, path: Path, inputs: list[np.ndarray],
+            build: Path) -> dict:
+    build.mkdir(parents=True, exist_ok=True)
+    for k, x in enumerate(inputs):
+        x.tofile(build / f"input{k}.bin")
+    done = make(board, path, build)
+    if done.returncode != 0:
+        raise RuntimeError(f"{name}: build failed:\n{done.stdout}{done.stderr}")
+    done = make(board, path, build, "run")
+    if done.returncode != 0:
+        raise RuntimeError(f"{name}: firmware failed:\n{done.stdout}{done.stderr}")
+    report = json.loads((build / "report.json").read_text())
+    host = xlac.compile(path, build / "host.o", name="host")
+    want = xlac.load(host.output)(*inputs)
+    got = [np.fromfile(build / f"output{k}.bin", w.dtype).reshape(w.shape)
+           for k, w in enumerate(want)]
+    err = max(float(np.max(np.abs(g.astype(np.float64) - w))) for g, w in zip(got, want))
+    return {"model": name, "instructions": instructions(done.stdout),
+            "flash": report["flash_bytes"]["total"], "code": report["flash_bytes"]["code"],
+            "ram": report["ram_bytes"]["total"], "max_diff": err}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--board", choices=BOARDS, default="mps2-an386")
+    ap.add_argument("--only", help="substring of the model names to run")
+    ap.add_argument("--float", action="store_true", help="the float models, not int8")
+    ap.add_argument("--build", type=Path, default=ROOT / "build" / "cortex_m",
+                    help="folder for the builds (kept for inspection)")
+    args = ap.parse_args()
+    names = [n for n in MLPERF_TINY if not args.only or args.only in n]
+    kind = "f32" if args.float else "int8"
+    folder = args.build / args.board / kind
+    folder.mkdir(parents=True, exist_ok=True)
+    jobs = [(n, *prepare(n, folder, not args.float)) for n in names]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        rows = list(pool.map(lambda j: measure(args.board, j[0], j[1], j[2], folder / j[0]),
+                             jobs))
+    print(f"{BOARDS[args.board]} ({args.board}), {kind}: instructions per inference "
+          f"under qemu-system-arm -icount shift=0")
+    head = (f"{'model':<22} {'instructions':>13} {'flash':>9} {'code':>7} {'RAM':>8} "
+            f"{'max |diff|':>10}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r['model']:<22} {r['instructions']:>13,} {r['flash']:>9,} {r['code']:>7,} "
+              f"{r['ram']:>8,} {r['max_diff']:>10.3g}")
+
+
+if __name__ == "__main__":
+    main()
