@@ -419,12 +419,45 @@ class _Rewriter:
                          metadata=md)
             f = self.add(Opcode.DIVIDE, f, self.spread(sy, dtypes.F32, dims, None, md),
                          metadata=md)
-        r = self.add(Opcode.ROUND_NEAREST_EVEN, f, metadata=md)
-        if zy:
-            r = self.add(Opcode.ADD, r, self.spread(zy, dtypes.F32, dims, None, md), metadata=md)
-        r = self.add(Opcode.CLAMP, self.constant(lo, dtypes.F32, md), r,
-                     self.constant(hi, dtypes.F32, md), metadata=md)
-        return self.add(Opcode.CONVERT, r, shape=v.shape, metadata=md)
+        # |f| at most: the accumulators' bound per channel through the same arithmetic
+        acc_bound = _contraction_bound(x_dq, w_dq, w_axis, cout)
+        if acc_bound is None:
+            bound = None
+        elif integral:
+            bq = 0 if bias_f is None else np.abs(bq)
+            bound = np.max((acc_bound + bq) * np.abs(acc_scale / sy).astype(np.float64))
+        else:
+            bound = np.max((acc_bound * np.abs(acc_scale) + np.abs(bias_f)) / sy)
+        return self._requantized(f, bound, zy, lo, hi, v.shape, md)
+
+    def _requantized(self, f: Instruction, bound: float | None, zy, lo, hi, shape: Shape,
+                     md) -> Instruction:
+        """``T(clamp(lo, round(f) + zy, hi))`` of shape ``shape``. Where |f| < 2**22
+        (``bound``, from the integers f is made of), in integers: adding 1.5 * 2**23
+        rounds f to nearest even and leaves the integer in the sum's low mantissa bits,
+        so ``bits(f + 1.5 * 2**23) - bits(1.5 * 2**23)`` is round(f) exactly; the zero
+        point and clamp follow on s32 (a saturating instruction on most targets), and no
+        float compare, rounding instruction or libcall is left per element."""
+        dims = f.shape.dims
+        if bound is None or not np.isfinite(bound) or bound * (1 + 2**-20) >= 2**22:
+            r = self.add(Opcode.ROUND_NEAREST_EVEN, f, metadata=md)
+            if zy:
+                r = self.add(Opcode.ADD, r, self.spread(zy, dtypes.F32, dims, None, md),
+                             metadata=md)
+            r = self.add(Opcode.CLAMP, self.constant(lo, dtypes.F32, md), r,
+                         self.constant(hi, dtypes.F32, md), metadata=md)
+            return self.add(Opcode.CONVERT, r, shape=shape, metadata=md)
+        magic = np.float32(1.5 * 2**23)
+        t = self.add(Opcode.ADD, f, self.spread(magic, dtypes.F32, dims, None, md),
+                     metadata=md)
+        bits = self.add(Opcode.BITCAST_CONVERT, t, shape=t.shape.with_dtype(dtypes.S32),
+                        metadata=md)
+        offset = int(zy) - int(magic.view(np.int32))
+        r = self.add(Opcode.ADD, bits, self.spread(offset, dtypes.S32, dims, None, md),
+                     metadata=md)
+        r = self.add(Opcode.CLAMP, self.constant(int(lo), dtypes.S32, md), r,
+                     self.constant(int(hi), dtypes.S32, md), metadata=md)
+        return self.add(Opcode.CONVERT, r, shape=shape, metadata=md)
 
     # -- rule 2 --
     def _narrow(self, c: Instruction) -> Instruction | None:
@@ -617,12 +650,8 @@ class _Rewriter:
         m = np.float32(sx / np.float32(sy * np.float32(summed)))
         f = self.add(Opcode.MULTIPLY, self.add(Opcode.CONVERT, acc, shape=acc.shape.with_dtype(
             dtypes.F32), metadata=md), self.spread(m, dtypes.F32, dims, None, md), metadata=md)
-        r = self.add(Opcode.ROUND_NEAREST_EVEN, f, metadata=md)
-        if zy:
-            r = self.add(Opcode.ADD, r, self.spread(zy, dtypes.F32, dims, None, md), metadata=md)
-        r = self.add(Opcode.CLAMP, self.constant(q.lo, dtypes.F32, md), r,
-                     self.constant(q.hi, dtypes.F32, md), metadata=md)
-        out = self.add(Opcode.CONVERT, r, shape=r.shape.with_dtype(t), metadata=md)
+        bound = summed * _span(dq.q.shape.dtype, zx) * abs(float(m))
+        out = self._requantized(f, bound, zy, q.lo, q.hi, f.shape.with_dtype(t), md)
         if out.shape.dims != v.shape.dims:
             out = self.add(Opcode.RESHAPE, out, shape=v.shape, metadata=md)
         return out
@@ -674,6 +703,27 @@ def _contraction_form(c: Instruction) -> _Form | None:
         out_axis = nb + (lhs_free if k == 1 else 0)
         return _Form(x, w, free[0], out_axis, k == 1)
     return None
+
+
+def _span(dtype: dtypes.DType, zero_point) -> float:
+    """The largest |x - zero_point| over the values of the integer type."""
+    return float(max(abs(dtype.info.min - zero_point), abs(dtype.info.max - zero_point)))
+
+
+def _contraction_bound(x_dq: Dequantized, w_dq: Dequantized, w_axis: int,
+                       cout: int) -> np.ndarray | None:
+    """Per output channel, the largest |accumulator| of sum (x - zx)(w - zw): the sum of
+    the channel's |w - zw| (over every other dim of the constant weights, a bound where
+    they hold batch dims too) times the largest |x - zx| of x's type."""
+    zx = _scalar(x_dq.zero_point)
+    if zx is None or w_dq.q.opcode is not Opcode.CONSTANT:
+        return None
+    w = np.moveaxis(w_dq.q.literal.astype(np.float64), w_axis, 0).reshape(cout, -1)
+    if w_dq.zero_point is not None:
+        zw = w_dq.zero_point.along(cout) if w_dq.zero_point.axis is not None \
+            else np.broadcast_to(w_dq.zero_point.values, (cout,))
+        w = w - np.asarray(zw, np.float64)[:, None]
+    return np.abs(w).sum(axis=1) * _span(x_dq.q.shape.dtype, float(zx))
 
 
 def _softmax_form(y: Instruction) -> tuple[Dequantized, tuple[int, ...]] | None:

@@ -15,6 +15,7 @@ from xlac.hlo.literal_text import format_literal
 from xlac.hlo.text import parse_module, print_module
 from xlac.hlo.verifier import verify
 from xlac.optimizer import DeadCodeElimination
+from xlac.optimizer import quantization
 from xlac.optimizer.quantization import QuantizedArithmetic
 
 RNG = np.random.default_rng(8)
@@ -99,7 +100,7 @@ W = np.array([[[[90]], [[-20]]], [[[-127]], [[33]]], [[[5]], [[64]]]], np.int8)
 BQ = np.array([700, -1500, 0], np.int32)
 
 
-def qdq_conv(bias_values, relu=True, shared=False, per_input_channel=False):
+def qdq_conv(bias_values, relu=True, shared=False, per_input_channel=False, y_scale=0.1):
     """q(relu(conv(dq(x), dq(w)) + B(bias))) with a 1x1 kernel and padding 1; ``shared``:
     the float convolution also feeds a second output; ``per_input_channel``: the weight
     scales vary along the weights' input channels."""
@@ -117,7 +118,7 @@ def qdq_conv(bias_values, relu=True, shared=False, per_input_channel=False):
       %bias = f32[3]{{0}} constant({lit(bias_values, dtypes.F32)})
       %biasb = {f} broadcast(f32[3]{{0}} %bias), dimensions={{1}}
       %biased = {f} add({f} %conv, {f} %biasb)""" + act + q("out", "act" if relu else "biased",
-                                                             Y, -100, 0.1)
+                                                             Y, -100, y_scale)
     if not shared:
         return module(f"x: {shape('s8', X)}", shape("s8", Y), body)
     both = f"({shape('s8', Y)}, {f})"
@@ -141,6 +142,37 @@ def test_qdq_convolution_runs_on_int8_with_the_zero_point_as_padding():
     for _ in range(5):
         diff = steps_apart(before, after, conv_args())
         assert diff.max() <= 1 and (diff == 0).mean() > 0.95
+
+
+@pytest.mark.parametrize("relu", [True, False])
+def test_requantization_rounds_in_integers_bit_for_bit(relu, monkeypatch):
+    # |f| < 2**22 (the weights bound the accumulators): round(f) + zy is the bits of
+    # f + 1.5 * 2**23 less those of 1.5 * 2**23 plus zy, clamped on s32; equal to the
+    # float tail (rint, add, clamp in f32) on every input, the extremes included
+    bias = (BQ * (SX * SW).astype(np.float32)).astype(np.float32)
+    _, after, _ = rewrite(qdq_conv(bias, relu=relu, y_scale=0.003))
+    text = print_module(after)
+    assert "bitcast-convert(" in text and "round-nearest-even" not in text
+    assert "s32[1,3,7,7]{3,2,1,0} clamp(" in text
+    monkeypatch.setattr(quantization, "_contraction_bound", lambda *args: None)
+    _, floated, _ = rewrite(qdq_conv(bias, relu=relu, y_scale=0.003))
+    assert "round-nearest-even" in print_module(floated)
+    inputs = [integers(X) for _ in range(20)] + [np.full(X, v, np.int8) for v in (-128, 127)]
+    for x in inputs:
+        (a,), (b,) = evaluate(after, [x]), evaluate(floated, [x])
+        np.testing.assert_array_equal(a, b)
+    seen = {int(v) for x in inputs for v in evaluate(after, [x])[0].flat}
+    assert len(seen) > 40 and 127 in seen and (-100 if relu else -128) in seen
+
+
+def test_does_not_round_in_integers_where_the_scaled_accumulators_may_pass_2_22():
+    # a tiny output scale: |f| may pass 2**22, where f + 1.5 * 2**23 no longer holds
+    # round(f) in its low bits; the float tail stays
+    bias = (BQ * (SX * SW).astype(np.float32)).astype(np.float32)
+    _, after, changed = rewrite(qdq_conv(bias, y_scale=1e-7))
+    assert changed
+    text = print_module(after)
+    assert "round-nearest-even" in text and "bitcast-convert" not in text
 
 
 def test_qdq_convolution_keeps_a_bias_that_is_not_an_integer_in_float():

@@ -238,7 +238,7 @@ _FINITE_OPS = frozenset({Opcode.CONVERT, Opcode.ADD, Opcode.MULTIPLY, Opcode.SUB
                          Opcode.ROUND_NEAREST_EVEN, Opcode.ROUND_NEAREST_AFZ, Opcode.CLAMP,
                          Opcode.MAXIMUM, Opcode.MINIMUM, Opcode.BROADCAST, Opcode.RESHAPE,
                          Opcode.PARAMETER, Opcode.CONSTANT, Opcode.DIVIDE, Opcode.PAD,
-                         Opcode.CONVOLUTION, Opcode.DOT})
+                         Opcode.CONVOLUTION, Opcode.DOT, Opcode.BITCAST_CONVERT})
 
 
 def _nan_free(instr, fused, core) -> bool:
