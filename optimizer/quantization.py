@@ -50,6 +50,15 @@ exact or onnxruntime's own arithmetic:
    ``T(clamp(round(f32(sum_R s32(x) - zx * n) * m) + zy))``, m = f32(sx / f32(sy * n)):
    the sum is exact, one f32 multiply rounds.
 
+6. ``q(act(dq(a) + dq(b)))``, a and b 8-bit per tensor, act ReLU or none (a residual
+   connection; onnxruntime's QLinearAdd) => ``T(clamp(lo, round(A * ma + B * mb) + zy,
+   hi))`` with A = f32(a) - za, ma = f32(sa / sy) (likewise B, mb): no divide per
+   element. Taken only where it gives the float model's result for every one of the
+   65,536 pairs (a, b), tried at compile time; else the division stays.
+
+Rules 1, 5 and 6 round in integers where |round's operand| < 2**22 is known from the
+integers it is made of (``_requantized``): exact, and no float compare per element.
+
 Rule 1 makes rule 2's input; all run in one walk, before constant folding could fold
 dq(w) into f32 weights. DCE removes the float instructions left unused.
 """
@@ -288,7 +297,7 @@ class _Rewriter:
         for instr in list(self.comp.instructions):
             instr.operands = [self.replaced.get(o, o) for o in instr.operands]
             for rule in (self._contraction, self._narrow, self._passthrough, self._softmax,
-                         self._mean):
+                         self._mean, self._sum):
                 new = rule(instr)
                 if new is not None:
                     self.replaced[instr] = new
@@ -656,6 +665,51 @@ class _Rewriter:
             out = self.add(Opcode.RESHAPE, out, shape=v.shape, metadata=md)
         return out
 
+    # -- rule 6 --
+    def _sum(self, v: Instruction) -> Instruction | None:
+        q = _per_tensor(v)
+        if q is None or q.out not in (dtypes.S8, dtypes.U8):
+            return None
+        sy, zy = np.float32(q.scale.scalar()), np.float32(_scalar(q.zero_point))
+        lo, hi = np.float32(q.lo), np.float32(q.hi)
+        y, chain = q.y, [q.divide]
+        if y.opcode is Opcode.MAXIMUM and _param(y.operands[1]) is not None \
+                and _param(y.operands[1]).scalar() == 0:
+            lo = max(lo, zy)                             # q(max(y, 0)) = max(q(y), zy)
+            chain.append(y)
+            y = y.operands[0]
+        if y.opcode is not Opcode.ADD or not sy > 0:
+            return None
+        terms = [dequantized(o) for o in y.operands]
+        if any(t is None or t.q.shape.dtype not in (dtypes.S8, dtypes.U8)
+               or t.scale.axis is not None or _scalar(t.zero_point) is None
+               or t.q.shape.dims != y.shape.dims for t in terms):
+            return None
+        if not self.single_use(y, *reversed(chain)):
+            return None
+        a, b = terms
+        za, zb = np.float32(_scalar(a.zero_point)), np.float32(_scalar(b.zero_point))
+        sa, sb = np.float32(a.scale.scalar()), np.float32(b.scale.scalar())
+        ma, mb = np.float32(sa / sy), np.float32(sb / sy)
+        if not _sum_is_exact(a.q.shape.dtype, b.q.shape.dtype, za, zb, sa, sb, sy, zy,
+                             ma, mb, lo, hi):
+            return None
+        md = v.metadata
+        dims = y.shape.dims
+
+        def scaled(t: Dequantized, z, m) -> Instruction:
+            f = self.add(Opcode.CONVERT, t.q, shape=t.q.shape.with_dtype(dtypes.F32),
+                         metadata=md)
+            if z:
+                f = self.add(Opcode.SUBTRACT, f, self.spread(z, dtypes.F32, dims, None, md),
+                             metadata=md)
+            return self.add(Opcode.MULTIPLY, f, self.spread(m, dtypes.F32, dims, None, md),
+                            metadata=md)
+        f = self.add(Opcode.ADD, scaled(a, za, ma), scaled(b, zb, mb), metadata=md)
+        bound = (_span(a.q.shape.dtype, float(za)) * abs(float(ma))
+                 + _span(b.q.shape.dtype, float(zb)) * abs(float(mb)))
+        return self._requantized(f, bound, zy, lo, hi, v.shape, md)
+
     def _max(self, dtype: dtypes.DType) -> Computation:
         return self._reducer(Opcode.MAXIMUM, dtype)
 
@@ -724,6 +778,18 @@ def _contraction_bound(x_dq: Dequantized, w_dq: Dequantized, w_axis: int,
             else np.broadcast_to(w_dq.zero_point.values, (cout,))
         w = w - np.asarray(zw, np.float64)[:, None]
     return np.abs(w).sum(axis=1) * _span(x_dq.q.shape.dtype, float(zx))
+
+
+def _sum_is_exact(ta, tb, za, zb, sa, sb, sy, zy, ma, mb, lo, hi) -> bool:
+    """Whether round(A * ma + B * mb) gives q's result of A * sa + B * sb for every pair
+    of 8-bit values (A = a - za, B = b - zb), all in f32 as the ops compute them."""
+    a = np.arange(ta.info.min, ta.info.max + 1, dtype=np.float32) - za
+    b = np.arange(tb.info.min, tb.info.max + 1, dtype=np.float32) - zb
+    a, b = a[:, None], b[None, :]
+    with np.errstate(all="ignore"):
+        want = np.clip(np.rint((a * sa + b * sb) / sy) + zy, lo, hi)
+        got = np.clip(np.rint(a * ma + b * mb) + zy, lo, hi)
+    return bool(np.array_equal(want, got))
 
 
 def _softmax_form(y: Instruction) -> tuple[Dequantized, tuple[int, ...]] | None:

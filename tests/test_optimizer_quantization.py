@@ -455,3 +455,49 @@ def test_does_not_rewrite_a_mean_over_part_of_the_image():
         .replace("constant(16)", "constant(4)")
     _, _, changed = rewrite(text)
     assert not changed
+
+
+# --- rule 6: a quantized sum (a residual connection) without a divide ------------------
+
+def qdq_sum(sa, sb, sy, za=-3, zb=9, zy=-5, relu=True):
+    """q(relu(dq(a) + dq(b))) over every pair of s8 values: a along dim 0, b along 1."""
+    d = (256, 256)
+    f = shape("f32", d)
+    act = f"""
+      %zero = f32[]{{}} constant(0)
+      %zerob = {f} broadcast(f32[]{{}} %zero), dimensions={{}}
+      %act = {f} maximum({f} %sum, {f} %zerob)""" if relu else ""
+    return module(f"a: {shape('s8', d)}, b: {shape('s8', d)}", shape("s8", d), f"""
+      %a = {shape('s8', d)} parameter(0)
+      %b = {shape('s8', d)} parameter(1)""" + dq("dqa", "a", d, za, sa) + dq("dqb", "b", d, zb, sb)
+                  + f"""
+      %sum = {f} add({f} %dqa, {f} %dqb)""" + act + q("out", "act" if relu else "sum", d, zy,
+                                                      sy))
+
+
+def every_pair():
+    v = np.arange(-128, 128, dtype=np.int8)
+    return [np.repeat(v[:, None], 256, 1), np.repeat(v[None, :], 256, 0)]
+
+
+@pytest.mark.parametrize("relu", [True, False])
+def test_quantized_sum_multiplies_instead_of_dividing_bit_for_bit(relu):
+    # round(A * f32(sa / sy) + B * f32(sb / sy)) is q's round((A * sa + B * sb) / sy) on
+    # all 65,536 pairs for these scales (checked at compile time), and rounds in integers
+    before, after, changed = rewrite(qdq_sum(0.06732655, 0.034280803, 0.013687617,
+                                             relu=relu))
+    assert changed
+    body = print_module(after).split("ENTRY")[1]
+    assert "divide" not in body and "round-nearest-even" not in body
+    assert "bitcast-convert(" in body
+    (want,), (got,) = evaluate(before, every_pair()), evaluate(after, every_pair())
+    np.testing.assert_array_equal(got, want)
+    assert want.min() == (-5 if relu else -128) and want.max() == 127
+
+
+def test_does_not_multiply_a_sum_where_some_pair_would_round_differently():
+    # with these scales some (a, b) lands on the other side of a tie when multiplied by
+    # f32(sa / sy) instead of divided by sy: the division stays
+    _, after, changed = rewrite(qdq_sum(0.038968246, 0.063487, 0.04041201, 2, 10, -5))
+    assert not changed
+    assert "divide" in print_module(after)
