@@ -32,6 +32,7 @@ RNG = np.random.default_rng(11)
 # name: (x dtype, cin, cout, size, kernel, stride, pads [t, l, b, r], group, dilation)
 CONVS = {
     "rgb_stem": (np.int8, 3, 16, 9, 3, 2, [1, 1, 1, 1], 1, 1),
+    "mono_stem_u8": (np.uint8, 1, 10, 11, 5, 2, [2, 1, 2, 2], 1, 1),
     "pointwise_u8": (np.uint8, 24, 24, 6, 1, 1, [0, 0, 0, 0], 1, 1),
     "strided_asymmetric": (np.int8, 20, 40, 7, 3, 2, [0, 0, 1, 1], 1, 1),
     "dilated_tail": (np.uint8, 6, 9, 8, 3, 1, [2, 2, 2, 2], 1, 2),

@@ -14,8 +14,8 @@ tap are one 32-bit word of the input: one ``IntDot.dot4`` multiplies that word,
 broadcast, by four weights for each of L output channels. The weights are constants,
 packed at compile time in the order the loops read them -- [group][panel][tap]
 [channel / 4][NR outputs][4], zeros past the last channel -- together with the
-per-channel sums that the activation shift of ``IntDot.flip`` needs. Nothing is packed
-at run time: no scratch.
+per-channel sums that the activation shift of ``IntDot.flip`` needs. No weights are
+packed at run time and no scratch is taken from the arena.
 
 Loops, per image and group: panels of NR = NV x L output channels (the panel's
 weights stay in cache), tiles of MR pixels, then the taps (unrolled) and the channel
@@ -25,6 +25,12 @@ then goes through a small stack buffer to the epilogue: for each pixel, a loop o
 the tile's channels built from the fused computation's element generators with the
 accumulators in place of the contraction; it runs along the output's minor dim, which
 LLVM vectorizes.
+
+Where a tap holds fewer channels than a word (a stem's 1 or 3), a word per tap would be
+mostly zero bytes: the tile's pixels' whole windows, tap-major and channel-minor, are
+packed into words in a stack buffer first (``_patch_bytes``; the pad value outside the
+image), once per tile, and every panel then reduces over those words as one tap, the
+weights packed in the same order.
 
 Depthwise convolutions (one input and one output channel per group) get their own
 loop: L channels in lanes, the taps two at a time (``IntDot.dot2``), the weights
@@ -397,6 +403,18 @@ def _pack_words(dot: IntDot, weights: np.ndarray, groups: int, panels: list[_Pan
     return b"".join(chunks), b"".join(starts)
 
 
+def _patch_bytes(k: QuantizedKernel) -> int:
+    """A window's bytes (taps x input channels) where packing windows into words saves
+    words over a word per tap (1 to 3 input channels, or a ragged last word), for an
+    ungrouped convolution with windows that fit a small stack buffer; else 0."""
+    taps = len(k.taps)
+    size = taps * k.cin_g
+    if (k.depthwise or k.groups != 1 or taps == 1 or size > 512
+            or ceil(size / _WORD) >= taps * ceil(k.cin_g / _WORD)):
+        return 0
+    return size
+
+
 def _panels(cout_g: int, nv: int, lanes: int) -> list[_Panel]:
     """Full panels of NV vectors, then one narrower panel for the last channels."""
     nr = nv * lanes
@@ -451,14 +469,23 @@ class _GemmEmitter:
         self.mr, self.nv = _tile_shape(k.dot, k.registers, k.cout_g)
         self.panels = _panels(k.cout_g, self.nv, k.dot.lanes)
         self.flip = k.dot.flip(k.x_signed)
-        self.words = ceil(k.cin_g / _WORD)
-        packed, starts = _pack_words(k.dot, k.weights, k.groups, self.panels, self.flip,
+        # Patches: a few input channels (a stem's 1 or 3) leave most bytes of each tap's
+        # words zero; the tile's pixels' whole windows are packed into words once, then
+        # every panel of output channels reduces over them as one tap.
+        self.patch = _patch_bytes(k)
+        self.words = ceil((self.patch or k.cin_g) / _WORD)
+        weights = k.weights
+        if self.patch:
+            weights = weights.transpose(0, 2, 1).reshape(k.cout, self.patch, 1)
+        packed, starts = _pack_words(k.dot, weights, k.groups, self.panels, self.flip,
                                      k.bias)
         self.wbase = constants.global_for_bytes(packed)
         self.sbase = constants.global_for_bytes(starts) \
             if np.frombuffer(starts, np.int32).any() else None
 
     def emit(self):
+        if self.patch:
+            return self._emit_patches()
         k, b, lanes = self.k, self.b, self.dot.lanes
         taps = len(k.taps)
         group_bytes = len(self.k.weights) and sum(
@@ -483,29 +510,82 @@ class _GemmEmitter:
                     wdone += panel.count * size
                     sdone += panel.count * nr * 4
 
-    def _tile(self, img, g, n0, nv, cols, woff, soff, m0):
-        """MR pixels from m0 by NV x L output channels from n0."""
+    def _emit_patches(self):
+        """Per tile of MR pixels: their windows packed into a stack buffer (the pad value
+        outside the image, zeros after the last byte of a word), then every panel of
+        output channels over those words."""
+        k, b, lanes = self.k, self.b, self.dot.lanes
+        row = self.words * _WORD
+        patch = alloca_once(b, ir.ArrayType(I8, self.mr * row), "patch")
+        patch.type = PTR
+        with for_range(b, k.n, "img") as img:
+            with for_range(b, k.oh * k.ow, "m", step=self.mr) as m0:
+                oys, oxs = self._pixels(m0)
+                for i in range(self.mr):
+                    self._pack_patch(b.gep(patch, [i64(i * row)], source_etype=I8), img,
+                                     oys[i], oxs[i])
+                bases = [(b.gep(patch, [i64(i * row)], source_etype=I8), None)
+                         for i in range(self.mr)]
+                wdone, sdone = 0, 0
+                for panel in self.panels:
+                    nr = panel.vectors * lanes
+                    size = self.words * nr * _WORD
+                    cols = min(nr, k.cout - panel.start)
+                    with for_range(b, panel.count, "panel") as p:
+                        woff = b.add(i64(wdone), b.mul(p, i64(size)))
+                        soff = b.add(i64(sdone), b.mul(p, i64(nr * 4)))
+                        n0 = b.add(i64(panel.start), b.mul(p, i64(nr)))
+                        self._tile(img, i64(0), n0, panel.vectors, cols, woff, soff, m0,
+                                   patches=bases)
+                    wdone += panel.count * size
+                    sdone += panel.count * nr * 4
+
+    def _pack_patch(self, dst, img, oy, ox):
+        """The window of output pixel (oy, ox), tap-major and channel-minor, into the
+        bytes at ``dst``."""
+        k, b = self.k, self.b
+        x = self.ptrs[k.x_k]
+        pad = ir.Constant(I8, k.pad_value & 0xFF)
+        for t, (dy, dx) in enumerate(k.taps):
+            base, inside = _tap_base(k, b, x, img, oy, ox, dy, dx, i64(0))
+            for c in range(k.cin_g):
+                v = b.load(b.gep(base, [i64(c)], source_etype=I8), typ=I8)
+                if inside is not None:
+                    v = b.select(inside, v, pad)
+                b.store(v, b.gep(dst, [i64(t * k.cin_g + c)], source_etype=I8))
+        for j in range(self.patch, self.words * _WORD):
+            b.store(ir.Constant(I8, 0), b.gep(dst, [i64(j)], source_etype=I8))
+
+    def _pixels(self, m0):
+        """(rows, columns) of the tile's MR output pixels; past the last, the last."""
+        k, b = self.k, self.b
+        last = i64(k.oh * k.ow - 1)
+        ps = [b.select(b.icmp_signed("<", b.add(m0, i64(i)), last), b.add(m0, i64(i)), last)
+              for i in range(self.mr)]
+        return [b.udiv(p, i64(k.ow)) for p in ps], [b.urem(p, i64(k.ow)) for p in ps]
+
+    def _tile(self, img, g, n0, nv, cols, woff, soff, m0, patches=None):
+        """MR pixels from m0 by NV x L output channels from n0 (``patches``: the
+        pixels' packed windows, read as one tap)."""
         k, b, dot = self.k, self.b, self.dot
         lanes, mr = dot.lanes, self.mr
         aty = _acc_type(dot.acc_lanes)
         wty = vec_type(I8, _WORD * lanes)
-        last = i64(k.oh * k.ow - 1)
-        ps = [b.select(b.icmp_signed("<", b.add(m0, i64(i)), last), b.add(m0, i64(i)), last)
-              for i in range(mr)]                     # pixels past the last recompute it
-        oys = [b.udiv(p, i64(k.ow)) for p in ps]
-        oxs = [b.urem(p, i64(k.ow)) for p in ps]
+        oys, oxs = self._pixels(m0) if patches is None else (None, None)
         acc = [[alloca_once(b, aty, f"acc{i}.{v}") for v in range(nv)] for i in range(mr)]
         for row in acc:
             for a in row:
                 b.store(_zeros(dot.acc_lanes), a)
         x = self.ptrs[k.x_k]
-        full = k.cin_g // _WORD
+        cin = self.words * _WORD if patches is not None else k.cin_g
+        full = cin // _WORD
         pad_word = ir.Constant(I32, (k.pad_value & 0xFF) * 0x01010101)
         mask = ir.Constant(I32, 0x80808080)
         wpanel = b.gep(self.wbase, [woff], source_etype=I8)
         channel = b.mul(g, i64(k.cin_g))
-        for t, (dy, dx) in enumerate(k.taps):
-            taps = [_tap_base(k, b, x, img, oys[i], oxs[i], dy, dx, channel) for i in range(mr)]
+        for t, (dy, dx) in enumerate(k.taps if patches is None else [(0, 0)]):
+            taps = patches or [_tap_base(k, b, x, img, oys[i], oxs[i], dy, dx, channel)
+                               for i in range(mr)]
             wtap = b.gep(wpanel, [i64(t * self.words * nv * lanes * _WORD)], source_etype=I8)
 
             def step(c4, tail, taps=taps, wtap=wtap):
@@ -526,7 +606,7 @@ class _GemmEmitter:
             if full:
                 with for_range(b, full, "c4") as c4:
                     step(c4, False)
-            if k.cin_g % _WORD:
+            if cin % _WORD:
                 step(i64(full), True)
         self._store_tile(img, n0, nv, cols, m0, soff, acc)
 
