@@ -52,8 +52,15 @@ def for_range(b: ir.IRBuilder, count, name: str = "i", start=0, step=1):
     ``count``/``start`` may be Python ints or i64 values. The body is emitted at the
     builder's position inside the ``with``; afterwards the builder sits after the loop.
     """
-    count = i64(count) if isinstance(count, int) else count
-    start = i64(start) if isinstance(start, int) else start
+    # On a 32-bit target the counter is an i32 (sizes there fit one): an i64 counter
+    # would take two registers and add-with-carry, compare-with-borrow in every latch.
+    ty = I32 if _pointer_bits(b.module) == 32 else I64
+
+    def as_ty(v):
+        if isinstance(v, int):
+            return ir.Constant(ty, v)
+        return b.trunc(v, ty) if v.type != ty else v
+    count, start = as_ty(count), as_ty(start)
     pre = b.block
     fn = pre.function
     head = fn.append_basic_block(f"{name}.head")
@@ -61,15 +68,23 @@ def for_range(b: ir.IRBuilder, count, name: str = "i", start=0, step=1):
     done = fn.append_basic_block(f"{name}.end")
     b.branch(head)
     b.position_at_end(head)
-    idx = b.phi(I64, name=name)
+    idx = b.phi(ty, name=name)
     idx.add_incoming(start, pre)
     b.cbranch(b.icmp_signed("<", idx, count), body, done)
     b.position_at_end(body)
-    yield idx
-    nxt = b.add(idx, i64(step), name=f"{name}.next", flags=["nsw"])
+    yield idx if ty is I64 else b.zext(idx, I64)
+    nxt = b.add(idx, ir.Constant(ty, step), name=f"{name}.next", flags=["nsw"])
     idx.add_incoming(nxt, b.block)
     b.branch(head)
     b.position_at_end(done)
+
+
+def _pointer_bits(module: ir.Module) -> int:
+    """The module's pointer width from its data layout (64 where it names none)."""
+    for spec in (module.data_layout or "").split("-"):
+        if spec.startswith("p:"):
+            return int(spec.split(":")[1])
+    return 64
 
 
 def alloca_once(b: ir.IRBuilder, ty: ir.Type, name: str = "", size=None) -> ir.AllocaInstr:
