@@ -9,7 +9,9 @@ largest |value|, on the logits where the model ends in a softmax), and the stack
 firmware measured (a painted stack) must be within the header's NAME_STACK_SIZE plus
 what newlib's memcpy/memset take.
 
-The models: the MLPerf Tiny four of benchmarks/memory_models.py, the same four
+The models: the MLPerf Tiny four of benchmarks/memory_models.py, the table of integer
+layers of tests/test_quantized_kernels.py (QLinearConv of every shape the kernels
+special-case, QLinearMatMul, QLinearAdd: equal to onnxruntime bit for bit), the same four
 quantized (tests/quantized_models.py, "_int8": integer arithmetic, so their outputs must
 equal those of xlac's build for this machine bit for bit; smlad on the DSP boards, plain
 multiply-adds on the Cortex-M3), and a small one of
@@ -35,6 +37,7 @@ from onnx import TensorProto, helper
 
 from cross import ROOT, assert_close, max_error, read_outputs, run_all, write_inputs
 from quantized_models import host_outputs, is_quantized, quantized
+from test_quantized_kernels import layers_model
 from tools import require_tools
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -80,7 +83,12 @@ def math_model() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+LAYERS = "int8_layers"
+
+
 def _model(name: str) -> onnx.ModelProto:
+    if name == LAYERS:
+        return layers_model()[0]
     if is_quantized(name):
         return quantized(name)
     return math_model() if name == "math" else expose_logits(MODELS[name]())
@@ -129,11 +137,11 @@ def runs(tmp_path_factory) -> dict[tuple[str, str], Run]:
     root = tmp_path_factory.mktemp("cortex-m")
     results: dict[tuple[str, str], Run] = {}
     builds = []
-    for name in (*MLPERF_TINY, "math", *INT8):
+    for name in (*MLPERF_TINY, "math", *INT8, LAYERS):
         model = _model(name)
         path = root / f"{name}.onnx"
         onnx.save(model, path)
-        inputs = _inputs(model)
+        inputs = _inputs(model) if name != LAYERS else list(layers_model()[1].values())
         if is_quantized(name):
             expected = host_outputs(model, inputs, root)
         else:
@@ -207,13 +215,26 @@ def _record(results) -> None:
               f"{row['stack_measured']:6d}")
 
 
-CASES = [(b, m) for m in (*MLPERF_TINY, "math", *INT8) for b in BOARDS]
+CASES = [(b, m) for m in (*MLPERF_TINY, "math", *INT8, LAYERS) for b in BOARDS]
 
 
-@pytest.mark.parametrize("board,model", [c for c in CASES if not is_quantized(c[1])])
+@pytest.mark.parametrize("board,model", [c for c in CASES if not is_quantized(c[1])
+                                         and c[1] != LAYERS])
 def test_matches_onnxruntime(runs, board, model):
     r = runs[board, model]
     assert_close(r.outputs, r.expected)
+
+
+@pytest.mark.parametrize("board", BOARDS)
+def test_integer_layers_equal_onnxruntime_exactly(runs, board):
+    """Each kernel shape of the DSP (smlad, smlabb) and plain (M3) paths on the board:
+    stems packed into words, depthwise in words of four channels and the channels left
+    over, padding, strides, dilation, groups, u8 and s8."""
+    r = runs[board, LAYERS]
+    names = [o.name for o in layers_model()[0].graph.output]
+    for name, got, want in zip(names, r.outputs, r.expected, strict=True):
+        assert got.dtype == want.dtype and np.array_equal(got, want), \
+            f"{name}: {int((got != want).sum())} of {got.size} differ"
 
 
 @pytest.mark.parametrize("name", BOUNDED)

@@ -39,6 +39,7 @@ CONVS = {
     "grouped": (np.int8, 12, 18, 5, 3, 1, [1, 1, 1, 1], 3, 1),
     "depthwise_u8": (np.uint8, 24, 24, 7, 3, 2, [1, 1, 1, 1], 24, 1),
     "depthwise_s8_tail": (np.int8, 20, 20, 6, 3, 1, [1, 1, 1, 1], 20, 1),
+    "depthwise_s8_quads_tail": (np.int8, 22, 22, 5, 3, 1, [1, 0, 1, 2], 22, 1),
 }
 
 

@@ -51,6 +51,7 @@ from ...hlo.fusion import is_output_fusion, output_fusion_core
 from ...hlo.shape import channels_minor
 from ..elemental import ElementalEmitter
 from ..indexing import linearize
+from ..intrinsics import declare_intrinsic
 from ..irutil import I8, I32, PTR, VOID, alloca_once, for_range, gep_elem, i64, llvm_type
 from ..loops import buffer_reader
 from .intdot import I16, IntDot, int_dot_for
@@ -403,6 +404,10 @@ def _pack_words(dot: IntDot, weights: np.ndarray, groups: int, panels: list[_Pan
     return b"".join(chunks), b"".join(starts)
 
 
+# The most stack the smlad kernels' unpacked windows take (MR pixels of 8 bytes per word).
+_PAIRS_BYTES = 4096
+
+
 def _patch_bytes(k: QuantizedKernel) -> int:
     """A window's bytes (taps x input channels) where packing windows into words saves
     words over a word per tap (1 to 3 input channels, or a ragged last word), for an
@@ -467,6 +472,7 @@ class _GemmEmitter:
         self.k, self.b, self.out, self.ptrs, self.em = k, b, out, ptrs, em
         self.dot = k.dot
         self.mr, self.nv = _tile_shape(k.dot, k.registers, k.cout_g)
+        self.mr = min(self.mr, k.oh * k.ow)         # a dot of one row: one row per tile
         self.panels = _panels(k.cout_g, self.nv, k.dot.lanes)
         self.flip = k.dot.flip(k.x_signed)
         # Patches: a few input channels (a stem's 1 or 3) leave most bytes of each tap's
@@ -482,8 +488,15 @@ class _GemmEmitter:
         self.wbase = constants.global_for_bytes(packed)
         self.sbase = constants.global_for_bytes(starts) \
             if np.frombuffer(starts, np.int32).any() else None
+        # smlad: the tile's windows widened into halfword pairs once (``_emit_pairs``),
+        # so each panel unpacks only its weights.
+        window = (1 if self.patch else len(k.taps)) * self.words
+        self.pairs = window if (k.dot.kind == "smlad" and k.groups == 1
+                                and self.mr * window * 8 <= _PAIRS_BYTES) else 0
 
     def emit(self):
+        if self.pairs:
+            return self._emit_pairs()
         if self.patch:
             return self._emit_patches()
         k, b, lanes = self.k, self.b, self.dot.lanes
@@ -539,6 +552,99 @@ class _GemmEmitter:
                                    patches=bases)
                     wdone += panel.count * size
                     sdone += panel.count * nr * 4
+
+    def _emit_pairs(self):
+        """smlad with the activations unpacked once per tile: each pixel's window as
+        words of halfword pairs (bytes 0, 2 and 1, 3 of each word of activations, after
+        the flip) in a stack buffer, which every panel of two output channels then
+        multiplies with its weights, unpacked as it reads them: per four products of a
+        pixel one smlad, per word of weights two sxtb16 shared by both pixels."""
+        k, b, lanes = self.k, self.b, self.dot.lanes
+        row = self.pairs * 8
+        pairs = alloca_once(b, ir.ArrayType(I8, self.mr * row), "pairs")
+        pairs.type = PTR
+        if self.patch:
+            patch = alloca_once(b, ir.ArrayType(I8, self.mr * self.words * _WORD), "patch")
+            patch.type = PTR
+        x = self.ptrs[k.x_k]
+        pad_word = ir.Constant(I32, (k.pad_value & 0xFF) * 0x01010101)
+        with for_range(b, k.n, "img") as img:
+            with for_range(b, k.oh * k.ow, "m", step=self.mr) as m0:
+                oys, oxs = self._pixels(m0)
+                for i in range(self.mr):
+                    dst = b.gep(pairs, [i64(i * row)], source_etype=I8)
+                    if self.patch:
+                        src = b.gep(patch, [i64(i * self.words * _WORD)], source_etype=I8)
+                        self._pack_patch(src, img, oys[i], oxs[i])
+                        with for_range(b, self.words, "pw") as j:
+                            self._store_pair(dst, j, self._load_word(src, j))
+                        continue
+                    for t, (dy, dx) in enumerate(k.taps):
+                        base, inside = _tap_base(k, b, x, img, oys[i], oxs[i], dy, dx, i64(0))
+
+                        def put(c4, word, t=t, inside=inside):
+                            if inside is not None:
+                                word = b.select(inside, word, pad_word)
+                            self._store_pair(dst, b.add(i64(t * self.words), c4), word)
+                        full = k.cin_g // _WORD
+                        if full:
+                            with for_range(b, full, "c4") as c4:
+                                put(c4, self._load_word(base, c4))
+                        if k.cin_g % _WORD:
+                            put(i64(full), self._load_tail(base, i64(full)))
+                wdone, sdone = 0, 0
+                for panel in self.panels:
+                    nr = panel.vectors * lanes
+                    size = self.pairs * nr * _WORD
+                    cols = min(nr, k.cout - panel.start)
+                    with for_range(b, panel.count, "panel") as p:
+                        woff = b.add(i64(wdone), b.mul(p, i64(size)))
+                        soff = b.add(i64(sdone), b.mul(p, i64(nr * 4)))
+                        n0 = b.add(i64(panel.start), b.mul(p, i64(nr)))
+                        self._tile_pairs(img, n0, panel.vectors, cols, woff, soff, m0, pairs)
+                    wdone += panel.count * size
+                    sdone += panel.count * nr * 4
+
+    def _store_pair(self, dst, index, word):
+        """Word ``index`` of a pixel's window, flipped and unpacked, at dst + 8 index."""
+        b = self.b
+        if self.flip:
+            word = b.xor(word, ir.Constant(I32, 0x80808080))
+        sxtb16 = declare_intrinsic(b.module, "llvm.arm.sxtb16", I32, [I32])
+        ror = declare_intrinsic(b.module, "llvm.fshr.i32", I32, [I32, I32, I32])
+        at = b.gep(dst, [b.mul(index, i64(8))], source_etype=I8)
+        b.store(b.call(sxtb16, [word]), at, align=4)
+        b.store(b.call(sxtb16, [b.call(ror, [word, word, ir.Constant(I32, 8)])]),
+                b.gep(at, [i64(4)], source_etype=I8), align=4)
+
+    def _tile_pairs(self, img, n0, nv, cols, woff, soff, m0, pairs):
+        """MR pixels (their unpacked windows in ``pairs``) by NV output channels."""
+        k, b = self.k, self.b
+        row = self.pairs * 8
+        sxtb16 = declare_intrinsic(b.module, "llvm.arm.sxtb16", I32, [I32])
+        smlad = declare_intrinsic(b.module, "llvm.arm.smlad", I32, [I32, I32, I32])
+        ror = declare_intrinsic(b.module, "llvm.fshr.i32", I32, [I32, I32, I32])
+        acc = [[alloca_once(b, I32, f"acc{i}.{v}") for v in range(nv)] for i in range(self.mr)]
+        for r in acc:
+            for a in r:
+                b.store(ir.Constant(I32, 0), a)
+        wpanel = b.gep(self.wbase, [woff], source_etype=I8)
+        with for_range(b, self.pairs, "w") as w:
+            wrow = b.gep(wpanel, [b.mul(w, i64(nv * _WORD))], source_etype=I8)
+            xs = [b.gep(pairs, [b.add(i64(i * row), b.mul(w, i64(8)))], source_etype=I8)
+                  for i in range(self.mr)]
+            x = [(b.load(p, typ=I32, align=4),
+                  b.load(b.gep(p, [i64(4)], source_etype=I8), typ=I32, align=4)) for p in xs]
+            for v in range(nv):
+                word = b.load(b.gep(wrow, [i64(v * _WORD)], source_etype=I8), typ=I32,
+                              align=1)
+                w02 = b.call(sxtb16, [word])
+                w13 = b.call(sxtb16, [b.call(ror, [word, word, ir.Constant(I32, 8)])])
+                for i, (x02, x13) in enumerate(x):
+                    old = b.load(acc[i][v], typ=I32)
+                    b.store(b.call(smlad, [w13, x13, b.call(smlad, [w02, x02, old])]),
+                            acc[i][v])
+        self._store_tile(img, n0, nv, cols, m0, soff, acc)
 
     def _pack_patch(self, dst, img, oy, ox):
         """The window of output pixel (oy, ox), tap-major and channel-minor, into the
@@ -677,21 +783,74 @@ class _DepthwiseEmitter:
         starts[:k.c] = k.bias
         self.sbase = constants.global_for_bytes(starts.astype(np.int32).tobytes()) \
             if starts.any() else None
+        # smlad (M-profile DSP): four channels per word of activations, unpacked into
+        # halfword pairs (0, 2) and (1, 3) by sxtb16 (uxtb16 for u8), each multiplied into
+        # its own accumulator (smlabb, smlatt) by weights packed as the same pairs:
+        # [channel / 4][tap][(w0, w2), (w1, w3)]. A tap outside the image reads a row of
+        # the pad value instead of the input, chosen once per pixel.
+        self.quads = k.c // _WORD if k.dot.kind == "smlad" else 0
+        if self.quads:
+            w = k.weights[:self.quads * _WORD, 0, :].reshape(self.quads, _WORD, -1)
+            pairs = np.stack([w[:, [0, 2], :], w[:, [1, 3], :]], axis=2)  # [q][2][2][tap]
+            self.wquad = constants.global_for_bytes(
+                pairs.transpose(0, 3, 2, 1).astype(np.int16).tobytes())
+            self.pad_row = constants.global_for_bytes(bytes([k.pad_value & 0xFF]) * k.c)
 
     def emit(self):
         k, b = self.k, self.b
         lanes = self.lanes
-        full, rest = divmod(k.c, lanes)
+        first = self.quads * _WORD
+        full, rest = divmod(k.c - first, lanes)
         x = self.ptrs[k.x_k]
         with for_range(b, k.n, "img") as img:
             with for_range(b, k.oh * k.ow, "m") as m:
                 oy, ox = b.udiv(m, i64(k.ow)), b.urem(m, i64(k.ow))
                 taps = [_tap_base(k, b, x, img, oy, ox, dy, dx, i64(0)) for dy, dx in k.taps]
+                if self.quads:
+                    rows = [base if inside is None else b.select(inside, base, self.pad_row)
+                            for base, inside in taps]
+                    with for_range(b, self.quads, "cq") as cq:
+                        self._quad(img, oy, ox, rows, cq)
                 if full:
                     with for_range(b, full, "cv") as cv:
-                        self._vector(img, oy, ox, taps, b.mul(cv, i64(lanes)), lanes)
+                        self._vector(img, oy, ox, taps, b.add(i64(first),
+                                                              b.mul(cv, i64(lanes))), lanes)
                 if rest:
-                    self._vector(img, oy, ox, taps, i64(full * lanes), rest)
+                    self._vector(img, oy, ox, taps, i64(first + full * lanes), rest)
+
+    def _quad(self, img, oy, ox, rows, cq):
+        """Channels 4 cq .. 4 cq + 3 of one pixel, ``rows`` each tap's input there."""
+        k, b = self.k, self.b
+        c0 = b.mul(cq, i64(_WORD))
+        module = b.module
+        unpack = declare_intrinsic(module, "llvm.arm.sxtb16" if k.x_signed
+                                   else "llvm.arm.uxtb16", I32, [I32])
+        ror = declare_intrinsic(module, "llvm.fshr.i32", I32, [I32, I32, I32])
+        bottoms = declare_intrinsic(module, "llvm.arm.smlabb", I32, [I32, I32, I32])
+        tops = declare_intrinsic(module, "llvm.arm.smlatt", I32, [I32, I32, I32])
+        if self.sbase is not None:
+            acc = [b.load(offset_ptr(b, self.sbase, I32, b.add(c0, i64(j))), typ=I32, align=4)
+                   for j in range(_WORD)]
+        else:
+            acc = [ir.Constant(I32, 0)] * _WORD
+        wq = b.gep(self.wquad, [b.mul(cq, i64(len(rows) * 8))], source_etype=I8)
+        for t, row in enumerate(rows):
+            xw = b.load(b.gep(row, [c0], source_etype=I8), typ=I32, align=1)
+            x02 = b.call(unpack, [xw])
+            x13 = b.call(unpack, [b.call(ror, [xw, xw, ir.Constant(I32, 8)])])
+            w02 = b.load(b.gep(wq, [i64(8 * t)], source_etype=I8), typ=I32, align=4)
+            w13 = b.load(b.gep(wq, [i64(8 * t + 4)], source_etype=I8), typ=I32, align=4)
+            acc = [b.call(bottoms, [x02, w02, acc[0]]), b.call(bottoms, [x13, w13, acc[1]]),
+                   b.call(tops, [x02, w02, acc[2]]), b.call(tops, [x13, w13, acc[3]])]
+        tile = _stack_buffer(b, _WORD, "dwquad")
+        for j in range(_WORD):
+            b.store(acc[j], offset_ptr(b, tile, I32, j), align=4)
+        with for_range(b, _WORD, "j") as j:
+            index = [img, b.add(c0, j), oy, ox]
+
+            def value(j=j):
+                return b.load(offset_ptr(b, tile, I32, j), typ=I32)
+            _epilogue(k, b, self.em, self.ptrs, self.out, index, value)
 
     def _load(self, base, inside, c0, count):
         """``count`` channels from c0 (the rest of the vector 0) as i16 lanes."""
