@@ -2,7 +2,7 @@
 flash and RAM.
 
     python benchmarks/cortex_m.py [--board mps2-an386] [--only NAME] [--float]
-                                  [--build build/cortex_m]
+                                  [--build build/cortex_m] [--profile MODEL [--top 15]]
 
 Each model of benchmarks/memory_models.py's MLPerf Tiny four is quantized as users
 quantize it (benchmarks/int8.py: onnxruntime's QDQ, per-channel int8 weights, int8
@@ -12,6 +12,11 @@ counter around the model call and QEMU runs with ``-icount shift=0``, one virtua
 nanosecond per executed instruction, so the counter advances once per fixed number of
 instructions (40 on the 25 MHz MPS2 counter); a calibration loop of known length
 measures that number on every run. The figure counts instructions, not cycles.
+
+``--profile MODEL``: the instructions of each step (a layer's kernel, a fused loop),
+from an object compiled with ``EmitOptions(profile=True, profile_counter=...)``: each
+step bracketed by reads of the same counter, main.c writing the ticks per step to
+profile.bin (a few counter reads per step are counted in too).
 
 Flash and RAM are xlac's report for the object (code + weights + read-only data; arena
 + static data): what the model adds to a firmware. The call's outputs are checked
@@ -42,19 +47,28 @@ from int8 import quantize  # noqa: E402
 from memory_models import MODELS  # noqa: E402
 
 MLPERF_TINY = ("ds_cnn", "resnet8", "mobilenet_v1_025_vww", "fc_autoencoder")
-BOARDS = {"mps2-an386": "Cortex-M4F", "mps2-an505": "Cortex-M33", "mps2-an385": "Cortex-M3"}
+# examples/cortex-m/Makefile's boards: the core, its target and the FPGAIO counter.
+BOARDS = {"mps2-an386": ("Cortex-M4F", "thumbv7em-none-eabihf", "cortex-m4", 0x40028018),
+          "mps2-an505": ("Cortex-M33", "thumbv8m.main-none-eabihf", "cortex-m33", 0x40302018),
+          "mps2-an385": ("Cortex-M3", "thumbv7m-none-eabi", "cortex-m3", 0x40028018)}
 # main.c's calibration loop: 2^20 iterations of subs/bne, and a mov.
 CALIBRATION_INSTRUCTIONS = 2 * 2**20 + 1
 
 
-def instructions(stdout: str) -> int:
-    """The call's instructions, from main.c's counter line."""
+def counter_line(stdout: str) -> tuple[int, float]:
+    """The call's counter ticks and instructions per tick, from main.c's counter line."""
     m = re.search(r"model: (\d+) ticks, calibration (\d+) ticks for (\d+) instructions",
                   stdout)
     if m is None:
         raise RuntimeError(f"no counter line in the firmware's output:\n{stdout}")
     ticks, cal, n = map(int, m.groups())
-    return round(ticks * n / cal)
+    return ticks, n / cal
+
+
+def instructions(stdout: str) -> int:
+    """The call's instructions."""
+    ticks, per_tick = counter_line(stdout)
+    return round(ticks * per_tick)
 
 
 def make(board: str, model: Path, build: Path, *goals: str) -> subprocess.CompletedProcess:
@@ -62,6 +76,44 @@ def make(board: str, model: Path, build: Path, *goals: str) -> subprocess.Comple
         ["make", "-s", "-C", str(EXAMPLE), f"BOARD={board}", f"MODEL={model}",
          f"BUILD={build}", f"XLAC={sys.executable} -m xlac.main", "COUNT=1", *goals],
         capture_output=True, text=True, timeout=1800)
+
+
+def profile(board: str, name: str, path: Path, inputs: list[np.ndarray], build: Path,
+            top: int) -> None:
+    """Instructions per step of ``name`` on ``board`` (see the module docstring)."""
+    from models import describe
+    from xlac.backends import make_backend
+    from xlac.emitter import EmitOptions
+    from xlac.importers.onnx import import_onnx
+    from xlac.optimizer import optimize, plan_memory
+
+    _, triple, cpu, counter = BOARDS[board]
+    backend = make_backend(triple, cpu)
+    module = optimize(import_onnx(onnx.load(path), name="model"), backend)
+    art = backend.emit(module, plan_memory(module, backend),
+                       EmitOptions("model", profile=True, profile_counter=counter))
+    build.mkdir(parents=True, exist_ok=True)
+    (build / "model.o").write_bytes(art.object_code)       # newer than the model: make
+    (build / "model.h").write_text(art.header)             # links it as it is
+    for k, x in enumerate(inputs):
+        x.tofile(build / f"input{k}.bin")
+    sites = art.profile_sites
+    flags = f"EXTRA_CFLAGS=-DPROFILE_SITES={len(sites)}"
+    for goals in ((), ("run",)):
+        done = make(board, path, build, flags, *goals)
+        if done.returncode != 0:
+            raise RuntimeError(f"{name}: {' '.join(goals) or 'build'} failed:\n"
+                               f"{done.stdout}{done.stderr}")
+    ticks, per_tick = counter_line(done.stdout)
+    steps = np.fromfile(build / "profile.bin", np.uint64).astype(np.float64) * per_tick
+    by_name = {i.name: i for c in module.computations for i in c.instructions}
+    print(f"{name} on {BOARDS[board][0]} ({board}): {ticks * per_tick:,.0f} instructions "
+          f"per inference, {steps.sum():,.0f} in its {len(sites)} steps")
+    print(f"{'instructions':>13} {'share':>6}  step")
+    for k in np.argsort(-steps)[:top]:
+        instr = by_name.get(sites[k])
+        print(f"{steps[k]:>13,.0f} {100 * steps[k] / steps.sum():5.1f}%  "
+              f"{describe(instr) if instr is not None else sites[k]}")
 
 
 def prepare(name: str, folder: Path, quantized: bool) -> tuple[Path, list[np.ndarray]]:
@@ -106,16 +158,24 @@ def main() -> None:
     ap.add_argument("--float", action="store_true", help="the float models, not int8")
     ap.add_argument("--build", type=Path, default=ROOT / "build" / "cortex_m",
                     help="folder for the builds (kept for inspection)")
+    ap.add_argument("--profile", metavar="MODEL", choices=MLPERF_TINY,
+                    help="instructions per step of MODEL")
+    ap.add_argument("--top", type=int, default=15, help="rows of --profile")
     args = ap.parse_args()
     names = [n for n in MLPERF_TINY if not args.only or args.only in n]
     kind = "f32" if args.float else "int8"
     folder = args.build / args.board / kind
     folder.mkdir(parents=True, exist_ok=True)
+    if args.profile:
+        path, inputs = prepare(args.profile, folder, not args.float)
+        profile(args.board, args.profile, path, inputs, folder / f"{args.profile}_profile",
+                args.top)
+        return
     jobs = [(n, *prepare(n, folder, not args.float)) for n in names]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         rows = list(pool.map(lambda j: measure(args.board, j[0], j[1], j[2], folder / j[0]),
                              jobs))
-    print(f"{BOARDS[args.board]} ({args.board}), {kind}: instructions per inference "
+    print(f"{BOARDS[args.board][0]} ({args.board}), {kind}: instructions per inference "
           f"under qemu-system-arm -icount shift=0")
     head = (f"{'model':<22} {'instructions':>13} {'flash':>9} {'code':>7} {'RAM':>8} "
             f"{'max |diff|':>10}")

@@ -292,23 +292,25 @@ def profile(name: str, model: onnx.ModelProto, runs: int, top: int) -> None:
     print(f"{'us':>9} {'share':>6} {'calls':>6}  instruction")
     for k in np.argsort(-med)[:top]:
         instr = sites[k]
-        what = _describe(instr) if instr is not None else art.profile_sites[k]
+        what = describe(instr) if instr is not None else art.profile_sites[k]
         print(f"{med[k] * period * 1e3:9.1f} {100 * med[k] / med.sum():5.1f}% "
               f"{counts[k]:6d}  {what}")
 
 
-def _describe(instr) -> str:
-    """The opcode, shape and, for a fusion, the opcodes inside it."""
+def describe(instr) -> str:
+    """The opcode, shape and, for a fusion, the opcodes inside it; a convolution's (or a
+    fused one's) window, stride and groups."""
     from xlac.hlo import Opcode
     text = f"%{instr.name} = {instr.opcode.text} {instr.shape}"
-    if instr.opcode is Opcode.CONVOLUTION:
-        w = instr.attrs["window"]
-        text += (f" window {'x'.join(map(str, w.size))} stride "
-                 f"{'x'.join(map(str, w.stride))} groups {instr.attrs['feature_group_count']}")
+    inside = instr.called[0].instructions if instr.opcode is Opcode.FUSION else [instr]
     if instr.opcode is Opcode.FUSION:
-        ops = [i.opcode.text for i in instr.called[0].instructions
+        ops = [i.opcode.text for i in inside
                if i.opcode not in (Opcode.PARAMETER, Opcode.CONSTANT, Opcode.BROADCAST)]
         text += f" {{{', '.join(ops)}}}"
+    for conv in (i for i in inside if i.opcode is Opcode.CONVOLUTION):
+        w = conv.attrs["window"]
+        text += (f" window {'x'.join(map(str, w.size))} stride "
+                 f"{'x'.join(map(str, w.stride))} groups {conv.attrs['feature_group_count']}")
     return text
 
 

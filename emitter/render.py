@@ -42,6 +42,9 @@ class EmitOptions:
     # Count cycles per step of NAME_compute (and NAME_compute_parallel) (profile.py);
     # Artifact.profile_sites (profile_parallel_sites) names each slot's instruction.
     profile: bool = False
+    # The address of a 32-bit memory-mapped counter the profile reads, where the CPU has
+    # no cycle counter LLVM reads (Cortex-M); None: llvm.readcyclecounter.
+    profile_counter: int | None = None
     # (symbol, limit): every port's leading dimension is a batch of 1 to limit samples;
     # the module computes one (entry.py runs it per sample).
     bound: tuple[str, int] | None = None
@@ -97,11 +100,12 @@ def render(backend, module: Module, assignment: BufferAssignment, options: EmitO
                         assignment.alignment)
         sites, parallel_sites = [], []
         if options.profile:
-            sites = instrument_calls(llvm_module, options.name, computes[0].sites)
+            sites = instrument_calls(llvm_module, options.name, computes[0].sites,
+                                     counter=options.profile_counter)
             if options.parallel:
                 parallel_sites = instrument_calls(llvm_module, options.name,
                                                   computes[1].sites, computes[1].tasks,
-                                                  "profile_parallel")
+                                                  "profile_parallel", options.profile_counter)
         report_frame_sizes(llvm_module)
         parsed = None
         if kinds:   # the header alone (--emit hlo) needs the IR built, not compiled

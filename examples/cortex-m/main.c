@@ -57,6 +57,13 @@ static uint32_t calibrate(void) {
 }
 #endif
 
+#ifdef PROFILE_SITES
+/* An object built with EmitOptions(profile=True, profile_counter=the counter's address)
+   (benchmarks/cortex_m.py --profile): the counter's ticks per step, written to
+   profile.bin after the call. */
+extern uint64_t model_profile_cycles[PROFILE_SITES];
+#endif
+
 /* Calls model_run_v on a painted stack; returns its status, *used the bytes of stack
    it touched (the model and the memcpy/memset it calls) and *ticks the counter's
    ticks during the call (0 without COUNTER_ADDRESS). */
@@ -114,6 +121,12 @@ int main(void) {
            (unsigned long)ticks, (unsigned long)calibrate());
 #endif
     if (status != 0) return 1;
+#ifdef PROFILE_SITES
+    if (write_file("profile.bin", model_profile_cycles, sizeof model_profile_cycles) != 0) {
+        fprintf(stderr, "cannot write profile.bin\n");
+        return 2;
+    }
+#endif
     for (int k = 0; k < model_NUM_OUTPUTS; ++k) {
         snprintf(path, sizeof path, "output%d.bin", k);
         if (write_file(path, outputs[k], (size_t)model_info.outputs[k].size_bytes) != 0) {
