@@ -44,9 +44,9 @@ class _Clock:
         if self.address is None:
             return b.call(self.counter, [])
         at = b.inttoptr(ir.Constant(I64, self.address), ir.PointerType())
-        load = b.load(at, typ=I32, align=4)
-        load.volatile = True        # a device register: every read happens, in order
-        return load
+        # A device register: every read must happen, in order. llvmlite writes no
+        # volatile loads; LLVM merges no two atomic ones (a plain ldr on Cortex-M).
+        return b.load_atomic(at, "monotonic", 4, typ=I32)
 
     def elapsed(self, b: ir.IRBuilder, start, end) -> ir.Value:
         diff = b.sub(end, start)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -291,3 +292,46 @@ def test_flash_and_ram_come_from_the_object(runs, board):
     assert 0 < flash["code"] < 64 * 1024 and 0 < flash["rodata"] < 4096
     assert ram == {"arena": r.report["arena_bytes"], "data": 0, "total": r.report["arena_bytes"]}
 
+
+
+def test_profile_counts_each_step_on_the_board(runs, tmp_path):
+    """EmitOptions(profile_counter=the board's FPGAIO counter): M-profile has no cycle
+    counter LLVM reads, so each step is bracketed by reads of the memory-mapped one;
+    main.c (-DPROFILE_SITES=N) writes the ticks per step. Every step of the int8 DS-CNN
+    counts, together they are the call's ticks less the brackets' own, and the outputs
+    are the unprofiled build's."""
+    from xlac.backends import make_backend
+    from xlac.emitter import EmitOptions
+    from xlac.importers.onnx import import_onnx
+    from xlac.optimizer import optimize, plan_memory
+
+    name, counter = "ds_cnn_int8", 0x40028018
+    model = _model(name)
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(model, path)
+    backend = make_backend("thumbv7em-none-eabihf", "cortex-m4")
+    module = optimize(import_onnx(model, name="model"), backend)
+    art = backend.emit(module, plan_memory(module, backend),
+                       EmitOptions("model", profile=True, profile_counter=counter))
+    ir = backend.emit(module, plan_memory(module, backend),
+                      EmitOptions("model", profile=True, profile_counter=counter),
+                      ("llvm",)).llvm_ir
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "model.o").write_bytes(art.object_code)     # newer than the model: make
+    (build / "model.h").write_text(art.header)           # links it as it is
+    r = runs["cortex-m4f", name]
+    write_inputs(build, _inputs(model))
+    flags = [f"EXTRA_CFLAGS=-DPROFILE_SITES={len(art.profile_sites)}", "COUNT=1"]
+    for goals in ((), ("run",)):
+        done = subprocess.run(_make("cortex-m4f", path, build, *flags, *goals),
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+    ticks = int(re.search(r"model: (\d+) ticks", done.stdout).group(1))
+    steps = np.fromfile(build / "profile.bin", np.uint64)
+    assert len(steps) == len(art.profile_sites) > 8
+    assert (steps > 0).sum() >= 9          # the nine convolutions at least
+    assert 0.9 * ticks <= steps.sum() <= ticks
+    assert "readcyclecounter" not in ir and "load atomic i32, ptr inttoptr" in ir
+    for got, want in zip(read_outputs(build, r.expected), r.expected, strict=True):
+        np.testing.assert_array_equal(got, want)
