@@ -59,6 +59,13 @@ exact or onnxruntime's own arithmetic:
 Rules 1, 5 and 6 round in integers where |round's operand| < 2**22 is known from the
 integers it is made of (``_requantized``): exact, and no float compare per element.
 
+7. ``q(x)``, x a model input (any float: its first QuantizeLinear) => the same division,
+   then round, zero point and clamp in integers without a bound: the bits of
+   ``x / s + 1.5 * 2**23``, taken as 0 where negative (the sum is then at most 0, so
+   x / s is below the clamp), less those of 1.5 * 2**23, plus the zero point, clamped;
+   a NaN gives 0 as the float tail's conversion does. One float compare per element
+   instead of the rounding and the clamp's compare chains.
+
 Rule 1 makes rule 2's input; all run in one walk, before constant folding could fold
 dq(w) into f32 weights. DCE removes the float instructions left unused.
 """
@@ -297,7 +304,7 @@ class _Rewriter:
         for instr in list(self.comp.instructions):
             instr.operands = [self.replaced.get(o, o) for o in instr.operands]
             for rule in (self._contraction, self._narrow, self._passthrough, self._softmax,
-                         self._mean, self._sum):
+                         self._mean, self._sum, self._input):
                 new = rule(instr)
                 if new is not None:
                     self.replaced[instr] = new
@@ -709,6 +716,34 @@ class _Rewriter:
         bound = (_span(a.q.shape.dtype, float(za)) * abs(float(ma))
                  + _span(b.q.shape.dtype, float(zb)) * abs(float(mb)))
         return self._requantized(f, bound, zy, lo, hi, v.shape, md)
+
+    # -- rule 7 --
+    def _input(self, v: Instruction) -> Instruction | None:
+        q = _per_tensor(v)
+        if (q is None or q.out not in (dtypes.S8, dtypes.U8) or q.y.opcode is not
+                Opcode.PARAMETER or q.y not in self.comp.parameters):
+            return None
+        md = v.metadata
+        dims = q.divide.shape.dims
+        d = self.add(Opcode.DIVIDE, q.y, self.spread(q.scale.scalar(), dtypes.F32, dims, None,
+                                                     md), metadata=md)
+        magic = np.float32(1.5 * 2**23)
+        t = self.add(Opcode.ADD, d, self.spread(magic, dtypes.F32, dims, None, md),
+                     metadata=md)
+        bits = self.add(Opcode.BITCAST_CONVERT, t, shape=t.shape.with_dtype(dtypes.S32),
+                        metadata=md)
+        bits = self.add(Opcode.MAXIMUM, bits, self.spread(0, dtypes.S32, dims, None, md),
+                        metadata=md)
+        zy = int(_scalar(q.zero_point))
+        r = self.add(Opcode.ADD, bits, self.spread(zy - int(magic.view(np.int32)), dtypes.S32,
+                                                   dims, None, md), metadata=md)
+        r = self.add(Opcode.CLAMP, self.constant(int(q.lo), dtypes.S32, md), r,
+                     self.constant(int(q.hi), dtypes.S32, md), metadata=md)
+        number = self.add(Opcode.COMPARE, t, t, shape=t.shape.with_dtype(dtypes.PRED),
+                          direction="EQ", metadata=md)
+        r = self.add(Opcode.SELECT, number, r, self.spread(0, dtypes.S32, dims, None, md),
+                     metadata=md)
+        return self.add(Opcode.CONVERT, r, shape=v.shape, metadata=md)
 
     def _max(self, dtype: dtypes.DType) -> Computation:
         return self._reducer(Opcode.MAXIMUM, dtype)

@@ -501,3 +501,41 @@ def test_does_not_multiply_a_sum_where_some_pair_would_round_differently():
     _, after, changed = rewrite(qdq_sum(0.038968246, 0.063487, 0.04041201, 2, 10, -5))
     assert not changed
     assert "divide" in print_module(after)
+
+
+# --- rule 7: a model input's quantization rounds in integers ---------------------------
+
+def quantized_input(op: str = ""):
+    """q(x) of a model input x (``op``: an element-wise op on x first)."""
+    d = (64,)
+    f = shape("f32", d)
+    first = f"\n      %e = {f} {op}({f} %x)" if op else ""
+    return module(f"x: {f}", shape("s8", d), f"""
+      %x = {f} parameter(0){first}""" + q("out", "e" if op else "x", d, -5, 0.0371))
+
+
+def test_model_input_quantization_rounds_in_integers_bit_for_bit():
+    # the bits of x / s + 1.5 * 2**23 (0 where negative) less those of 1.5 * 2**23, plus
+    # the zero point, clamped on s32; a NaN gives 0 as the float tail's convert does
+    before, after, changed = rewrite(quantized_input())
+    assert changed
+    body = print_module(after).split("ENTRY")[1]
+    assert "round-nearest-even" not in body and "bitcast-convert(" in body
+    assert "s32[64]{0} clamp(" in body and "compare(" in body
+    s = np.float32(0.0371)
+    ties = ((np.arange(-140, 140) + 0.5) * s).astype(np.float32)
+    x = np.concatenate([
+        np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 3e38, -3e38, 1e-45,
+                  -1.5 * 2**23 * s, 2**22 * s], np.float32),
+        ties, np.nextafter(ties, np.float32(np.inf)), np.nextafter(ties, np.float32(-np.inf)),
+        (RNG.standard_normal(4096) * 1e3).astype(np.float32)])
+    for chunk in np.array_split(x, len(x) // 64 + 1):
+        xs = np.resize(chunk, 64).astype(np.float32)
+        (want,), (got,) = evaluate(before, [xs]), evaluate(after, [xs])
+        np.testing.assert_array_equal(got, want)
+
+
+def test_does_not_round_in_integers_what_is_not_a_model_input():
+    # q(tanh(x)): the tanh's result keeps the float tail (rule 7 takes model inputs only)
+    _, _, changed = rewrite(quantized_input("tanh"))
+    assert not changed
