@@ -56,15 +56,15 @@ exact or onnxruntime's own arithmetic:
    element. Taken only where it gives the float model's result for every one of the
    65,536 pairs (a, b), tried at compile time; else the division stays.
 
-Rules 1, 5 and 6 round in integers where |round's operand| < 2**22 is known from the
-integers it is made of (``_requantized``): exact, and no float compare per element.
-
 7. ``q(x)``, x a model input (any float: its first QuantizeLinear) => the same division,
    then round, zero point and clamp in integers without a bound: the bits of
    ``x / s + 1.5 * 2**23``, taken as 0 where negative (the sum is then at most 0, so
    x / s is below the clamp), less those of 1.5 * 2**23, plus the zero point, clamped;
    a NaN gives 0 as the float tail's conversion does. One float compare per element
    instead of the rounding and the clamp's compare chains.
+
+Rules 1, 5 and 6 round in integers where |round's operand| < 2**22 is known from the
+integers it is made of (``_requantized``): exact, and no float compare per element.
 
 Rule 1 makes rule 2's input; all run in one walk, before constant folding could fold
 dq(w) into f32 weights. DCE removes the float instructions left unused.

@@ -36,6 +36,12 @@ Depthwise convolutions (one input and one output channel per group) get their ow
 loop: L channels in lanes, the taps two at a time (``IntDot.dot2``), the weights
 packed as i16 pairs [tap pair][channel][2].
 
+On the M-profile DSP extension (``smlad``, one 32-bit lane) the loops change shape, as
+CMSIS-NN's do: an ungrouped kernel takes each tile's windows unpacked into halfword
+pairs once, in a stack buffer, and then every panel of two channels over them
+(``_emit_pairs``); a depthwise one takes four channels per word of activations, each
+channel its own accumulator (smlabb / smlatt), the channels past the last four as above.
+
 Each kernel is compiled for its layer (sizes, weights and epilogue are constants).
 """
 from __future__ import annotations
@@ -527,7 +533,7 @@ class _GemmEmitter:
         """Per tile of MR pixels: their windows packed into a stack buffer (the pad value
         outside the image, zeros after the last byte of a word), then every panel of
         output channels over those words."""
-        k, b, lanes = self.k, self.b, self.dot.lanes
+        k, b = self.k, self.b
         row = self.words * _WORD
         patch = alloca_once(b, ir.ArrayType(I8, self.mr * row), "patch")
         patch.type = PTR
@@ -539,19 +545,24 @@ class _GemmEmitter:
                                      oys[i], oxs[i])
                 bases = [(b.gep(patch, [i64(i * row)], source_etype=I8), None)
                          for i in range(self.mr)]
-                wdone, sdone = 0, 0
-                for panel in self.panels:
-                    nr = panel.vectors * lanes
-                    size = self.words * nr * _WORD
-                    cols = min(nr, k.cout - panel.start)
-                    with for_range(b, panel.count, "panel") as p:
-                        woff = b.add(i64(wdone), b.mul(p, i64(size)))
-                        soff = b.add(i64(sdone), b.mul(p, i64(nr * 4)))
-                        n0 = b.add(i64(panel.start), b.mul(p, i64(nr)))
-                        self._tile(img, i64(0), n0, panel.vectors, cols, woff, soff, m0,
-                                   patches=bases)
-                    wdone += panel.count * size
-                    sdone += panel.count * nr * 4
+                self._panel_tiles(self.words, lambda n0, nv, cols, woff, soff: self._tile(
+                    img, i64(0), n0, nv, cols, woff, soff, m0, patches=bases))
+
+    def _panel_tiles(self, words: int, tile):
+        """``tile(n0, nv, cols, woff, soff)`` for every panel of output channels of an
+        ungrouped kernel whose channels take ``words`` words of weights each: its first
+        channel, vectors, channels and its weights' and start values' byte offsets."""
+        k, b, lanes = self.k, self.b, self.dot.lanes
+        wdone, sdone = 0, 0
+        for panel in self.panels:
+            nr = panel.vectors * lanes
+            size = words * nr * _WORD
+            with for_range(b, panel.count, "panel") as p:
+                tile(b.add(i64(panel.start), b.mul(p, i64(nr))), panel.vectors,
+                     min(nr, k.cout - panel.start), b.add(i64(wdone), b.mul(p, i64(size))),
+                     b.add(i64(sdone), b.mul(p, i64(nr * 4))))
+            wdone += panel.count * size
+            sdone += panel.count * nr * 4
 
     def _emit_pairs(self):
         """smlad with the activations unpacked once per tile: each pixel's window as
@@ -559,7 +570,7 @@ class _GemmEmitter:
         the flip) in a stack buffer, which every panel of two output channels then
         multiplies with its weights, unpacked as it reads them: per four products of a
         pixel one smlad, per word of weights two sxtb16 shared by both pixels."""
-        k, b, lanes = self.k, self.b, self.dot.lanes
+        k, b = self.k, self.b
         row = self.pairs * 8
         pairs = alloca_once(b, ir.ArrayType(I8, self.mr * row), "pairs")
         pairs.type = PTR
@@ -592,18 +603,8 @@ class _GemmEmitter:
                                 put(c4, self._load_word(base, c4))
                         if k.cin_g % _WORD:
                             put(i64(full), self._load_tail(base, i64(full)))
-                wdone, sdone = 0, 0
-                for panel in self.panels:
-                    nr = panel.vectors * lanes
-                    size = self.pairs * nr * _WORD
-                    cols = min(nr, k.cout - panel.start)
-                    with for_range(b, panel.count, "panel") as p:
-                        woff = b.add(i64(wdone), b.mul(p, i64(size)))
-                        soff = b.add(i64(sdone), b.mul(p, i64(nr * 4)))
-                        n0 = b.add(i64(panel.start), b.mul(p, i64(nr)))
-                        self._tile_pairs(img, n0, panel.vectors, cols, woff, soff, m0, pairs)
-                    wdone += panel.count * size
-                    sdone += panel.count * nr * 4
+                self._panel_tiles(self.pairs, lambda n0, nv, cols, woff, soff:
+                                  self._tile_pairs(img, n0, nv, cols, woff, soff, m0, pairs))
 
     def _store_pair(self, dst, index, word):
         """Word ``index`` of a pixel's window, flipped and unpacked, at dst + 8 index."""
@@ -619,7 +620,7 @@ class _GemmEmitter:
 
     def _tile_pairs(self, img, n0, nv, cols, woff, soff, m0, pairs):
         """MR pixels (their unpacked windows in ``pairs``) by NV output channels."""
-        k, b = self.k, self.b
+        b = self.b
         row = self.pairs * 8
         sxtb16 = declare_intrinsic(b.module, "llvm.arm.sxtb16", I32, [I32])
         smlad = declare_intrinsic(b.module, "llvm.arm.smlad", I32, [I32, I32, I32])
