@@ -1,7 +1,7 @@
 """xlac's int8 MLPerf Tiny models on an emulated Cortex-M: instructions per inference,
 flash and RAM.
 
-    python benchmarks/cortex_m.py [--board mps2-an386] [--only NAME] [--float]
+    python benchmarks/cortex_m.py [--board mps2-an386] [--only NAME] [--float | --int8-io]
                                   [--build build/cortex_m] [--profile MODEL [--top 15]]
 
 Each model of benchmarks/memory_models.py's MLPerf Tiny four is quantized as users
@@ -12,6 +12,9 @@ counter around the model call and QEMU runs with ``-icount shift=0``, one virtua
 nanosecond per executed instruction, so the counter advances once per fixed number of
 instructions (40 on the 25 MHz MPS2 counter); a calibration loop of known length
 measures that number on every run. The figure counts instructions, not cycles.
+
+``--int8-io``: the models' inputs and outputs as 8-bit values (``xlac --int8-io``), as
+TFLite Micro takes them: no quantization of a float input in the call.
 
 ``--profile MODEL``: the instructions of each step (a layer's kernel, a fused loop),
 from an object compiled with ``EmitOptions(profile=True, profile_counter=...)``: each
@@ -71,11 +74,26 @@ def instructions(stdout: str) -> int:
     return round(ticks * per_tick)
 
 
-def make(board: str, model: Path, build: Path, *goals: str) -> subprocess.CompletedProcess:
+def make(board: str, model: Path, build: Path, *goals: str,
+         int8_io: bool = False) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["make", "-s", "-C", str(EXAMPLE), f"BOARD={board}", f"MODEL={model}",
-         f"BUILD={build}", f"XLAC={sys.executable} -m xlac.main", "COUNT=1", *goals],
+         f"BUILD={build}", f"XLAC={sys.executable} -m xlac.main", "COUNT=1",
+         *(["XLACFLAGS=--int8-io"] if int8_io else []), *goals],
         capture_output=True, text=True, timeout=1800)
+
+
+def quantized_inputs(header: str, model, inputs: list[np.ndarray]):
+    """``inputs`` as an --int8-io build takes them: quantized with the header's scale
+    and zero point, as the model's QuantizeLinear does."""
+    out = []
+    for port, x in zip(model.inputs, inputs):
+        info = np.iinfo(port.dtype)
+        scale = float(re.search(rf"_{port.c_name}_SCALE (\S+)f$", header, re.M).group(1))
+        zero = int(re.search(rf"_{port.c_name}_ZERO_POINT (-?\d+)$", header, re.M).group(1))
+        q = np.rint(x / np.float32(scale)) + zero
+        out.append(np.clip(q, info.min, info.max).astype(port.dtype))
+    return out
 
 
 def profile(board: str, name: str, path: Path, inputs: list[np.ndarray], build: Path,
@@ -130,19 +148,21 @@ def prepare(name: str, folder: Path, quantized: bool) -> tuple[Path, list[np.nda
 
 
 def measure(board: str, name: str, path: Path, inputs: list[np.ndarray],
-            build: Path) -> dict:
+            build: Path, int8_io: bool = False) -> dict:
     build.mkdir(parents=True, exist_ok=True)
+    host = xlac.compile(path, build / "host.o", name="host", int8_io=int8_io)
+    model = xlac.load(host.output)
+    if int8_io:
+        inputs = quantized_inputs((build / "host.h").read_text(), model, inputs)
     for k, x in enumerate(inputs):
         x.tofile(build / f"input{k}.bin")
-    done = make(board, path, build)
-    if done.returncode != 0:
-        raise RuntimeError(f"{name}: build failed:\n{done.stdout}{done.stderr}")
-    done = make(board, path, build, "run")
-    if done.returncode != 0:
-        raise RuntimeError(f"{name}: firmware failed:\n{done.stdout}{done.stderr}")
+    for goals in ((), ("run",)):
+        done = make(board, path, build, *goals, int8_io=int8_io)
+        if done.returncode != 0:
+            raise RuntimeError(f"{name}: {' '.join(goals) or 'build'} failed:\n"
+                               f"{done.stdout}{done.stderr}")
     report = json.loads((build / "report.json").read_text())
-    host = xlac.compile(path, build / "host.o", name="host")
-    want = xlac.load(host.output)(*inputs)
+    want = model(*inputs)
     got = [np.fromfile(build / f"output{k}.bin", w.dtype).reshape(w.shape)
            for k, w in enumerate(want)]
     err = max(float(np.max(np.abs(g.astype(np.float64) - w))) for g, w in zip(got, want))
@@ -161,9 +181,14 @@ def main() -> None:
     ap.add_argument("--profile", metavar="MODEL", choices=MLPERF_TINY,
                     help="instructions per step of MODEL")
     ap.add_argument("--top", type=int, default=15, help="rows of --profile")
+    ap.add_argument("--int8-io", action="store_true",
+                    help="the models' inputs and outputs as 8-bit values (xlac --int8-io), "
+                    "as TFLite Micro takes them")
     args = ap.parse_args()
     names = [n for n in MLPERF_TINY if not args.only or args.only in n]
-    kind = "f32" if args.float else "int8"
+    if args.int8_io and args.float:
+        ap.error("--int8-io needs the quantized models")
+    kind = "f32" if args.float else ("int8-io" if args.int8_io else "int8")
     folder = args.build / args.board / kind
     folder.mkdir(parents=True, exist_ok=True)
     if args.profile:
@@ -173,8 +198,8 @@ def main() -> None:
         return
     jobs = [(n, *prepare(n, folder, not args.float)) for n in names]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        rows = list(pool.map(lambda j: measure(args.board, j[0], j[1], j[2], folder / j[0]),
-                             jobs))
+        rows = list(pool.map(lambda j: measure(args.board, j[0], j[1], j[2], folder / j[0],
+                                               args.int8_io), jobs))
     print(f"{BOARDS[args.board][0]} ({args.board}), {kind}: instructions per inference "
           f"under qemu-system-arm -icount shift=0")
     head = (f"{'model':<22} {'instructions':>13} {'flash':>9} {'code':>7} {'RAM':>8} "

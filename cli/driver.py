@@ -12,7 +12,7 @@ import os
 import re
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +26,7 @@ from .hlo import Module, XlacError, XlacWarning
 from .hlo.text import print_module
 from .importers.hlo import import_hlo, is_hlo_text
 from .importers.onnx import import_onnx
+from .importers.onnx.int8_boundary import int8_boundary
 from .importers.onnx.prepare import read_model
 from .optimizer import RowStreaming, alternatives, optimize, plan_memory
 from .optimizer.exact_scheduling import DEFAULT_BUDGET
@@ -154,7 +155,7 @@ def compile(model, output, *, name: str | None = None, target: str | None = None
             opt_level: int = 2, report: bool = False, dump_passes=None,
             const_inputs: dict | None = None, strict: bool = False, parallel: bool = False,
             memory_budget: int | None = None, bounds: dict | None = None,
-            progress: Progress | None = None) -> CompileResult:
+            int8_io: bool = False, progress: Progress | None = None) -> CompileResult:
     """Compile ``model`` (an ONNX path, bytes or ModelProto, or the path or bytes of
     XLA's HLO text as JAX prints it) into ``output`` and the header beside it
     (``output`` with suffix ``.h``).
@@ -179,7 +180,10 @@ def compile(model, output, *, name: str | None = None, target: str | None = None
     time (optimizer/row_streaming.py), fewer rows per band until one fits; an
     ``XlacError`` names the smallest arena reachable when none does. ``bounds`` maps the
     name of every input's leading (batch) dimension to its largest size, ``{"N": 8}``:
-    the object then takes the batch at run time (bounds.py).
+    the object then takes the batch at run time (bounds.py). ``int8_io`` makes a quantized
+    (QDQ) ONNX model's inputs and outputs the 8-bit values its QuantizeLinear and
+    DequantizeLinear nodes compute, with their scale and zero point in the header
+    (importers/onnx/int8_boundary.py).
     """
     if memory_budget is not None and (isinstance(memory_budget, bool)
                                       or not isinstance(memory_budget, int)
@@ -202,7 +206,8 @@ def compile(model, output, *, name: str | None = None, target: str | None = None
                             absent_inputs=absent_inputs,
                             opt_level=opt_level, want_report=report, dump_passes=dump_passes,
                             parallel=parallel, memory_budget=memory_budget,
-                            bounds=bounds or {}, progress=progress or Progress())
+                            bounds=bounds or {}, int8_io=int8_io,
+                            progress=progress or Progress())
         except XlacWarning as w:
             raise XlacError(f"{w} (an error with strict=True)",
                             cli=f"{w} (an error with --strict)") from None
@@ -253,6 +258,12 @@ def _import_bounded(model, bounds: dict, *, name, input_shapes, const_inputs, ab
     return one, (batch.symbol, batch.limit)
 
 
+def _record_quantization(signature, ports: dict[str, tuple[float, int]]) -> None:
+    """Each int8_io port's (scale, zero point) in ``signature``."""
+    for specs in (signature.inputs, signature.outputs):
+        specs[:] = [replace(t, quantization=ports.get(t.name)) for t in specs]
+
+
 def _check_mapping(what: str, value, example: str) -> None:
     if value is not None and not isinstance(value, Mapping):
         raise XlacError(f"{what} must be a dict from input names, e.g. {what}={example}; "
@@ -261,7 +272,8 @@ def _check_mapping(what: str, value, example: str) -> None:
 
 def _compile(model, output, *, name, target, cpu, features, emit_kind, input_shapes,
              const_inputs, absent_inputs, opt_level, want_report, dump_passes, parallel: bool,
-             memory_budget: int | None, bounds: dict, progress: Progress) -> CompileResult:
+             memory_budget: int | None, bounds: dict, int8_io: bool,
+             progress: Progress) -> CompileResult:
     output = Path(os.fspath(output))
     header = output.with_suffix(".h")
     if header == output:
@@ -278,6 +290,13 @@ def _compile(model, output, *, name, target, cpu, features, emit_kind, input_sha
 
     with progress:
         with progress.stage("import"):
+            quantized_ports = {}
+            if int8_io:
+                if is_hlo_text(model):
+                    raise XlacError("int8_io applies to ONNX models, not HLO text",
+                                    cli="--int8-io applies to ONNX models, not HLO text")
+                model, _ = read_model(model)
+                quantized_ports = int8_boundary(model)
             bound = None
             if bounds:
                 module, bound = _import_bounded(
@@ -289,6 +308,8 @@ def _compile(model, output, *, name, target, cpu, features, emit_kind, input_sha
                                  const_inputs=const_inputs, absent_inputs=absent_inputs,
                                  onnx_order_bound=want_report)
             onnx_bound = module.source_order_bound
+            if quantized_ports:
+                _record_quantization(module.signature, quantized_ports)
             if dump is not None:
                 dump("imported", module)
             # The module and its rewrites that may need less memory (a recurrent loop's

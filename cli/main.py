@@ -5,7 +5,7 @@
          [--const-input NAME=FILE.npy ...] [--absent-input NAME ...] [--report]
          [--report-json FILE]
          [--report-memory[=FILE.svg]] [--dump-passes DIR] [-O0|-O1|-O2|-O3] [--strict]
-         [--memory-budget BYTES] [--bound SYMBOL=LIMIT]
+         [--memory-budget BYTES] [--bound SYMBOL=LIMIT] [--int8-io]
     xlac --runtime-dir
     xlac --cmake-dir
     xlac --version
@@ -109,6 +109,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--parallel", action="store_true",
                    help="also emit NAME_run_parallel, which splits the big loops and kernels "
                    "into tasks for a thread pool the caller passes (xlac_threadpool)")
+    p.add_argument("--int8-io", action="store_true",
+                   help="a quantized (QDQ) ONNX model's inputs and outputs as the 8-bit "
+                   "values its QuantizeLinear / DequantizeLinear compute (scale and zero "
+                   "point in the header, NAME_x_SCALE, NAME_x_ZERO_POINT), as TensorFlow "
+                   "Lite Micro takes them")
     p.add_argument("--strict", action="store_true",
                    help="make warnings errors (an ONNX opset newer than the onnx package knows)")
     p.add_argument("--runtime-dir", action="store_true",
@@ -162,7 +167,8 @@ def _run(argv) -> int:
                      absent_inputs=args.absent_input, opt_level=args.opt_level,
                      report=want_report, strict=args.strict, parallel=args.parallel,
                      memory_budget=args.memory_budget, bounds=bounds_from(args.bound),
-                     dump_passes=args.dump_passes, progress=Progress(sys.stderr))
+                     int8_io=args.int8_io, dump_passes=args.dump_passes,
+                     progress=Progress(sys.stderr))
     if args.report_json is not None:
         _write_json(args.report_json, result.report)
     if args.report:

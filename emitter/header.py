@@ -34,11 +34,17 @@ def _comment_text(text: str) -> str:
 def _port_lines(name: str, kind: str, k: int, port: Port) -> list[str]:
     dims = "x".join(str(d) for d in port.dims) or "scalar"
     macro = f"{name}_{port.c_name}"
-    return [
+    lines = [
         f"/* {kind} {k}: \"{_comment_text(port.name)}\", {port.dtype.name}[{dims}] */",
         f"#define {macro}_COUNT {port.count}u",
         f"#define {macro}_SIZE {port.size_bytes}u",
     ]
+    if port.quantization is not None:
+        scale, zero = port.quantization
+        lines += [f"/* quantized: the real value is (q - {macro}_ZERO_POINT) * {macro}_SCALE */",
+                  f"#define {macro}_SCALE {float(scale)!r}f",
+                  f"#define {macro}_ZERO_POINT {int(zero)}"]
+    return lines
 
 
 def _value_lines(interface: ModelInterface) -> list[str]:

@@ -21,6 +21,7 @@ class Port:
     c_name: str          # C identifier (NAME_run parameter)
     dtype: DType
     dims: tuple[int, ...]
+    quantization: tuple[float, int] | None = None   # (scale, zero point): int8_io
 
     @property
     def count(self) -> int:
@@ -77,7 +78,8 @@ def model_interface(module: Module, name: str,
     # Inputs, outputs and a bound's size share one parameter list, so their C names are
     # unique together.
     c_names = unique_c_identifiers(bases + ([bound[0]] if bound is not None else []))
-    ports = [Port(t.name, c, t.dtype, tuple(t.dims)) for t, c in zip(inputs + outputs, c_names)]
+    ports = [Port(t.name, c, t.dtype, tuple(t.dims), t.quantization)
+             for t, c in zip(inputs + outputs, c_names)]
     batch = None
     if bound is not None:
         symbol, limit = bound
@@ -85,7 +87,8 @@ def model_interface(module: Module, name: str,
             if not p.dims or p.dims[0] != 1:
                 raise XlacError(f"bounded batch: '{p.name}' has no leading dimension of one "
                                 "sample")
-        ports = [Port(p.name, p.c_name, p.dtype, (limit,) + p.dims[1:]) for p in ports]
+        ports = [Port(p.name, p.c_name, p.dtype, (limit,) + p.dims[1:], p.quantization)
+                 for p in ports]
         batch = Bound(symbol, c_names[-1], limit)
     return ModelInterface(name, tuple(ports[:len(inputs)]), tuple(ports[len(inputs):]),
                           values["inputs"], values["outputs"], batch)

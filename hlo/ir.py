@@ -152,6 +152,8 @@ class TensorSpec:
     name: str
     dtype: DType
     dims: tuple[int, ...]
+    # (scale, zero point) of an 8-bit port that holds a quantized tensor (int8_io)
+    quantization: tuple[float, int] | None = None
 
 
 @dataclass(frozen=True)
