@@ -99,20 +99,14 @@ def quantized_inputs(header: str, model, inputs: list[np.ndarray]):
 def profile(board: str, name: str, path: Path, inputs: list[np.ndarray], build: Path,
             top: int) -> None:
     """Instructions per step of ``name`` on ``board`` (see the module docstring)."""
-    from models import describe
+    from models import compile_profiled, describe
     from xlac.backends import make_backend
-    from xlac.emitter import EmitOptions
-    from xlac.importers.onnx import import_onnx
-    from xlac.optimizer import optimize, plan_memory
 
     _, triple, cpu, counter = BOARDS[board]
-    backend = make_backend(triple, cpu)
-    module = optimize(import_onnx(onnx.load(path), name="model"), backend)
-    art = backend.emit(module, plan_memory(module, backend),
-                       EmitOptions("model", profile=True, profile_counter=counter))
     build.mkdir(parents=True, exist_ok=True)
-    (build / "model.o").write_bytes(art.object_code)       # newer than the model: make
-    (build / "model.h").write_text(art.header)             # links it as it is
+    # model.o and model.h, newer than the model: make links them as they are
+    _, module, art = compile_profiled("model", onnx.load(path), build / "model.o",
+                                      backend=make_backend(triple, cpu), counter=counter)
     for k, x in enumerate(inputs):
         x.tofile(build / f"input{k}.bin")
     sites = art.profile_sites

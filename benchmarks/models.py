@@ -223,20 +223,23 @@ def code_bytes(res) -> int:
 
 # -- profile ------------------------------------------------------------------------------
 
-def compile_profiled(name: str, model: onnx.ModelProto, path: Path, parallel: bool = False):
+def compile_profiled(name: str, model: onnx.ModelProto, path: Path, parallel: bool = False,
+                     backend=None, counter: int | None = None):
     """Compile ``model`` to ``path`` with a cycle counter around every step
-    (``EmitOptions(profile=True)``); returns the C name, the optimized module and the
-    Artifact (``profile_sites``: each slot's instruction name)."""
+    (``EmitOptions(profile=True)``; for ``backend``, default this machine's, reading the
+    32-bit counter at address ``counter`` where one is given); returns the C name, the
+    optimized module and the Artifact (``profile_sites``: each slot's instruction name)."""
     from xlac.backends import make_backend
     from xlac.emitter import EmitOptions
     from xlac.importers.onnx import import_onnx
     from xlac.optimizer import optimize, plan_memory
 
     cname = name.replace("-", "_")
-    backend = make_backend()
+    backend = backend or make_backend()
     module = optimize(import_onnx(model, name=cname), backend)
     assignment = plan_memory(module, backend)
-    art = backend.emit(module, assignment, EmitOptions(cname, profile=True, parallel=parallel))
+    art = backend.emit(module, assignment, EmitOptions(cname, profile=True, parallel=parallel,
+                                                       profile_counter=counter))
     path.write_bytes(art.object_code)
     path.with_suffix(".h").write_text(art.header)
     return cname, module, art

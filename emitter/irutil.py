@@ -7,7 +7,9 @@ The builder is always passed explicitly; loop nests are nested ``with`` blocks:
 """
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
+from functools import lru_cache
 
 from llvmlite import ir
 
@@ -54,7 +56,7 @@ def for_range(b: ir.IRBuilder, count, name: str = "i", start=0, step=1):
     """
     # On a 32-bit target the counter is an i32 (sizes there fit one): an i64 counter
     # would take two registers and add-with-carry, compare-with-borrow in every latch.
-    ty = I32 if _pointer_bits(b.module) == 32 else I64
+    ty = I32 if pointer_bits(b.module.data_layout) == 32 else I64
 
     def as_ty(v):
         if isinstance(v, int):
@@ -79,12 +81,11 @@ def for_range(b: ir.IRBuilder, count, name: str = "i", start=0, step=1):
     b.position_at_end(done)
 
 
-def _pointer_bits(module: ir.Module) -> int:
-    """The module's pointer width from its data layout (64 where it names none)."""
-    for spec in (module.data_layout or "").split("-"):
-        if spec.startswith("p:"):
-            return int(spec.split(":")[1])
-    return 64
+@lru_cache(maxsize=None)
+def pointer_bits(data_layout: str | None) -> int:
+    """The pointer width an LLVM data layout gives (64 where it names none)."""
+    pointer = re.search(r"(?:^|-)p:(\d+)", data_layout or "")
+    return int(pointer.group(1)) if pointer else 64
 
 
 def alloca_once(b: ir.IRBuilder, ty: ir.Type, name: str = "", size=None) -> ir.AllocaInstr:

@@ -28,6 +28,7 @@ from functools import lru_cache
 import llvmlite.binding as llvm
 
 from ..hlo import XlacError
+from .irutil import pointer_bits
 
 # llvmlite 0.50 initializes the LLVM core by itself; the non-native targets and their
 # assembly printers must still be registered once for cross compilation, and the host's
@@ -344,10 +345,9 @@ def make_target(triple: str | None = None, cpu: str | None = None,
                         f"{cpu}{' with ' + ','.join(user) if user else ''} has no FPU; "
                         f"use the soft-float triple ({triple[:-2]}) or a CPU with an FPU")
     data_layout = str(tm.target_data)
-    pointer = re.search(r"(?:^|-)p:(\d+)", data_layout)
     info = TargetInfo(triple, cpu, full, required,
                       vector_bytes_for(triple, ",".join(required)), data_layout, is_host,
-                      int(pointer.group(1)) if pointer else 64, float_abi)
+                      pointer_bits(data_layout), float_abi)
     return info, tm
 
 

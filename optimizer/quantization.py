@@ -343,25 +343,10 @@ class _Rewriter:
         if q is None:
             return None
         sy, zy = np.float32(q.scale.scalar()), np.float32(_scalar(q.zero_point))
-        if not sy > 0:
+        folded = _folded_activation(q, sy, zy)
+        if folded is None:
             return None
-        lo, hi = np.float32(q.lo), np.float32(q.hi)
-        chain = [q.divide]          # what reads each value, back to the contraction
-        y = q.y
-        if y.opcode is Opcode.MAXIMUM and _param(y.operands[1]) is not None \
-                and _param(y.operands[1]).scalar() == 0:
-            lo = max(lo, zy)                             # q(max(y, 0)) = max(q(y), zy)
-            chain.append(y)
-            y = y.operands[0]
-        elif y.opcode is Opcode.CLAMP:
-            a, b = known_value(y.operands[0]), known_value(y.operands[2])
-            if a is None or b is None or a.size != 1 or b.size != 1:
-                return None
-            # q(clamp(a, y, b)) = clamp(q(a), q(y), q(b))
-            lo = max(lo, np.float32(np.rint(np.float32(a) / sy) + zy))
-            hi = min(hi, np.float32(np.rint(np.float32(b) / sy) + zy))
-            chain.append(y)
-            y = y.operands[1]
+        y, lo, hi, chain = folded       # chain: what reads each value, back to y
         bias = None
         if y.opcode is Opcode.ADD:
             c, bb = y.operands
@@ -463,16 +448,34 @@ class _Rewriter:
             r = self.add(Opcode.CLAMP, self.constant(lo, dtypes.F32, md), r,
                          self.constant(hi, dtypes.F32, md), metadata=md)
             return self.add(Opcode.CONVERT, r, shape=shape, metadata=md)
+        return self._rounded_in_integers(f, zy, lo, hi, shape, md)
+
+    def _rounded_in_integers(self, f: Instruction, zy, lo, hi, shape: Shape, md,
+                             any_float: bool = False) -> Instruction:
+        """``T(clamp(lo, round(f) + zy, hi))`` as ``bits(f + 1.5 * 2**23) - bits(1.5 *
+        2**23) + zy`` clamped on s32, exact for |f| < 2**22. ``any_float``: exact for
+        every f besides: the bits taken as 0 where negative (the sum is then at most 0,
+        so f is below the clamp; above 2**22 they only grow, past it) and a NaN giving
+        0, as the float tail's conversion does."""
+        dims = f.shape.dims
         magic = np.float32(1.5 * 2**23)
         t = self.add(Opcode.ADD, f, self.spread(magic, dtypes.F32, dims, None, md),
                      metadata=md)
-        bits = self.add(Opcode.BITCAST_CONVERT, t, shape=t.shape.with_dtype(dtypes.S32),
-                        metadata=md)
+        r = self.add(Opcode.BITCAST_CONVERT, t, shape=t.shape.with_dtype(dtypes.S32),
+                     metadata=md)
+        if any_float:
+            r = self.add(Opcode.MAXIMUM, r, self.spread(0, dtypes.S32, dims, None, md),
+                         metadata=md)
         offset = int(zy) - int(magic.view(np.int32))
-        r = self.add(Opcode.ADD, bits, self.spread(offset, dtypes.S32, dims, None, md),
+        r = self.add(Opcode.ADD, r, self.spread(offset, dtypes.S32, dims, None, md),
                      metadata=md)
         r = self.add(Opcode.CLAMP, self.constant(int(lo), dtypes.S32, md), r,
                      self.constant(int(hi), dtypes.S32, md), metadata=md)
+        if any_float:
+            number = self.add(Opcode.COMPARE, t, t, shape=t.shape.with_dtype(dtypes.PRED),
+                              direction="EQ", metadata=md)
+            r = self.add(Opcode.SELECT, number, r, self.spread(0, dtypes.S32, dims, None, md),
+                         metadata=md)
         return self.add(Opcode.CONVERT, r, shape=shape, metadata=md)
 
     # -- rule 2 --
@@ -678,15 +681,10 @@ class _Rewriter:
         if q is None or q.out not in (dtypes.S8, dtypes.U8):
             return None
         sy, zy = np.float32(q.scale.scalar()), np.float32(_scalar(q.zero_point))
-        lo, hi = np.float32(q.lo), np.float32(q.hi)
-        y, chain = q.y, [q.divide]
-        if y.opcode is Opcode.MAXIMUM and _param(y.operands[1]) is not None \
-                and _param(y.operands[1]).scalar() == 0:
-            lo = max(lo, zy)                             # q(max(y, 0)) = max(q(y), zy)
-            chain.append(y)
-            y = y.operands[0]
-        if y.opcode is not Opcode.ADD or not sy > 0:
+        folded = _folded_activation(q, sy, zy)
+        if folded is None or folded[0].opcode is not Opcode.ADD:
             return None
+        y, lo, hi, chain = folded
         terms = [dequantized(o) for o in y.operands]
         if any(t is None or t.q.shape.dtype not in (dtypes.S8, dtypes.U8)
                or t.scale.axis is not None or _scalar(t.zero_point) is None
@@ -723,27 +721,8 @@ class _Rewriter:
         if (q is None or q.out not in (dtypes.S8, dtypes.U8) or q.y.opcode is not
                 Opcode.PARAMETER or q.y not in self.comp.parameters):
             return None
-        md = v.metadata
-        dims = q.divide.shape.dims
-        d = self.add(Opcode.DIVIDE, q.y, self.spread(q.scale.scalar(), dtypes.F32, dims, None,
-                                                     md), metadata=md)
-        magic = np.float32(1.5 * 2**23)
-        t = self.add(Opcode.ADD, d, self.spread(magic, dtypes.F32, dims, None, md),
-                     metadata=md)
-        bits = self.add(Opcode.BITCAST_CONVERT, t, shape=t.shape.with_dtype(dtypes.S32),
-                        metadata=md)
-        bits = self.add(Opcode.MAXIMUM, bits, self.spread(0, dtypes.S32, dims, None, md),
-                        metadata=md)
-        zy = int(_scalar(q.zero_point))
-        r = self.add(Opcode.ADD, bits, self.spread(zy - int(magic.view(np.int32)), dtypes.S32,
-                                                   dims, None, md), metadata=md)
-        r = self.add(Opcode.CLAMP, self.constant(int(q.lo), dtypes.S32, md), r,
-                     self.constant(int(q.hi), dtypes.S32, md), metadata=md)
-        number = self.add(Opcode.COMPARE, t, t, shape=t.shape.with_dtype(dtypes.PRED),
-                          direction="EQ", metadata=md)
-        r = self.add(Opcode.SELECT, number, r, self.spread(0, dtypes.S32, dims, None, md),
-                     metadata=md)
-        return self.add(Opcode.CONVERT, r, shape=v.shape, metadata=md)
+        return self._rounded_in_integers(q.divide, _scalar(q.zero_point), q.lo, q.hi,
+                                         v.shape, v.metadata, any_float=True)
 
     def _max(self, dtype: dtypes.DType) -> Computation:
         return self._reducer(Opcode.MAXIMUM, dtype)
@@ -792,6 +771,31 @@ def _contraction_form(c: Instruction) -> _Form | None:
         out_axis = nb + (lhs_free if k == 1 else 0)
         return _Form(x, w, free[0], out_axis, k == 1)
     return None
+
+
+def _folded_activation(q: Quantized, sy, zy):
+    """(y, lo, hi, chain): q's input below a ReLU or a clamp by constants, folded into
+    q's bounds (q is monotonic: q(max(y, 0)) = max(q(y), zy), q(clamp(a, y, b)) =
+    clamp(q(a), q(y), q(b))), and the instructions from q's divide down to y's reader;
+    None where the scale is not positive or a clamp's bounds are not known."""
+    if not sy > 0:
+        return None
+    lo, hi = np.float32(q.lo), np.float32(q.hi)
+    chain, y = [q.divide], q.y
+    if y.opcode is Opcode.MAXIMUM and _param(y.operands[1]) is not None \
+            and _param(y.operands[1]).scalar() == 0:
+        lo = max(lo, zy)
+        chain.append(y)
+        y = y.operands[0]
+    elif y.opcode is Opcode.CLAMP:
+        a, b = known_value(y.operands[0]), known_value(y.operands[2])
+        if a is None or b is None or a.size != 1 or b.size != 1:
+            return None
+        lo = max(lo, np.float32(np.rint(np.float32(a) / sy) + zy))
+        hi = min(hi, np.float32(np.rint(np.float32(b) / sy) + zy))
+        chain.append(y)
+        y = y.operands[1]
+    return y, lo, hi, chain
 
 
 def _span(dtype: dtypes.DType, zero_point) -> float:

@@ -300,26 +300,24 @@ def test_profile_counts_each_step_on_the_board(runs, tmp_path):
     main.c (-DPROFILE_SITES=N) writes the ticks per step. Every step of the int8 DS-CNN
     counts, together they are the call's ticks less the brackets' own, and the outputs
     are the unprofiled build's."""
+    from models import compile_profiled
     from xlac.backends import make_backend
     from xlac.emitter import EmitOptions
-    from xlac.importers.onnx import import_onnx
-    from xlac.optimizer import optimize, plan_memory
+    from xlac.optimizer import plan_memory
 
     name, counter = "ds_cnn_int8", 0x40028018
     model = _model(name)
     path = tmp_path / f"{name}.onnx"
     onnx.save(model, path)
     backend = make_backend("thumbv7em-none-eabihf", "cortex-m4")
-    module = optimize(import_onnx(model, name="model"), backend)
-    art = backend.emit(module, plan_memory(module, backend),
-                       EmitOptions("model", profile=True, profile_counter=counter))
+    build = tmp_path / "build"
+    build.mkdir()
+    # model.o and model.h, newer than the model: make links them as they are
+    _, module, art = compile_profiled("model", model, build / "model.o", backend=backend,
+                                      counter=counter)
     ir = backend.emit(module, plan_memory(module, backend),
                       EmitOptions("model", profile=True, profile_counter=counter),
                       ("llvm",)).llvm_ir
-    build = tmp_path / "build"
-    build.mkdir()
-    (build / "model.o").write_bytes(art.object_code)     # newer than the model: make
-    (build / "model.h").write_text(art.header)           # links it as it is
     r = runs["cortex-m4f", name]
     write_inputs(build, _inputs(model))
     flags = [f"EXTRA_CFLAGS=-DPROFILE_SITES={len(art.profile_sites)}", "COUNT=1"]

@@ -83,14 +83,9 @@ class IntDot:
 
     def _dot4_smlad(self, b, acc, w, x, x_signed):
         # acc: scalar i32 (L = 1); bytes 0, 2 and 1, 3 as signed halfword pairs.
-        w = b.bitcast(w, I32)
-        sxtb16 = declare_intrinsic(b.module, "llvm.arm.sxtb16", I32, [I32])
-        smlad = declare_intrinsic(b.module, "llvm.arm.smlad", I32, [I32, I32, I32])
-        ror = declare_intrinsic(b.module, "llvm.fshr.i32", I32, [I32, I32, I32])
-        eight = ir.Constant(I32, 8)
-        w02, w13 = b.call(sxtb16, [w]), b.call(sxtb16, [b.call(ror, [w, w, eight])])
-        x02, x13 = b.call(sxtb16, [x]), b.call(sxtb16, [b.call(ror, [x, x, eight])])
-        return b.call(smlad, [w13, x13, b.call(smlad, [w02, x02, acc])])
+        w02, w13 = halfword_pairs(b, b.bitcast(w, I32))
+        x02, x13 = halfword_pairs(b, x)
+        return dsp_call(b, "smlad", w13, x13, dsp_call(b, "smlad", w02, x02, acc))
 
     def _dot4_neon(self, b, acc, w, x, x_signed):
         # acc: 2L lanes, the pair sums (k0 + k1, k2 + k3) of each output lane; smull
@@ -151,8 +146,7 @@ class IntDot:
             xpair = b.or_(b.zext(x0, I32), b.shl(b.zext(x1, I32), ir.Constant(I32, 16)))
             wpair = b.bitcast(w01, I32)
             if self.kind == "smlad":
-                smlad = declare_intrinsic(b.module, "llvm.arm.smlad", I32, [I32, I32, I32])
-                return b.call(smlad, [wpair, xpair, acc])
+                return dsp_call(b, "smlad", wpair, xpair, acc)
             w0 = b.extract_element(w01, ir.Constant(I32, 0))
             w1 = b.extract_element(w01, ir.Constant(I32, 1))
             return b.add(acc, b.add(b.mul(b.sext(x0, I32), b.sext(w0, I32)),
@@ -168,6 +162,24 @@ class IntDot:
         even = b.shuffle_vector(prod, prod, const_vec(I32, range(0, 2 * n, 2)))
         odd = b.shuffle_vector(prod, prod, const_vec(I32, range(1, 2 * n, 2)))
         return b.add(acc, b.add(even, odd))
+
+
+def halfword_pairs(b: ir.IRBuilder, word: ir.Value, signed: bool = True):
+    """The M-profile DSP's unpacking of a word of four bytes: bytes 0, 2 and bytes 1, 3
+    as halfword pairs (sxtb16, the second through a rotate that it folds in; uxtb16 for
+    unsigned bytes)."""
+    unpack = declare_intrinsic(b.module, "llvm.arm.sxtb16" if signed else "llvm.arm.uxtb16",
+                               I32, [I32])
+    ror = declare_intrinsic(b.module, "llvm.fshr.i32", I32, [I32, I32, I32])
+    return (b.call(unpack, [word]),
+            b.call(unpack, [b.call(ror, [word, word, ir.Constant(I32, 8)])]))
+
+
+def dsp_call(b: ir.IRBuilder, op: str, x: ir.Value, y: ir.Value, acc: ir.Value) -> ir.Value:
+    """An M-profile DSP multiply-accumulate of halfwords: ``op`` smlad (both pairs),
+    smlabb (the bottom halves), smlatt (the top ones)."""
+    return b.call(declare_intrinsic(b.module, f"llvm.arm.{op}", I32, [I32, I32, I32]),
+                  [x, y, acc])
 
 
 def int_dot_for(target) -> IntDot:

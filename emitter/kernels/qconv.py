@@ -57,10 +57,9 @@ from ...hlo.fusion import is_output_fusion, output_fusion_core
 from ...hlo.shape import channels_minor
 from ..elemental import ElementalEmitter
 from ..indexing import linearize
-from ..intrinsics import declare_intrinsic
 from ..irutil import I8, I32, PTR, VOID, alloca_once, for_range, gep_elem, i64, llvm_type
 from ..loops import buffer_reader
-from .intdot import I16, IntDot, int_dot_for
+from .intdot import I16, IntDot, dsp_call, halfword_pairs, int_dot_for
 from .vec import const_vec, lane_mask, masked_load, offset_ptr, vec_type
 
 _WORD = 4           # k per dot4: one 32-bit word of activations
@@ -611,20 +610,15 @@ class _GemmEmitter:
         b = self.b
         if self.flip:
             word = b.xor(word, ir.Constant(I32, 0x80808080))
-        sxtb16 = declare_intrinsic(b.module, "llvm.arm.sxtb16", I32, [I32])
-        ror = declare_intrinsic(b.module, "llvm.fshr.i32", I32, [I32, I32, I32])
         at = b.gep(dst, [b.mul(index, i64(8))], source_etype=I8)
-        b.store(b.call(sxtb16, [word]), at, align=4)
-        b.store(b.call(sxtb16, [b.call(ror, [word, word, ir.Constant(I32, 8)])]),
-                b.gep(at, [i64(4)], source_etype=I8), align=4)
+        x02, x13 = halfword_pairs(b, word)
+        b.store(x02, at, align=4)
+        b.store(x13, b.gep(at, [i64(4)], source_etype=I8), align=4)
 
     def _tile_pairs(self, img, n0, nv, cols, woff, soff, m0, pairs):
         """MR pixels (their unpacked windows in ``pairs``) by NV output channels."""
         b = self.b
         row = self.pairs * 8
-        sxtb16 = declare_intrinsic(b.module, "llvm.arm.sxtb16", I32, [I32])
-        smlad = declare_intrinsic(b.module, "llvm.arm.smlad", I32, [I32, I32, I32])
-        ror = declare_intrinsic(b.module, "llvm.fshr.i32", I32, [I32, I32, I32])
         acc = [[alloca_once(b, I32, f"acc{i}.{v}") for v in range(nv)] for i in range(self.mr)]
         for r in acc:
             for a in r:
@@ -639,11 +633,10 @@ class _GemmEmitter:
             for v in range(nv):
                 word = b.load(b.gep(wrow, [i64(v * _WORD)], source_etype=I8), typ=I32,
                               align=1)
-                w02 = b.call(sxtb16, [word])
-                w13 = b.call(sxtb16, [b.call(ror, [word, word, ir.Constant(I32, 8)])])
+                w02, w13 = halfword_pairs(b, word)
                 for i, (x02, x13) in enumerate(x):
                     old = b.load(acc[i][v], typ=I32)
-                    b.store(b.call(smlad, [w13, x13, b.call(smlad, [w02, x02, old])]),
+                    b.store(dsp_call(b, "smlad", w13, x13, dsp_call(b, "smlad", w02, x02, old)),
                             acc[i][v])
         self._store_tile(img, n0, nv, cols, m0, soff, acc)
 
@@ -823,12 +816,6 @@ class _DepthwiseEmitter:
         """Channels 4 cq .. 4 cq + 3 of one pixel, ``rows`` each tap's input there."""
         k, b = self.k, self.b
         c0 = b.mul(cq, i64(_WORD))
-        module = b.module
-        unpack = declare_intrinsic(module, "llvm.arm.sxtb16" if k.x_signed
-                                   else "llvm.arm.uxtb16", I32, [I32])
-        ror = declare_intrinsic(module, "llvm.fshr.i32", I32, [I32, I32, I32])
-        bottoms = declare_intrinsic(module, "llvm.arm.smlabb", I32, [I32, I32, I32])
-        tops = declare_intrinsic(module, "llvm.arm.smlatt", I32, [I32, I32, I32])
         if self.sbase is not None:
             acc = [b.load(offset_ptr(b, self.sbase, I32, b.add(c0, i64(j))), typ=I32, align=4)
                    for j in range(_WORD)]
@@ -837,16 +824,23 @@ class _DepthwiseEmitter:
         wq = b.gep(self.wquad, [b.mul(cq, i64(len(rows) * 8))], source_etype=I8)
         for t, row in enumerate(rows):
             xw = b.load(b.gep(row, [c0], source_etype=I8), typ=I32, align=1)
-            x02 = b.call(unpack, [xw])
-            x13 = b.call(unpack, [b.call(ror, [xw, xw, ir.Constant(I32, 8)])])
+            x02, x13 = halfword_pairs(b, xw, k.x_signed)
             w02 = b.load(b.gep(wq, [i64(8 * t)], source_etype=I8), typ=I32, align=4)
             w13 = b.load(b.gep(wq, [i64(8 * t + 4)], source_etype=I8), typ=I32, align=4)
-            acc = [b.call(bottoms, [x02, w02, acc[0]]), b.call(bottoms, [x13, w13, acc[1]]),
-                   b.call(tops, [x02, w02, acc[2]]), b.call(tops, [x13, w13, acc[3]])]
+            acc = [dsp_call(b, "smlabb", x02, w02, acc[0]),
+                   dsp_call(b, "smlabb", x13, w13, acc[1]),
+                   dsp_call(b, "smlatt", x02, w02, acc[2]),
+                   dsp_call(b, "smlatt", x13, w13, acc[3])]
         tile = _stack_buffer(b, _WORD, "dwquad")
         for j in range(_WORD):
             b.store(acc[j], offset_ptr(b, tile, I32, j), align=4)
-        with for_range(b, _WORD, "j") as j:
+        self._store(img, oy, ox, c0, _WORD, tile)
+
+    def _store(self, img, oy, ox, c0, count, tile):
+        """Channels c0 .. c0 + count - 1 of pixel (oy, ox), their accumulators in
+        ``tile``, through the epilogue to the output."""
+        k, b = self.k, self.b
+        with for_range(b, count, "j") as j:
             index = [img, b.add(c0, j), oy, ox]
 
             def value(j=j):
@@ -872,7 +866,7 @@ class _DepthwiseEmitter:
         return b.select(inside, v, pad)
 
     def _vector(self, img, oy, ox, taps, c0, count):
-        k, b = self.k, self.b
+        b = self.b
         lanes = self.lanes
         acc = _zeros(lanes)
         if self.sbase is not None:
@@ -888,9 +882,4 @@ class _DepthwiseEmitter:
             acc = self.dot.dot2(b, acc, x0, x1, w01)
         tile = _stack_buffer(b, lanes, "dwtile")
         b.store(acc, offset_ptr(b, tile, I32, 0), align=4)
-        with for_range(b, count, "j") as j:
-            index = [img, b.add(c0, j), oy, ox]
-
-            def value(j=j):
-                return b.load(offset_ptr(b, tile, I32, j), typ=I32)
-            _epilogue(k, b, self.em, self.ptrs, self.out, index, value)
+        self._store(img, oy, ox, c0, count, tile)
