@@ -3,6 +3,7 @@ flash and RAM.
 
     python benchmarks/cortex_m.py [--board mps2-an386] [--only NAME] [--float | --int8-io]
                                   [--build build/cortex_m] [--profile MODEL [--top 15]]
+                                  [--tflm SOURCES [--tflm-cache DIR]] [--cycles]
 
 Each model of benchmarks/memory_models.py's MLPerf Tiny four is quantized as users
 quantize it (benchmarks/int8.py: onnxruntime's QDQ, per-channel int8 weights, int8
@@ -20,6 +21,15 @@ TFLite Micro takes them: no quantization of a float input in the call.
 from an object compiled with ``EmitOptions(profile=True, profile_counter=...)``: each
 step bracketed by reads of the same counter, main.c writing the ticks per step to
 profile.bin (a few counter reads per step are counted in too).
+
+``--tflm SOURCES``: TensorFlow Lite Micro with CMSIS-NN beside it, built from source
+and run on the MLPerf Tiny reference .tflite models the same way (benchmarks/tflm.py
+says how and from what), with the ratio of instructions and their geomean; with
+``--profile``, TFLM's instructions per operator too.
+
+``--cycles`` (Cortex-M4F): beside the instructions, cycles estimated from a QEMU trace
+of the call with the Cortex-M4's instruction timings (benchmarks/cycles.py), for xlac
+and, with ``--tflm``, for TFLM's Invoke().
 
 Flash and RAM are xlac's report for the object (code + weights + read-only data; arena
 + static data): what the model adds to a firmware. The call's outputs are checked
@@ -46,6 +56,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 EXAMPLE = ROOT / "examples" / "cortex-m"
 sys.path.insert(0, str(HERE))
+from cycles import estimate  # noqa: E402
 from int8 import quantize  # noqa: E402
 from memory_models import MODELS  # noqa: E402
 
@@ -53,6 +64,7 @@ MLPERF_TINY = ("ds_cnn", "resnet8", "mobilenet_v1_025_vww", "fc_autoencoder")
 # examples/cortex-m/Makefile's boards: the core, its target and the FPGAIO counter.
 BOARDS = {"mps2-an386": ("Cortex-M4F", "thumbv7em-none-eabihf", "cortex-m4", 0x40028018),
           "mps2-an505": ("Cortex-M33", "thumbv8m.main-none-eabihf", "cortex-m33", 0x40302018),
+          "mps2-an500": ("Cortex-M7", "thumbv7em-none-eabihf", "cortex-m7", 0x40028018),
           "mps2-an385": ("Cortex-M3", "thumbv7m-none-eabi", "cortex-m3", 0x40028018)}
 # main.c's calibration loop: 2^20 iterations of subs/bne, and a mov.
 CALIBRATION_INSTRUCTIONS = 2 * 2**20 + 1
@@ -160,9 +172,47 @@ def measure(board: str, name: str, path: Path, inputs: list[np.ndarray],
     got = [np.fromfile(build / f"output{k}.bin", w.dtype).reshape(w.shape)
            for k, w in enumerate(want)]
     err = max(float(np.max(np.abs(g.astype(np.float64) - w))) for g, w in zip(got, want))
-    return {"model": name, "instructions": instructions(done.stdout),
+    return {"model": name, "instructions": instructions(done.stdout), "elf": build / "app.elf",
             "flash": report["flash_bytes"]["total"], "code": report["flash_bytes"]["code"],
             "ram": report["ram_bytes"]["total"], "max_diff": err}
+
+
+def beside_tflm(args, rows: list[dict]) -> None:
+    """xlac's rows beside TFLM + CMSIS-NN's for the same models and board."""
+    import tflm
+    theirs = {r["model"]: tflm.measure(args.tflm, args.tflm_cache, args.board, r["model"])
+              for r in rows}
+    head = (f"{'model':<22} {'xlac':>12} {'TFLM':>12} {'xlac/TFLM':>9} "
+            f"{'flash xlac':>10} {'TFLM':>9} {'RAM xlac':>8} {'TFLM':>8} {'max |diff|':>10}")
+    print(head)
+    print("-" * len(head))
+    ratios = []
+    for r in rows:
+        t = theirs[r["model"]]
+        ratios.append(r["instructions"] / t["instructions"])
+        print(f"{r['model']:<22} {r['instructions']:>12,} {t['instructions']:>12,} "
+              f"{ratios[-1]:>9.2f} {r['flash']:>10,} {t['flash']:>9,} {r['ram']:>8,} "
+              f"{t['ram']:>8,} {r['max_diff']:>10.3g}")
+    print(f"{'geomean':<22} {'':>12} {'':>12} {geomean(ratios):>9.2f}")
+    if args.cycles:
+        print("\nestimated Cortex-M4 cycles (benchmarks/cycles.py) of the traced call")
+        head = (f"{'model':<22} {'xlac':>12} {'TFLM':>12} {'xlac/TFLM':>9} "
+                f"{'cycles/instr xlac':>17} {'TFLM':>6}")
+        print(head)
+        print("-" * len(head))
+        ratios = []
+        for r in rows:
+            ours = r["cycles"]
+            t = estimate(args.board, theirs[r["model"]]["elf"], tflm.INVOKE)
+            ratios.append(ours["cycles"] / t["cycles"])
+            print(f"{r['model']:<22} {ours['cycles']:>12,} {t['cycles']:>12,} "
+                  f"{ratios[-1]:>9.2f} {ours['cycles'] / ours['instructions']:>17.2f} "
+                  f"{t['cycles'] / t['instructions']:>6.2f}")
+        print(f"{'geomean':<22} {'':>12} {'':>12} {geomean(ratios):>9.2f}")
+
+
+def geomean(values: list[float]) -> float:
+    return float(np.exp(np.mean(np.log(values))))
 
 
 def main() -> None:
@@ -178,10 +228,23 @@ def main() -> None:
     ap.add_argument("--int8-io", action="store_true",
                     help="the models' inputs and outputs as 8-bit values (xlac --int8-io), "
                     "as TFLite Micro takes them")
+    ap.add_argument("--tflm", type=Path, metavar="SOURCES",
+                    help="TFLite Micro + CMSIS-NN beside xlac, built from the git "
+                    "repositories in SOURCES (benchmarks/tflm.py)")
+    ap.add_argument("--cycles", action="store_true",
+                    help="estimated Cortex-M4 cycles too (benchmarks/cycles.py)")
+    ap.add_argument("--tflm-cache", type=Path,
+                    default=Path.home() / ".cache" / "xlac" / "tflm",
+                    help="where TFLite Micro's tree and builds go")
     args = ap.parse_args()
     names = [n for n in MLPERF_TINY if not args.only or args.only in n]
     if args.int8_io and args.float:
         ap.error("--int8-io needs the quantized models")
+    if args.tflm and args.float:
+        ap.error("--tflm runs the int8 reference models")
+    if args.cycles and args.board != "mps2-an386":
+        ap.error("--cycles weighs instructions with the Cortex-M4's timings: "
+                 "--board mps2-an386")
     kind = "f32" if args.float else ("int8-io" if args.int8_io else "int8")
     folder = args.build / args.board / kind
     folder.mkdir(parents=True, exist_ok=True)
@@ -189,6 +252,15 @@ def main() -> None:
         path, inputs = prepare(args.profile, folder, not args.float)
         profile(args.board, args.profile, path, inputs, folder / f"{args.profile}_profile",
                 args.top)
+        if args.tflm:
+            import tflm
+            steps = tflm.profile(args.tflm, args.tflm_cache, args.board, args.profile)
+            total = sum(n for _, n in steps)
+            print(f"\nTFLM + CMSIS-NN: {total:,.0f} instructions in its {len(steps)} "
+                  f"operators (a release_with_logs build)")
+            print(f"{'instructions':>13} {'share':>6}  operator")
+            for op, n in sorted(steps, key=lambda s: -s[1])[:args.top]:
+                print(f"{n:>13,.0f} {100 * n / total:5.1f}%  {op}")
         return
     jobs = [(n, *prepare(n, folder, not args.float)) for n in names]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
@@ -196,13 +268,20 @@ def main() -> None:
                                                args.int8_io), jobs))
     print(f"{BOARDS[args.board][0]} ({args.board}), {kind}: instructions per inference "
           f"under qemu-system-arm -icount shift=0")
+    if args.cycles:
+        for r in rows:
+            r["cycles"] = estimate(args.board, r["elf"], "model_run_v", r["elf"].parent)
+    if args.tflm:
+        beside_tflm(args, rows)
+        return
     head = (f"{'model':<22} {'instructions':>13} {'flash':>9} {'code':>7} {'RAM':>8} "
-            f"{'max |diff|':>10}")
+            f"{'max |diff|':>10}" + (f" {'est. cycles':>12}" if args.cycles else ""))
     print(head)
     print("-" * len(head))
     for r in rows:
         print(f"{r['model']:<22} {r['instructions']:>13,} {r['flash']:>9,} {r['code']:>7,} "
-              f"{r['ram']:>8,} {r['max_diff']:>10.3g}")
+              f"{r['ram']:>8,} {r['max_diff']:>10.3g}"
+              + (f" {r['cycles']['cycles']:>12,}" if args.cycles else ""))
 
 
 if __name__ == "__main__":

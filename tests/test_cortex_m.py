@@ -48,7 +48,8 @@ from test_memory_models import expose_logits  # noqa: E402
 EXAMPLE = ROOT / "examples" / "cortex-m"
 RECORD = ROOT / "build" / "cortex_m.json"
 # The boards of examples/cortex-m/Makefile.
-BOARDS = {"cortex-m4f": "mps2-an386", "cortex-m33": "mps2-an505", "cortex-m3": "mps2-an385"}
+BOARDS = {"cortex-m4f": "mps2-an386", "cortex-m33": "mps2-an505", "cortex-m7": "mps2-an500",
+          "cortex-m3": "mps2-an385"}
 MLPERF_TINY = ("ds_cnn", "resnet8", "mobilenet_v1_025_vww", "fc_autoencoder")
 INT8 = tuple(f"{m}_int8" for m in MLPERF_TINY)
 # Streamed int8 builds on the Cortex-M4F (--memory-budget): half the arena TensorFlow
