@@ -54,7 +54,10 @@ channels only (``epilogue_operand``), or a value of the result's dims read at th
 element. A chain that reaches a model output (a quantized model's last layer
 dequantized) is not cut: the kernel writes the caller's output buffer, and no narrow
 copy takes arena memory. Loop fusion later moves element-wise producers of such
-operands in, never anything that changes how the epilogue indexes.
+operands in, never anything that changes how the epilogue indexes. A contraction with
+no epilogue (dynamic quantization's u8 x s8 dot, whose s32 result is rescaled by
+run-time scales after a reshape) is a fusion of its own all the same: the integer
+kernels run output fusions only, and a bare one would be a loop of element sums.
 
 ``REGISTERS``: a float convolution or dot (the CPU's: a convolution of the kernels' fast
 paths, a dot whose last dim is its product's columns) takes its epilogue in: the ops its
@@ -274,7 +277,7 @@ class _OutputFuser:
                       and pad.operands[1].opcode is Opcode.CONSTANT
                       and list(self.users[pad]) == [core] and pad not in self.pinned
                       and core.opcode is Opcode.CONVOLUTION)
-        if not chain and not absorb_pad:
+        if not chain and not absorb_pad and style is not EpilogueStyle.REQUANTIZE:
             return False
         root = chain[-1] if chain else core
         members = ([pad] if absorb_pad else []) + [core] + chain

@@ -165,20 +165,82 @@ def prologue_fused(text: str):
     return m, changed
 
 
+def dynamic_dot(contraction: str = "s32") -> str:
+    """Dynamic quantization's MatMulIntegerToFloat: u8 activations times constant s8
+    weights in s32, split into heads by a reshape, rescaled by the run-time scale (the
+    same in f32 when ``contraction`` is f32)."""
+    integer = contraction == "s32"
+    a = shape("u8" if integer else "f32", (4, 8))
+    w = shape("s8" if integer else "f32", (8, 6))
+    acc, heads = shape(contraction, (4, 6)), shape(contraction, (4, 2, 3))
+    out = shape("f32", (4, 2, 3))
+    weights = lit(integers((8, 6)), dtypes.S8 if integer else dtypes.F32)
+    return module(f"a: {a}, s: f32[]{{}}", out, f"""
+      %a = {a} parameter(0)
+      %s = f32[]{{}} parameter(1)
+      %w = {w} constant({weights})
+      %dot = {acc} dot({a} %a, {w} %w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+      %r = {heads} reshape({acc} %dot)
+      %f = {out} convert({heads} %r)
+      %sb = {out} broadcast(f32[]{{}} %s), dimensions={{}}
+      %y = {out} multiply({out} %f, {out} %sb)""")
+
+
+def _dynamic_args(m):
+    rng = np.random.default_rng(3)
+    args = []
+    for p in m.entry.parameters:
+        dt = p.shape.dtype
+        if dt == dtypes.U8:
+            args.append(rng.integers(0, 255, p.shape.dims, endpoint=True).astype(np.uint8))
+        elif dt == dtypes.S8:
+            args.append(integers(p.shape.dims))
+        else:
+            args.append(rng.standard_normal(p.shape.dims).astype(np.float32))
+    return args
+
+
+def test_integer_dot_without_an_epilogue_is_a_fusion_of_its_own():
+    # the reshape ends the chain before any narrower value: the dot is still an output
+    # fusion, which the integer kernels run; the rescaling stays a loop after it
+    m = parse_module(dynamic_dot())
+    args = _dynamic_args(m)
+    before = evaluate(m, args)
+    assert OutputFusion(CPU).run(m)
+    DeadCodeElimination().run(m)
+    verify(m)
+    (fusion,) = output_fusions(m)
+    assert fused_ops(fusion) == ["dot"] and fusion.shape.dtype == dtypes.S32
+    assert output_fusion_core(fusion.called[0]).opcode is Opcode.DOT
+    assert m.entry.root.opcode is Opcode.MULTIPLY
+    for x, y in zip(before, evaluate(m, args)):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_does_not_wrap_a_float_dot_without_an_epilogue():
+    # a float dot's kernels run the bare dot; only its epilogue makes a fusion
+    m = parse_module(dynamic_dot("f32"))
+    assert not OutputFusion(CPU).run(m)
+    assert not output_fusions(m)
+
+
 def test_does_not_quantize_the_input_of_a_dot_as_it_reads():
     # the kernel reads each lhs element once per panel of output columns: quantized as it
     # reads, the divide would run that many times (a quantized MLP's first layer); a loop
     # writes the s8 copy once, the kernel reads it
-    m, changed = prologue_fused(quantized_input())
-    assert not changed
-    m, changed = prologue_fused(quantized_input("tanh"))
-    assert not changed
+    for op in ("", "tanh"):
+        m, _ = prologue_fused(quantized_input(op))
+        (fusion,) = output_fusions(m)
+        assert fused_ops(fusion) == ["dot"]
+        assert fusion.operands[0].opcode is Opcode.CONVERT
 
 
 def test_does_not_quantize_the_input_of_a_convolution_as_it_reads():
     # a convolution reads each input element once per tap: it reads the s8 copy
-    m, changed = prologue_fused(quantized_input(contraction="convolution"))
-    assert not changed
+    m, _ = prologue_fused(quantized_input(contraction="convolution"))
+    (fusion,) = output_fusions(m)
+    assert fused_ops(fusion) == ["convolution"]
+    assert fusion.operands[0].opcode is Opcode.CONVERT
 
 
 def test_does_not_fuse_a_float_convolution_into_a_non_elementwise_consumer():
