@@ -459,20 +459,32 @@ def test_does_not_rewrite_a_mean_over_part_of_the_image():
 
 # --- rule 6: a quantized sum (a residual connection) without a divide ------------------
 
-def qdq_sum(sa, sb, sy, za=-3, zb=9, zy=-5, relu=True):
-    """q(relu(dq(a) + dq(b))) over every pair of s8 values: a along dim 0, b along 1."""
+def qdq_sum(sa, sb, sy, za=-3, zb=9, zy=-5, relu=True, clamp=None):
+    """q(relu(dq(a) + dq(b))) over every pair of s8 values: a along dim 0, b along 1;
+    ``clamp=(lo, hi)``: clamp(lo, sum, hi) instead of the ReLU (lo None: a run-time
+    scalar, parameter 2)."""
     d = (256, 256)
     f = shape("f32", d)
-    act = f"""
+    params = f"a: {shape('s8', d)}, b: {shape('s8', d)}"
+    if clamp is not None:
+        bounds = [f"%{n} = f32[]{{}} " + ("parameter(2)" if v is None else f"constant({v})")
+                  for n, v in zip(("lo", "hi"), clamp)]    # only lo may be None
+        params += ", lo: f32[]{}" if clamp[0] is None else ""
+        act = "\n      " + "\n      ".join(bounds) + f"""
+      %act = {f} clamp(f32[]{{}} %lo, {f} %sum, f32[]{{}} %hi)"""
+    elif relu:
+        act = f"""
       %zero = f32[]{{}} constant(0)
       %zerob = {f} broadcast(f32[]{{}} %zero), dimensions={{}}
-      %act = {f} maximum({f} %sum, {f} %zerob)""" if relu else ""
-    return module(f"a: {shape('s8', d)}, b: {shape('s8', d)}", shape("s8", d), f"""
+      %act = {f} maximum({f} %sum, {f} %zerob)"""
+    else:
+        act = ""
+    return module(params, shape("s8", d), f"""
       %a = {shape('s8', d)} parameter(0)
       %b = {shape('s8', d)} parameter(1)""" + dq("dqa", "a", d, za, sa) + dq("dqb", "b", d, zb, sb)
                   + f"""
-      %sum = {f} add({f} %dqa, {f} %dqb)""" + act + q("out", "act" if relu else "sum", d, zy,
-                                                      sy))
+      %sum = {f} add({f} %dqa, {f} %dqb)""" + act + q("out", "sum" if not act else "act", d,
+                                                      zy, sy))
 
 
 def every_pair():
@@ -499,6 +511,26 @@ def test_does_not_multiply_a_sum_where_some_pair_would_round_differently():
     # with these scales some (a, b) lands on the other side of a tie when multiplied by
     # f32(sa / sy) instead of divided by sy: the division stays
     _, after, changed = rewrite(qdq_sum(0.038968246, 0.063487, 0.04041201, 2, 10, -5))
+    assert not changed
+    assert "divide" in print_module(after)
+
+
+def test_quantized_sum_folds_a_clamp_by_constants_into_its_bounds_bit_for_bit():
+    # q(clamp(lo, y, hi)) = clamp(q(lo), q(y), q(hi)): q is monotonic; the clamp leaves
+    # the f32 code and its bounds become the integer clamp's, -42 and 68 here
+    before, after, changed = rewrite(qdq_sum(0.06732655, 0.034280803, 0.013687617,
+                                             clamp=(-0.5, 1.0)))
+    assert changed
+    body = print_module(after).split("ENTRY")[1]
+    assert "divide" not in body and "f32[256,256]{1,0} clamp(" not in body
+    (want,), (got,) = evaluate(before, every_pair()), evaluate(after, every_pair())
+    np.testing.assert_array_equal(got, want)
+    assert (want.min(), want.max()) == (-42, 68)
+
+
+def test_does_not_fold_a_clamp_whose_bound_is_known_only_at_run_time():
+    _, after, changed = rewrite(qdq_sum(0.06732655, 0.034280803, 0.013687617,
+                                        clamp=(None, 1.0)))
     assert not changed
     assert "divide" in print_module(after)
 
