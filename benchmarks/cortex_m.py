@@ -182,10 +182,8 @@ def beside_tflm(args, rows: list[dict]) -> None:
     import tflm
     theirs = {r["model"]: tflm.measure(args.tflm, args.tflm_cache, args.board, r["model"])
               for r in rows}
-    head = (f"{'model':<22} {'xlac':>12} {'TFLM':>12} {'xlac/TFLM':>9} "
-            f"{'flash xlac':>10} {'TFLM':>9} {'RAM xlac':>8} {'TFLM':>8} {'max |diff|':>10}")
-    print(head)
-    print("-" * len(head))
+    heading(f"{'model':<22} {'xlac':>12} {'TFLM':>12} {'xlac/TFLM':>9} {'flash xlac':>10} "
+            f"{'TFLM':>9} {'RAM xlac':>8} {'TFLM':>8} {'max |diff|':>10}")
     ratios = []
     for r in rows:
         t = theirs[r["model"]]
@@ -196,10 +194,8 @@ def beside_tflm(args, rows: list[dict]) -> None:
     print(f"{'geomean':<22} {'':>12} {'':>12} {geomean(ratios):>9.2f}")
     if args.cycles:
         print("\nestimated Cortex-M4 cycles (benchmarks/cycles.py) of the traced call")
-        head = (f"{'model':<22} {'xlac':>12} {'TFLM':>12} {'xlac/TFLM':>9} "
+        heading(f"{'model':<22} {'xlac':>12} {'TFLM':>12} {'xlac/TFLM':>9} "
                 f"{'cycles/instr xlac':>17} {'TFLM':>6}")
-        print(head)
-        print("-" * len(head))
         ratios = []
         for r in rows:
             ours = r["cycles"]
@@ -209,6 +205,11 @@ def beside_tflm(args, rows: list[dict]) -> None:
                   f"{ratios[-1]:>9.2f} {ours['cycles'] / ours['instructions']:>17.2f} "
                   f"{t['cycles'] / t['instructions']:>6.2f}")
         print(f"{'geomean':<22} {'':>12} {'':>12} {geomean(ratios):>9.2f}")
+
+
+def heading(head: str) -> None:
+    print(head)
+    print("-" * len(head))
 
 
 def geomean(values: list[float]) -> float:
@@ -274,10 +275,8 @@ def main() -> None:
     if args.tflm:
         beside_tflm(args, rows)
         return
-    head = (f"{'model':<22} {'instructions':>13} {'flash':>9} {'code':>7} {'RAM':>8} "
+    heading(f"{'model':<22} {'instructions':>13} {'flash':>9} {'code':>7} {'RAM':>8} "
             f"{'max |diff|':>10}" + (f" {'est. cycles':>12}" if args.cycles else ""))
-    print(head)
-    print("-" * len(head))
     for r in rows:
         print(f"{r['model']:<22} {r['instructions']:>13,} {r['flash']:>9,} {r['code']:>7,} "
               f"{r['ram']:>8,} {r['max_diff']:>10.3g}"

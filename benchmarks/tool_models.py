@@ -21,36 +21,22 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import onnx
 
 import xlac
-from xlac.conformance import torch_models
-from xlac.conformance.tool_models import TOOLS, ToolModel
+from xlac.conformance.tool_models import TOOLS, ToolModel, written_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from models import bound_ort, bound_xlac, code_bytes, ort_session, side_by_side  # noqa: E402
+from models import code_bytes, ort_session, race  # noqa: E402
 
 
 def measure(entry: ToolModel, folder: Path, samples: int, sample_s: float) -> dict:
-    model, inputs = getattr(torch_models, entry.model)()
-    source, out = folder / f"{entry.model}.onnx", folder / f"{entry.name}.onnx"
-    onnx.save(model, source)
-    entry.apply(source, out)
-    written = onnx.load(out)
-    feeds = {i.name: x for i, x in zip(written.graph.input, inputs)}
+    written, feeds = written_model(entry, folder)
     res = xlac.compile(written, folder / f"{entry.name}.o",
                        input_shapes={n: x.shape for n, x in feeds.items()})
-    m = xlac.load(res.output)
-    sess = ort_session(written)
-    xlac_call, outs = bound_xlac(m, [feeds[p.name] for p in sess.get_inputs()])
-    ort_call, refs = bound_ort(sess, feeds, outs)
-    xlac_call()
-    ort_call()
-    diff = max(float(np.abs(o.astype(np.float64) - r).max()) for o, r in zip(outs, refs))
-    tx, to = side_by_side([xlac_call, ort_call], samples, sample_s)
+    tx, to, diff = race(xlac.load(res.output), ort_session(written), feeds, samples, sample_s)
     return {"name": entry.name, "xlac_ms": tx * 1e3, "ort_ms": to * 1e3, "ratio": tx / to,
             "object": res.output.stat().st_size, "code": code_bytes(res),
-            "onnx": out.stat().st_size, "max_diff": diff}
+            "onnx": (folder / f"{entry.name}.onnx").stat().st_size, "max_diff": diff}
 
 
 def main() -> None:

@@ -102,27 +102,34 @@ class ToolResult(Result):
     ops: dict | None = None            # the histogram of what the tool wrote
 
 
+def written_model(entry: ToolModel, folder: Path):
+    """``entry``'s model as its tool writes it (saved as ``folder``/NAME.onnx, loaded),
+    and the model's inputs by name. Needs torch."""
+    import onnx
+
+    from . import torch_models
+    model, inputs = getattr(torch_models, entry.model)()
+    source, out = folder / f"{entry.model}.onnx", folder / f"{entry.name}.onnx"
+    onnx.save(model, source)
+    entry.apply(source, out)
+    written = onnx.load(out)
+    return written, {i.name: x for i, x in zip(written.graph.input, inputs)}
+
+
 def run_tool(entry: ToolModel, workdir: str | Path) -> ToolResult:
     """Build, apply the tool, compile and compare ``entry``; never raises."""
     result = ToolResult(entry.name, "missing")
     if importlib.util.find_spec("torch") is None:     # torch_models needs it
         result.detail = "pip install torch"
         return result
-    import onnx
-
     import xlac
 
-    from . import torch_models
     folder = Path(workdir)
-    model, inputs = getattr(torch_models, entry.model)()
-    source, out = folder / f"{entry.model}.onnx", folder / f"{entry.name}.onnx"
-    onnx.save(model, source)
-    entry.apply(source, out)
-    written = onnx.load(out)
+    written, feeds = written_model(entry, folder)
+    out = folder / f"{entry.name}.onnx"
     result.ops = dict(sorted(histogram(written).items()))
     result.opset = next((o.version for o in written.opset_import
                          if o.domain in ("", "ai.onnx")), None)
-    feeds = {i.name: x for i, x in zip(written.graph.input, inputs)}
     try:
         start = time.perf_counter()
         compiled = xlac.compile(written, folder / f"{entry.name}.o",
