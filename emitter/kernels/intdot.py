@@ -106,6 +106,8 @@ class IntDot:
         return b.add(acc, both)
 
     def _dot4_generic(self, b, acc, w, x, x_signed):
+        if self.lanes == 1:
+            return self._dot4_scalar(b, acc, w, x, x_signed)
         n = 4 * self.lanes
         wide = vec_type(I32, n)
         xs = self._words(b, x)
@@ -116,9 +118,18 @@ class IntDot:
             even = b.shuffle_vector(prod, prod, const_vec(I32, range(0, 2 * width, 2)))
             odd = b.shuffle_vector(prod, prod, const_vec(I32, range(1, 2 * width, 2)))
             prod = b.add(even, odd)
-        if self.lanes == 1:
-            prod = b.extract_element(prod, ir.Constant(I32, 0))
         return b.add(acc, prod)
+
+    def _dot4_scalar(self, b, acc, w, x, x_signed):
+        # One multiply-add per byte into the accumulator (mla on Arm, mul + add on RV32),
+        # a chain: a sum tree of the four products needs three more registers per
+        # accumulator, which a tile of them spills on a 13-register core (Cortex-M3).
+        extend = b.sext if x_signed else b.zext
+        for t in range(4):
+            xt = extend(b.trunc(b.lshr(x, ir.Constant(I32, 8 * t)), I8), I32)
+            wt = b.sext(b.extract_element(w, ir.Constant(I32, t)), I32)
+            acc = b.add(acc, b.mul(wt, xt))
+        return acc
 
     @property
     def acc_lanes(self) -> int:

@@ -96,7 +96,7 @@ def _tile_shape(dot: IntDot, registers: int, outputs: int) -> tuple[int, int]:
     if dot.kind == "smlad":
         return 2, 2                     # 2 x 2 accumulators beside the unpacked halves
     if dot.lanes == 1:
-        return 2, 4
+        return 2, 3                     # 6 accumulators, 2 + 3 operands: no spills on 13
     regs = 32 if dot.kind == "sdot" else registers
     nv = max(1, min(4 if regs == 32 else 2, ceil(outputs / dot.lanes)))
     spare = 4 if dot.kind == "avx2" else 2
