@@ -68,6 +68,15 @@ class CpuBackend:
     # -- the optimizer's questions (optimizer/policy.py) ---------------------------------
 
     @property
+    def soft_float(self) -> bool:
+        family = self.target.triple.split("-", 1)[0]
+        if family.startswith(("thumb", "arm")):
+            return "+fpregs" not in self.target.required
+        if family.startswith("riscv"):
+            return "+f" not in self.target.required
+        return False
+
+    @property
     def alignment(self) -> int:
         return self.target.arena_align
 

@@ -72,6 +72,7 @@ class CudaBackend:
         self.opt_level = opt_level
         self.emulated = emulated
         self.fusion = FusionPolicy(EPILOGUE_OPS, MAX_EPILOGUE)
+        self.soft_float = False
 
     # -- the optimizer's questions (optimizer/policy.py) ---------------------------------
 

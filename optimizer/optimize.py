@@ -34,7 +34,8 @@ def make_pipeline(opt_level: int, backend: BackendPolicy, verify: bool = False,
                                      WhileLoopInvariantCodeMotion()],
                         fixed_point=True, verify=verify, dump=dump)
     streaming = [stream, DeadCodeElimination()] if stream is not None else []
-    return Pipeline(f"O{opt_level}", [QuantizedArithmetic(), ConvPhaseSplit(), simplify,
+    return Pipeline(f"O{opt_level}", [QuantizedArithmetic(backend.soft_float), ConvPhaseSplit(),
+                                      simplify,
                                       *streaming,
                                       OutputFusion(backend), InstructionFusion(backend),
                                       LayoutAssignment(backend), DeadCodeElimination()],

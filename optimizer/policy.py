@@ -45,6 +45,9 @@ class LayoutConstraint:
 class BackendPolicy(Protocol):
     """The questions of the optimizer's passes (``make_pipeline``)."""
     fusion: FusionPolicy
+    # f32 arithmetic is a library call on the target (no FPU): ``QuantizedArithmetic``
+    # requantizes in fixed point where that gives the float path's integers.
+    soft_float: bool
 
     def epilogue_style(self, core: Instruction) -> EpilogueStyle | None:
         """How the kernel of the dot or convolution ``core`` takes the ops after it,

@@ -90,11 +90,17 @@ _PASSTHROUGH = frozenset({Opcode.RESHAPE, Opcode.BITCAST, Opcode.TRANSPOSE, Opco
 
 
 class QuantizedArithmetic:
+    """``soft_float``: the target has no FPU (the backend's ``soft_float``), so rule 1
+    requantizes in fixed point where that is exact (``fixed_point_multipliers``)."""
     name = "quantized-arithmetic"
+
+    def __init__(self, soft_float: bool = False):
+        self.soft_float = soft_float
 
     def run(self, module: Module) -> bool:
         # every computation: a recurrent network's products are in its loop's body
-        changed = [_Rewriter(module, comp).run() for comp in list(module.computations)]
+        changed = [_Rewriter(module, comp, self.soft_float).run()
+                   for comp in list(module.computations)]
         return any(changed)
 
 
@@ -293,9 +299,10 @@ def _widened(v: Instruction):
 # --- rewriting ---------------------------------------------------------------------------
 
 class _Rewriter:
-    def __init__(self, module: Module, comp: Computation):
+    def __init__(self, module: Module, comp: Computation, soft_float: bool = False):
         self.module = module
         self.comp = comp
+        self.soft_float = soft_float
         self.users = self.comp.users()
         self.replaced: dict[Instruction, Instruction] = {}
         self._reducers: dict[tuple[Opcode, dtypes.DType], Computation] = {}
@@ -408,9 +415,16 @@ class _Rewriter:
                 integral = True
                 acc = self.add(Opcode.ADD, acc, self.spread(bq, dtypes.S32, dims, out_axis, md),
                                metadata=md)
+        # |acc| at most, per channel (with the bias folded in)
+        acc_bound = _contraction_bound(x_dq, w_dq, w_axis, cout)
+        m = (acc_scale / sy).astype(np.float32)
+        if integral and self.soft_float and acc_bound is not None:
+            fixed = fixed_point_multipliers(
+                m, acc_bound + (0 if bias_f is None else np.abs(bq)), zy, lo, hi)
+            if fixed is not None:
+                return self._fixed_point(acc, *fixed, out_axis, zy, lo, hi, v.shape, md)
         f = self.add(Opcode.CONVERT, acc, shape=acc.shape.with_dtype(dtypes.F32), metadata=md)
         if integral:
-            m = (acc_scale / sy).astype(np.float32)
             f = self.add(Opcode.MULTIPLY, f, self.spread(m, dtypes.F32, dims, out_axis, md),
                          metadata=md)
         else:
@@ -421,7 +435,6 @@ class _Rewriter:
             f = self.add(Opcode.DIVIDE, f, self.spread(sy, dtypes.F32, dims, None, md),
                          metadata=md)
         # |f| at most: the accumulators' bound per channel through the same arithmetic
-        acc_bound = _contraction_bound(x_dq, w_dq, w_axis, cout)
         if acc_bound is None:
             bound = None
         elif integral:
@@ -449,6 +462,32 @@ class _Rewriter:
                          self.constant(hi, dtypes.F32, md), metadata=md)
             return self.add(Opcode.CONVERT, r, shape=shape, metadata=md)
         return self._rounded_in_integers(f, zy, lo, hi, shape, md)
+
+    def _fixed_point(self, acc: Instruction, multipliers: np.ndarray, shift: int, axis: int,
+                     zy, lo, hi, shape: Shape, md) -> Instruction:
+        """``T(clamp(lo, (s64(acc) * B(M) + 2**(S-1)) >> S + zy, hi))``: the products of
+        ``fixed_point_multipliers``, in 64-bit integers (smull and an add with carry on
+        a 32-bit core; ``S`` = 32 keeps the high word)."""
+        dims = acc.shape.dims
+        wide = self.add(Opcode.CONVERT, acc, shape=acc.shape.with_dtype(dtypes.S64),
+                        metadata=md)
+        r = self.add(Opcode.MULTIPLY, wide,
+                     self.spread(multipliers, dtypes.S64, dims, axis, md), metadata=md)
+        r = self.add(Opcode.ADD, r, self.spread(1 << (shift - 1), dtypes.S64, dims, None, md),
+                     metadata=md)
+        r = self.add(Opcode.SHIFT_RIGHT_ARITHMETIC, r,
+                     self.spread(shift, dtypes.S64, dims, None, md), metadata=md)
+        r = self.add(Opcode.CONVERT, r, shape=r.shape.with_dtype(dtypes.S32), metadata=md)
+        return self._clamped(r, int(zy), lo, hi, shape, md)
+
+    def _clamped(self, r: Instruction, offset: int, lo, hi, shape: Shape, md) -> Instruction:
+        """``T(clamp(lo, r + offset, hi))`` of the s32 ``r``."""
+        if offset:
+            r = self.add(Opcode.ADD, r, self.spread(offset, dtypes.S32, r.shape.dims, None, md),
+                         metadata=md)
+        r = self.add(Opcode.CLAMP, self.constant(int(lo), dtypes.S32, md), r,
+                     self.constant(int(hi), dtypes.S32, md), metadata=md)
+        return self.add(Opcode.CONVERT, r, shape=shape, metadata=md)
 
     def _rounded_in_integers(self, f: Instruction, zy, lo, hi, shape: Shape, md,
                              any_float: bool = False) -> Instruction:
@@ -796,6 +835,54 @@ def _folded_activation(q: Quantized, sy, zy):
         chain.append(y)
         y = y.operands[1]
     return y, lo, hi, chain
+
+
+# Fixed-point requantization: the float path's error and the reach of its results.
+_REACH = 1024               # |round(f)| beyond this is clamped away whatever the zero point
+_NEAR_TIE = 2.0**-14        # more than f32's rounding error of an |f| below _REACH (2**-15)
+_MAX_CANDIDATES = 1 << 22   # accumulators checked at compile time per layer, at most
+
+
+def fixed_point_multipliers(m: np.ndarray, bound: np.ndarray, zy, lo,
+                            hi) -> tuple[np.ndarray, int] | None:
+    """Integers ``M`` (one per channel) and a shift ``S`` such that, for every integer
+    accumulator |a| <= ``bound[c]``, ``clamp(lo, (a * M[c] + 2**(S-1)) >> S + zy, hi)``
+    equals the float path's ``clamp(lo, rint(f32(a) * m[c]) + zy, hi)``; None where some
+    accumulator would differ (or the check would be too long).
+
+    ``M / 2**S`` is ``m`` exactly (an f32 is a 24-bit integer times a power of two), so
+    the shift rounds the exact product half up, where the float path rounds it to f32
+    first and then to even. The two agree on every ``a`` whose exact ``a * m`` lies
+    farther than f32's rounding error from a half-integer; the rest, a few per
+    half-integer, are computed both ways here. Beyond ``_REACH`` both are clamped."""
+    m = np.asarray(m, np.float32).astype(np.float64)
+    bound = np.broadcast_to(np.asarray(bound, np.float64), m.shape)
+    if (not np.all(np.isfinite(m)) or np.any(m < 2.0**-100) or np.any(bound >= 2**24)
+            or max(abs(lo), abs(hi)) + abs(zy) >= _REACH - 2):
+        return None
+    exponents = np.frexp(m)[1] - 24                 # m = mantissa(24 bits) * 2**exponent
+    shift = max(32, int(-exponents.min()))
+    multipliers = np.ldexp(m, shift).astype(np.int64)
+    if np.any(multipliers.astype(np.float64) != np.ldexp(m, shift)) or np.any(
+            np.floor(bound) * multipliers.astype(np.float64) >= 2.0**62):
+        return None
+    halves = np.arange(-_REACH, _REACH) + 0.5
+    candidates = []
+    for c in range(m.size):
+        first = np.ceil((halves - _NEAR_TIE) / m[c]) - 1
+        last = np.floor((halves + _NEAR_TIE) / m[c]) + 1
+        counts = (last - first + 1).astype(np.int64)
+        if counts.sum() > _MAX_CANDIDATES - sum(len(a) for _, a in candidates):
+            return None
+        a = np.repeat(first, counts) + (np.arange(counts.sum())
+                                        - np.repeat(np.cumsum(counts) - counts, counts))
+        candidates.append((c, a[np.abs(a) <= bound[c]].astype(np.int64)))
+    for c, a in candidates:
+        floats = np.rint(a.astype(np.float32) * np.float32(m[c])).astype(np.int64)
+        ints = (a * int(multipliers[c]) + (1 << (shift - 1))) >> shift
+        if not np.array_equal(np.clip(floats + zy, lo, hi), np.clip(ints + zy, lo, hi)):
+            return None
+    return multipliers.reshape(-1), shift
 
 
 def _span(dtype: dtypes.DType, zero_point) -> float:

@@ -71,10 +71,10 @@ def module(params: str, result: str, body: str, extra: str = "") -> str:
             + "".join(f"  {line}\n" for line in lines) + "}\n")
 
 
-def rewrite(text: str):
+def rewrite(text: str, soft_float: bool = False):
     """(module before, module after, whether the pass changed it)."""
     before, after = parse_module(text), parse_module(text)
-    changed = QuantizedArithmetic().run(after)
+    changed = QuantizedArithmetic(soft_float).run(after)
     DeadCodeElimination().run(after)
     verify(after)
     return before, after, changed
@@ -163,6 +163,52 @@ def test_requantization_rounds_in_integers_bit_for_bit(relu, monkeypatch):
         np.testing.assert_array_equal(a, b)
     seen = {int(v) for x in inputs for v in evaluate(after, [x])[0].flat}
     assert len(seen) > 40 and 127 in seen and (-100 if relu else -128) in seen
+
+
+@pytest.mark.parametrize("relu", [True, False])
+def test_soft_float_target_requantizes_in_fixed_point_bit_for_bit(relu):
+    # no FPU: (s64(acc) * M + 2**31) >> 32 + zy, clamped, where M / 2**32 is the f32
+    # multiplier exactly; equal to the float path on every input, the extremes included
+    bias = (BQ * (SX * SW).astype(np.float32)).astype(np.float32)
+    _, after, _ = rewrite(qdq_conv(bias, relu=relu, y_scale=0.00317), soft_float=True)
+    text = print_module(after)
+    assert "s64[1,3,7,7]{3,2,1,0} shift-right-arithmetic(" in text
+    assert "f32[" not in text.split("ENTRY")[1].split("convolution")[1]
+    _, floated, _ = rewrite(qdq_conv(bias, relu=relu, y_scale=0.00317))
+    assert "shift-right-arithmetic" not in print_module(floated)
+    inputs = [integers(X) for _ in range(20)] + [np.full(X, v, np.int8) for v in (-128, 127)]
+    for x in inputs:
+        (a,), (b,) = evaluate(after, [x]), evaluate(floated, [x])
+        np.testing.assert_array_equal(a, b)
+    seen = {int(v) for x in inputs for v in evaluate(after, [x])[0].flat}
+    assert len(seen) > 40 and 127 in seen and (-100 if relu else -128) in seen
+
+
+@pytest.mark.parametrize("m", [0.00731, 0.0004123, 0.0173961, 0.7716])
+def test_fixed_point_multipliers_equal_the_float_path_on_every_accumulator(m):
+    m = np.float32(m)
+    bound = min(2**17, int(1100 / m))
+    fixed = quantization.fixed_point_multipliers(np.array([m]), np.array([bound]), -7, -128,
+                                                 127)
+    assert fixed is not None
+    (mult,), shift = fixed
+    assert mult / 2**shift == m
+    a = np.arange(-bound, bound + 1, dtype=np.int64)
+    want = np.clip(np.rint(a.astype(np.float32) * m).astype(np.int64) - 7, -128, 127)
+    got = np.clip(((a * int(mult) + (1 << (shift - 1))) >> shift) - 7, -128, 127)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_does_not_take_fixed_point_where_a_tie_rounds_the_other_way():
+    # 0.5 * 1 is a tie: the float path rounds it to 0 (even), the shift up to 1
+    assert quantization.fixed_point_multipliers(np.array([0.5], np.float32), np.array([300]),
+                                                0, -128, 127) is None
+    # f32(0.061) * 500 = 30.50000034: rounded to f32 it is the tie 30.5, then 30 (even);
+    # the exact product rounds to 31
+    assert quantization.fixed_point_multipliers(np.array([0.061], np.float32),
+                                                np.array([600]), 0, -128, 127) is None
+    assert quantization.fixed_point_multipliers(np.array([0.061], np.float32),
+                                                np.array([499]), 0, -128, 127) is not None
 
 
 def test_does_not_round_in_integers_where_the_scaled_accumulators_may_pass_2_22():

@@ -89,14 +89,16 @@ def _acc_type(lanes: int) -> ir.Type:
     return vec_type(I32, lanes) if lanes > 1 else I32
 
 
-def _tile_shape(dot: IntDot, registers: int, outputs: int) -> tuple[int, int]:
-    """(MR pixels, NV vectors of outputs): MR x NV accumulators, NV weight vectors and a
-    couple of temporaries in the register file (the target's ``registers``; sdot's tile
-    counts all 32 of NEON)."""
+def _tile_shape(dot: IntDot, registers: int, outputs: int, pixels: int) -> tuple[int, int]:
+    """(MR pixels, NV vectors of outputs) of a kernel over ``pixels`` pixels: MR x NV
+    accumulators, NV weight vectors and a couple of temporaries in the register file (the
+    target's ``registers``; sdot's tile counts all 32 of NEON)."""
     if dot.kind == "smlad":
         return 2, 2                     # 2 x 2 accumulators beside the unpacked halves
     if dot.lanes == 1:
-        return 2, 3                     # 6 accumulators, 2 + 3 operands: no spills on 13
+        # 6 accumulators and 2 + 3 operands fit 13 registers without spills; a dot of
+        # one row takes 4 outputs per activation
+        return (1, 4) if pixels == 1 else (2, 3)
     regs = 32 if dot.kind == "sdot" else registers
     nv = max(1, min(4 if regs == 32 else 2, ceil(outputs / dot.lanes)))
     spare = 4 if dot.kind == "avx2" else 2
@@ -476,7 +478,7 @@ class _GemmEmitter:
     def __init__(self, k: QuantizedKernel, b, out, ptrs, em, constants):
         self.k, self.b, self.out, self.ptrs, self.em = k, b, out, ptrs, em
         self.dot = k.dot
-        self.mr, self.nv = _tile_shape(k.dot, k.registers, k.cout_g)
+        self.mr, self.nv = _tile_shape(k.dot, k.registers, k.cout_g, k.oh * k.ow)
         self.mr = min(self.mr, k.oh * k.ow)         # a dot of one row: one row per tile
         self.panels = _panels(k.cout_g, self.nv, k.dot.lanes)
         self.flip = k.dot.flip(k.x_signed)
