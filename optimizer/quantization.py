@@ -867,17 +867,17 @@ def fixed_point_multipliers(m: np.ndarray, bound: np.ndarray, zy, lo,
             np.floor(bound) * multipliers.astype(np.float64) >= 2.0**62):
         return None
     halves = np.arange(-_REACH, _REACH) + 0.5
-    candidates = []
+    checked = 0
     for c in range(m.size):
         first = np.ceil((halves - _NEAR_TIE) / m[c]) - 1
         last = np.floor((halves + _NEAR_TIE) / m[c]) + 1
         counts = (last - first + 1).astype(np.int64)
-        if counts.sum() > _MAX_CANDIDATES - sum(len(a) for _, a in candidates):
+        checked += int(counts.sum())
+        if checked > _MAX_CANDIDATES:
             return None
         a = np.repeat(first, counts) + (np.arange(counts.sum())
                                         - np.repeat(np.cumsum(counts) - counts, counts))
-        candidates.append((c, a[np.abs(a) <= bound[c]].astype(np.int64)))
-    for c, a in candidates:
+        a = a[np.abs(a) <= bound[c]].astype(np.int64)
         floats = np.rint(a.astype(np.float32) * np.float32(m[c])).astype(np.int64)
         ints = (a * int(multipliers[c]) + (1 << (shift - 1))) >> shift
         if not np.array_equal(np.clip(floats + zy, lo, hi), np.clip(ints + zy, lo, hi)):
