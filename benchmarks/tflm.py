@@ -143,11 +143,14 @@ class Library:
 
     def __init__(self, tree: Path, board: str, build_type: str = "release"):
         self.tree = tree
+        gcc = shutil.which("arm-none-eabi-gcc")
+        if gcc is None:
+            raise RuntimeError("arm-none-eabi-gcc not found: apt-get install gcc-arm-none-eabi "
+                               "libnewlib-arm-none-eabi libstdc++-arm-none-eabi-newlib")
+        # the toolchain on PATH, not the one TFLM's Makefile would download
         self.make = ["make", "-s", "-f", f"{MAKE_DIR}/Makefile", "TARGET=cortex_m_generic",
                      f"TARGET_ARCH={TARGET_ARCH[board]}", "OPTIMIZED_KERNEL_DIR=cmsis_nn",
-                     "TARGET_TOOLCHAIN_ROOT=" + str(Path(shutil.which(
-                         "arm-none-eabi-gcc") or "/usr/bin/x").parent) + "/",
-                     f"BUILD_TYPE={build_type}"]
+                     f"TARGET_TOOLCHAIN_ROOT={Path(gcc).parent}/", f"BUILD_TYPE={build_type}"]
         self.path = tree / self.variable("MICROLITE_LIB_PATH")
         if not self.path.exists():
             done = subprocess.run([*self.make, f"-j{os.cpu_count() or 1}", "microlite"],
