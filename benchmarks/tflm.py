@@ -39,6 +39,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from functools import lru_cache
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -137,6 +138,12 @@ def prepare(sources: Path, cache: Path, commit: str = "HEAD") -> Path:
     return tree
 
 
+@lru_cache(maxsize=None)
+def library(tree: Path, board: str, build_type: str = "release") -> "Library":
+    """``Library(tree, board, build_type)``, asked of TFLM's Makefile once per run."""
+    return Library(tree, board, build_type)
+
+
 class Library:
     """libtensorflow-microlite.a for one core and build type, and the flags to
     compile a program against it."""
@@ -201,10 +208,10 @@ def model_bytes(sources: Path, name: str) -> bytes:
     return git(sources / "tiny", "show", f"HEAD:{MODELS[name]}")
 
 
-def link(lib: Library, board: str, model: bytes, build: Path, *defines: str) -> Path:
-    """The firmware: main.cc with ``defines``, the model and startup.c, for ``board``."""
+def sources_for(lib: Library, board: str, model: bytes, build: Path) -> list[Path]:
+    """The objects every firmware of ``model`` links (the model as a C array, startup.c),
+    compiled once, and ops.h: OPERATOR_COUNT and REGISTER_OPERATORS for main.cc."""
     build.mkdir(parents=True, exist_ok=True)
-    counter = f"-DCOUNTER_ADDRESS={BOARDS[board][3]:#x}u"
     ops = operators(lib.tree, model)
     (build / "ops.h").write_text(
         f"#define OPERATOR_COUNT {len(ops)}\n#define REGISTER_OPERATORS(r) "
@@ -213,20 +220,25 @@ def link(lib: Library, board: str, model: bytes, build: Path, *defines: str) -> 
     (build / "model_data.cc").write_text(
         "alignas(16) extern const unsigned char model_data[] = {\n"
         + ",\n".join(rows) + "\n};\n")
-    cxx = ["arm-none-eabi-g++", *lib.cflags, "-O2", *lib.includes, f"-I{build}", counter]
-    objects = []
-    for src, flags in ((MAIN, defines), (build / "model_data.cc", ())):
-        obj = build / f"{src.stem}{''.join(flags)}.o"
-        subprocess.run([*cxx, *flags, "-c", str(src), "-o", str(obj)], check=True,
-                       capture_output=True, text=True)
-        objects.append(obj)
-    startup = build / "startup.o"
+    data, startup = build / "model_data.o", build / "startup.o"
+    subprocess.run(["arm-none-eabi-g++", *lib.cflags, "-O2", "-c", str(build / "model_data.cc"),
+                    "-o", str(data)], check=True, capture_output=True, text=True)
     subprocess.run(["arm-none-eabi-gcc", *lib.machine, "-O2", "-c",
                     str(EXAMPLE / "startup.c"), "-o", str(startup)], check=True)
+    return [startup, data]
+
+
+def link(lib: Library, board: str, build: Path, objects: list[Path], *defines: str) -> Path:
+    """The firmware: main.cc with ``defines`` and ``objects`` (``sources_for``'s), for
+    ``board``."""
+    main = build / f"main{''.join(defines)}.o"
+    subprocess.run(["arm-none-eabi-g++", *lib.cflags, "-O2", *lib.includes, f"-I{build}",
+                    f"-DCOUNTER_ADDRESS={BOARDS[board][3]:#x}u", *defines, "-c", str(MAIN),
+                    "-o", str(main)], check=True, capture_output=True, text=True)
     elf = build / f"app{''.join(defines)}.elf"
     libs = [] if "-DBASELINE" in defines else [str(lib.path)]
-    subprocess.run(["arm-none-eabi-g++", *lib.machine, str(startup), *map(str, objects),
-                    *libs, f"-L{EXAMPLE}", "-T", f"{board}.ld", "--specs=rdimon.specs",
+    subprocess.run(["arm-none-eabi-g++", *lib.machine, *map(str, objects), str(main), *libs,
+                    f"-L{EXAMPLE}", "-T", f"{board}.ld", "--specs=rdimon.specs",
                     "-nostartfiles", "-Wl,--gc-sections", "-lm", "-o", str(elf)],
                    check=True, capture_output=True, text=True)
     return elf
@@ -252,25 +264,27 @@ def sizes(elf: Path) -> tuple[int, int]:
 
 def measure(sources: Path, cache: Path, board: str, name: str) -> dict:
     """TFLM's instructions per inference of ``name`` on ``board``, its flash and RAM."""
-    lib = Library(prepare(sources, cache), board)
+    lib = library(prepare(sources, cache), board)
     build = cache / "builds" / board / name
-    model = model_bytes(sources, name)
-    app = link(lib, board, model, build)
-    base = link(lib, board, model, build, "-DBASELINE")
+    objects = sources_for(lib, board, model_bytes(sources, name), build)
+    app = link(lib, board, build, objects)
+    base = link(lib, board, build, objects, "-DBASELINE")
     out = run(board, app)
     arena = int(re.search(r"arena (\d+) bytes", out).group(1))
     ticks, per_tick = counter_line(out)
     (flash, ram), (flash0, ram0) = sizes(app), sizes(base)
+    ops = re.findall(r"\.(Add\w+)\(", (build / "ops.h").read_text())
     return {"model": name, "instructions": round(ticks * per_tick), "flash": flash - flash0,
-            "ram": ram - ram0 - ARENA_SIZE + arena, "arena": arena,
-            "operators": operators(lib.tree, model), "elf": app}
+            "ram": ram - ram0 - ARENA_SIZE + arena, "arena": arena, "operators": ops,
+            "elf": app}
 
 
 def profile(sources: Path, cache: Path, board: str, name: str) -> list[tuple[str, float]]:
     """Instructions of each operator TFLM runs for ``name``, in order."""
-    lib = Library(prepare(sources, cache), board, "release_with_logs")
+    lib = library(prepare(sources, cache), board, "release_with_logs")
     build = cache / "builds" / board / f"{name}_profile"
-    out = run(board, link(lib, board, model_bytes(sources, name), build, "-DPROFILE"))
+    objects = sources_for(lib, board, model_bytes(sources, name), build)
+    out = run(board, link(lib, board, build, objects, "-DPROFILE"))
     _, per_tick = counter_line(out)
     return [(f"{k} {tag}", int(ticks) * per_tick)
             for k, tag, ticks in re.findall(r"^op (\d+) (\S+): (\d+) ticks$", out, re.M)]
@@ -299,7 +313,7 @@ def main() -> None:
         if args.only and args.only not in name:
             continue
         r = measure(args.sources, args.cache, args.board, name)
-        ops = " ".join(c.split("(")[0] for c in r["operators"])
+        ops = " ".join(r["operators"])
         print(f"{name:<22} {r['instructions']:>13,} flash {r['flash']:>9,} "
               f"RAM {r['ram']:>8,} (arena {r['arena']:,})  {ops}")
 

@@ -480,13 +480,17 @@ class _Rewriter:
         r = self.add(Opcode.CONVERT, r, shape=r.shape.with_dtype(dtypes.S32), metadata=md)
         return self._clamped(r, int(zy), lo, hi, shape, md)
 
-    def _clamped(self, r: Instruction, offset: int, lo, hi, shape: Shape, md) -> Instruction:
-        """``T(clamp(lo, r + offset, hi))`` of the s32 ``r``."""
+    def _clamped(self, r: Instruction, offset: int, lo, hi, shape: Shape, md,
+                 where: Instruction | None = None) -> Instruction:
+        """``T(clamp(lo, r + offset, hi))`` of the s32 ``r``; 0 where ``where`` is false."""
         if offset:
             r = self.add(Opcode.ADD, r, self.spread(offset, dtypes.S32, r.shape.dims, None, md),
                          metadata=md)
         r = self.add(Opcode.CLAMP, self.constant(int(lo), dtypes.S32, md), r,
                      self.constant(int(hi), dtypes.S32, md), metadata=md)
+        if where is not None:
+            r = self.add(Opcode.SELECT, where, r,
+                         self.spread(0, dtypes.S32, r.shape.dims, None, md), metadata=md)
         return self.add(Opcode.CONVERT, r, shape=shape, metadata=md)
 
     def _rounded_in_integers(self, f: Instruction, zy, lo, hi, shape: Shape, md,
@@ -502,20 +506,14 @@ class _Rewriter:
                      metadata=md)
         r = self.add(Opcode.BITCAST_CONVERT, t, shape=t.shape.with_dtype(dtypes.S32),
                      metadata=md)
+        number = None
         if any_float:
             r = self.add(Opcode.MAXIMUM, r, self.spread(0, dtypes.S32, dims, None, md),
                          metadata=md)
-        offset = int(zy) - int(magic.view(np.int32))
-        r = self.add(Opcode.ADD, r, self.spread(offset, dtypes.S32, dims, None, md),
-                     metadata=md)
-        r = self.add(Opcode.CLAMP, self.constant(int(lo), dtypes.S32, md), r,
-                     self.constant(int(hi), dtypes.S32, md), metadata=md)
-        if any_float:
             number = self.add(Opcode.COMPARE, t, t, shape=t.shape.with_dtype(dtypes.PRED),
                               direction="EQ", metadata=md)
-            r = self.add(Opcode.SELECT, number, r, self.spread(0, dtypes.S32, dims, None, md),
-                         metadata=md)
-        return self.add(Opcode.CONVERT, r, shape=shape, metadata=md)
+        return self._clamped(r, int(zy) - int(magic.view(np.int32)), lo, hi, shape, md,
+                             number)
 
     # -- rule 2 --
     def _narrow(self, c: Instruction) -> Instruction | None:

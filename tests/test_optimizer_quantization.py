@@ -144,6 +144,17 @@ def test_qdq_convolution_runs_on_int8_with_the_zero_point_as_padding():
         assert diff.max() <= 1 and (diff == 0).mean() > 0.95
 
 
+def assert_same_on_convolution_inputs(after, floated, relu):
+    """``after`` equals the float tail ``floated`` on 20 random inputs and the extremes,
+    and those reach over 40 outputs, both bounds among them."""
+    inputs = [integers(X) for _ in range(20)] + [np.full(X, v, np.int8) for v in (-128, 127)]
+    for x in inputs:
+        (a,), (b,) = evaluate(after, [x]), evaluate(floated, [x])
+        np.testing.assert_array_equal(a, b)
+    seen = {int(v) for x in inputs for v in evaluate(after, [x])[0].flat}
+    assert len(seen) > 40 and 127 in seen and (-100 if relu else -128) in seen
+
+
 @pytest.mark.parametrize("relu", [True, False])
 def test_requantization_rounds_in_integers_bit_for_bit(relu, monkeypatch):
     # |f| < 2**22 (the weights bound the accumulators): round(f) + zy is the bits of
@@ -157,12 +168,7 @@ def test_requantization_rounds_in_integers_bit_for_bit(relu, monkeypatch):
     monkeypatch.setattr(quantization, "_contraction_bound", lambda *args: None)
     _, floated, _ = rewrite(qdq_conv(bias, relu=relu, y_scale=0.003))
     assert "round-nearest-even" in print_module(floated)
-    inputs = [integers(X) for _ in range(20)] + [np.full(X, v, np.int8) for v in (-128, 127)]
-    for x in inputs:
-        (a,), (b,) = evaluate(after, [x]), evaluate(floated, [x])
-        np.testing.assert_array_equal(a, b)
-    seen = {int(v) for x in inputs for v in evaluate(after, [x])[0].flat}
-    assert len(seen) > 40 and 127 in seen and (-100 if relu else -128) in seen
+    assert_same_on_convolution_inputs(after, floated, relu)
 
 
 @pytest.mark.parametrize("relu", [True, False])
@@ -176,12 +182,7 @@ def test_soft_float_target_requantizes_in_fixed_point_bit_for_bit(relu):
     assert "f32[" not in text.split("ENTRY")[1].split("convolution")[1]
     _, floated, _ = rewrite(qdq_conv(bias, relu=relu, y_scale=0.00317))
     assert "shift-right-arithmetic" not in print_module(floated)
-    inputs = [integers(X) for _ in range(20)] + [np.full(X, v, np.int8) for v in (-128, 127)]
-    for x in inputs:
-        (a,), (b,) = evaluate(after, [x]), evaluate(floated, [x])
-        np.testing.assert_array_equal(a, b)
-    seen = {int(v) for x in inputs for v in evaluate(after, [x])[0].flat}
-    assert len(seen) > 40 and 127 in seen and (-100 if relu else -128) in seen
+    assert_same_on_convolution_inputs(after, floated, relu)
 
 
 @pytest.mark.parametrize("m", [0.00731, 0.0004123, 0.0173961, 0.7716])
@@ -617,3 +618,15 @@ def test_does_not_round_in_integers_what_is_not_a_model_input():
     # q(tanh(x)): the tanh's result keeps the float tail (rule 7 takes model inputs only)
     _, _, changed = rewrite(quantized_input("tanh"))
     assert not changed
+
+
+@pytest.mark.parametrize("triple,cpu,soft", [
+    ("thumbv7m-none-eabi", "cortex-m3", True), ("thumbv7em-none-eabihf", "cortex-m4", False),
+    ("thumbv8m.main-none-eabihf", "cortex-m33", False),
+    ("riscv64-unknown-linux-gnu", "generic-rv64", False),
+    ("aarch64-unknown-linux-gnu", "generic", False),
+    ("x86_64-unknown-linux-gnu", "x86-64-v3", False)])
+def test_soft_float_is_a_target_without_an_fpu(triple, cpu, soft):
+    """What QuantizedArithmetic asks the backend before it requantizes in fixed point."""
+    from xlac.backends import make_backend
+    assert make_backend(triple, cpu).soft_float is soft

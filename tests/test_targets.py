@@ -327,14 +327,3 @@ def test_fmod_on_hard_float_arm_passes_floats_in_fpu_registers(tmp_path):
     art, _ = emit_module(module, "m", ("obj", "llvm"), "thumbv7em-none-eabihf")
     assert re.search(r"call arm_aapcs_vfpcc float @fmodf\(", art.llvm_ir)
     assert "frem" not in art.llvm_ir and art.symbols == ("fmodf",)
-
-
-@pytest.mark.parametrize("triple,cpu,soft", [
-    ("thumbv7m-none-eabi", "cortex-m3", True), ("thumbv7em-none-eabihf", "cortex-m4", False),
-    ("thumbv8m.main-none-eabihf", "cortex-m33", False), ("riscv64-unknown-linux-gnu", None, False),
-    ("aarch64-unknown-linux-gnu", None, False), ("x86_64-unknown-linux-gnu", "x86-64-v3", False)])
-def test_soft_float_is_a_target_without_an_fpu(triple, cpu, soft):
-    """What QuantizedArithmetic asks before it requantizes in fixed point."""
-    from xlac.backends import make_backend
-    backend = make_backend(triple, cpu) if cpu else make_backend(triple)
-    assert backend.soft_float is soft
