@@ -26,6 +26,7 @@ from .hlo import Module, XlacError, XlacWarning
 from .hlo.text import print_module
 from .importers.hlo import import_hlo, is_hlo_text
 from .importers.onnx import import_onnx
+from .importers.stablehlo import import_stablehlo, is_stablehlo_text
 from .importers.onnx.int8_boundary import int8_boundary
 from .importers.onnx.prepare import read_model
 from .optimizer import RowStreaming, alternatives, optimize, plan_memory
@@ -215,8 +216,8 @@ def compile(model, output, *, name: str | None = None, target: str | None = None
 
 def _import(model, *, name, input_shapes, const_inputs, absent_inputs,
             onnx_order_bound) -> Module:
-    """The front end by content: HLO text opens with ``HloModule``; anything else is
-    read as ONNX."""
+    """The front end by content: HLO text opens with ``HloModule``, StableHLO with an
+    MLIR ``module``; anything else is read as ONNX."""
     if not is_hlo_text(model):
         return import_onnx(model, input_shapes=input_shapes, name=name,
                            const_inputs=const_inputs, absent_inputs=absent_inputs,
@@ -228,6 +229,8 @@ def _import(model, *, name, input_shapes, const_inputs, absent_inputs,
         if value:
             raise XlacError(f"{what} applies to ONNX models, not HLO text",
                             cli=f"{option} applies to ONNX models, not HLO text")
+    if is_stablehlo_text(model):
+        return import_stablehlo(model, name=name)
     return import_hlo(model, name=name)
 
 

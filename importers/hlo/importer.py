@@ -23,8 +23,8 @@ from ...hlo.text import parse_module
 from .dialect import SUPPORTED_FOREIGN, XlaDialect
 
 MAGIC = b"HloModule"
-# StableHLO as MLIR text (jax's lowered.as_text()): "module @jit_f ...", maybe after #loc
-_MLIR = re.compile(rb"^\s*(?:#loc.*\n\s*)*module\b")
+# How StableHLO's MLIR module opens (after any #loc aliases), custom or generic form.
+MLIR_HEAD = re.compile(rb'^\s*(?:#loc.*\n\s*)*(?:module\b|"builtin\.module")')
 # Ops XLA has and we do not, with what usually makes JAX write them.
 REFUSED = {
     "custom-call": "a call into a library (LAPACK linear algebra, cuDNN, ...)",
@@ -53,9 +53,9 @@ _UNSHAPED = [(re.compile(r"\bc(64|128)\["), "complex numbers (c64, c128)"),
 
 def is_hlo_text(model) -> bool:
     """Whether ``model`` (a path or bytes) is XLA's text: HLO (it opens with
-    ``HloModule``) or StableHLO (an MLIR module), which ``import_hlo`` refuses by name."""
+    ``HloModule``) or StableHLO (an MLIR module, which ``import_stablehlo`` reads)."""
     head = _head(model)
-    return head.lstrip().startswith(MAGIC) or _MLIR.match(head) is not None
+    return head.lstrip().startswith(MAGIC) or MLIR_HEAD.match(head) is not None
 
 
 def _head(model) -> bytes:
@@ -74,7 +74,7 @@ def import_hlo(model, name: str | None = None) -> Module:
     module = parse_module(text, XlaDialect())
     _drop_uncalled(module)
     _default_layouts(module)
-    _flatten_root(module)
+    flatten_root(module)
     module.signature = _signature(module.entry)
     if name is not None:
         module.name = name
@@ -100,9 +100,8 @@ def check_supported(text: str) -> None:
 
 
 def _check_form(text: str) -> None:
-    if _MLIR.match(text[:4096].encode()):
-        raise XlacError("StableHLO (MLIR text) is not read yet: give HLO text, "
-                        "lowered.as_text(dialect='hlo')")
+    if MLIR_HEAD.match(text[:4096].encode()):
+        raise XlacError("this is StableHLO (MLIR text): import it with import_stablehlo")
     header = text.lstrip().partition("\n")[0]
     if "is_scheduled=true" in header:
         raise XlacError("this is HLO after XLA's optimizations (compiled.as_text()); give "
@@ -168,7 +167,7 @@ def _row_major(shape: Shape) -> Shape:
     return Shape.array(shape.dtype, shape.dims)
 
 
-def _flatten_root(module: Module) -> None:
+def flatten_root(module: Module) -> None:
     """A root that is a tuple of one becomes that value; any other tuple-shaped root
     that is not a tuple op becomes one, so that each output is a value of its own."""
     entry = module.entry

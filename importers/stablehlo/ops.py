@@ -1,0 +1,389 @@
+"""One rule per StableHLO op: its generic attributes -> our instructions.
+
+Each rule takes the operation and the lowering context and returns one instruction
+per result. Attribute names are the generic form's (StableHLO's spec); the custom
+forms' keywords, which the parser keeps as written, are read as their aliases.
+"""
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+import numpy as np
+
+from ...hlo import Instruction, Opcode, Shape
+from ...hlo.attributes import (ConvDimensionNumbers, DotDimensionNumbers,
+                               GatherDimensionNumbers, PaddingConfig, ScatterDimensionNumbers,
+                               SliceSpec, Window)
+from ...hlo.shape_inference import infer_shape
+from ..hlo.dialect import _count_leading_zeros, _popcnt, _total_order_compare
+from ...hlo.text import ForeignInstruction
+from .lowering import Context, shape_of
+from .mlir import Operation
+
+Rule = Callable[[Operation, Context], list[Instruction]]
+
+_MISSING = object()
+
+
+def attr(op: Operation, *names: str, default=_MISSING):
+    """The first of ``names`` the op carries (its generic name, then its custom form's)."""
+    for n in names:
+        if n in op.attributes:
+            return op.attributes[n]
+    if default is _MISSING:
+        raise KeyError(f"{op.name} needs {names[0]}")
+    return default
+
+
+def _ints(v) -> tuple[int, ...]:
+    return tuple(int(x) for x in np.asarray(v).reshape(-1)) if v is not None else ()
+
+
+def _add(ctx: Context, opcode: Opcode, operands, shape: Shape | None = None, called=(),
+         **attrs) -> Instruction:
+    s = infer_shape(opcode, [o.shape for o in operands], attrs, called, shape)
+    return ctx.add(Instruction(opcode, s, operands, attrs, called))
+
+
+def _result(op: Operation, k: int = 0) -> Shape:
+    return shape_of(op.result_types[k])
+
+
+# --- element-wise ---------------------------------------------------------------
+
+_ELEMENTWISE = {
+    "abs": Opcode.ABS, "add": Opcode.ADD, "and": Opcode.AND, "atan2": Opcode.ATAN2,
+    "cbrt": Opcode.CBRT, "ceil": Opcode.CEIL, "cosine": Opcode.COSINE,
+    "divide": Opcode.DIVIDE, "exponential": Opcode.EXP,
+    "exponential_minus_one": Opcode.EXPM1, "floor": Opcode.FLOOR,
+    "is_finite": Opcode.IS_FINITE, "log": Opcode.LOG, "log_plus_one": Opcode.LOG1P,
+    "logistic": Opcode.LOGISTIC, "maximum": Opcode.MAXIMUM, "minimum": Opcode.MINIMUM,
+    "multiply": Opcode.MULTIPLY, "negate": Opcode.NEGATE, "not": Opcode.NOT, "or": Opcode.OR,
+    "power": Opcode.POWER, "remainder": Opcode.REMAINDER,
+    "round_nearest_afz": Opcode.ROUND_NEAREST_AFZ,
+    "round_nearest_even": Opcode.ROUND_NEAREST_EVEN, "rsqrt": Opcode.RSQRT,
+    "select": Opcode.SELECT, "clamp": Opcode.CLAMP, "shift_left": Opcode.SHIFT_LEFT,
+    "shift_right_arithmetic": Opcode.SHIFT_RIGHT_ARITHMETIC,
+    "shift_right_logical": Opcode.SHIFT_RIGHT_LOGICAL, "sign": Opcode.SIGN,
+    "sine": Opcode.SINE, "sqrt": Opcode.SQRT, "subtract": Opcode.SUBTRACT, "tan": Opcode.TAN,
+    "tanh": Opcode.TANH, "xor": Opcode.XOR,
+}
+def _elementwise(opcode: Opcode) -> Rule:
+    def rule(op, ctx):
+        return [_add(ctx, opcode, ctx.operands(op))]
+    return rule
+
+
+def _convert(op, ctx):
+    (x,) = ctx.operands(op)
+    out = _result(op)
+    if out.dtype == x.shape.dtype:
+        return [x]
+    return [_add(ctx, Opcode.CONVERT, [x], out)]
+
+
+def _bitcast_convert(op, ctx):
+    (x,) = ctx.operands(op)
+    out = _result(op)
+    if out.dims != x.shape.dims:
+        raise ctx.error(f"bitcast_convert changes dims {x.shape} -> {out}: elements of "
+                        "another width")
+    return [_add(ctx, Opcode.BITCAST_CONVERT, [x], out)]
+
+
+def _compare(op, ctx):
+    a, b = ctx.operands(op)
+    words = op.attributes.get("_words", [])
+    direction = attr(op, "comparison_direction", default=words[0] if words else None)
+    kind = attr(op, "compare_type", default=words[1] if len(words) > 1 else None)
+    attrs = {"direction": direction}
+    instr = Instruction(Opcode.COMPARE, infer_shape(Opcode.COMPARE, [a.shape, b.shape], attrs),
+                        [a, b], attrs)
+    if kind == "TOTALORDER" and a.shape.dtype.kind == "f":
+        return [_total_order_compare(instr, ctx)]
+    return [ctx.add(instr)]
+
+
+def _bit_count(fn) -> Rule:
+    """popcnt and count_leading_zeros, as the HLO importer builds them."""
+    def rule(op, ctx):
+        foreign = ForeignInstruction(op.results[0].lstrip("%"), _result(op), op.name,
+                                     ctx.operands(op), {})
+        return [fn(foreign, ctx)]
+    return rule
+
+
+# --- sources and movement -----------------------------------------------------
+
+def _constant(op, ctx):
+    value = attr(op, "value")
+    literal = np.array(value, _result(op).dtype.np, order="C")   # 0-d stays 0-d
+    return [ctx.add(Instruction(Opcode.CONSTANT, _result(op), literal=literal))]
+
+
+def _iota(op, ctx):
+    return [_add(ctx, Opcode.IOTA, [], _result(op),
+                 iota_dimension=int(attr(op, "iota_dimension", "dim")))]
+
+
+def _broadcast_in_dim(op, ctx):
+    (x,) = ctx.operands(op)
+    return [_add(ctx, Opcode.BROADCAST, [x], _result(op),
+                 dimensions=_ints(attr(op, "broadcast_dimensions", "dims")))]
+
+
+def _reshape(op, ctx):
+    (x,) = ctx.operands(op)
+    out = _result(op)
+    return [x if out.dims == x.shape.dims else _add(ctx, Opcode.RESHAPE, [x], out)]
+
+
+def _transpose(op, ctx):
+    (x,) = ctx.operands(op)
+    return [_add(ctx, Opcode.TRANSPOSE, [x], dimensions=_ints(attr(op, "permutation", "dims")))]
+
+
+def _reverse(op, ctx):
+    (x,) = ctx.operands(op)
+    return [_add(ctx, Opcode.REVERSE, [x], dimensions=_ints(attr(op, "dimensions", "dims")))]
+
+
+def _slice(op, ctx):
+    (x,) = ctx.operands(op)
+    if "_slice" in op.attributes:
+        starts, limits, strides = zip(*op.attributes["_slice"]) if op.attributes["_slice"] \
+            else ((), (), ())
+    else:
+        starts, limits = _ints(attr(op, "start_indices")), _ints(attr(op, "limit_indices"))
+        strides = _ints(attr(op, "strides", default=(1,) * len(starts)))
+    return [_add(ctx, Opcode.SLICE, [x], slice=SliceSpec(starts, limits, strides))]
+
+
+def _concatenate(op, ctx):
+    return [_add(ctx, Opcode.CONCATENATE, ctx.operands(op),
+                 dimension=int(attr(op, "dimension", "dim")))]
+
+
+def _pad(op, ctx):
+    x, value = ctx.operands(op)
+    padding = PaddingConfig(_ints(attr(op, "edge_padding_low", "low")),
+                            _ints(attr(op, "edge_padding_high", "high")),
+                            _ints(attr(op, "interior_padding", "interior")))
+    return [_add(ctx, Opcode.PAD, [x, value], padding=padding)]
+
+
+def _dynamic_slice(op, ctx):
+    return [_add(ctx, Opcode.DYNAMIC_SLICE, ctx.operands(op),
+                 dynamic_slice_sizes=_ints(attr(op, "slice_sizes", "sizes")))]
+
+
+def _dynamic_update_slice(op, ctx):
+    return [_add(ctx, Opcode.DYNAMIC_UPDATE_SLICE, ctx.operands(op))]
+
+
+def _gather(op, ctx):
+    x, idx = ctx.operands(op)
+    dn = attr(op, "dimension_numbers")
+    numbers = GatherDimensionNumbers(
+        _ints(dn.get("offset_dims")), _ints(dn.get("collapsed_slice_dims")),
+        _ints(dn.get("start_index_map")), int(dn.get("index_vector_dim", 0)),
+        _ints(dn.get("operand_batching_dims")), _ints(dn.get("start_indices_batching_dims")))
+    return [_add(ctx, Opcode.GATHER, [x, idx], _result(op), dimension_numbers=numbers,
+                 slice_sizes=_ints(attr(op, "slice_sizes")))]
+
+
+def _scatter(op, ctx):
+    operands = ctx.operands(op)
+    if len(operands) != 3:
+        raise ctx.error(f"scatter of {len(operands) // 2} arrays at once; xlac scatters one")
+    dn = attr(op, "scatter_dimension_numbers")
+    numbers = ScatterDimensionNumbers(
+        _ints(dn.get("update_window_dims")), _ints(dn.get("inserted_window_dims")),
+        _ints(dn.get("scatter_dims_to_operand_dims")), int(dn.get("index_vector_dim", 0)),
+        _ints(dn.get("input_batching_dims")), _ints(dn.get("scatter_indices_batching_dims")))
+    combine = ctx.scalar_computation(op.regions[0], "scatter_combine")
+    return [_add(ctx, Opcode.SCATTER, operands, called=[combine], dimension_numbers=numbers)]
+
+
+# --- dots and convolutions ----------------------------------------------------
+
+def _operands_in(ctx: Context, operands, out: Shape) -> list[Instruction]:
+    """Float operands converted to a wider result type first: the same products and
+    sums as accumulating in it (bf16 x bf16 -> f32); integers accumulate as declared."""
+    if out.dtype.kind != "f":
+        return operands
+    return [o if o.shape.dtype == out.dtype else
+            _add(ctx, Opcode.CONVERT, [o], o.shape.with_dtype(out.dtype)) for o in operands]
+
+
+def _dot_general(op, ctx):
+    out = _result(op)
+    a, b = _operands_in(ctx, ctx.operands(op), out)
+    if "dot_dimension_numbers" in op.attributes:
+        dn = op.attributes["dot_dimension_numbers"]
+        numbers = DotDimensionNumbers(
+            _ints(dn.get("lhs_batching_dimensions")), _ints(dn.get("lhs_contracting_dimensions")),
+            _ints(dn.get("rhs_batching_dimensions")), _ints(dn.get("rhs_contracting_dimensions")))
+    else:
+        batch = attr(op, "batching_dims", default=([], []))
+        contracting = attr(op, "contracting_dims", default=([], []))
+        numbers = DotDimensionNumbers(_ints(batch[0]), _ints(contracting[0]),
+                                      _ints(batch[1]), _ints(contracting[1]))
+    return [_add(ctx, Opcode.DOT, [a, b], out, dimension_numbers=numbers)]
+
+
+def _dot(op, ctx):
+    out = _result(op)
+    a, b = _operands_in(ctx, ctx.operands(op), out)
+    contracting = ((a.shape.rank - 1,), (0,)) if a.shape.rank else ((), ())
+    numbers = DotDimensionNumbers((), contracting[0], (), contracting[1])
+    return [_add(ctx, Opcode.DOT, [a, b], out, dimension_numbers=numbers)]
+
+
+_CONV_LABELS = re.compile(r"\[([^\]]*)\]\s*x\s*\[([^\]]*)\]\s*->\s*\[([^\]]*)\]")
+
+
+def _conv_numbers(text: str, ctx: Context) -> ConvDimensionNumbers:
+    """``[b, 0, 1, f]x[0, 1, i, o]->[b, 0, 1, f]``"""
+    m = _CONV_LABELS.search(text)
+    if m is None:
+        raise ctx.error(f"cannot read the convolution's dimension numbers '{text}'")
+    sides = [[s.strip() for s in part.split(",")] for part in m.groups()]
+
+    def side(labels, a, b):
+        spatial = sorted((int(s), i) for i, s in enumerate(labels) if s.isdigit())
+        return labels.index(a), labels.index(b), tuple(i for _, i in spatial)
+    (ib, if_, isp), (ko, ki, ksp), (ob, of, osp) = (side(sides[0], "b", "f"),
+                                                   side(sides[1], "o", "i"),
+                                                   side(sides[2], "b", "f"))
+    return ConvDimensionNumbers(ib, if_, isp, ko, ki, ksp, ob, of, osp)
+
+
+def _convolution(op, ctx):
+    out = _result(op)
+    x, w = _operands_in(ctx, ctx.operands(op), out)
+    dn = _conv_numbers(attr(op, "dimension_numbers"), ctx)
+    n = len(dn.kernel_spatial)
+    size = tuple(w.shape.dims[d] for d in dn.kernel_spatial)
+    stride = _ints(attr(op, "window_strides", "window.stride", default=(1,) * n))
+    pad = np.asarray(attr(op, "padding", "window.pad", default=[[0, 0]] * n)).reshape(n, 2)
+    lhs = _ints(attr(op, "lhs_dilation", "window.lhs_dilate", default=(1,) * n))
+    rhs = _ints(attr(op, "rhs_dilation", "window.rhs_dilate", default=(1,) * n))
+    reversal = [bool(v) for v in attr(op, "window_reversal", "window.reverse",
+                                      default=[False] * n)]
+    if any(reversal):        # a reversed window is the kernel reversed along that dim
+        w = _add(ctx, Opcode.REVERSE, [w], dimensions=tuple(
+            d for d, r in zip(dn.kernel_spatial, reversal) if r))
+    window = Window(size, stride, tuple(pad[:, 0]), tuple(pad[:, 1]), lhs, rhs)
+    return [_add(ctx, Opcode.CONVOLUTION, [x, w], out, window=window, dimension_numbers=dn,
+                 feature_group_count=int(attr(op, "feature_group_count", default=1)),
+                 batch_group_count=int(attr(op, "batch_group_count", default=1)))]
+
+
+# --- reductions, sorting, control flow --------------------------------------------
+
+def _reduce(op, ctx):
+    operands = ctx.operands(op)
+    body = ctx.scalar_computation(op.regions[0], "reducer")
+    r = _add(ctx, Opcode.REDUCE, operands, called=[body],
+             dimensions=_ints(attr(op, "dimensions")))
+    return ctx.results(r, len(op.results))
+
+
+def _reduce_window(op, ctx):
+    operands = ctx.operands(op)
+    rank = operands[0].shape.rank
+    ones = (1,) * rank
+    pad = np.asarray(attr(op, "padding", default=np.zeros((rank, 2), int))).reshape(rank, 2)
+    window = Window(_ints(attr(op, "window_dimensions")),
+                    _ints(attr(op, "window_strides", default=ones)),
+                    tuple(pad[:, 0]), tuple(pad[:, 1]),
+                    _ints(attr(op, "base_dilations", default=ones)),
+                    _ints(attr(op, "window_dilations", default=ones)))
+    body = ctx.scalar_computation(op.regions[0], "window_reducer")
+    r = _add(ctx, Opcode.REDUCE_WINDOW, operands, called=[body], window=window)
+    return ctx.results(r, len(op.results))
+
+
+def _sort(op, ctx):
+    operands = ctx.operands(op)
+    comparator = ctx.scalar_computation(op.regions[0], "comparator")
+    r = _add(ctx, Opcode.SORT, operands, called=[comparator],
+             dimension=int(attr(op, "dimension", default=-1)) % operands[0].shape.rank,
+             is_stable=bool(attr(op, "is_stable", default=False)))
+    return ctx.results(r, len(op.results))
+
+
+def _top_k(op, ctx):
+    (x,) = ctx.operands(op)
+    r = _add(ctx, Opcode.TOPK, [x], k=int(attr(op, "k")), largest=True)
+    return ctx.results(r, 2)
+
+
+def _while(op, ctx):
+    init = ctx.operands(op)
+    captured = op.free_values()
+    state = init + [ctx.value(v) for v in captured]
+    shape = Shape.tuple_([s.shape for s in state])
+    cond = ctx.state_computation(op.regions[0], shape, captured, "while_condition", False)
+    body = ctx.state_computation(op.regions[1], shape, captured, "while_body", True)
+    r = _add(ctx, Opcode.WHILE, [ctx.tuple(state)], called=[cond, body])
+    return ctx.results(r, len(shape.tuple_shapes))[:len(init)]
+
+
+def _case(op, ctx):
+    """case(index) {branch 0} {branch 1} ... (an index out of range runs the last), and
+    if(pred) {true} {false}: every branch takes the values any branch captures."""
+    (index,) = ctx.operands(op)
+    captured = op.free_values()
+    operand = ctx.tuple([ctx.value(v) for v in captured])
+    branches = [ctx.state_computation(block, operand.shape, captured, f"branch_{k}", False)
+                for k, block in enumerate(op.regions)]
+    r = _add(ctx, Opcode.CONDITIONAL, [index] + [operand] * len(branches), called=branches)
+    return ctx.results(r, len(op.results))
+
+
+def _optimization_barrier(op, ctx):
+    return ctx.operands(op)
+
+
+def _call(op, ctx):
+    return ctx.call(attr(op, "callee"), ctx.operands(op))
+
+
+def _composite(op, ctx):
+    return ctx.call(attr(op, "decomposition"), ctx.operands(op))
+
+
+def _tuple(op, ctx):
+    return [ctx.tuple(ctx.operands(op))]
+
+
+def _get_tuple_element(op, ctx):
+    (t,) = ctx.operands(op)
+    return [ctx.results(t, len(t.shape.tuple_shapes))[int(attr(op, "index"))]]
+
+
+RULES: dict[str, Rule] = {
+    **{f"stablehlo.{name}": _elementwise(opcode) for name, opcode in _ELEMENTWISE.items()},
+    "stablehlo.convert": _convert, "stablehlo.bitcast_convert": _bitcast_convert,
+    "stablehlo.compare": _compare,
+    "stablehlo.popcnt": _bit_count(_popcnt),
+    "stablehlo.count_leading_zeros": _bit_count(_count_leading_zeros),
+    "stablehlo.constant": _constant, "stablehlo.iota": _iota,
+    "stablehlo.broadcast_in_dim": _broadcast_in_dim, "stablehlo.reshape": _reshape,
+    "stablehlo.transpose": _transpose, "stablehlo.reverse": _reverse,
+    "stablehlo.slice": _slice, "stablehlo.concatenate": _concatenate, "stablehlo.pad": _pad,
+    "stablehlo.dynamic_slice": _dynamic_slice,
+    "stablehlo.dynamic_update_slice": _dynamic_update_slice,
+    "stablehlo.gather": _gather, "stablehlo.scatter": _scatter,
+    "stablehlo.dot_general": _dot_general, "stablehlo.dot": _dot,
+    "stablehlo.convolution": _convolution,
+    "stablehlo.reduce": _reduce, "stablehlo.reduce_window": _reduce_window,
+    "stablehlo.sort": _sort, "chlo.top_k": _top_k,
+    "stablehlo.while": _while, "stablehlo.case": _case, "stablehlo.if": _case,
+    "stablehlo.optimization_barrier": _optimization_barrier,
+    "func.call": _call, "stablehlo.composite": _composite,
+    "stablehlo.tuple": _tuple, "stablehlo.get_tuple_element": _get_tuple_element,
+}
