@@ -22,6 +22,13 @@ class Builder:
     def __init__(self, name: str):
         self.computation = Computation(name)
 
+    @classmethod
+    def on(cls, computation: Computation) -> "Builder":
+        """A builder adding to ``computation``, already under construction elsewhere."""
+        b = cls.__new__(cls)
+        b.computation = computation
+        return b
+
     def build(self, root: Instruction) -> Computation:
         self.computation.root = root
         return self.computation

@@ -358,6 +358,11 @@ def parse_module(text: str, dialect: "Dialect | None" = None) -> Module:
     return _Parser(text, dialect).module()
 
 
+def parse_window(text: str) -> Window:
+    """A window attribute's value as written (``{size=2x2 stride=2x2}``), for dialects."""
+    return _Parser(text).window()
+
+
 _OPCODES = {op.text: op for op in Opcode}
 
 

@@ -264,7 +264,38 @@ CASES = {
          np.array([-9.0, -4.2, -1.0, -0.3, 0.0, 0.2, 1.9, 2.0, 2.5, 6.5, 9.5, 30.0], np.float32),
          np.array([-1.0, -0.999, -0.7, -0.2, 0.0, 1e-4, 0.3, 0.5, 0.9, 0.99, 0.9999, 1.0],
                   np.float32)), rtol=4e-6, atol=1e-6),
+    # linear algebra: JAX's CPU lowering calls LAPACK (potrf, trsm, getrf), mapped onto
+    # expansions of XLA's cholesky and triangular-solve and an LU with partial pivoting
+    "linalg_cholesky": Case(lambda x: (jnp.linalg.cholesky(_spd(x)), jnp.linalg.cholesky(
+        _spd(x), upper=True), jnp.linalg.cholesky(x)), (f32(2, 5, 5),), rtol=4e-6, atol=1e-6),
+    "linalg_triangular_solve": Case(
+        lambda a, b: (jax.scipy.linalg.solve_triangular(a, b, lower=True),
+                      jax.scipy.linalg.solve_triangular(a, b, lower=False, trans=1),
+                      jax.scipy.linalg.solve_triangular(a, b, lower=True, unit_diagonal=True),
+                      lax.linalg.triangular_solve(a, b.T, left_side=False, lower=True)),
+        (f32(4, 4) + 4 * np.eye(4, dtype=np.float32), f32(4, 3)), rtol=1e-5, atol=1e-6),
+    "linalg_solve_inv_det_lu": Case(
+        lambda a, b: (jnp.linalg.solve(a, b[..., None]), jnp.linalg.inv(a), jnp.linalg.det(a),
+                      jnp.linalg.slogdet(a)[1], *jax.scipy.linalg.lu(a[0]),
+                      jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(_spd(a[1])), b[1])),
+        (f32(2, 5, 5), f32(2, 5)), rtol=2e-5, atol=1e-6),
+    # the gradient of max pooling: select-and-scatter, ties to the first in the window
+    "max_pool_gradient": Case(
+        lambda x, t: (jax.grad(lambda v: lax.reduce_window(
+            v, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "SAME").sum())(x),
+            jax.grad(lambda v: lax.reduce_window(v, -jnp.inf, lax.max, (2, 2), (1, 1),
+                                                 "VALID").sum())(t)),
+        (f32(2, 7, 7, 3), np.array([[1, 1, 0], [1, 1, 2], [0, 3, 3]], np.float32))),
+    "reduce_precision": Case(
+        lambda x: tuple(lax.reduce_precision(x, e, m) for e, m in ((5, 10), (8, 7), (4, 3),
+                                                                   (5, 0), (11, 52))),
+        (np.array([1.0, 1 / 3, 65504, 70000, 1e-8, -1e-5, np.inf, np.nan, -0.0, 3.14159,
+                   2.0**-14, 2.0**-15], np.float32),)),
 }
+
+
+def _spd(x):
+    return x @ jnp.swapaxes(x, -1, -2) + 4 * jnp.eye(x.shape[-1])
 
 
 @pytest.mark.parametrize("form", sorted(FORMS))
@@ -389,15 +420,10 @@ def test_xla_dump_before_optimizations(tmp_path):
 # --- refusals: one line naming what is missing -----------------------------------
 
 REFUSALS = {      # name: (function, arguments, {form: message})
-    # jnp.linalg calls LAPACK through a custom-call
-    "cholesky": (lambda x: jnp.linalg.cholesky(x @ x.T + 4 * jnp.eye(3)), (f32(3, 3),),
-                 {"hlo": "custom-call lapack_spotrf_ffi at %cholesky",
-                  "stablehlo": "stablehlo.custom_call lapack_spotrf_ffi at line 25"}),
-    "linalg_solve": (lambda a, b: jnp.linalg.solve(a + 4 * jnp.eye(3), b), (f32(3, 3), f32(3)),
-                     {"hlo": "custom-call lapack_strsm_ffi at %[^;]+; custom-call "
-                             "lapack_sgetrf_ffi",
-                      "stablehlo": "custom_call lapack_sgetrf_ffi at line [0-9]+ .*; "
-                                   "stablehlo.custom_call lapack_strsm_ffi"}),
+    # LAPACK routines other than potrf, trsm and getrf
+    "eigh": (lambda x: jnp.linalg.eigh(x)[0], (f32(3, 3),),
+             {"hlo": "custom-call lapack_ssyevd_ffi at %eigh",
+              "stablehlo": "stablehlo.custom_call lapack_ssyevd_ffi at line"}),
     # the rbg PRNG draws from XLA's generator; the default threefry is integer math
     "random_rbg": (lambda x: x + jax.random.uniform(jax.random.key(0, impl="rbg"), (3,)),
                    (f32(3),), {"hlo": "rng-bit-generator at %",
@@ -405,13 +431,6 @@ REFUSALS = {      # name: (function, arguments, {form: message})
     "fft": (lambda x: jnp.fft.rfft(x).real, (f32(8),),
             {"hlo": r"fft at %[\w.]+ \(jnp\.fft\); real at ",
              "stablehlo": r"line 3, column \d+: complex numbers"}),
-    "reduce_precision": (lambda x: lax.reduce_precision(x, 5, 10), (f32(4),),
-                         {"hlo": "reduce-precision at %",
-                          "stablehlo": "stablehlo.reduce_precision at line 3"}),
-    # the gradient of max pooling
-    "select_and_scatter": (jax.grad(lambda x: lax.reduce_window(
-        x, -jnp.inf, lax.max, (2, 2), (2, 2), "VALID").sum()), (f32(4, 4),),
-        {"hlo": "select-and-scatter at %", "stablehlo": "select_and_scatter at line"}),
     # a bitcast-convert between widths adds or drops a dimension: not in our IR
     "bitcast_convert_widths": (lambda x: lax.bitcast_convert_type(x, jnp.uint8), (f32(3),),
                                {"hlo": "bitcast-convert changes dims",
@@ -429,6 +448,22 @@ def test_unsupported_ops_are_refused_in_one_line(refusal, form, tmp_path):
         xlac.compile(path, tmp_path / "out.o")
     assert "\n" not in str(error.value)
     assert not (tmp_path / "out.o").exists()
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_xla_linear_algebra_ops_as_other_platforms_lower_them(form, tmp_path):
+    # lowered for a platform without LAPACK, JAX writes XLA's own cholesky and
+    # triangular-solve ops instead of custom calls
+    def f(a, b):
+        return jnp.linalg.cholesky(_spd(a)), jax.scipy.linalg.solve_triangular(
+            a, b, lower=False, trans=1), lax.linalg.triangular_solve(a, b.T, left_side=False)
+    args = (f32(4, 4) + 4 * np.eye(4, dtype=np.float32), f32(4, 2))
+    lowered = jax.jit(f).trace(*args).lower(lowering_platforms=("tpu",))
+    text = FORMS[form](lowered)
+    assert ("cholesky(" in text and "triangular-solve(" in text) if form == "hlo" else \
+        ("stablehlo.cholesky" in text and "stablehlo.triangular_solve" in text)
+    model = compile_hlo(text, tmp_path, "linalg")
+    assert_matches(model(*args), jax_outputs(f, args), Case(f, args, rtol=1e-5, atol=1e-6))
 
 
 def test_refused_ops_are_not_in_the_opcode_table():
@@ -497,12 +532,12 @@ def _save(folder, name, values):
 
 
 def test_cli_refuses_unsupported_ops_with_status_1(tmp_path, capsys):
-    path = tmp_path / "chol.hlo"
-    path.write_text(hlo_text(jnp.linalg.cholesky, np.eye(3, dtype=np.float32)))
-    assert main([str(path), "-o", str(tmp_path / "chol.o")]) == 1
+    path = tmp_path / "eigh.hlo"
+    path.write_text(hlo_text(lambda x: jnp.linalg.eigh(x)[0], np.eye(3, dtype=np.float32)))
+    assert main([str(path), "-o", str(tmp_path / "eigh.o")]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("xlac: error: unsupported XLA ops: custom-call")
-    assert "Traceback" not in err and not (tmp_path / "chol.o").exists()
+    assert "Traceback" not in err and not (tmp_path / "eigh.o").exists()
 
 
 def test_cross_target_and_arena_as_for_onnx(tmp_path):

@@ -114,8 +114,9 @@ ENTRY main {
     with pytest.raises(XlacError) as info:
         import_hlo(text)
     assert str(info.value) == ("unsupported XLA ops: fft at %p, %q (jnp.fft); "
-                               "custom-call my_kernel at %c (a call into a library (LAPACK "
-                               "linear algebra, cuDNN, ...))")
+                               "custom-call my_kernel at %c (a call into a library other "
+                               "than the LAPACK routines JAX calls for cholesky, triangular "
+                               "solves and LU)")
 
 
 @pytest.mark.parametrize("old, new, message", [
@@ -141,3 +142,67 @@ def test_content_decides_the_format(tmp_path):
     (tmp_path / "f.onnx").write_bytes(b"\n  " + TOTAL_ORDER)
     assert is_hlo_text(tmp_path / "f.onnx") and is_hlo_text(TOTAL_ORDER)
     assert not is_hlo_text(b"\x08\x07\x12\x04onnx") and not is_hlo_text(tmp_path / "none")
+
+
+MAP = b"""HloModule m
+
+scaled_sum.1 {
+  a.1 = f32[] parameter(0)
+  b.1 = f32[] parameter(1)
+  two.1 = f32[] constant(2)
+  t.1 = f32[] multiply(a.1, two.1)
+  ROOT s.1 = f32[] add(t.1, b.1)
+}
+
+ENTRY main.2 {
+  x.1 = f32[2,3]{1,0} parameter(0)
+  y.1 = f32[2,3]{1,0} parameter(1)
+  ROOT m.1 = f32[2,3]{1,0} map(x.1, y.1), dimensions={0,1}, to_apply=scaled_sum.1
+}
+"""
+
+
+def test_map_applies_its_computation_element_by_element():
+    m = import_hlo(MAP)
+    assert Opcode.ADD in {i.opcode for i in m.entry.instructions}
+    x, y = np.arange(6, dtype=np.float32).reshape(2, 3), np.ones((2, 3), np.float32)
+    np.testing.assert_array_equal(evaluate(m, [x, y])[0], 2 * x + y)
+
+
+def test_map_does_not_take_a_computation_of_other_ops():
+    text = MAP.replace(b"ROOT s.1 = f32[] add(t.1, b.1)",
+                       b"r.1 = f32[1]{0} reshape(t.1)\n  ROOT s.1 = f32[] reshape(r.1)")
+    with pytest.raises(XlacError, match="map applies %scaled_sum.1, which uses reshape"):
+        import_hlo(text)
+
+
+SOLVE = b"""HloModule m
+
+ENTRY main.1 {
+  a.1 = f32[3,3]{1,0} parameter(0)
+  b.1 = f32[3,2]{1,0} parameter(1)
+  l.1 = f32[3,3]{1,0} cholesky(a.1), lower=true
+  ROOT x.1 = f32[3,2]{1,0} triangular-solve(l.1, b.1), left_side=true, lower=true, transpose_a=NO_TRANSPOSE
+}
+"""
+
+
+def test_cholesky_and_triangular_solve_become_loops():
+    m = import_hlo(SOLVE)
+    assert [i.opcode for i in m.entry.instructions].count(Opcode.WHILE) == 2
+    a = np.array([[4, 2, 0], [2, 5, 1], [0, 1, 3]], np.float32)
+    a_garbage_above = a + np.triu(np.full((3, 3), 100, np.float32), 1)   # never read
+    b = np.arange(6, dtype=np.float32).reshape(3, 2)
+    x = evaluate(m, [a_garbage_above, b])[0]
+    l_ = np.linalg.cholesky(a.astype(np.float64))
+    np.testing.assert_allclose(x, np.linalg.solve(l_, b), rtol=1e-6, atol=1e-6)
+
+
+def test_triangular_solve_does_not_read_the_other_triangle_when_upper():
+    text = SOLVE.replace(b"lower=true, transpose_a", b"lower=false, transpose_a")
+    m = import_hlo(text)
+    a = np.array([[4, 2, 0], [2, 5, 1], [0, 1, 3]], np.float32)
+    b = np.arange(6, dtype=np.float32).reshape(3, 2)
+    l_ = np.linalg.cholesky(a.astype(np.float64))
+    # the solve reads the factor's upper triangle: its diagonal only, zeros above
+    np.testing.assert_allclose(evaluate(m, [a, b])[0], b / np.diag(l_)[:, None], rtol=1e-6)

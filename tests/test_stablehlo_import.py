@@ -185,6 +185,20 @@ def test_a_reducer_capturing_a_computed_value_is_refused():
         import_stablehlo(text.encode())
 
 
+def test_map_applies_its_region_element_by_element():
+    text = module("""\
+    %0 = "stablehlo.map"(%arg0, %arg1) <{dimensions = array<i64: 0>}> ({
+    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+      %c = stablehlo.constant dense<2.0> : tensor<f32>
+      %1 = stablehlo.multiply %a, %c : tensor<f32>
+      %2 = stablehlo.add %1, %b : tensor<f32>
+      stablehlo.return %2 : tensor<f32>
+    }) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    return %0 : tensor<4xf32>""", args="%arg0: tensor<4xf32>, %arg1: tensor<4xf32>")
+    x, y = np.arange(4, dtype=np.float32), np.full(4, 0.5, np.float32)
+    np.testing.assert_array_equal(run(text, x, y)[0], 2 * x + y)
+
+
 # --- refusals -------------------------------------------------------------------------
 
 def test_every_unsupported_op_is_listed_in_one_message():

@@ -4,9 +4,12 @@ XLA writes ops our opcode table lacks and attributes our IR does not keep. One r
 each: ``call`` is inlined (JAX wraps every jitted helper in one), ``opt-barrier``
 passes its operand through (it only orders XLA's rematerialization), ``popcnt`` and
 ``count-leading-zeros`` become integer bit arithmetic, a TOTALORDER compare becomes
-an integer compare of order keys, and attributes that change nothing on one device
-are dropped. Anything else is refused by ``importer.check_supported`` before
-parsing, so that one message lists every op the program needs.
+an integer compare of order keys; ``cholesky``, ``triangular-solve``,
+``select-and-scatter``, ``reduce-precision``, ``map`` and the LAPACK custom calls of
+JAX's CPU lowering are expanded by ``importers/xla_expanders.py``; attributes that
+change nothing on one device are dropped. Anything else is refused by
+``importer.check_supported`` before parsing, so that one message lists every op the
+program needs.
 """
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ import numpy as np
 
 from ...hlo import Instruction, Opcode, Shape, dtypes
 from ...hlo.shape_inference import compatible
-from ...hlo.text import Dialect, ForeignInstruction, Site
+from ...hlo.text import Dialect, ForeignInstruction, Site, parse_window
+from .. import xla_expanders as expand
 
 # Read and dropped: they steer XLA's own compiler or carry JAX's bookkeeping.
 # operand_precision and algorithm pick faster, looser XLA dot kernels; ours compute in
@@ -170,9 +174,88 @@ def _with_constant(opcode: Opcode, x: Instruction, value: int, site: Site) -> In
     return site.add(Instruction(opcode, x.shape, [x, _splat(value, x.shape, site)]))
 
 
+def _where(site: Site) -> expand.Where:
+    return expand.Where(site.module, site.computation)
+
+
+def _flag(instr: ForeignInstruction, key: str, default: bool) -> bool:
+    return instr.attributes.get(key, "true" if default else "false") == "true"
+
+
+def _results(instr: ForeignInstruction, values: list[Instruction], site: Site) -> Instruction:
+    """One value, or a tuple of several (the text takes them apart itself)."""
+    for v, s in zip(values, instr.shape.tuple_shapes if instr.shape.is_tuple else [instr.shape]):
+        if not compatible(v.shape, s):
+            raise site.error(f"{instr.opcode} %{instr.name} computes {v.shape}, the text says {s}")
+    if not instr.shape.is_tuple:
+        return values[0]
+    return site.add(Instruction(Opcode.TUPLE, Shape.tuple_([v.shape for v in values]), values))
+
+
+# cholesky(a), lower=b
+def _cholesky(instr: ForeignInstruction, site: Site) -> Instruction:
+    (a,) = instr.operands
+    return _results(instr, [expand.cholesky(_where(site), a, _flag(instr, "lower", False))[0]],
+                    site)
+
+
+# triangular-solve(a, b), left_side=, lower=, unit_diagonal=, transpose_a=
+def _triangular_solve(instr: ForeignInstruction, site: Site) -> Instruction:
+    a, b = instr.operands
+    x = expand.triangular_solve(
+        _where(site), a, b, _flag(instr, "left_side", False), _flag(instr, "lower", False),
+        _flag(instr, "unit_diagonal", False),
+        instr.attributes.get("transpose_a", "NO_TRANSPOSE") != "NO_TRANSPOSE")
+    return _results(instr, [x], site)
+
+
+# select-and-scatter(operand, source, init), window=, select=f, scatter=g
+def _select_and_scatter(instr: ForeignInstruction, site: Site) -> Instruction:
+    operand, source, init = instr.operands
+    window = parse_window(instr.attributes.get("window", "{}"))
+    out = expand.select_and_scatter(_where(site), operand, source, init,
+                                    site.called(instr.attributes["select"]),
+                                    site.called(instr.attributes["scatter"]), window)
+    return _results(instr, [out], site)
+
+
+# reduce-precision(x), exponent_bits=e, mantissa_bits=m
+def _reduce_precision(instr: ForeignInstruction, site: Site) -> Instruction:
+    (x,) = instr.operands
+    out = expand.reduce_precision(_where(site).b, x, int(instr.attributes["exponent_bits"]),
+                                  int(instr.attributes["mantissa_bits"]))
+    return _results(instr, [out], site)
+
+
+# map(xs...), dimensions={all}, to_apply=f
+def _map(instr: ForeignInstruction, site: Site) -> Instruction:
+    out = expand.map_elementwise(_where(site).b, instr.operands,
+                                 site.called(instr.attributes["to_apply"]))
+    return _results(instr, [out], site)
+
+
+# custom-call(xs...), custom_call_target="lapack_...", backend_config={...}
+def _custom_call(instr: ForeignInstruction, site: Site) -> Instruction:
+    target = instr.attributes.get("custom_call_target", "").strip('"')
+    if not expand.is_lapack_call(target):
+        raise site.error(f"unsupported custom-call {target} (%{instr.name})")
+    config = expand.backend_config(instr.attributes.get("backend_config", ""))
+    return _results(instr, expand.lapack_call(_where(site), target, instr.operands, config),
+                    site)
+
+
 _FOREIGN = {"call": _inline_call, "opt-barrier": _pass_through, "popcnt": _popcnt,
-            "count-leading-zeros": _count_leading_zeros}
+            "count-leading-zeros": _count_leading_zeros, "cholesky": _cholesky,
+            "triangular-solve": _triangular_solve, "select-and-scatter": _select_and_scatter,
+            "reduce-precision": _reduce_precision, "map": _map, "custom-call": _custom_call}
 _FOREIGN_KEYS = {"call": {"to_apply", "is_composite", "composite.name",
                           "composite.attributes", "composite.version"},
-                 "opt-barrier": set(), "popcnt": set(), "count-leading-zeros": set()}
+                 "opt-barrier": set(), "popcnt": set(), "count-leading-zeros": set(),
+                 "cholesky": {"lower"},
+                 "triangular-solve": {"left_side", "lower", "unit_diagonal", "transpose_a"},
+                 "select-and-scatter": {"window", "select", "scatter"},
+                 "reduce-precision": {"exponent_bits", "mantissa_bits"},
+                 "map": {"dimensions", "to_apply"},
+                 "custom-call": {"custom_call_target", "operand_layout_constraints",
+                                 "output_to_operand_aliasing", "api_version"}}
 SUPPORTED_FOREIGN = frozenset(_FOREIGN)

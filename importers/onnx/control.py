@@ -24,12 +24,13 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from ...hlo import Builder, Instruction, Opcode, Shape, XlacError, dtypes
+from ...hlo import Builder, Instruction, Opcode, XlacError, dtypes
+from ...hlo.while_loop import WhileLoop
 from .context import (ConstantInputNeeded, DataDependentShape, ImportContext, OptionalValue,
                       Sequence, flatten, kind_of, node_label, rebuild, structure)
 from .registry import register
 from .scope import LOOP_CHANGES_STRUCTURE, RUN_TIME_STRUCTURE
-from .subgraph import Captures, WhileLoop, free_names, lower_subgraph
+from .subgraph import Captures, free_names, lower_subgraph
 
 S64 = dtypes.S64
 # Most iterations a Loop carrying a sequence or an optional is unrolled into (each one

@@ -21,9 +21,9 @@ from __future__ import annotations
 import numpy as np
 
 from ...hlo import DotDimensionNumbers, GatherDimensionNumbers, Opcode, Shape, dtypes
+from ...hlo.while_loop import WhileLoop
 from .registry import register
 from .scope import STRING_LABELS
-from .subgraph import WhileLoop
 
 ML = "ai.onnx.ml"
 F32 = dtypes.F32

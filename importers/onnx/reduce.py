@@ -12,9 +12,9 @@ from math import prod
 import numpy as np
 
 from ...hlo import Builder, Opcode, Shape, Window, dtypes
+from ...hlo.while_loop import WhileLoop
 from .context import highest, lowest, node_label, normalize_axis
 from .registry import register
-from .subgraph import WhileLoop
 
 
 def _sum(ctx, x, dims):

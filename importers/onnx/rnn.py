@@ -31,10 +31,10 @@ import numpy as np
 
 from ...hlo import (Builder, DotDimensionNumbers, GatherDimensionNumbers, Instruction, Opcode,
                     Shape, dtypes)
+from ...hlo.while_loop import WhileLoop
 from .context import ImportContext, node_label
 from .quantization import dynamic_quantized, integer_matmul, scaled_product
 from .registry import MS, register
-from .subgraph import WhileLoop
 
 S64 = dtypes.S64
 _GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}

@@ -27,9 +27,10 @@ import numpy as np
 
 from ...hlo import (ConvDimensionNumbers, DotDimensionNumbers, GatherDimensionNumbers, Opcode,
                     Shape, Window, dtypes)
+from ...hlo.while_loop import WhileLoop
 from .activations import swish_of
 from .context import node_label
-from .subgraph import WhileLoop, inline_graph
+from .subgraph import inline_graph
 from .registry import register
 from .types import hlo_dtype
 

@@ -18,6 +18,7 @@ from ...hlo.attributes import (ConvDimensionNumbers, DotDimensionNumbers,
 from ...hlo.shape_inference import infer_shape
 from ..hlo.dialect import _count_leading_zeros, _popcnt, _total_order_compare
 from ...hlo.text import ForeignInstruction
+from .. import xla_expanders as expand
 from .lowering import Context, shape_of
 from .mlir import Operation
 
@@ -293,16 +294,9 @@ def _reduce(op, ctx):
 
 def _reduce_window(op, ctx):
     operands = ctx.operands(op)
-    rank = operands[0].shape.rank
-    ones = (1,) * rank
-    pad = np.asarray(attr(op, "padding", default=np.zeros((rank, 2), int))).reshape(rank, 2)
-    window = Window(_ints(attr(op, "window_dimensions")),
-                    _ints(attr(op, "window_strides", default=ones)),
-                    tuple(pad[:, 0]), tuple(pad[:, 1]),
-                    _ints(attr(op, "base_dilations", default=ones)),
-                    _ints(attr(op, "window_dilations", default=ones)))
     body = ctx.scalar_computation(op.regions[0], "window_reducer")
-    r = _add(ctx, Opcode.REDUCE_WINDOW, operands, called=[body], window=window)
+    r = _add(ctx, Opcode.REDUCE_WINDOW, operands, called=[body],
+             window=_window(op, operands[0].shape.rank))
     return ctx.results(r, len(op.results))
 
 
@@ -365,6 +359,69 @@ def _get_tuple_element(op, ctx):
     return [ctx.results(t, len(t.shape.tuple_shapes))[int(attr(op, "index"))]]
 
 
+# --- XLA's ops our table lacks: importers/xla_expanders.py ---------------------------
+
+def _where(ctx: Context) -> expand.Where:
+    return expand.Where(ctx.module, ctx.computation)
+
+
+def _cholesky(op, ctx):
+    (a,) = ctx.operands(op)
+    return [expand.cholesky(_where(ctx), a, bool(attr(op, "lower", default=False)))[0]]
+
+
+def _triangular_solve(op, ctx):
+    a, b = ctx.operands(op)
+    return [expand.triangular_solve(
+        _where(ctx), a, b, bool(attr(op, "left_side")), bool(attr(op, "lower")),
+        bool(attr(op, "unit_diagonal")), attr(op, "transpose_a") != "NO_TRANSPOSE")]
+
+
+def _window(op, rank: int) -> Window:
+    ones = (1,) * rank
+    pad = np.asarray(attr(op, "padding", default=np.zeros((rank, 2), int))).reshape(rank, 2)
+    return Window(_ints(attr(op, "window_dimensions")),
+                  _ints(attr(op, "window_strides", default=ones)),
+                  tuple(pad[:, 0]), tuple(pad[:, 1]),
+                  _ints(attr(op, "base_dilations", default=ones)),
+                  _ints(attr(op, "window_dilations", default=ones)))
+
+
+def _select_and_scatter(op, ctx):
+    operand, source, init = ctx.operands(op)
+    select = ctx.scalar_computation(op.regions[0], "select")
+    scatter = ctx.scalar_computation(op.regions[1], "scatter")
+    return [expand.select_and_scatter(_where(ctx), operand, source, init, select, scatter,
+                                      _window(op, operand.shape.rank))]
+
+
+_FORMAT = re.compile(r"e(\d+)m(\d+)")
+
+
+def _reduce_precision(op, ctx):
+    (x,) = ctx.operands(op)
+    if "format" in op.attributes:
+        exponent, mantissa = map(int, _FORMAT.fullmatch(op.attributes["format"]).groups())
+    else:
+        exponent, mantissa = int(attr(op, "exponent_bits")), int(attr(op, "mantissa_bits"))
+    return [expand.reduce_precision(_where(ctx).b, x, exponent, mantissa)]
+
+
+def _map(op, ctx):
+    comp = ctx.scalar_computation(op.regions[0], "mapped")
+    return [expand.map_elementwise(_where(ctx).b, ctx.operands(op), comp)]
+
+
+def _custom_call(op, ctx):
+    target = attr(op, "call_target_name")
+    if not expand.is_lapack_call(target):
+        raise ctx.error(f"unsupported custom call {target}")
+    config = attr(op, "mhlo.backend_config", default={})
+    if not isinstance(config, dict):
+        config = expand.backend_config(str(config))
+    return expand.lapack_call(_where(ctx), target, ctx.operands(op), config)
+
+
 RULES: dict[str, Rule] = {
     **{f"stablehlo.{name}": _elementwise(opcode) for name, opcode in _ELEMENTWISE.items()},
     "stablehlo.convert": _convert, "stablehlo.bitcast_convert": _bitcast_convert,
@@ -386,4 +443,8 @@ RULES: dict[str, Rule] = {
     "stablehlo.optimization_barrier": _optimization_barrier,
     "func.call": _call, "stablehlo.composite": _composite,
     "stablehlo.tuple": _tuple, "stablehlo.get_tuple_element": _get_tuple_element,
+    "stablehlo.cholesky": _cholesky, "stablehlo.triangular_solve": _triangular_solve,
+    "stablehlo.select_and_scatter": _select_and_scatter,
+    "stablehlo.reduce_precision": _reduce_precision, "stablehlo.map": _map,
+    "stablehlo.custom_call": _custom_call,
 }
