@@ -398,7 +398,10 @@ class Site:
 class Dialect:
     """What a front end reads beyond our IR (XLA's own HLO text, for the HLO importer).
     Each method returns the instruction the text's name then stands for, having added
-    what it built to ``site``; the defaults refuse."""
+    what it built to ``site``; the defaults refuse. ``own`` names opcodes of our table
+    that the dialect reads itself, as foreign ones, where XLA's allow more than ours."""
+
+    own: frozenset[str] = frozenset()
 
     def foreign(self, instr: ForeignInstruction, site: Site) -> Instruction:
         raise site.error(f"unknown opcode '{instr.opcode}'")
@@ -727,6 +730,8 @@ class _Parser:
         shape = self.shape()
         op_tok = self.expect("word", "an opcode")
         opcode = _OPCODES.get(op_tok.text)
+        if self.dialect is not None and op_tok.text in self.dialect.own:
+            opcode = None
         if opcode is None and self.dialect is None:
             raise self.error(f"unknown opcode '{op_tok.text}'", op_tok)
         attrs: dict[str, Any] = {}

@@ -291,6 +291,24 @@ CASES = {
                                                                    (5, 0), (11, 52))),
         (np.array([1.0, 1 / 3, 65504, 70000, 1e-8, -1e-5, np.inf, np.nan, -0.0, 3.14159,
                    2.0**-14, 2.0**-15], np.float32),)),
+    # XLA's random bit generators, bit for bit: ThreeFry and Philox (DEFAULT on the CPU)
+    # over each split of the shape into halves, and the rbg PRNG built on them
+    "rng_bit_generator": Case(lambda k: tuple(
+        lax.rng_bit_generator(k, shape, dtype, algorithm=getattr(lax.RandomAlgorithm, a))
+        for a in ("RNG_DEFAULT", "RNG_THREE_FRY", "RNG_PHILOX")
+        for shape, dtype in (((5, 3), jnp.uint32), ((7,), jnp.uint32), ((), jnp.uint32),
+                             ((4, 2), jnp.uint16), ((3,), jnp.uint8), ((2, 3, 5), jnp.uint32))),
+        (np.array([1, 2, 3, 4], np.uint32),)),
+    "random_rbg": Case(lambda x: (x + jax.random.uniform(jax.random.key(0, impl="rbg"), (3,)),
+                                  jax.random.normal(jax.random.split(jax.random.key(
+                                      7, impl="unsafe_rbg"))[1], (2, 5))),
+                       (f32(3),)),
+    # between widths: the last dimension holds the parts, the first the least significant
+    "bitcast_convert_widths": Case(lambda x: (
+        lax.bitcast_convert_type(x, jnp.uint8),
+        lax.bitcast_convert_type(lax.bitcast_convert_type(x, jnp.uint16), jnp.float32),
+        lax.bitcast_convert_type(lax.bitcast_convert_type(x, jnp.int8), jnp.int32)),
+        (np.array([1.5, -2.25, 3e9, 0.1, -0.0, 7.0], np.float32),)),
 }
 
 
@@ -424,17 +442,9 @@ REFUSALS = {      # name: (function, arguments, {form: message})
     "eigh": (lambda x: jnp.linalg.eigh(x)[0], (f32(3, 3),),
              {"hlo": "custom-call lapack_ssyevd_ffi at %eigh",
               "stablehlo": "stablehlo.custom_call lapack_ssyevd_ffi at line"}),
-    # the rbg PRNG draws from XLA's generator; the default threefry is integer math
-    "random_rbg": (lambda x: x + jax.random.uniform(jax.random.key(0, impl="rbg"), (3,)),
-                   (f32(3),), {"hlo": "rng-bit-generator at %",
-                               "stablehlo": "stablehlo.rng_bit_generator at line"}),
     "fft": (lambda x: jnp.fft.rfft(x).real, (f32(8),),
             {"hlo": r"fft at %[\w.]+ \(jnp\.fft\); real at ",
              "stablehlo": r"line 3, column \d+: complex numbers"}),
-    # a bitcast-convert between widths adds or drops a dimension: not in our IR
-    "bitcast_convert_widths": (lambda x: lax.bitcast_convert_type(x, jnp.uint8), (f32(3),),
-                               {"hlo": "bitcast-convert changes dims",
-                                "stablehlo": "bitcast_convert changes dims"}),
 }
 
 
@@ -464,6 +474,21 @@ def test_xla_linear_algebra_ops_as_other_platforms_lower_them(form, tmp_path):
         ("stablehlo.cholesky" in text and "stablehlo.triangular_solve" in text)
     model = compile_hlo(text, tmp_path, "linalg")
     assert_matches(model(*args), jax_outputs(f, args), Case(f, args, rtol=1e-5, atol=1e-6))
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_64_bit_random_bits_and_bitcasts(form, tmp_path):
+    def f(k, x):
+        return (lax.rng_bit_generator(k, (3, 5), jnp.uint64)[1],
+                lax.rng_bit_generator(k, (3, 5), jnp.uint64,
+                                      algorithm=lax.RandomAlgorithm.RNG_THREE_FRY)[1],
+                lax.bitcast_convert_type(x.reshape(3, 2), jnp.float64),
+                lax.bitcast_convert_type(x.astype(jnp.float64), jnp.uint32))
+    args = (np.array([1, 2, 3, 4], np.uint32), f32(6))
+    with jax.enable_x64(True):
+        text = lowered_text(form, f, *args)
+        want = jax_outputs(f, args)
+    assert_matches(compile_hlo(text, tmp_path, "x64")(*args), want, Case(f, args, 0, 0))
 
 
 def test_refused_ops_are_not_in_the_opcode_table():

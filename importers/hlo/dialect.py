@@ -5,8 +5,9 @@ each: ``call`` is inlined (JAX wraps every jitted helper in one), ``opt-barrier`
 passes its operand through (it only orders XLA's rematerialization), ``popcnt`` and
 ``count-leading-zeros`` become integer bit arithmetic, a TOTALORDER compare becomes
 an integer compare of order keys; ``cholesky``, ``triangular-solve``,
-``select-and-scatter``, ``reduce-precision``, ``map`` and the LAPACK custom calls of
-JAX's CPU lowering are expanded by ``importers/xla_expanders.py``; attributes that
+``select-and-scatter``, ``reduce-precision``, ``map``, ``rng-bit-generator``,
+``bitcast-convert`` between widths and the LAPACK custom calls of JAX's CPU lowering
+are expanded by ``importers/xla_expanders.py``; attributes that
 change nothing on one device are dropped. Anything else is refused by
 ``importer.check_supported`` before parsing, so that one message lists every op the
 program needs.
@@ -34,6 +35,7 @@ _ONE_DEVICE = re.compile(r"\{\s*(replicated|maximal device=0|manual|devices=\[1(
 
 
 class XlaDialect(Dialect):
+    own = frozenset({"bitcast-convert"})
     def foreign(self, instr: ForeignInstruction, site: Site) -> Instruction:
         rule = _FOREIGN.get(instr.opcode)
         if rule is None:
@@ -244,10 +246,28 @@ def _custom_call(instr: ForeignInstruction, site: Site) -> Instruction:
                     site)
 
 
+# bitcast-convert(x): between widths too (ours keeps the width)
+def _bitcast_convert(instr: ForeignInstruction, site: Site) -> Instruction:
+    (x,) = instr.operands
+    return _results(instr, [expand.bitcast_convert(_where(site).b, x, instr.shape)], site)
+
+
+# rng-bit-generator(state), algorithm=rng_default|rng_three_fry|rng_philox
+def _rng_bit_generator(instr: ForeignInstruction, site: Site) -> Instruction:
+    (state,) = instr.operands
+    algorithm = instr.attributes.get("algorithm", "rng_default").removeprefix("rng_").upper()
+    if not instr.shape.is_tuple or len(instr.shape.tuple_shapes) != 2:
+        raise site.error(f"rng-bit-generator %{instr.name} returns (state, bits)")
+    new_state, bits = expand.rng_bit_generator(_where(site).b, algorithm, state,
+                                               instr.shape.tuple_shapes[1])
+    return _results(instr, [new_state, bits], site)
+
+
 _FOREIGN = {"call": _inline_call, "opt-barrier": _pass_through, "popcnt": _popcnt,
             "count-leading-zeros": _count_leading_zeros, "cholesky": _cholesky,
             "triangular-solve": _triangular_solve, "select-and-scatter": _select_and_scatter,
-            "reduce-precision": _reduce_precision, "map": _map, "custom-call": _custom_call}
+            "reduce-precision": _reduce_precision, "map": _map, "custom-call": _custom_call,
+            "bitcast-convert": _bitcast_convert, "rng-bit-generator": _rng_bit_generator}
 _FOREIGN_KEYS = {"call": {"to_apply", "is_composite", "composite.name",
                           "composite.attributes", "composite.version"},
                  "opt-barrier": set(), "popcnt": set(), "count-leading-zeros": set(),
@@ -257,5 +277,6 @@ _FOREIGN_KEYS = {"call": {"to_apply", "is_composite", "composite.name",
                  "reduce-precision": {"exponent_bits", "mantissa_bits"},
                  "map": {"dimensions", "to_apply"},
                  "custom-call": {"custom_call_target", "operand_layout_constraints",
-                                 "output_to_operand_aliasing", "api_version"}}
+                                 "output_to_operand_aliasing", "api_version"},
+                 "bitcast-convert": set(), "rng-bit-generator": {"algorithm"}}
 SUPPORTED_FOREIGN = frozenset(_FOREIGN)

@@ -30,8 +30,7 @@ MLIR_HEAD = re.compile(rb'^\s*(?:#loc.*\n\s*)*(?:module\b|"builtin\.module")')
 REFUSED = {
     "custom-call": "a call into a library other than the LAPACK routines JAX calls for "
                    "cholesky, triangular solves and LU",
-    "fft": "jnp.fft", "rng-bit-generator": "jax.random with the rbg PRNG",
-    "rng": "lax.rng_uniform",
+    "fft": "jnp.fft", "rng": "lax.rng_uniform",
     "real": "complex numbers", "imag": "complex numbers", "complex": "complex numbers",
     "all-reduce": "a collective", "all-gather": "a collective", "all-to-all": "a collective",
     "reduce-scatter": "a collective", "collective-permute": "a collective",

@@ -25,8 +25,7 @@ _RETURNS = frozenset({"return", "func.return", "stablehlo.return"})
 REFUSED = {
     "stablehlo.custom_call": "a call into a library other than the LAPACK routines JAX "
                              "calls for cholesky, triangular solves and LU",
-    "stablehlo.fft": "jnp.fft", "stablehlo.rng_bit_generator": "jax.random with the rbg PRNG",
-    "stablehlo.rng": "lax.rng_uniform",
+    "stablehlo.fft": "jnp.fft", "stablehlo.rng": "lax.rng_uniform",
     "stablehlo.real": "complex numbers", "stablehlo.imag": "complex numbers",
     "stablehlo.complex": "complex numbers",
     **{f"stablehlo.{c}": "a collective" for c in (

@@ -86,11 +86,7 @@ def _convert(op, ctx):
 
 def _bitcast_convert(op, ctx):
     (x,) = ctx.operands(op)
-    out = _result(op)
-    if out.dims != x.shape.dims:
-        raise ctx.error(f"bitcast_convert changes dims {x.shape} -> {out}: elements of "
-                        "another width")
-    return [_add(ctx, Opcode.BITCAST_CONVERT, [x], out)]
+    return [expand.bitcast_convert(_where(ctx).b, x, _result(op))]
 
 
 def _compare(op, ctx):
@@ -412,6 +408,12 @@ def _map(op, ctx):
     return [expand.map_elementwise(_where(ctx).b, ctx.operands(op), comp)]
 
 
+def _rng_bit_generator(op, ctx):
+    (state,) = ctx.operands(op)
+    algorithm = attr(op, "rng_algorithm", "algorithm", default="DEFAULT")
+    return list(expand.rng_bit_generator(_where(ctx).b, algorithm, state, _result(op, 1)))
+
+
 def _custom_call(op, ctx):
     target = attr(op, "call_target_name")
     if not expand.is_lapack_call(target):
@@ -446,5 +448,5 @@ RULES: dict[str, Rule] = {
     "stablehlo.cholesky": _cholesky, "stablehlo.triangular_solve": _triangular_solve,
     "stablehlo.select_and_scatter": _select_and_scatter,
     "stablehlo.reduce_precision": _reduce_precision, "stablehlo.map": _map,
-    "stablehlo.custom_call": _custom_call,
+    "stablehlo.custom_call": _custom_call, "stablehlo.rng_bit_generator": _rng_bit_generator,
 }
