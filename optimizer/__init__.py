@@ -2,6 +2,7 @@
 from .algebraic_simplifier import AlgebraicSimplifier
 from .buffer_assignment import ArenaBlock, BufferAssignment, BufferLocation, assign_buffers
 from .constant_folding import ConstantFolding
+from .conv_canonicalization import ConvCanonicalization
 from .conv_phase_split import ConvPhaseSplit
 from .cse import CommonSubexpressionElimination
 from .dce import DeadCodeElimination
@@ -21,7 +22,7 @@ from .scheduling import (DEFAULT_SCHEDULERS, DefinitionOrderScheduler, ListSched
 __all__ = [
     "ComputationPass", "Pass", "Pipeline", "optimize", "make_pipeline", "alternatives",
     "AlgebraicSimplifier", "ConstantFolding", "CommonSubexpressionElimination",
-    "ConvPhaseSplit", "ProjectionSinking", "RowStreaming",
+    "ConvCanonicalization", "ConvPhaseSplit", "ProjectionSinking", "RowStreaming",
     "DeadCodeElimination", "InstructionFusion", "WhileLoopInvariantCodeMotion",
     "MemoryModel", "schedule", "schedule_model", "ScheduleResult", "Scheduler", "DefinitionOrderScheduler", "PostOrderScheduler",
     "ListScheduler", "DEFAULT_SCHEDULERS", "check_order", "simulate_peak",

@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..hlo import Module, Opcode
 from .algebraic_simplifier import AlgebraicSimplifier
 from .constant_folding import ConstantFolding
+from .conv_canonicalization import ConvCanonicalization
 from .conv_phase_split import ConvPhaseSplit
 from .cse import CommonSubexpressionElimination
 from .dce import DeadCodeElimination
@@ -20,8 +21,8 @@ from .quantization import QuantizedArithmetic
 def make_pipeline(opt_level: int, backend: BackendPolicy, verify: bool = False,
                   dump: DumpHook | None = None, stream: RowStreaming | None = None) -> Pipeline:
     """-O0: only DCE. -O1 and up: quantized models onto their integers (before constant
-    folding could turn their weights into floats), base-dilated convolutions split into
-    dense phases, then simplify, fold, CSE, DCE and loop-invariant code motion to a fixed
+    folding could turn their weights into floats), convolutions into ONNX's dimension
+    order, base-dilated ones split into dense phases, then simplify, fold, CSE, DCE and loop-invariant code motion to a fixed
     point, then output fusion (the backend's kernels with the epilogues they apply),
     loop fusion, the layouts the backend's kernels want and a DCE that drops what fusion
     left unused. ``stream`` (a RowStreaming, from ``--memory-budget``) runs after the
@@ -34,7 +35,8 @@ def make_pipeline(opt_level: int, backend: BackendPolicy, verify: bool = False,
                                      WhileLoopInvariantCodeMotion()],
                         fixed_point=True, verify=verify, dump=dump)
     streaming = [stream, DeadCodeElimination()] if stream is not None else []
-    return Pipeline(f"O{opt_level}", [QuantizedArithmetic(backend.soft_float), ConvPhaseSplit(),
+    return Pipeline(f"O{opt_level}", [QuantizedArithmetic(backend.soft_float),
+                                      ConvCanonicalization(), ConvPhaseSplit(),
                                       simplify,
                                       *streaming,
                                       OutputFusion(backend), InstructionFusion(backend),
