@@ -206,3 +206,28 @@ def test_triangular_solve_does_not_read_the_other_triangle_when_upper():
     l_ = np.linalg.cholesky(a.astype(np.float64))
     # the solve reads the factor's upper triangle: its diagonal only, zeros above
     np.testing.assert_allclose(evaluate(m, [a, b])[0], b / np.diag(l_)[:, None], rtol=1e-6)
+
+
+BATCH_NORM = b"""HloModule m
+
+ENTRY main.1 {
+  x.1 = f32[4,2]{1,0} parameter(0)
+  s.1 = f32[2]{0} parameter(1)
+  o.1 = f32[2]{0} parameter(2)
+  t.1 = (f32[4,2]{1,0}, f32[2]{0}, f32[2]{0}) batch-norm-training(x.1, s.1, o.1), epsilon=0.5, feature_index=1
+  y.1 = f32[4,2]{1,0} get-tuple-element(t.1), index=0
+  m.1 = f32[2]{0} get-tuple-element(t.1), index=1
+  v.1 = f32[2]{0} get-tuple-element(t.1), index=2
+  ROOT i.1 = f32[4,2]{1,0} batch-norm-inference(y.1, s.1, o.1, m.1, v.1), epsilon=0.5, feature_index=1
+}
+"""
+
+
+def test_batch_norms_become_reductions_and_element_wise_math():
+    m = import_hlo(BATCH_NORM)
+    assert {Opcode.REDUCE, Opcode.RSQRT} <= {i.opcode for i in m.entry.instructions}
+    x = np.array([[1, 10], [2, 20], [3, 30], [6, 40]], np.float32)
+    s, o = np.array([2, 1], np.float32), np.array([0, 5], np.float32)
+    y = (x - x.mean(0)) / np.sqrt(x.var(0) + 0.5) * s + o
+    want = (y - x.mean(0)) / np.sqrt(x.var(0) + 0.5) * s + o     # x's statistics
+    np.testing.assert_allclose(evaluate(m, [x, s, o])[0], want, rtol=1e-5, atol=1e-5)

@@ -233,3 +233,44 @@ def test_cli_reads_stablehlo_by_content_and_fails_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("xlac: error: line 4, column") and err.count("\n") == 1
     assert not (tmp_path / "bad.o").exists()
+
+
+# --- batch normalization: no JAX program writes it; numpy is the reference -------------
+
+BATCH_NORM = module("""\
+    %0 = "stablehlo.batch_norm_inference"(%arg0, %arg1, %arg2, %arg3, %arg4) <{epsilon = 1.000000e-03 : f32, feature_index = 1 : i64}> : (tensor<2x3x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> tensor<2x3x4xf32>
+    %1:3 = "stablehlo.batch_norm_training"(%arg0, %arg1, %arg2) <{epsilon = 1.000000e-03 : f32, feature_index = 1 : i64}> : (tensor<2x3x4xf32>, tensor<3xf32>, tensor<3xf32>) -> (tensor<2x3x4xf32>, tensor<3xf32>, tensor<3xf32>)
+    %2:3 = "stablehlo.batch_norm_grad"(%arg0, %arg1, %1#1, %1#2, %arg5) <{epsilon = 1.000000e-03 : f32, feature_index = 1 : i64}> : (tensor<2x3x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<2x3x4xf32>) -> (tensor<2x3x4xf32>, tensor<3xf32>, tensor<3xf32>)
+    return %0, %1#0, %1#1, %1#2, %2#0, %2#1, %2#2 : tensor<2x3x4xf32>, tensor<2x3x4xf32>, tensor<3xf32>, tensor<3xf32>, tensor<2x3x4xf32>, tensor<3xf32>, tensor<3xf32>""",
+    args=("%arg0: tensor<2x3x4xf32>, %arg1: tensor<3xf32>, %arg2: tensor<3xf32>, "
+          "%arg3: tensor<3xf32>, %arg4: tensor<3xf32>, %arg5: tensor<2x3x4xf32>"),
+    results=("tensor<2x3x4xf32>, tensor<2x3x4xf32>, tensor<3xf32>, tensor<3xf32>, "
+             "tensor<2x3x4xf32>, tensor<3xf32>, tensor<3xf32>"))
+
+
+def _batch_norm_reference(x, scale, offset, mean, var, dy, eps=1e-3):
+    x, scale, offset, mean, var, dy = (a.astype(np.float64) for a in (x, scale, offset, mean,
+                                                                      var, dy))
+    per = (None, slice(None), None)
+    inference = (x - mean[per]) / np.sqrt(var[per] + eps) * scale[per] + offset[per]
+    m, v = x.mean((0, 2)), x.var((0, 2))
+    xhat = (x - m[per]) / np.sqrt(v[per] + eps)
+    training = xhat * scale[per] + offset[per]
+    # the gradient of sum(dy * training) by x, scale and offset
+    n = x.size // x.shape[1]
+    dxhat = dy * scale[per]
+    dx = (dxhat - dxhat.mean((0, 2))[per] - xhat * (dxhat * xhat).mean((0, 2))[per]) \
+        / np.sqrt(v[per] + eps)
+    assert n == 8
+    return [inference, training, m, v, dx, (dy * xhat).sum((0, 2)), dy.sum((0, 2))]
+
+
+def test_batch_norms_match_their_definitions():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    scale, offset, mean = (rng.standard_normal(3).astype(np.float32) for _ in range(3))
+    var = rng.uniform(0.5, 2, 3).astype(np.float32)
+    dy = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    got = run(BATCH_NORM, x, scale, offset, mean, var, dy)
+    for g, w in zip(got, _batch_norm_reference(x, scale, offset, mean, var, dy), strict=True):
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5)

@@ -6,8 +6,8 @@ passes its operand through (it only orders XLA's rematerialization), ``popcnt`` 
 ``count-leading-zeros`` become integer bit arithmetic, a TOTALORDER compare becomes
 an integer compare of order keys; ``cholesky``, ``triangular-solve``,
 ``select-and-scatter``, ``reduce-precision``, ``map``, ``rng-bit-generator``,
-``bitcast-convert`` between widths and the LAPACK custom calls of JAX's CPU lowering
-are expanded by ``importers/xla_expanders.py``; attributes that
+``bitcast-convert`` between widths, the batch norms and the LAPACK custom calls of
+JAX's CPU lowering are expanded by ``importers/xla_expanders.py``; attributes that
 change nothing on one device are dropped. Anything else is refused by
 ``importer.check_supported`` before parsing, so that one message lists every op the
 program needs.
@@ -263,11 +263,24 @@ def _rng_bit_generator(instr: ForeignInstruction, site: Site) -> Instruction:
     return _results(instr, [new_state, bits], site)
 
 
+# batch-norm-inference/-training/-grad(...), epsilon=e, feature_index=f
+def _batch_norm(expander):
+    def rule(instr: ForeignInstruction, site: Site) -> Instruction:
+        out = expander(_where(site), *instr.operands,
+                       epsilon=float(instr.attributes.get("epsilon", "0")),
+                       feature=int(instr.attributes["feature_index"]))
+        return _results(instr, out if isinstance(out, list) else [out], site)
+    return rule
+
+
 _FOREIGN = {"call": _inline_call, "opt-barrier": _pass_through, "popcnt": _popcnt,
             "count-leading-zeros": _count_leading_zeros, "cholesky": _cholesky,
             "triangular-solve": _triangular_solve, "select-and-scatter": _select_and_scatter,
             "reduce-precision": _reduce_precision, "map": _map, "custom-call": _custom_call,
-            "bitcast-convert": _bitcast_convert, "rng-bit-generator": _rng_bit_generator}
+            "bitcast-convert": _bitcast_convert, "rng-bit-generator": _rng_bit_generator,
+            "batch-norm-inference": _batch_norm(expand.batch_norm_inference),
+            "batch-norm-training": _batch_norm(expand.batch_norm_training),
+            "batch-norm-grad": _batch_norm(expand.batch_norm_grad)}
 _FOREIGN_KEYS = {"call": {"to_apply", "is_composite", "composite.name",
                           "composite.attributes", "composite.version"},
                  "opt-barrier": set(), "popcnt": set(), "count-leading-zeros": set(),
@@ -278,5 +291,7 @@ _FOREIGN_KEYS = {"call": {"to_apply", "is_composite", "composite.name",
                  "map": {"dimensions", "to_apply"},
                  "custom-call": {"custom_call_target", "operand_layout_constraints",
                                  "output_to_operand_aliasing", "api_version"},
-                 "bitcast-convert": set(), "rng-bit-generator": {"algorithm"}}
+                 "bitcast-convert": set(), "rng-bit-generator": {"algorithm"},
+                 **{f"batch-norm-{k}": {"epsilon", "feature_index"}
+                    for k in ("inference", "training", "grad")}}
 SUPPORTED_FOREIGN = frozenset(_FOREIGN)

@@ -414,6 +414,14 @@ def _rng_bit_generator(op, ctx):
     return list(expand.rng_bit_generator(_where(ctx).b, algorithm, state, _result(op, 1)))
 
 
+def _batch_norm(expander):
+    def rule(op, ctx):
+        out = expander(_where(ctx), *ctx.operands(op), epsilon=float(attr(op, "epsilon")),
+                       feature=int(attr(op, "feature_index")))
+        return out if isinstance(out, list) else [out]
+    return rule
+
+
 def _custom_call(op, ctx):
     target = attr(op, "call_target_name")
     if not expand.is_lapack_call(target):
@@ -449,4 +457,7 @@ RULES: dict[str, Rule] = {
     "stablehlo.select_and_scatter": _select_and_scatter,
     "stablehlo.reduce_precision": _reduce_precision, "stablehlo.map": _map,
     "stablehlo.custom_call": _custom_call, "stablehlo.rng_bit_generator": _rng_bit_generator,
+    "stablehlo.batch_norm_inference": _batch_norm(expand.batch_norm_inference),
+    "stablehlo.batch_norm_training": _batch_norm(expand.batch_norm_training),
+    "stablehlo.batch_norm_grad": _batch_norm(expand.batch_norm_grad),
 }
