@@ -24,6 +24,7 @@ from ..emitter.kernels.conv import has_fast_path
 from ..emitter.kernels.dot import columns_are_channels
 from ..emitter.kernels.epilogue import EPILOGUE_OPS
 from ..emitter.kernels.qconv import channels_minor_input, plan_quantized
+from ..emitter.custom_call import emit_custom_call_function
 from ..emitter.render import Artifact, EmitOptions, render
 from ..emitter.scatter import emit_scatter_function
 from ..emitter.sort import emit_sort_function, emit_topk_function
@@ -53,7 +54,8 @@ class KernelChoice:
 
 _ROUTINES: dict[Opcode, Callable] = {Opcode.SORT: emit_sort_function,
                                      Opcode.TOPK: emit_topk_function,
-                                     Opcode.SCATTER: emit_scatter_function}
+                                     Opcode.SCATTER: emit_scatter_function,
+                                     Opcode.CUSTOM_CALL: emit_custom_call_function}
 
 
 class CpuBackend:
@@ -123,7 +125,10 @@ class CpuBackend:
                                 tuple(range(len(instr.operands))), plan.scratch_bytes)
         routine = _ROUTINES.get(instr.opcode)
         if routine is not None:
-            return KernelChoice("routine", instr.opcode.text, routine, _not_constant(instr),
+            # a custom call's function reads constants from memory too
+            passed = (tuple(range(len(instr.operands))) if instr.opcode is Opcode.CUSTOM_CALL
+                      else _not_constant(instr))
+            return KernelChoice("routine", instr.opcode.text, routine, passed,
                                 self.scratch_bytes(instr))
         quantized = plan_quantized(instr, self.target)
         if quantized is not None:

@@ -31,7 +31,7 @@ from ..emitter.render import Artifact, EmitOptions
 from ..emitter.scatter import emit_scatter_function
 from ..emitter.sort import emit_sort_function, emit_topk_function
 from ..emitter.target import TargetInfo, make_target
-from ..hlo import Instruction, Module, Opcode
+from ..hlo import Instruction, Module, Opcode, XlacError
 from ..optimizer.buffer_assignment import BufferAssignment
 from ..optimizer.policy import EpilogueStyle, FusionPolicy, LayoutConstraint
 from .cpu import KernelChoice
@@ -120,6 +120,12 @@ class CudaBackend:
 
     def emit(self, module: Module, assignment: BufferAssignment, options: EmitOptions,
              kinds=("obj",)) -> Artifact:
+        calls = [i.attrs["custom_call_target"] for c in module.computations
+                 for i in c.instructions if i.opcode is Opcode.CUSTOM_CALL]
+        if calls:
+            raise XlacError(f"the program calls {', '.join(sorted(set(calls)))} (custom "
+                            "calls): the CUDA target runs no host functions; compile for "
+                            "the CPU")
         return render_cuda(self, module, assignment, options, kinds)
 
     @staticmethod

@@ -33,7 +33,7 @@ import sys
 import tempfile
 import threading
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -42,6 +42,7 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from . import cache, runtime_c
+from .custom_calls import Bridge, check_given, read_calls, shim_source
 from .emitter.abi import CUDA_DECLARATIONS, DECLARATIONS, XLAC_DTYPE, XLAC_VALUE_KIND
 from .hlo import XlacError
 
@@ -98,6 +99,8 @@ class HeaderFacts:
     cuda: bool = False                 # built for CUDA (the header has NAME_CUDA_KERNELS)
     # (symbol, limit) of a bounded batch (NAME_BOUND_<symbol>): NAME_run_sized_v
     bound: tuple[str, int] | None = None
+    # target -> its calls' signatures: the C functions the linking program defines
+    custom_calls: dict = field(default_factory=dict)
 
 
 def read_header(path: Path) -> HeaderFacts:
@@ -126,7 +129,8 @@ def read_header(path: Path) -> HeaderFacts:
     bound = re.search(rf"^#define {name}_BOUND_(\w+) (\d+)u", text, re.MULTILINE)
     return HeaderFacts(name, triple.group(1) if triple else None, feature_list,
                        thread_scratch, cuda,
-                       (bound.group(1), int(bound.group(2))) if bound else None)
+                       (bound.group(1), int(bound.group(2))) if bound else None,
+                       read_calls(text))
 
 
 def _arch(triple: str) -> str:
@@ -162,16 +166,21 @@ def _runtime_sources() -> list[Path]:
     return [RUNTIME_DIR / f for f in (*_RUNTIME_C, "xlac_runtime.h", "xlac_cuda.h")]
 
 
-def link_shared_library(object_path: Path, name: str) -> Path:
-    """The cached shared library of the object plus the C runtime (linked on first use)."""
+def link_shared_library(object_path: Path, name: str, sources: tuple = (),
+                        shim: str = "") -> Path:
+    """The cached shared library of the object plus the C runtime (linked on first use),
+    and ``sources`` (C or object files) and the C text ``shim``: the custom calls'."""
     try:
         obj = object_path.read_bytes()
+        extra = [Path(p).read_bytes() for p in sources]
     except OSError as e:
-        raise XlacError(f"cannot read '{object_path}': {e.strerror or e}") from None
+        raise XlacError(f"cannot read '{e.filename}': {e.strerror or e}") from None
     digest = hashlib.sha256(obj)
     for src in _runtime_sources():
         digest.update(src.read_bytes())
     digest.update(name.encode())
+    for data in [*extra, shim.encode()]:
+        digest.update(hashlib.sha256(data).digest())
     folder = cache.cache_dir()
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -185,9 +194,12 @@ def link_shared_library(object_path: Path, name: str) -> Path:
     # Link to a private name, then rename: another process linking the same object at
     # the same time never sees (or dlopens) a half-written library.
     temp = folder / f".{library.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    shim_path = temp.with_suffix(".shim.c")
+    if shim:
+        shim_path.write_text(shim)
     cmd = [os.environ.get("CC", "cc"), "-shared", "-fPIC", "-o", str(temp), str(object_path),
-           *(str(RUNTIME_DIR / f) for f in _RUNTIME_C), f"-I{RUNTIME_DIR}", "-lm", "-pthread",
-           "-ldl"]
+           *(str(RUNTIME_DIR / f) for f in _RUNTIME_C), *map(str, sources),
+           *([str(shim_path)] if shim else []), f"-I{RUNTIME_DIR}", "-lm", "-pthread", "-ldl"]
     if sys.platform.startswith("linux"):
         # The model's calls into its own symbols stay inside this library even when
         # another loaded library exports the same NAME_* symbols.
@@ -197,10 +209,14 @@ def link_shared_library(object_path: Path, name: str) -> Path:
     except OSError as e:
         raise XlacError(f"cannot run the C compiler '{cmd[0]}' to link '{object_path}': "
                         f"{e.strerror or e}") from None
+    finally:
+        shim_path.unlink(missing_ok=True)
     if done.returncode != 0:
         temp.unlink(missing_ok=True)
-        first = next((line for line in done.stderr.splitlines() if line.strip()), "")
-        raise XlacError(f"linking '{object_path}' failed: {first.strip()}")
+        lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+        telling = [line for line in lines if re.search(
+            r"error|undefined reference|multiple definition", line)]
+        raise XlacError(f"linking '{object_path}' failed: {(telling or lines or [''])[0]}")
     os.replace(temp, library)
     cache.prune(folder)
     return library
@@ -244,7 +260,8 @@ class Model:
 
     def __init__(self, library_path: Path, name: str, threads: int | None = None,
                  thread_scratch: tuple[int, int] | None = None,
-                 bound: tuple[str, int] | None = None):
+                 bound: tuple[str, int] | None = None, calls: dict | None = None,
+                 python_calls: dict | None = None):
         self.name = name
         self.library_path = library_path
         self.threads = threads
@@ -280,6 +297,16 @@ class Model:
                 self._arena_size = base + (threads - 1) * slot
             pool = self.pool
             self._run_v = lambda *args: parallel_v(*args, pool)
+        self._bridge = None
+        if python_calls:
+            self._bridge = bridge = Bridge(ffi, self._lib, calls, python_calls)
+            run = self._run_v
+
+            def checked(*args):
+                status = run(*args)
+                bridge.check()
+                return status
+            self._run_v = checked
         self._arenas = threading.local()
 
     @property
@@ -461,11 +488,13 @@ class Model:
             raise XlacError(f"{self.name}_run_v failed with status {status}: {reason}")
 
 
-def load(path, threads: int | None = None, device: int = 0) -> Model:
+def load(path, threads: int | None = None, device: int = 0,
+         custom_calls: dict | None = None) -> Model:
     """Load the object at ``path``; its header (same name, suffix ``.h``) must be beside it.
     ``threads``: run NAME_run_parallel on a pool of that many threads (the object must be
     compiled with ``parallel=True``). An object compiled for CUDA runs on GPU ``device``
-    (a CudaModel)."""
+    (a CudaModel). ``custom_calls``: target -> a Python callable or the path of a C
+    source or object file, for each custom call the object makes (cli/custom_calls.py)."""
     object_path = Path(os.fspath(path))
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
                                 or threads < 1):
@@ -479,12 +508,17 @@ def load(path, threads: int | None = None, device: int = 0) -> Model:
                         "parallel=True to load it with threads=",
                         cli=f"'{object_path}' has no {facts.name}_run_parallel; compile it "
                         "with --parallel")
-    library = link_shared_library(object_path, facts.name)
+    given = check_given(facts.custom_calls, custom_calls, object_path)
+    python = {t: f for t, f in given.items() if callable(f)}
+    library = link_shared_library(
+        object_path, facts.name, tuple(f for f in given.values() if not callable(f)),
+        shim_source(sorted(python)) if python else "")
     if facts.cuda:
         if threads is not None:
             raise XlacError(f"'{object_path}' is compiled for CUDA: it takes no threads=")
         return CudaModel(library, facts.name, device)
-    return Model(library, facts.name, threads, facts.thread_scratch, facts.bound)
+    return Model(library, facts.name, threads, facts.thread_scratch, facts.bound,
+                 facts.custom_calls, python)
 
 
 class CudaModel(Model):

@@ -6,6 +6,7 @@ and compiles with ``-std=c99 -Wall -Wextra -Werror -pedantic``.
 from __future__ import annotations
 
 from ..hlo import DType
+from .custom_call import declarations
 from .interface import ModelInterface, Port
 from .target import TargetInfo
 
@@ -144,10 +145,11 @@ def closing_lines(name: str, guard: str) -> list[str]:
 
 def render_header(interface: ModelInterface, target: TargetInfo, arena_size: int,
                   arena_align: int, symbols=(), stack_bytes: int | None = None,
-                  thread_scratch=None) -> str:
+                  thread_scratch=None, calls=()) -> str:
     """``symbols``: what the object needs from the C library and the compiler's runtime;
     ``stack_bytes``: the most stack its entry points use (None: not known);
-    ``thread_scratch`` (entry.ThreadScratch): the object has NAME_run_parallel."""
+    ``thread_scratch`` (entry.ThreadScratch): the object has NAME_run_parallel;
+    ``calls`` (custom_call.CustomCall): the functions the linking program defines."""
     name = interface.name
     guard = f"XLAC_MODEL_{name}_H"
     needs = _wrap([s + "," for s in symbols[:-1]] + list(symbols[-1:]) or ["nothing."],
@@ -163,6 +165,7 @@ def render_header(interface: ModelInterface, target: TargetInfo, arena_size: int
                  f" * ({name}_STACK_SIZE: the deepest chain of the object's own frames)"
                  + (", plus" if symbols else ".")]
         stack += [" * what the library functions above take."] if symbols else []
+        stack += [" * The custom calls below take stack of their own on top."] if calls else []
     out = [
         f"/* {name}: model compiled by xlac.",
         " *",
@@ -197,6 +200,7 @@ def render_header(interface: ModelInterface, target: TargetInfo, arena_size: int
         f"#define {name}_NUM_INPUTS {len(interface.inputs)}",
         f"#define {name}_NUM_OUTPUTS {len(interface.outputs)}",
         "",
+        *declarations(calls),
         *_value_lines(interface),
     ]
     for kind, ports in (("input", interface.inputs), ("output", interface.outputs)):

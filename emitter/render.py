@@ -21,6 +21,7 @@ from llvmlite import ir
 from ..hlo import Module, XlacError
 from ..optimizer.buffer_assignment import BufferAssignment
 from .constants import ConstantPool
+from .custom_call import custom_calls
 from .elf import ElfObject, set_arm_vfp_args
 from .entry import emit_entry
 from .header import render_header
@@ -125,16 +126,19 @@ def render(backend, module: Module, assignment: BufferAssignment, options: EmitO
                                 [f"{options.name}_run", f"{options.name}_run_v"],
                                 target.return_address_bytes)
         symbols = tuple(sorted({"memcpy", "memset", *libcalls}))
+        calls = custom_calls(module)
         if object_code is not None and target.is_elf:
             elf = ElfObject(object_code)
             footprint = elf.footprint(section)
-            symbols = tuple(elf.undefined_symbols())
+            own = {c.target for c in calls}     # the linking program's, not the library's
+            symbols = tuple(s for s in elf.undefined_symbols() if s not in own)
         return Artifact(
             llvm_ir=str(parsed) if "llvm" in kinds else None,
             object_code=object_code,
             assembly=assembly,
             header=render_header(interface, target, assignment.arena_size,
-                                 assignment.alignment, symbols, stack, thread_scratch),
+                                 assignment.alignment, symbols, stack, thread_scratch,
+                                 calls),
             target=target,
             stack_bytes=stack,
             footprint=footprint,

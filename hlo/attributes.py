@@ -23,6 +23,8 @@ Per opcode (see the opcode table):
   get-tuple-element  index: int
   fusion             kind: str ('kLoop', 'kInput', 'kOutput')
   dynamic-slice      dynamic_slice_sizes: tuple[int]
+  custom-call        custom_call_target: str (a C identifier), backend_config: str
+                     (bytes the function receives, "" by default)
 
 Called computations (``Instruction.called``), not attributes:
   reduce, reduce-window   [to_apply]

@@ -774,6 +774,11 @@ def _sort(instr, ops):
                      for x in flat])
 
 
+def _custom_call(instr, ops):
+    raise XlacError(f"custom-call %{instr.name} calls {instr.attrs['custom_call_target']}, "
+                    "which only the program that links the object defines")
+
+
 def _topk(instr, ops):
     """The stable order of the values, best first: for ``largest`` NaN, then +inf down
     to -inf; for smallest -inf up, NaN last; equal values (-0 == +0) by index."""
@@ -824,6 +829,7 @@ RULES: dict[Opcode, Callable] = {
     Opcode.REDUCE_WINDOW: _reduce_window,
     Opcode.SORT: _sort,
     Opcode.TOPK: _topk,
+    Opcode.CUSTOM_CALL: _custom_call,
     Opcode.FUSION: _fusion,
     Opcode.GET_TUPLE_ELEMENT: _get_tuple_element,
     Opcode.TUPLE: _tuple,

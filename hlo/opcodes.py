@@ -109,6 +109,10 @@ class Opcode(Enum):
     SORT = ("sort", -1, ("dimension", "is_stable"))      # N operands; comparator to_apply
     TOPK = ("topk", 1, ("k", "largest"))         # (k best values, their s32 indices), last dim
 
+    # a C function the program that links the object defines (XLA's custom-call, CPU
+    # ABI): operands -> a result (an array, or a tuple of them); pure by contract
+    CUSTOM_CALL = ("custom-call", -1, ("custom_call_target", "backend_config"))
+
     # control flow (XLA semantics; the called computations in Instruction.called)
     WHILE = ("while", 1)                         # called: condition, body; state in and out
     CONDITIONAL = ("conditional", -1)            # branch index (pred or s32), one operand

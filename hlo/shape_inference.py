@@ -7,6 +7,7 @@ broadcast); the rule checks it. The verifier calls the same rules.
 """
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 from . import dtypes
@@ -272,6 +273,17 @@ def _reduce_window(op, ops, attrs, called, result):
     return outs[0] if n == 1 else Shape.tuple_(outs)
 
 
+def _custom_call(op, ops, attrs, called, result):
+    """What the function computes is the text's to say: the declared result."""
+    r = _need_result(result, op)
+    target = attrs.get("custom_call_target", "")
+    _check(re.fullmatch(r"[A-Za-z_]\w*", target) is not None,
+           f"custom-call target '{target}' is not a C identifier")
+    for s in ops:
+        _check(not s.is_tuple, "custom-call operands are arrays")
+    return r
+
+
 def _sort(op, ops, attrs, called, result):
     """XLA sort: the operands (same dims) are permuted together along ``dimension`` into
     the order the comparator defines; one operand gives an array, several a tuple."""
@@ -530,6 +542,7 @@ RULES: dict[Opcode, Callable] = {
     Opcode.REDUCE_WINDOW: _reduce_window,
     Opcode.SORT: _sort,
     Opcode.TOPK: _topk,
+    Opcode.CUSTOM_CALL: _custom_call,
     Opcode.DYNAMIC_SLICE: _dynamic_slice,
     Opcode.DYNAMIC_UPDATE_SLICE: _dynamic_update_slice,
     Opcode.WHILE: _while,

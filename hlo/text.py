@@ -117,7 +117,18 @@ def _choice(options):
     return _Syntax(str, parse)
 
 
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _unquote(p: "_Parser") -> str:
+    tok = p.expect("string")
+    return re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1),
+                  tok.text[1:-1])
+
+
 _INT = _Syntax(str, lambda p: p.integer())
+_STRING = _Syntax(_quote, _unquote)
 _INTS = _Syntax(lambda v: "{" + _join(v) + "}", lambda p: p.int_list())
 _ONE_INT = _Syntax(lambda v: "{" + str(v) + "}", lambda p: p.one_int())
 _BOOL = _Syntax(lambda v: "true" if v else "false",
@@ -198,6 +209,8 @@ _FIELDS: dict[Opcode, tuple[_Field, ...]] = {
     Opcode.TOPK: (_Field("k", _INT, "k"), _Field("largest", _BOOL, "largest")),
     Opcode.FUSION: (_Field("kind", _FUSION_KIND, "kind"),),
     Opcode.GET_TUPLE_ELEMENT: (_Field("index", _INT, "index"),),
+    Opcode.CUSTOM_CALL: (_Field("custom_call_target", _STRING, "custom_call_target"),
+                         _Field("backend_config", _STRING, "backend_config", "")),
 }
 # The keys that name the called computations (Instruction.called, in order), printed
 # after the attributes. A conditional on an s32 index lists its branches instead under

@@ -407,6 +407,21 @@ def is_lapack_call(target: str) -> bool:
     return _LAPACK.fullmatch(target) is not None
 
 
+def refused_call(target: str) -> str | None:
+    """Why a custom call cannot become a call of the C function ``target`` the program
+    that links the object defines, or None: a library JAX or XLA call themselves (other
+    LAPACK routines, Python callbacks, GPU libraries)."""
+    if is_lapack_call(target):
+        return None
+    if target.startswith("lapack_"):
+        return "a LAPACK routine other than potrf, trsm and getrf, which xlac expands"
+    if "python" in target and "callback" in target:
+        return "a Python callback (jax.pure_callback, jax.debug.print): it runs Python"
+    if re.fullmatch(r"[A-Za-z_]\w*", target) is None:
+        return "not a C identifier, so no C function of the program can be it"
+    return None
+
+
 def lapack_call(where: Where, target: str, operands: list[Instruction],
                 config: dict[str, int]) -> list[Instruction]:
     """The results of JAX's LAPACK custom call ``target`` (its backend_config's uplo,

@@ -38,9 +38,10 @@ from .rewrite import apply_replacements
 SMALL_BYTES = 1024
 # int8 weights dequantized to f32 (4x) still fold; 4-bit ones (8x) do not.
 UNPACKED_RATIO = 4
-# Control flow is not evaluated at compile time: a loop may run for long.
+# Control flow is not evaluated at compile time: a loop may run for long; a custom call
+# is code only the linked program has.
 _NEVER_FOLDED = (Opcode.PARAMETER, Opcode.CONSTANT, Opcode.TUPLE, Opcode.GET_TUPLE_ELEMENT,
-                 Opcode.WHILE, Opcode.CONDITIONAL)
+                 Opcode.WHILE, Opcode.CONDITIONAL, Opcode.CUSTOM_CALL)
 
 
 class ConstantFolding(ComputationPass):

@@ -374,9 +374,10 @@ def test_opcode_table(case):
         check(got, case.expected)
 
 
-# Sources and structure that a one-op module cannot hold (tested below).
+# Sources and structure that a one-op module cannot hold (tested below), and the custom
+# call, which only the linking program can run (tested below to refuse).
 _TESTED_ELSEWHERE = {Opcode.PARAMETER, Opcode.CONSTANT, Opcode.GET_TUPLE_ELEMENT,
-                     Opcode.WHILE}
+                     Opcode.WHILE, Opcode.CUSTOM_CALL}
 
 
 def test_table_covers_every_opcode():
@@ -386,6 +387,14 @@ def test_table_covers_every_opcode():
 
 def test_every_opcode_has_a_rule():
     assert set(RULES) == set(Opcode)
+
+
+def test_a_custom_call_is_not_evaluated():
+    b = Builder("main")
+    x = b.parameter(0, Shape.array(dtypes.F32, (2,)))
+    call = b.op(Opcode.CUSTOM_CALL, x, shape=x.shape, custom_call_target="f", backend_config="")
+    with pytest.raises(XlacError, match="calls f, which only the program that links"):
+        evaluate(module_of(b, call), [np.zeros(2, np.float32)])
 
 
 def test_constant_and_get_tuple_element():

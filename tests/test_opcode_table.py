@@ -4,7 +4,7 @@ import pytest
 from xlac.hlo import Opcode
 from xlac.hlo.opcodes import CONTROL_FLOW
 from xlac.hlo import evaluator, shape_inference
-from xlac.emitter import elemental, kernels, scatter, sort
+from xlac.emitter import custom_call, elemental, kernels, scatter, sort
 
 
 def test_every_opcode_has_a_shape_rule():
@@ -16,10 +16,11 @@ def test_every_opcode_has_an_evaluator_rule():
 
 
 # Emitted as a whole rather than element by element: sort and topk (emitter/sort.py),
-# scatter (emitter/scatter.py), and control flow (the called computations' code in a
-# loop or a branch, by the entry emitter). Dot and convolution have element rules (for
-# fused computations no kernel implements) and kernels too.
-_NOT_ELEMENTAL = {Opcode.SORT, Opcode.TOPK, Opcode.SCATTER} | CONTROL_FLOW
+# scatter (emitter/scatter.py), custom calls (emitter/custom_call.py), and control flow
+# (the called computations' code in a loop or a branch, by the entry emitter). Dot and
+# convolution have element rules (for fused computations no kernel implements) and
+# kernels too.
+_NOT_ELEMENTAL = {Opcode.SORT, Opcode.TOPK, Opcode.SCATTER, Opcode.CUSTOM_CALL} | CONTROL_FLOW
 
 
 def test_every_opcode_has_an_emitter_rule():
@@ -27,6 +28,7 @@ def test_every_opcode_has_an_emitter_rule():
     assert not missing, sorted(o.text for o in missing)
     assert callable(sort.emit_sort_function) and callable(sort.emit_topk_function)
     assert callable(scatter.emit_scatter_function)
+    assert callable(custom_call.emit_custom_call_function)
 
 
 def test_dot_and_convolution_also_have_kernels():

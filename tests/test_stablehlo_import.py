@@ -204,12 +204,12 @@ def test_map_applies_its_region_element_by_element():
 def test_every_unsupported_op_is_listed_in_one_message():
     text = module("""\
     %0 = stablehlo.fft %arg0, type = FFT, length = [4] : (tensor<4xf32>) -> tensor<4xf32>
-    %1 = stablehlo.custom_call @my_kernel(%0) : (tensor<4xf32>) -> tensor<4xf32>
-    %2 = stablehlo.custom_call @my_kernel(%1) : (tensor<4xf32>) -> tensor<4xf32>
+    %1 = stablehlo.custom_call @xla_python_cpu_callback(%0) : (tensor<4xf32>) -> tensor<4xf32>
+    %2 = stablehlo.custom_call @xla_python_cpu_callback(%1) : (tensor<4xf32>) -> tensor<4xf32>
     return %2 : tensor<4xf32>""")
     with pytest.raises(xlac.XlacError, match=r"^unsupported StableHLO ops: stablehlo\.fft at "
-                       r"line 3 \(jnp\.fft\); stablehlo\.custom_call my_kernel at line 4, "
-                       r"line 5 \(a call into a library"):
+                       r"line 3 \(jnp\.fft\); stablehlo\.custom_call xla_python_cpu_callback "
+                       r"at line 4, line 5 \(a Python callback"):
         import_stablehlo(text.encode())
 
 

@@ -35,7 +35,7 @@ _ONE_DEVICE = re.compile(r"\{\s*(replicated|maximal device=0|manual|devices=\[1(
 
 
 class XlaDialect(Dialect):
-    own = frozenset({"bitcast-convert"})
+    own = frozenset({"bitcast-convert", "custom-call"})
     def foreign(self, instr: ForeignInstruction, site: Site) -> Instruction:
         rule = _FOREIGN.get(instr.opcode)
         if rule is None:
@@ -236,14 +236,25 @@ def _map(instr: ForeignInstruction, site: Site) -> Instruction:
     return _results(instr, [out], site)
 
 
-# custom-call(xs...), custom_call_target="lapack_...", backend_config={...}
+# custom-call(xs...), custom_call_target="f", backend_config="..."|{...}: JAX's LAPACK
+# calls expanded, anything else a call of the C function f
 def _custom_call(instr: ForeignInstruction, site: Site) -> Instruction:
     target = instr.attributes.get("custom_call_target", "").strip('"')
-    if not expand.is_lapack_call(target):
-        raise site.error(f"unsupported custom-call {target} (%{instr.name})")
-    config = expand.backend_config(instr.attributes.get("backend_config", ""))
-    return _results(instr, expand.lapack_call(_where(site), target, instr.operands, config),
-                    site)
+    config = instr.attributes.get("backend_config", "")
+    if expand.is_lapack_call(target):
+        return _results(instr, expand.lapack_call(_where(site), target, instr.operands,
+                                                  expand.backend_config(config)), site)
+    why = expand.refused_call(target)
+    if why is not None:
+        raise site.error(f"unsupported custom-call {target} (%{instr.name}): {why}")
+    if instr.attributes.get("custom_call_has_side_effect") == "true":
+        raise site.error(f"custom-call {target} (%{instr.name}) has side effects; xlac "
+                         "calls pure functions only")
+    if config.startswith('"'):
+        config = bytes(config[1:-1], "utf-8").decode("unicode_escape")
+    return site.add(Instruction(Opcode.CUSTOM_CALL, instr.shape, instr.operands,
+                                {"custom_call_target": target, "backend_config": config},
+                                name=instr.name))
 
 
 # bitcast-convert(x): between widths too (ours keeps the width)
@@ -290,7 +301,8 @@ _FOREIGN_KEYS = {"call": {"to_apply", "is_composite", "composite.name",
                  "reduce-precision": {"exponent_bits", "mantissa_bits"},
                  "map": {"dimensions", "to_apply"},
                  "custom-call": {"custom_call_target", "operand_layout_constraints",
-                                 "output_to_operand_aliasing", "api_version"},
+                                 "output_to_operand_aliasing", "api_version",
+                                 "custom_call_has_side_effect"},
                  "bitcast-convert": set(), "rng-bit-generator": {"algorithm"},
                  **{f"batch-norm-{k}": {"epsilon", "feature_index"}
                     for k in ("inference", "training", "grad")}}

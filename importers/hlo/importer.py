@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ...hlo import (Instruction, Module, Opcode, Shape, Signature, TensorSpec, XlacError)
 from ...hlo.text import parse_module
-from ..xla_expanders import is_lapack_call
+from ..xla_expanders import refused_call
 from .dialect import SUPPORTED_FOREIGN, XlaDialect
 
 MAGIC = b"HloModule"
@@ -28,8 +28,6 @@ MAGIC = b"HloModule"
 MLIR_HEAD = re.compile(rb'^\s*(?:#loc.*\n\s*)*(?:module\b|"builtin\.module")')
 # Ops XLA has and we do not, with what usually makes JAX write them.
 REFUSED = {
-    "custom-call": "a call into a library other than the LAPACK routines JAX calls for "
-                   "cholesky, triangular solves and LU",
     "fft": "jnp.fft", "rng": "lax.rng_uniform",
     "real": "complex numbers", "imag": "complex numbers", "complex": "complex numbers",
     "all-reduce": "a collective", "all-gather": "a collective", "all-to-all": "a collective",
@@ -117,18 +115,21 @@ def _check_form(text: str) -> None:
 def _check_ops(text: str) -> None:
     ours = {op.text for op in Opcode} | SUPPORTED_FOREIGN
     missing: dict[str, list[str]] = {}
+    reasons: dict[str, str] = {}
     for m in _OPCODE_OF_LINE.finditer(text):
         op = m.group(2)
         if op == "custom-call":
             target = _TARGET.search(m.group(3))
-            if target and is_lapack_call(target.group(1)):
-                continue
-            op = f"custom-call {target.group(1) if target else '?'}"
-        if op not in ours:
+            why = refused_call(target.group(1)) if target else "no custom_call_target"
+            if why is not None:
+                missing.setdefault(f"custom-call {target.group(1) if target else '?'}",
+                                   []).append(m.group(1))
+                reasons[f"custom-call {target.group(1) if target else '?'}"] = why
+        elif op not in ours:
             missing.setdefault(op, []).append(m.group(1))
     if missing:
         parts = [f"{op} at %{', %'.join(names)} "
-                 f"({REFUSED.get(op.split()[0], 'not in the opcode table')})"
+                 f"({reasons.get(op) or REFUSED.get(op, 'not in the opcode table')})"
                  for op, names in missing.items()]
         raise XlacError("unsupported XLA ops: " + "; ".join(parts))
 

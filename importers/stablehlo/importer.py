@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ...hlo import Module, Signature, TensorSpec, XlacError
 from ..hlo.importer import MLIR_HEAD, flatten_root
-from ..xla_expanders import is_lapack_call
+from ..xla_expanders import refused_call
 from .chlo import CHLO_RULES
 from .lowering import lower_module
 from .mlir import MlirModule, Operation, parse
@@ -23,8 +23,6 @@ _ALL_RULES = {**RULES, **CHLO_RULES}
 _RETURNS = frozenset({"return", "func.return", "stablehlo.return"})
 # Ops StableHLO has and we do not, with what usually makes JAX write them.
 REFUSED = {
-    "stablehlo.custom_call": "a call into a library other than the LAPACK routines JAX "
-                             "calls for cholesky, triangular solves and LU",
     "stablehlo.fft": "jnp.fft", "stablehlo.rng": "lax.rng_uniform",
     "stablehlo.real": "complex numbers", "stablehlo.imag": "complex numbers",
     "stablehlo.complex": "complex numbers",
@@ -86,11 +84,14 @@ def _operations(ops: list[Operation]):
 
 def _check_ops(mlir: MlirModule) -> None:
     missing: dict[str, list[str]] = {}
+    reasons: dict[str, str] = {}
     for fn in mlir.functions.values():
         for op in _operations(fn.body.operations):
             target = op.attributes.get("call_target_name", "?")
-            if op.name == "stablehlo.custom_call" and not is_lapack_call(target):
+            why = refused_call(target) if op.name == "stablehlo.custom_call" else None
+            if why is not None:
                 what = f"{op.name} {target}"
+                reasons[what] = why
             elif op.name in _ALL_RULES or op.name in _RETURNS:
                 continue
             else:
@@ -98,7 +99,7 @@ def _check_ops(mlir: MlirModule) -> None:
             missing.setdefault(what, []).append(f"line {op.line}")
     if missing:
         parts = [f"{op} at {', '.join(lines)} "
-                 f"({REFUSED.get(op.split()[0], 'not supported by xlac')})"
+                 f"({reasons.get(op) or REFUSED.get(op, 'not supported by xlac')})"
                  for op, lines in missing.items()]
         raise XlacError("unsupported StableHLO ops: " + "; ".join(parts))
 

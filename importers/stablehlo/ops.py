@@ -423,13 +423,24 @@ def _batch_norm(expander):
 
 
 def _custom_call(op, ctx):
+    """JAX's LAPACK calls expanded; any other target a call of the C function of that
+    name, with its backend_config string."""
     target = attr(op, "call_target_name")
-    if not expand.is_lapack_call(target):
-        raise ctx.error(f"unsupported custom call {target}")
-    config = attr(op, "mhlo.backend_config", default={})
-    if not isinstance(config, dict):
-        config = expand.backend_config(str(config))
-    return expand.lapack_call(_where(ctx), target, ctx.operands(op), config)
+    operands = ctx.operands(op)
+    if expand.is_lapack_call(target):
+        config = attr(op, "mhlo.backend_config", default={})
+        if not isinstance(config, dict):
+            config = expand.backend_config(str(config))
+        return expand.lapack_call(_where(ctx), target, operands, config)
+    if attr(op, "has_side_effect", default=False):
+        raise ctx.error(f"custom call {target} has side effects; xlac calls pure functions "
+                        "only")
+    config = attr(op, "backend_config", default="")
+    shapes = [shape_of(t) for t in op.result_types]
+    shape = shapes[0] if len(shapes) == 1 else Shape.tuple_(shapes)
+    call = _add(ctx, Opcode.CUSTOM_CALL, operands, shape, custom_call_target=target,
+                backend_config=config if isinstance(config, str) else "")
+    return ctx.results(call, len(shapes))
 
 
 RULES: dict[str, Rule] = {
