@@ -96,6 +96,16 @@ def bounds_from(specs: list[str]) -> dict[str, int]:
     return _per_input(specs, parse_bound, "--bound", "dimension")
 
 
+def custom_ops_from(specs: list[str]) -> dict[str, str]:
+    """``["com.example.FancyOp=fancy_op"]`` (repeated ``--custom-op``) -> that mapping."""
+    def parse(spec: str) -> tuple[str, str]:
+        op, eq, function = spec.partition("=")
+        if not eq or not op or not function:
+            raise XlacError(f"--custom-op takes DOMAIN.OP=FUNCTION, got '{spec}'")
+        return op, function
+    return _per_input(specs, parse, "--custom-op", "op")
+
+
 def _per_input(specs: list[str], parse, option: str, what: str = "input") -> dict:
     """{name: value} of ``parse(spec) -> (name, value)`` over the option's specs."""
     values = {}
@@ -156,7 +166,8 @@ def compile(model, output, *, name: str | None = None, target: str | None = None
             opt_level: int = 2, report: bool = False, dump_passes=None,
             const_inputs: dict | None = None, strict: bool = False, parallel: bool = False,
             memory_budget: int | None = None, bounds: dict | None = None,
-            int8_io: bool = False, progress: Progress | None = None) -> CompileResult:
+            int8_io: bool = False, custom_ops: dict | None = None,
+            progress: Progress | None = None) -> CompileResult:
     """Compile ``model`` (an ONNX path, bytes or ModelProto, or the path or bytes of
     XLA's HLO text as JAX prints it) into ``output`` and the header beside it
     (``output`` with suffix ``.h``).
@@ -184,7 +195,10 @@ def compile(model, output, *, name: str | None = None, target: str | None = None
     the object then takes the batch at run time (bounds.py). ``int8_io`` makes a quantized
     (QDQ) ONNX model's inputs and outputs the 8-bit values its QuantizeLinear and
     DequantizeLinear nodes compute, with their scale and zero point in the header
-    (importers/onnx/int8_boundary.py).
+    (importers/onnx/int8_boundary.py). ``custom_ops`` maps ONNX ops of custom domains,
+    ``"com.example.FancyOp"``, to the C functions that compute them, ``"fancy_op"``: each
+    such node becomes a custom call (emitter/custom_call.py), its attributes the call's
+    backend_config as JSON, its outputs' shapes the model's value_info.
     """
     if memory_budget is not None and (isinstance(memory_budget, bool)
                                       or not isinstance(memory_budget, int)
@@ -196,6 +210,7 @@ def compile(model, output, *, name: str | None = None, target: str | None = None
     _check_mapping("input_shapes", input_shapes, '{"x": (1, 64)}')
     _check_mapping("const_inputs", const_inputs, '{"k": np.array([1, 2])}')
     _check_mapping("bounds", bounds, '{"N": 8}')
+    _check_mapping("custom_ops", custom_ops, '{"com.example.FancyOp": "fancy_op"}')
     _check_symbols(input_shapes or {}, bounds or {})
     with warnings.catch_warnings():
         if strict:
@@ -208,24 +223,25 @@ def compile(model, output, *, name: str | None = None, target: str | None = None
                             opt_level=opt_level, want_report=report, dump_passes=dump_passes,
                             parallel=parallel, memory_budget=memory_budget,
                             bounds=bounds or {}, int8_io=int8_io,
-                            progress=progress or Progress())
+                            custom_ops=custom_ops or {}, progress=progress or Progress())
         except XlacWarning as w:
             raise XlacError(f"{w} (an error with strict=True)",
                             cli=f"{w} (an error with --strict)") from None
 
 
 def _import(model, *, name, input_shapes, const_inputs, absent_inputs,
-            onnx_order_bound) -> Module:
+            onnx_order_bound, custom_ops=None) -> Module:
     """The front end by content: HLO text opens with ``HloModule``, StableHLO with an
     MLIR ``module``; anything else is read as ONNX."""
     if not is_hlo_text(model):
         return import_onnx(model, input_shapes=input_shapes, name=name,
                            const_inputs=const_inputs, absent_inputs=absent_inputs,
-                           onnx_order_bound=onnx_order_bound)
+                           onnx_order_bound=onnx_order_bound, custom_ops=custom_ops)
     # HLO's shapes are static and all its parameters are inputs: nothing to pin.
     for what, option, value in (("input_shapes", "--input-shape", input_shapes),
                                 ("const_inputs", "--const-input", const_inputs),
-                                ("absent_inputs", "--absent-input", absent_inputs)):
+                                ("absent_inputs", "--absent-input", absent_inputs),
+                                ("custom_ops", "--custom-op", custom_ops)):
         if value:
             raise XlacError(f"{what} applies to ONNX models, not HLO text",
                             cli=f"{option} applies to ONNX models, not HLO text")
@@ -246,14 +262,15 @@ def _check_symbols(input_shapes: dict, bounds: dict) -> None:
 
 
 def _import_bounded(model, bounds: dict, *, name, input_shapes, const_inputs, absent_inputs,
-                    onnx_order_bound) -> tuple[Module, tuple[str, int]]:
+                    onnx_order_bound, custom_ops=None) -> tuple[Module, tuple[str, int]]:
     """The one-sample module of a batch-separable model, and its (symbol, limit)."""
     if is_hlo_text(model):
         raise XlacError("bounds apply to ONNX models, not HLO text",
                         cli="--bound applies to ONNX models, not HLO text")
     proto, _ = read_model(model)
     batch = batch_bound(proto, bounds, input_shapes, const_inputs, absent_inputs)
-    given = dict(name=name, const_inputs=const_inputs, absent_inputs=absent_inputs)
+    given = dict(name=name, const_inputs=const_inputs, absent_inputs=absent_inputs,
+                 custom_ops=custom_ops)
     one = import_onnx(proto, input_shapes=batch.input_shapes(1),
                       onnx_order_bound=onnx_order_bound, **given)
     check_separable(import_onnx(proto, input_shapes=batch.input_shapes(2), **given),
@@ -275,7 +292,7 @@ def _check_mapping(what: str, value, example: str) -> None:
 
 def _compile(model, output, *, name, target, cpu, features, emit_kind, input_shapes,
              const_inputs, absent_inputs, opt_level, want_report, dump_passes, parallel: bool,
-             memory_budget: int | None, bounds: dict, int8_io: bool,
+             memory_budget: int | None, bounds: dict, int8_io: bool, custom_ops: dict,
              progress: Progress) -> CompileResult:
     output = Path(os.fspath(output))
     header = output.with_suffix(".h")
@@ -305,11 +322,11 @@ def _compile(model, output, *, name, target, cpu, features, emit_kind, input_sha
                 module, bound = _import_bounded(
                     model, bounds, name=name, input_shapes=input_shapes,
                     const_inputs=const_inputs, absent_inputs=absent_inputs,
-                    onnx_order_bound=want_report)
+                    onnx_order_bound=want_report, custom_ops=custom_ops)
             else:
                 module = _import(model, name=name, input_shapes=input_shapes,
                                  const_inputs=const_inputs, absent_inputs=absent_inputs,
-                                 onnx_order_bound=want_report)
+                                 onnx_order_bound=want_report, custom_ops=custom_ops)
             onnx_bound = module.source_order_bound
             if quantized_ports:
                 _record_quantization(module.signature, quantized_ports)

@@ -6,6 +6,7 @@
          [--report-json FILE]
          [--report-memory[=FILE.svg]] [--dump-passes DIR] [-O0|-O1|-O2|-O3] [--strict]
          [--memory-budget BYTES] [--bound SYMBOL=LIMIT] [--int8-io]
+         [--custom-op DOMAIN.OP=FUNCTION ...]
     xlac --runtime-dir
     xlac --cmake-dir
     xlac --version
@@ -33,7 +34,8 @@ import onnx
 
 from . import __version__, runtime_c
 from .commands import COMMANDS
-from .driver import EMIT_KINDS, bounds_from, compile, const_inputs_from, input_shapes_from
+from .driver import (EMIT_KINDS, bounds_from, compile, const_inputs_from, custom_ops_from,
+                     input_shapes_from)
 from .hlo import XlacError, XlacWarning
 from .memory_report import arena_svg, format_memory
 from .outputs import write_files
@@ -90,6 +92,10 @@ def _parser() -> argparse.ArgumentParser:
                    "inputs that give shapes, axes or counts (repeatable)")
     p.add_argument("--absent-input", action="append", default=[], metavar="NAME",
                    help="compile optional input NAME empty; it leaves the signature "
+                   "(repeatable)")
+    p.add_argument("--custom-op", action="append", default=[], metavar="DOMAIN.OP=FUNCTION",
+                   help="compile nodes of the custom-domain ONNX op DOMAIN.OP as calls of the "
+                   "C function FUNCTION, which the program that links the object defines "
                    "(repeatable)")
     p.add_argument("--report", action="store_true",
                    help="print op counts, fusions, memory and compile times to stdout")
@@ -168,6 +174,7 @@ def _run(argv) -> int:
                      report=want_report, strict=args.strict, parallel=args.parallel,
                      memory_budget=args.memory_budget, bounds=bounds_from(args.bound),
                      int8_io=args.int8_io, dump_passes=args.dump_passes,
+                     custom_ops=custom_ops_from(args.custom_op),
                      progress=Progress(sys.stderr))
     if args.report_json is not None:
         _write_json(args.report_json, result.report)

@@ -201,3 +201,57 @@ def test_the_cuda_target_refuses_custom_calls(tmp_path, capsys):
     path.write_bytes(HLO)
     assert main([str(path), "-o", str(tmp_path / "t.o"), "--target", "cuda"]) == 1
     assert "the CUDA target runs no host functions" in capsys.readouterr().err
+
+
+# --- ONNX ops of custom domains ---------------------------------------------------------
+
+def fancy_model(with_value_info: bool = True):
+    import onnx
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    f = helper.make_tensor_value_info("f", TensorProto.FLOAT, [2, 3])
+    nodes = [helper.make_node("FancyOp", ["x"], ["f"], domain="com.example", alpha=0.5,
+                              mode="fast", axes=[1, 2]),
+             helper.make_node("Relu", ["f"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [x], [y], value_info=[f] if with_value_info else [])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("com.example", 1)])
+
+
+def fancy_op(x, opaque):
+    import json
+    config = json.loads(opaque)
+    assert config == {"alpha": 0.5, "axes": [1, 2], "mode": "fast"}
+    return x * config["alpha"] - 1
+
+
+def test_an_onnx_custom_op_becomes_a_custom_call(tmp_path):
+    result = xlac.compile(fancy_model(), tmp_path / "f.o",
+                          custom_ops={"com.example.FancyOp": "fancy_op"})
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    m = xlac.load(result.output, custom_calls={"fancy_op": fancy_op})
+    np.testing.assert_array_equal(m(x)[0], np.maximum(x * 0.5 - 1, 0))
+
+
+def test_the_command_line_maps_custom_ops(tmp_path, capsys):
+    import onnx
+    onnx.save(fancy_model(), tmp_path / "f.onnx")
+    out = str(tmp_path / "f.o")
+    assert main([str(tmp_path / "f.onnx"), "-o", out]) == 1
+    assert "unsupported ONNX ops: com.example.FancyOp (node 'f')" in capsys.readouterr().err
+    assert main([str(tmp_path / "f.onnx"), "-o", out,
+                 "--custom-op", "com.example.FancyOp=fancy_op"]) == 0
+    assert "void fancy_op(" in (tmp_path / "f.h").read_text()
+    assert main([str(tmp_path / "f.onnx"), "-o", out, "--custom-op", "FancyOp"]) == 1
+    assert "--custom-op takes DOMAIN.OP=FUNCTION, got 'FancyOp'" in capsys.readouterr().err
+
+
+def test_a_custom_op_output_needs_its_shape_in_the_model(tmp_path):
+    with pytest.raises(xlac.XlacError, match="output 'f' of custom op com.example.FancyOp "
+                       r"\(node 'f'\) has no static shape: give its type and shape"):
+        xlac.compile(fancy_model(with_value_info=False), tmp_path / "f.o",
+                     custom_ops={"com.example.FancyOp": "fancy_op"})
+    with pytest.raises(xlac.XlacError, match="custom_ops maps 'domain.OpType' to a C function"):
+        xlac.compile(fancy_model(), tmp_path / "f.o",
+                     custom_ops={"com.example.FancyOp": "not a symbol"})

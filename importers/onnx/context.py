@@ -157,6 +157,7 @@ class ImportContext:
         # None for the main graph; for a subgraph (a loop body, a branch) what it is,
         # for messages: its parameters are no model inputs.
         self.scope = scope
+        self.custom_ops = None                      # custom_op.CustomOps, set by the importer
         self._folded: dict[int, np.ndarray | None] = {}
         self._reducers: dict[tuple, Computation] = {}
         self._node: onnx.NodeProto | None = None
@@ -171,6 +172,7 @@ class ImportContext:
         sub = ImportContext(self.module, builder, self.opsets, scope)
         sub.input_names = self.input_names
         sub._reducers = self._reducers
+        sub.custom_ops = self.custom_ops
         return sub
 
     # -- the node being lowered ---------------------------------------------

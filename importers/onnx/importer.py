@@ -14,6 +14,7 @@ from onnx import numpy_helper
 from ...hlo import (Builder, Instruction, Module, OpMetadata, Shape, ShapeError, Signature,
                     TensorSpec, ValueSpec, XlacError)
 from .context import ImportContext, OptionalValue, Sequence, kind_of, node_label
+from .custom_op import CustomOps, custom_op_table
 from .liveness import order_bound
 from .model_file import all_nodes, graph_inputs
 from .prepare import PREPARATION, Prepared, read_model
@@ -24,7 +25,7 @@ from .types import hlo_dtype
 
 def import_onnx(model, input_shapes: dict | None = None, name: str | None = None,
                 const_inputs: dict | None = None, absent_inputs=None,
-                onnx_order_bound: bool = False) -> Module:
+                onnx_order_bound: bool = False, custom_ops: dict | None = None) -> Module:
     """Lower an ONNX model (path, bytes or ModelProto) to an HLO module.
 
     ``input_shapes`` maps input names to dims that replace the model's
@@ -39,10 +40,12 @@ def import_onnx(model, input_shapes: dict | None = None, name: str | None = None
     ``onnx_order_bound``: also set
     ``module.source_order_bound``, the most intermediate bytes live at once in the ONNX
     file's own node order (liveness.py; None where ONNX's inference leaves a size
-    unknown), for the report.
+    unknown), for the report. ``custom_ops``: "domain.Op" -> the C function a custom
+    call of it makes (custom_op.py).
     """
     prepared = Prepared(*read_model(model), input_shapes=input_shapes or {},
-                        const_inputs=const_inputs or {}, absent_inputs=absent_inputs)
+                        const_inputs=const_inputs or {}, absent_inputs=absent_inputs,
+                        custom_ops=custom_op_table(custom_ops or {}))
     for step in PREPARATION:
         step(prepared)
     module = _lower(prepared, name or prepared.model.graph.name or "model")
@@ -57,6 +60,7 @@ def _lower(prepared: Prepared, name: str) -> Module:
     module = Module(name)
     b = Builder("main")
     ctx = ImportContext(module, b, prepared.opsets)
+    ctx.custom_ops = CustomOps(prepared.custom_ops, [prepared.model, prepared.inferred])
     signature = Signature()
 
     def parameter(value_name: str, spec: TensorSpec) -> Instruction:
@@ -137,6 +141,8 @@ def lower_nodes(ctx: ImportContext, graph: onnx.GraphProto) -> None:
 def _lower_node(ctx: ImportContext, node: onnx.NodeProto, used: set[str]) -> None:
     domain = canonical_domain(node.domain)
     rule = lookup(domain, node.op_type, ctx.opsets.get(domain, 0))
+    if rule is None and ctx.custom_ops is not None:
+        rule = ctx.custom_ops.rule(domain, node.op_type)
     ctx.begin_node(node)
     instructions = ctx.b.computation.instructions
     first_new = len(instructions)

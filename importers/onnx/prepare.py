@@ -62,6 +62,8 @@ class Prepared:
     elements: dict[str, list[list[int]]] = field(default_factory=dict)  # sequence inputs'
     notes: list[str] = field(default_factory=list)     # for module.notes (--report)
     inferred: onnx.ModelProto | None = None       # the skeleton with inferred value_info
+    # (domain, op type) -> the C function its custom call makes (custom_op.py)
+    custom_ops: dict = field(default_factory=dict)
 
     @cached_property
     def opsets(self) -> dict[str, int]:
@@ -117,7 +119,8 @@ def reject_unsupported(p: Prepared) -> None:
     missing, out_of_scope = [], {}
     for node in all_nodes(p.model.graph):
         domain = canonical_domain(node.domain)
-        if lookup(domain, node.op_type, p.opsets.get(domain, 0)) is not None:
+        if lookup(domain, node.op_type, p.opsets.get(domain, 0)) is not None or \
+                (domain, node.op_type) in p.custom_ops:
             continue
         op = node.op_type if domain == DEFAULT_DOMAIN else f"{domain}.{node.op_type}"
         label = f"{op} (node '{node_label(node)}')"
