@@ -13,7 +13,7 @@ from test_cortex_m import _make
 from tools import require_tools
 
 jax = pytest.importorskip("jax")
-from test_hlo_import import FORMS, cnn, f32, jax_outputs, mlp  # noqa: E402
+from xlac.conformance.jax_cases import FORMS, cnn, f32, jax_outputs, mlp  # noqa: E402
 
 PROGRAMS = {"mlp": (mlp, (f32(4, 32),)), "cnn": (cnn, (f32(1, 16, 16, 3),))}
 CASES = [(p, form) for p in PROGRAMS for form in FORMS]

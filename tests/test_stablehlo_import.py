@@ -116,6 +116,7 @@ def test_parse_errors_give_line_and_column():
 
 
 @pytest.mark.parametrize("type_text, message", [
+    ("tuple<tensor<4xf32>>", "tuple types"),
     ("tensor<?x4xf32>", "dynamic shape"),
     ("tensor<4xcomplex<f32>>", "complex numbers"),
     ("!stablehlo.token", "tokens"),
@@ -274,3 +275,39 @@ def test_batch_norms_match_their_definitions():
     got = run(BATCH_NORM, x, scale, offset, mean, var, dy)
     for g, w in zip(got, _batch_norm_reference(x, scale, offset, mean, var, dy), strict=True):
         np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5)
+
+
+# --- ops no JAX program of jax_cases.py writes, against numpy --------------------------
+
+LESSER_OPS = module("""\
+    %0 = chlo.is_inf %arg0 : tensor<4xf32> -> tensor<4xi1>
+    %1 = chlo.is_pos_inf %arg0 : tensor<4xf32> -> tensor<4xi1>
+    %2 = chlo.is_neg_inf %arg0 : tensor<4xf32> -> tensor<4xi1>
+    %3 = chlo.tan %arg1 : tensor<4xf32> -> tensor<4xf32>
+    %4 = stablehlo.logistic %arg1 : tensor<4xf32>
+    %5 = stablehlo.round_nearest_afz %arg1 : tensor<4xf32>
+    %c = stablehlo.constant dense<true> : tensor<i1>
+    %8 = "stablehlo.if"(%c) ({
+      %9 = stablehlo.negate %arg1 : tensor<4xf32>
+      stablehlo.return %9 : tensor<4xf32>
+    }, {
+      stablehlo.return %arg1 : tensor<4xf32>
+    }) : (tensor<i1>) -> tensor<4xf32>
+    %10 = stablehlo.composite "my.square" %arg1 {decomposition = @square} : (tensor<4xf32>) -> tensor<4xf32>
+    %11 = stablehlo.tan %arg1 : tensor<4xf32>
+    return %0, %1, %2, %3, %5, %8, %10, %11 : tensor<4xi1>, tensor<4xi1>, tensor<4xi1>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>
+  }
+  func.func private @square(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+    %0 = stablehlo.multiply %arg0, %arg0 : tensor<4xf32>
+    return %0 : tensor<4xf32>""", args="%arg0: tensor<4xf32>, %arg1: tensor<4xf32>",
+    results=", ".join(["tensor<4xi1>"] * 3 + ["tensor<4xf32>"] * 5))
+
+
+def test_ops_no_jax_program_writes():
+    x = np.array([np.inf, -np.inf, 1.0, np.nan], np.float32)
+    y = np.array([0.5, -2.5, 2.5, 1.25], np.float32)
+    got = run(LESSER_OPS, x, y)
+    want = [np.isinf(x), np.isposinf(x), np.isneginf(x), np.tan(y),
+            np.sign(y) * np.floor(np.abs(y) + 0.5), -y, y * y, np.tan(y)]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-6)

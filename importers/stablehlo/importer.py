@@ -19,7 +19,7 @@ from .lowering import lower_module
 from .mlir import MlirModule, Operation, parse
 from .ops import RULES
 
-_ALL_RULES = {**RULES, **CHLO_RULES}
+ALL_RULES = {**RULES, **CHLO_RULES}
 _RETURNS = frozenset({"return", "func.return", "stablehlo.return"})
 # Ops StableHLO has and we do not, with what usually makes JAX write them.
 REFUSED = {
@@ -52,7 +52,7 @@ def import_stablehlo(model, name: str | None = None) -> Module:
     mlir = parse(_read(model))
     _check_devices(mlir)
     _check_ops(mlir)
-    module = lower_module(mlir, _ALL_RULES, name or "main")
+    module = lower_module(mlir, ALL_RULES, name or "main")
     flatten_root(module)
     module.signature = _signature(module, mlir)
     return module
@@ -92,7 +92,7 @@ def _check_ops(mlir: MlirModule) -> None:
             if why is not None:
                 what = f"{op.name} {target}"
                 reasons[what] = why
-            elif op.name in _ALL_RULES or op.name in _RETURNS:
+            elif op.name in ALL_RULES or op.name in _RETURNS:
                 continue
             else:
                 what = op.name

@@ -487,6 +487,9 @@ class _Parser:
                              "programs without them", tok)
         if tok.text.startswith("complex"):
             raise self.error("complex numbers (complex<f32>); xlac does not compile them", tok)
+        if tok.text == "tuple":
+            raise self.error("tuple types (tuple<...>); xlac reads arrays, as JAX writes them",
+                             tok)
         raise self.error(f"expected a type, found '{tok.text}'", tok)
 
     # -- attributes --

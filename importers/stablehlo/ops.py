@@ -346,15 +346,6 @@ def _composite(op, ctx):
     return ctx.call(attr(op, "decomposition"), ctx.operands(op))
 
 
-def _tuple(op, ctx):
-    return [ctx.tuple(ctx.operands(op))]
-
-
-def _get_tuple_element(op, ctx):
-    (t,) = ctx.operands(op)
-    return [ctx.results(t, len(t.shape.tuple_shapes))[int(attr(op, "index"))]]
-
-
 # --- XLA's ops our table lacks: importers/xla_expanders.py ---------------------------
 
 def _where(ctx: Context) -> expand.Where:
@@ -463,7 +454,6 @@ RULES: dict[str, Rule] = {
     "stablehlo.while": _while, "stablehlo.case": _case, "stablehlo.if": _case,
     "stablehlo.optimization_barrier": _optimization_barrier,
     "func.call": _call, "stablehlo.composite": _composite,
-    "stablehlo.tuple": _tuple, "stablehlo.get_tuple_element": _get_tuple_element,
     "stablehlo.cholesky": _cholesky, "stablehlo.triangular_solve": _triangular_solve,
     "stablehlo.select_and_scatter": _select_and_scatter,
     "stablehlo.reduce_precision": _reduce_precision, "stablehlo.map": _map,
