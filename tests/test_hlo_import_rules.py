@@ -113,7 +113,8 @@ ENTRY main {
 """
     with pytest.raises(XlacError) as info:
         import_hlo(text)
-    assert str(info.value) == ("unsupported XLA ops: fft at %p, %q (jnp.fft); "
+    assert str(info.value) == ("unsupported XLA ops: fft at %p, %q (complex numbers: xlac "
+                               "reads them from StableHLO, lowered.as_text()); "
                                "custom-call lapack_sgesdd_ffi at %c (a LAPACK routine other "
                                "than potrf, trsm and getrf, which xlac expands)")
 

@@ -118,7 +118,7 @@ def test_parse_errors_give_line_and_column():
 @pytest.mark.parametrize("type_text, message", [
     ("tuple<tensor<4xf32>>", "tuple types"),
     ("tensor<?x4xf32>", "dynamic shape"),
-    ("tensor<4xcomplex<f32>>", "complex numbers"),
+    ("tensor<4xcomplex<i32>>", "complex numbers of complex<i32>"),
     ("!stablehlo.token", "tokens"),
 ])
 def test_types_we_do_not_compile_are_refused_by_name(type_text, message):
@@ -204,13 +204,21 @@ def test_map_applies_its_region_element_by_element():
 
 def test_every_unsupported_op_is_listed_in_one_message():
     text = module("""\
-    %0 = stablehlo.fft %arg0, type = FFT, length = [4] : (tensor<4xf32>) -> tensor<4xf32>
-    %1 = stablehlo.custom_call @xla_python_cpu_callback(%0) : (tensor<4xf32>) -> tensor<4xf32>
+    %r = stablehlo.replica_id : tensor<ui32>
+    %0 = stablehlo.convert %r : (tensor<ui32>) -> tensor<f32>
+    %1 = stablehlo.custom_call @xla_python_cpu_callback(%0) : (tensor<f32>) -> tensor<4xf32>
     %2 = stablehlo.custom_call @xla_python_cpu_callback(%1) : (tensor<4xf32>) -> tensor<4xf32>
     return %2 : tensor<4xf32>""")
-    with pytest.raises(xlac.XlacError, match=r"^unsupported StableHLO ops: stablehlo\.fft at "
-                       r"line 3 \(jnp\.fft\); stablehlo\.custom_call xla_python_cpu_callback "
-                       r"at line 4, line 5 \(a Python callback"):
+    with pytest.raises(xlac.XlacError, match=r"^unsupported StableHLO ops: stablehlo\."
+                       r"replica_id at line 3 \(replication\); stablehlo\.custom_call "
+                       r"xla_python_cpu_callback at line 5, line 6 \(a Python callback"):
+        import_stablehlo(text.encode())
+
+
+def test_complex_numbers_stay_inside_the_program():
+    text = module("    return %arg0 : tensor<4xcomplex<f32>>", args="%arg0: tensor<4xcomplex<f32>>",
+                  results="tensor<4xcomplex<f32>>")
+    with pytest.raises(xlac.XlacError, match="takes or returns complex numbers"):
         import_stablehlo(text.encode())
 
 

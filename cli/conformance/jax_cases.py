@@ -33,6 +33,7 @@ class Case:
     # lowered for these platforms rather than this machine's (what JAX writes for a
     # platform without LAPACK); run by jaxlib on the CPU
     platforms: tuple[str, ...] | None = None
+    forms: tuple[str, ...] = ("hlo", "stablehlo")    # the printed forms xlac reads it from
 
 
 def lower(case: Case):
@@ -87,6 +88,17 @@ def _while_collatz(n):
         value = jnp.where(value <= 1, value, jnp.where(value % 2 == 0, value // 2, 3 * value + 1))
         return value, steps + 1
     return lax.while_loop(lambda s: jnp.any(s[0] > 1), body, (n, jnp.int32(0)))
+
+
+def _complex_program(x, y):
+    z = x + 1j * y
+    spectrum = jnp.fft.rfft(x)
+    return (jnp.abs(spectrum), jnp.fft.irfft(spectrum * jnp.exp(1j * jnp.arange(9) / 3)),
+            jnp.fft.fft(x).imag, jnp.abs(jnp.fft.fft2(x.reshape(4, 4))),
+            jnp.fft.ifft(jnp.fft.fft(z)).real, jnp.abs(z * z / (z + 1j)),
+            jnp.real(jnp.log(z + 2)), jnp.imag(jnp.exp(z)), jnp.abs(z @ jnp.conj(z)),
+            jnp.real(jnp.sum(z * jnp.exp(1j * y))), jnp.abs(jnp.fft.rfftn(
+                jnp.tile(x, 6).reshape(6, 16))), jnp.abs(jnp.fft.fft(jnp.tile(x, 6)[:37])))
 
 
 # One program per feature; integer-only cases are compared bit for bit.
@@ -293,6 +305,10 @@ CASES = {
                                                                    (5, 0), (11, 52))),
         (np.array([1.0, 1 / 3, 65504, 70000, 1e-8, -1e-5, np.inf, np.nan, -0.0, 3.14159,
                    2.0**-14, 2.0**-15], np.float32),)),
+    # complex numbers and fft (pairs of real values; StableHLO only: HLO text's c64
+    # shapes are refused)
+    "fft_complex": Case(_complex_program, (f32(16), f32(16)), rtol=2e-5, atol=2e-5,
+                        forms=("stablehlo",)),
     # XLA's random bit generators, bit for bit: ThreeFry and Philox (DEFAULT on the CPU)
     # over each split of the shape into halves, and the rbg PRNG built on them
     "rng_bit_generator": Case(lambda k: tuple(
@@ -397,7 +413,13 @@ REFUSALS = {      # name: (function, arguments, {form: message})
     "eigh": (lambda x: jnp.linalg.eigh(x)[0], (f32(3, 3),),
              {"hlo": "custom-call lapack_ssyevd_ffi at %eigh",
               "stablehlo": "stablehlo.custom_call lapack_ssyevd_ffi at line"}),
+    # complex numbers: from StableHLO only, and not at the program's boundary
     "fft": (lambda x: jnp.fft.rfft(x).real, (f32(8),),
-            {"hlo": r"fft at %[\w.]+ \(jnp\.fft\); real at ",
-             "stablehlo": r"line 3, column \d+: complex numbers"}),
+            {"hlo": r"fft at %[\w.]+ \(complex numbers: xlac reads them from StableHLO"}),
+    "complex_output": (lambda x: jnp.fft.rfft(x), (f32(8),),
+                       {"stablehlo": "the program takes or returns complex numbers"}),
+    "complex_loop_state": (lambda x: jnp.abs(lax.fori_loop(
+        0, 3, lambda i, z: z * (1 + 1j), x.astype(jnp.complex64))), (f32(4),),
+        {"stablehlo": "stablehlo.while: this op on complex numbers is not supported",
+         "hlo": r"complex numbers \(c64, c128\), which xlac reads from StableHLO"}),
 }

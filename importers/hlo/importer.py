@@ -28,8 +28,9 @@ MAGIC = b"HloModule"
 MLIR_HEAD = re.compile(rb'^\s*(?:#loc.*\n\s*)*(?:module\b|"builtin\.module")')
 # Ops XLA has and we do not, with what usually makes JAX write them.
 REFUSED = {
-    "fft": "jnp.fft", "rng": "lax.rng_uniform",
-    "real": "complex numbers", "imag": "complex numbers", "complex": "complex numbers",
+    **{op: "complex numbers: xlac reads them from StableHLO, lowered.as_text()"
+       for op in ("fft", "real", "imag", "complex")},
+    "rng": "lax.rng_uniform",
     "all-reduce": "a collective", "all-gather": "a collective", "all-to-all": "a collective",
     "reduce-scatter": "a collective", "collective-permute": "a collective",
     "partition-id": "SPMD partitioning", "replica-id": "replication",
@@ -43,7 +44,8 @@ _TARGET = re.compile(r'custom_call_target="([^"]*)"')
 _DEVICES = re.compile(r"\b(num_partitions|replica_count)=(\d+)")
 # Element types and dimensions our shapes do not have: complex numbers, bounded dynamic
 # dimensions (f32[<=8]).
-_UNSHAPED = [(re.compile(r"\bc(64|128)\["), "complex numbers (c64, c128)"),
+_UNSHAPED = [(re.compile(r"\bc(64|128)\["), "complex numbers (c64, c128), which xlac reads "
+              "from StableHLO (lowered.as_text())"),
              (re.compile(r"\[[\d,]*<="), "dynamic dimensions (f32[<=N]): shapes are static")]
 
 

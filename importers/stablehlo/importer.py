@@ -15,6 +15,7 @@ from ...hlo import Module, Signature, TensorSpec, XlacError
 from ..hlo.importer import MLIR_HEAD, flatten_root
 from ..xla_expanders import refused_call
 from .chlo import CHLO_RULES
+from .complex import is_complex_op, lower_complex
 from .lowering import lower_module
 from .mlir import MlirModule, Operation, parse
 from .ops import RULES
@@ -23,9 +24,7 @@ ALL_RULES = {**RULES, **CHLO_RULES}
 _RETURNS = frozenset({"return", "func.return", "stablehlo.return"})
 # Ops StableHLO has and we do not, with what usually makes JAX write them.
 REFUSED = {
-    "stablehlo.fft": "jnp.fft", "stablehlo.rng": "lax.rng_uniform",
-    "stablehlo.real": "complex numbers", "stablehlo.imag": "complex numbers",
-    "stablehlo.complex": "complex numbers",
+    "stablehlo.rng": "lax.rng_uniform",
     **{f"stablehlo.{c}": "a collective" for c in (
         "all_reduce", "all_gather", "all_to_all", "reduce_scatter", "collective_permute",
         "collective_broadcast")},
@@ -52,7 +51,7 @@ def import_stablehlo(model, name: str | None = None) -> Module:
     mlir = parse(_read(model))
     _check_devices(mlir)
     _check_ops(mlir)
-    module = lower_module(mlir, ALL_RULES, name or "main")
+    module = lower_module(mlir, ALL_RULES, name or "main", (is_complex_op, lower_complex))
     flatten_root(module)
     module.signature = _signature(module, mlir)
     return module

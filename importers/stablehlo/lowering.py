@@ -30,9 +30,11 @@ class Context:
 
     def __init__(self, module: Module, functions: dict[str, Function], comp: Computation,
                  values: dict[str, Instruction], rules: dict[str, Callable],
-                 constants_only: bool = False):
+                 constants_only: bool = False, complex_rules=None):
         self.module, self.functions, self.computation = module, functions, comp
         self.values, self.rules = values, rules
+        # (is_complex_op, lower_complex) of complex.py: ops on complex values
+        self.complex_rules = complex_rules
         self.constants_only = constants_only    # a scalar computation: captures constants
         self.outer: Context | None = None
         self.op: Operation | None = None
@@ -79,7 +81,10 @@ class Context:
         if rule is None:
             raise LoweringError(f"line {op.line}: unsupported op {op.name}")
         saved, self.op = self.op, op
-        results = rule(op, self)
+        if self.complex_rules is not None and self.complex_rules[0](op, self):
+            results = self.complex_rules[1](op, self, self.rules)
+        else:
+            results = rule(op, self)
         self.op = saved
         if len(results) != len(op.results):
             raise LoweringError(f"line {op.line}: {op.name} gave {len(results)} results, "
@@ -92,7 +97,8 @@ class Context:
         fn = self.functions.get(function)
         if fn is None:
             raise self.error(f"call of undefined function @{function}")
-        inner = Context(self.module, self.functions, self.computation, {}, self.rules)
+        inner = Context(self.module, self.functions, self.computation, {}, self.rules,
+                        complex_rules=self.complex_rules)
         return inner.run_block(fn.body, args)
 
     def results(self, instr: Instruction, count: int) -> list[Instruction]:
@@ -103,12 +109,17 @@ class Context:
                 for k, s in enumerate(instr.shape.tuple_shapes)]
 
     def tuple(self, values: list[Instruction]) -> Instruction:
+        if any(not isinstance(v, Instruction) for v in values):
+            raise self.error("complex numbers in the state of a loop or a branch, or in "
+                             "the results of a region, are not supported")
         return self.add(Instruction(Opcode.TUPLE, Shape.tuple_([v.shape for v in values]),
                                     values))
 
     # -- regions as computations --
     def scalar_computation(self, block: Block, name: str) -> Computation:
         """A reduce/sort/scatter body: one parameter per block argument."""
+        if any(t.complex for _, t in block.arguments):
+            raise self.error("complex numbers in a region are not supported")
         comp = Computation(name)
         inner = self._inner(comp, constants_only=True)
         params = [comp.add(Instruction(Opcode.PARAMETER, shape_of(t), attrs={"number": k},
@@ -139,23 +150,31 @@ class Context:
         return self.module.add_computation(comp)     # before its caller, still being built
 
     def _inner(self, comp: Computation, constants_only: bool = False) -> "Context":
-        inner = Context(self.module, self.functions, comp, {}, self.rules, constants_only)
+        inner = Context(self.module, self.functions, comp, {}, self.rules, constants_only,
+                        self.complex_rules)
         inner.outer = self
         return inner
 
 
-def lower_module(mlir: MlirModule, rules: dict[str, Callable], name: str) -> Module:
-    """The public ``main`` (or the only public function) as the entry."""
+def lower_module(mlir: MlirModule, rules: dict[str, Callable], name: str,
+                 complex_rules=None) -> Module:
+    """The public ``main`` (or the only public function) as the entry; its inputs and
+    outputs are real."""
     public = [f for f in mlir.functions.values() if f.visibility == "public"]
     main = mlir.functions.get("main") or (public[0] if len(public) == 1 else None)
     if main is None:
         raise LoweringError("no entry function: the module has no public @main")
     module = Module(name)
+    if any(t.complex for _, t in main.body.arguments) or any(t.complex
+                                                             for t in main.result_types):
+        raise LoweringError("the program takes or returns complex numbers: xlac compiles "
+                            "programs whose inputs and outputs are real (return "
+                            "jnp.real(z) and jnp.imag(z))")
     entry = Computation("main")
     params = [entry.add(Instruction(Opcode.PARAMETER, shape_of(t), attrs={"number": k},
                                     name=n.lstrip("%")))
               for k, (n, t) in enumerate(main.body.arguments)]
-    ctx = Context(module, mlir.functions, entry, {}, rules)
+    ctx = Context(module, mlir.functions, entry, {}, rules, complex_rules=complex_rules)
     outputs = ctx.run_block(main.body, params)
     entry.root = outputs[0] if len(outputs) == 1 else ctx.tuple(outputs)
     module.add_computation(entry, entry=True)

@@ -33,11 +33,19 @@ class MlirParseError(XlacError):
 
 @dataclass(frozen=True)
 class TensorType:
-    dtype: dtypes.DType
+    dtype: dtypes.DType             # of a complex tensor: its parts' (f32 for complex<f32>)
     dims: tuple[int, ...]
+    complex: bool = False
 
     def __str__(self) -> str:
-        return f"tensor<{''.join(f'{d}x' for d in self.dims)}{_MLIR_NAME[self.dtype]}>"
+        element = _MLIR_NAME[self.dtype]
+        element = f"complex<{element}>" if self.complex else element
+        return f"tensor<{''.join(f'{d}x' for d in self.dims)}{element}>"
+
+    @property
+    def real(self) -> "TensorType":
+        """The type of each part of a complex tensor (itself for a real one)."""
+        return TensorType(self.dtype, self.dims)
 
 
 @dataclass
@@ -110,8 +118,6 @@ _MLIR_NAME = {d: n for n, d in reversed(list(_ELEMENT.items())) if n != "index"}
 
 
 def element_type(name: str) -> dtypes.DType:
-    if name.startswith("complex"):
-        raise ValueError("complex numbers (complex<f32>); xlac does not compile them")
     if name not in _ELEMENT:
         raise ValueError(f"element type {name} is not supported")
     return _ELEMENT[name]
@@ -127,6 +133,11 @@ def tensor_type(body: str) -> TensorType:
     *dims, element = _split_dims(body)
     if any(d in ("?", "*") for d in dims) or element == "*":
         raise ValueError(f"dynamic shape tensor<{body}>: shapes are static in xlac")
+    m = re.fullmatch(r"complex<(f32|f64)>", element)
+    if m is not None:
+        return TensorType(element_type(m.group(1)), tuple(int(d) for d in dims), True)
+    if element.startswith("complex"):
+        raise ValueError(f"complex numbers of {element}: xlac's have f32 or f64 parts")
     return TensorType(element_type(element), tuple(int(d) for d in dims))
 
 
@@ -485,8 +496,6 @@ class _Parser:
         if tok.text.startswith("!stablehlo.token") or tok.text == "!stablehlo.token":
             raise self.error("tokens (!stablehlo.token) order side effects; xlac compiles "
                              "programs without them", tok)
-        if tok.text.startswith("complex"):
-            raise self.error("complex numbers (complex<f32>); xlac does not compile them", tok)
         if tok.text == "tuple":
             raise self.error("tuple types (tuple<...>); xlac reads arrays, as JAX writes them",
                              tok)
@@ -616,7 +625,10 @@ def _unescape(s: str) -> str:
 def dense_literal(body: str, t: TensorType) -> np.ndarray:
     """A ``dense<...>`` value of type ``t``: a splat, nested lists, true/false, the
     raw little-endian bytes as a hex string, or one element's bits as a hex number
-    (how MLIR prints floats that decimals cannot: inf, NaN)."""
+    (how MLIR prints floats that decimals cannot: inf, NaN). A complex tensor's value
+    is a numpy complex array: ``(re, im)`` pairs, or the parts interleaved in the bytes."""
+    if t.complex:
+        return _complex_literal(body.strip(), t)
     np_type = t.dtype.np
     count = int(np.prod(t.dims, dtype=np.int64))
     body = body.strip()
@@ -631,8 +643,6 @@ def dense_literal(body: str, t: TensorType) -> np.ndarray:
         if arr.size != count:
             raise ValueError(f"{arr.size} values for {t}")
         return arr.reshape(t.dims)
-    if body.startswith("("):
-        raise ValueError("complex numbers; xlac does not compile them")
     values = _flatten(body)
     arr = np.array([_element(v, t.dtype) for v in values], dtype=object)
     if arr.size == 1:
@@ -640,6 +650,22 @@ def dense_literal(body: str, t: TensorType) -> np.ndarray:
     if arr.size != count:
         raise ValueError(f"{arr.size} values for {t}")
     return np.array([_cast(v, t.dtype) for v in arr], np_type).reshape(t.dims)
+
+
+def _complex_literal(body: str, t: TensorType) -> np.ndarray:
+    count = int(np.prod(t.dims, dtype=np.int64))
+    if body.startswith('"0x'):
+        parts = np.frombuffer(bytes.fromhex(body[3:-1]), t.dtype.np.newbyteorder("<"))
+        pairs = parts.reshape(-1, 2).astype(np.float64)
+    else:
+        numbers = [_element(v, t.dtype) for v in re.split(r"[\[\](),\s]+", body) if v]
+        pairs = np.array(numbers, np.float64).reshape(-1, 2)
+    values = pairs[:, 0] + 1j * pairs[:, 1]
+    if values.size == 1:
+        values = np.full(count, values[0])
+    if values.size != count:
+        raise ValueError(f"{values.size} values for {t}")
+    return values.astype(np.complex64 if t.dtype.bits == 32 else np.complex128).reshape(t.dims)
 
 
 def _flatten(body: str) -> list[str]:

@@ -434,6 +434,23 @@ def _custom_call(op, ctx):
     return ctx.results(call, len(shapes))
 
 
+# On real values (complex ones go to complex.py): real(x) is x, imag(x) zero; complex
+# and fft always make or read complex values.
+def _real_part(op, ctx):
+    return ctx.operands(op)[:1]
+
+
+def _imaginary_part(op, ctx):
+    (x,) = ctx.operands(op)
+    zero = ctx.add(Instruction(Opcode.CONSTANT, Shape.array(x.shape.dtype, ()),
+                               literal=np.zeros((), x.shape.dtype.np)))
+    return [_add(ctx, Opcode.BROADCAST, [zero], x.shape, dimensions=())]
+
+
+def _always_complex(op, ctx):
+    raise ctx.error("takes or makes complex numbers")
+
+
 RULES: dict[str, Rule] = {
     **{f"stablehlo.{name}": _elementwise(opcode) for name, opcode in _ELEMENTWISE.items()},
     "stablehlo.convert": _convert, "stablehlo.bitcast_convert": _bitcast_convert,
@@ -458,6 +475,8 @@ RULES: dict[str, Rule] = {
     "stablehlo.select_and_scatter": _select_and_scatter,
     "stablehlo.reduce_precision": _reduce_precision, "stablehlo.map": _map,
     "stablehlo.custom_call": _custom_call, "stablehlo.rng_bit_generator": _rng_bit_generator,
+    "stablehlo.real": _real_part, "stablehlo.imag": _imaginary_part,
+    "stablehlo.complex": _always_complex, "stablehlo.fft": _always_complex,
     "stablehlo.batch_norm_inference": _batch_norm(expand.batch_norm_inference),
     "stablehlo.batch_norm_training": _batch_norm(expand.batch_norm_training),
     "stablehlo.batch_norm_grad": _batch_norm(expand.batch_norm_grad),
