@@ -170,7 +170,7 @@ def _exponential(op, ctx, real_rules):
 def _log(op, ctx, real_rules):
     (z,) = ctx.operands(op)
     z = _complex(ctx, z)
-    (magnitude,) = _abs(replace(op, operands=op.operands), _Bound(ctx, [z]), real_rules)
+    (magnitude,) = _abs(op, _Bound(ctx, [z]), real_rules)
     return [Complex(_add(ctx, Opcode.LOG, magnitude), _add(ctx, Opcode.ATAN2, z.im, z.re))]
 
 
@@ -237,8 +237,6 @@ def _per_part(op: Operation, ctx: Context, real_rules) -> list:
     complex_operands = {v for v in op.operands if isinstance(ctx.values.get(v), Complex)}
     real_op = replace(op, result_types=[t.real for t in op.result_types],
                       operand_types=[t.real for t in op.operand_types])
-    if "value" in op.attributes and np.iscomplexobj(op.attributes["value"]):
-        raise ctx.error("complex constants in this form are not supported")
     outs = []
     saved = ctx.values
     for k in (0, 1):
