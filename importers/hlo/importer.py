@@ -67,7 +67,7 @@ def _head(model) -> bytes:
 
 def import_hlo(model, name: str | None = None) -> Module:
     """Lower HLO text (a path, or the bytes of one) to our Module."""
-    text = _read(model)
+    text = read_text(model, "HLO text")
     check_supported(text)
     module = parse_module(text, XlaDialect())
     _drop_uncalled(module)
@@ -79,12 +79,13 @@ def import_hlo(model, name: str | None = None) -> Module:
     return module
 
 
-def _read(model) -> str:
+def read_text(model, what: str) -> str:
+    """The text of ``model``, a path or bytes (XLA's text forms, ``what`` for messages)."""
     try:
         data = bytes(model) if isinstance(model, (bytes, bytearray)) else Path(model).read_bytes()
         return data.decode()
     except (OSError, UnicodeDecodeError) as e:
-        raise XlacError(f"cannot read HLO text '{model}': {getattr(e, 'strerror', None) or e}"
+        raise XlacError(f"cannot read {what} '{model}': {getattr(e, 'strerror', None) or e}"
                         ) from None
 
 

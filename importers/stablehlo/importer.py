@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 
 from ...hlo import Module, Signature, TensorSpec, XlacError
-from ..hlo.importer import MLIR_HEAD, flatten_root
+from ..hlo.importer import MLIR_HEAD, flatten_root, read_text
 from ..xla_expanders import refused_call
 from .chlo import CHLO_RULES
 from .complex import is_complex_op, lower_complex
@@ -48,22 +47,13 @@ def is_stablehlo_text(model) -> bool:
 
 def import_stablehlo(model, name: str | None = None) -> Module:
     """Lower StableHLO text (a path, or the bytes of one) to our Module."""
-    mlir = parse(_read(model))
+    mlir = parse(read_text(model, "StableHLO text"))
     _check_devices(mlir)
     _check_ops(mlir)
     module = lower_module(mlir, ALL_RULES, name or "main", (is_complex_op, lower_complex))
     flatten_root(module)
     module.signature = _signature(module, mlir)
     return module
-
-
-def _read(model) -> str:
-    try:
-        data = bytes(model) if isinstance(model, (bytes, bytearray)) else Path(model).read_bytes()
-        return data.decode()
-    except (OSError, UnicodeDecodeError) as e:
-        raise XlacError(f"cannot read StableHLO text '{model}': "
-                        f"{getattr(e, 'strerror', None) or e}") from None
 
 
 def _check_devices(mlir: MlirModule) -> None:

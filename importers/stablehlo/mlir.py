@@ -770,18 +770,16 @@ def _return(p: _Parser, op: Operation) -> None:
 def _call(p: _Parser, op: Operation) -> None:
     """``call @f(%a) : (T) -> T``"""
     op.name = "func.call"
-    op.attributes["callee"] = p.expect("symbol").text[1:].strip('"')
-    p.expect("(")
-    op.operands = p.value_list(")")
-    if p.lex.peek().kind == "{":
-        op.attributes.update(p.attribute_dict())
-    p.expect(":")
-    p.signature(op)
+    _symbol_call(p, op, "callee")
 
 
 def _custom_call(p: _Parser, op: Operation) -> None:
     """``stablehlo.custom_call @target(%a) {attrs} : (T) -> T``"""
-    op.attributes["call_target_name"] = p.expect("symbol").text[1:].strip('"')
+    _symbol_call(p, op, "call_target_name")
+
+
+def _symbol_call(p: _Parser, op: Operation, key: str) -> None:
+    op.attributes[key] = p.expect("symbol").text[1:].strip('"')
     p.expect("(")
     op.operands = p.value_list(")")
     if p.lex.peek().kind == "{":
