@@ -231,3 +231,16 @@ def test_batch_norms_become_reductions_and_element_wise_math():
     y = (x - x.mean(0)) / np.sqrt(x.var(0) + 0.5) * s + o
     want = (y - x.mean(0)) / np.sqrt(x.var(0) + 0.5) * s + o     # x's statistics
     np.testing.assert_allclose(evaluate(m, [x, s, o])[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_malformed_expanded_op_is_an_error_at_its_line():
+    text = b"""HloModule m
+
+ENTRY main.1 {
+  x.1 = f32[3]{0} parameter(0)
+  ROOT r.1 = f32[3]{0} reduce-precision(x.1), exponent_bits=5
+}
+"""
+    with pytest.raises(HloParseError, match=r"line 5, column \d+: malformed reduce-precision "
+                       r"%r.1 \(KeyError: 'mantissa_bits'\)"):
+        import_hlo(text)

@@ -319,3 +319,13 @@ def test_ops_no_jax_program_writes():
             np.sign(y) * np.floor(np.abs(y) + 0.5), -y, y * y, np.tan(y)]
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def test_a_malformed_op_is_an_error_with_its_line(tmp_path, capsys):
+    path = tmp_path / "bad.mlir"
+    path.write_text(module("    %0 = stablehlo.broadcast_in_dim %arg0 : (tensor<4xf32>) -> "
+                           "tensor<4xf32>\n    return %0 : tensor<4xf32>"))
+    assert main([str(path), "-o", str(tmp_path / "bad.o")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("xlac: error: line 3: stablehlo.broadcast_in_dim: malformed op") \
+        and err.count("\n") == 1

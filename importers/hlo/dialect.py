@@ -18,7 +18,7 @@ import re
 
 import numpy as np
 
-from ...hlo import Instruction, Opcode, Shape, dtypes
+from ...hlo import Instruction, Opcode, Shape, XlacError, dtypes
 from ...hlo.shape_inference import compatible
 from ...hlo.text import Dialect, ForeignInstruction, Site, parse_window
 from .. import xla_expanders as expand
@@ -41,7 +41,14 @@ class XlaDialect(Dialect):
         if rule is None:
             raise site.error(f"unsupported XLA op {instr.opcode} (%{instr.name})")
         _check_attributes(instr.attributes, _FOREIGN_KEYS[instr.opcode], instr.opcode, site)
-        return rule(instr, site)
+        try:
+            return rule(instr, site)
+        except XlacError:
+            raise
+        except (KeyError, ValueError, IndexError, TypeError) as e:
+            # an attribute missing or of the wrong kind, operands that do not fit
+            raise site.error(f"malformed {instr.opcode} %{instr.name} ({type(e).__name__}: "
+                             f"{e})") from None
 
     def extra_attributes(self, instr: Instruction, attributes: dict[str, str],
                          site: Site) -> Instruction:

@@ -81,10 +81,16 @@ class Context:
         if rule is None:
             raise LoweringError(f"line {op.line}: unsupported op {op.name}")
         saved, self.op = self.op, op
-        if self.complex_rules is not None and self.complex_rules[0](op, self):
-            results = self.complex_rules[1](op, self, self.rules)
-        else:
-            results = rule(op, self)
+        try:
+            if self.complex_rules is not None and self.complex_rules[0](op, self):
+                results = self.complex_rules[1](op, self, self.rules)
+            else:
+                results = rule(op, self)
+        except XlacError:
+            raise
+        except (KeyError, ValueError, IndexError, TypeError) as e:
+            # an attribute missing or of the wrong kind, operands that do not fit
+            raise self.error(f"malformed op ({type(e).__name__}: {e})") from None
         self.op = saved
         if len(results) != len(op.results):
             raise LoweringError(f"line {op.line}: {op.name} gave {len(results)} results, "
