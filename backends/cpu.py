@@ -66,6 +66,7 @@ class CpuBackend:
         self.machine = machine          # llvmlite's TargetMachine
         self.opt_level = opt_level
         self.fusion = FusionPolicy(EPILOGUE_OPS, MAX_EPILOGUE)
+        self.convolutions_in_onnx_order = True     # emitter/kernels/conv: NCHW, OIHW
 
     # -- the optimizer's questions (optimizer/policy.py) ---------------------------------
 

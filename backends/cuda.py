@@ -73,6 +73,7 @@ class CudaBackend:
         self.emulated = emulated
         self.fusion = FusionPolicy(EPILOGUE_OPS, MAX_EPILOGUE)
         self.soft_float = False
+        self.convolutions_in_onnx_order = False    # emitter/cuda/conv: any dimension order
 
     # -- the optimizer's questions (optimizer/policy.py) ---------------------------------
 

@@ -22,7 +22,7 @@ def make_pipeline(opt_level: int, backend: BackendPolicy, verify: bool = False,
                   dump: DumpHook | None = None, stream: RowStreaming | None = None) -> Pipeline:
     """-O0: only DCE. -O1 and up: quantized models onto their integers (before constant
     folding could turn their weights into floats), convolutions into ONNX's dimension
-    order, base-dilated ones split into dense phases, then simplify, fold, CSE, DCE and loop-invariant code motion to a fixed
+    order where the backend's kernels want it, base-dilated ones split into dense phases, then simplify, fold, CSE, DCE and loop-invariant code motion to a fixed
     point, then output fusion (the backend's kernels with the epilogues they apply),
     loop fusion, the layouts the backend's kernels want and a DCE that drops what fusion
     left unused. ``stream`` (a RowStreaming, from ``--memory-budget``) runs after the
@@ -35,8 +35,9 @@ def make_pipeline(opt_level: int, backend: BackendPolicy, verify: bool = False,
                                      WhileLoopInvariantCodeMotion()],
                         fixed_point=True, verify=verify, dump=dump)
     streaming = [stream, DeadCodeElimination()] if stream is not None else []
-    return Pipeline(f"O{opt_level}", [QuantizedArithmetic(backend.soft_float),
-                                      ConvCanonicalization(), ConvPhaseSplit(),
+    canonical = [ConvCanonicalization()] if backend.convolutions_in_onnx_order else []
+    return Pipeline(f"O{opt_level}", [QuantizedArithmetic(backend.soft_float), *canonical,
+                                      ConvPhaseSplit(),
                                       simplify,
                                       *streaming,
                                       OutputFusion(backend), InstructionFusion(backend),

@@ -48,6 +48,9 @@ class BackendPolicy(Protocol):
     # f32 arithmetic is a library call on the target (no FPU): ``QuantizedArithmetic``
     # requantizes in fixed point where that gives the float path's integers.
     soft_float: bool
+    # The convolution kernels take ONNX's dimension order only (bf01_oi01->bf01):
+    # ``ConvCanonicalization`` transposes other orders onto it.
+    convolutions_in_onnx_order: bool
 
     def epilogue_style(self, core: Instruction) -> EpilogueStyle | None:
         """How the kernel of the dot or convolution ``core`` takes the ops after it,

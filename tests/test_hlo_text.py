@@ -367,6 +367,15 @@ SNIPPETS = {
           ROOT %out = (f32[4]{0}, f32[4]{0}, f32[2]{0}) tuple(f32[4]{0} %r, f32[4]{0} %dus, f32[2]{0} %ds)
         }
     """,
+    "custom_call": """
+        HloModule custom_call
+
+        ENTRY %main (x: f32[4]{0}) -> (f32[4]{0}, s32[2]{0}) {
+          %x = f32[4]{0} parameter(0)
+          %c = f32[4]{0} custom-call(f32[4]{0} %x), custom_call_target="scale", backend_config="k=\\"2\\"\\n"
+          ROOT %t = (f32[4]{0}, s32[2]{0}) custom-call(f32[4]{0} %c, f32[4]{0} %x), custom_call_target="split"
+        }
+    """,
 }
 SNIPPETS = {name: hlo(text) for name, text in SNIPPETS.items()}
 
