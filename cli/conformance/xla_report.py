@@ -115,7 +115,7 @@ def how(prefix: str, op: str) -> str:
     if f"{prefix}.{op}" not in ALL_RULES:
         return "refused"
     if op in _EXPANDED:
-        return "expanded (importers/xla_expanders.py)" if op not in (
+        return "expanded (importers/xla/)" if op not in (
             "popcnt", "count_leading_zeros") else "expanded into integer bit arithmetic"
     if op in _LOWERED:
         return _LOWERED[op]

@@ -7,7 +7,7 @@ passes its operand through (it only orders XLA's rematerialization), ``popcnt`` 
 an integer compare of order keys; ``cholesky``, ``triangular-solve``,
 ``select-and-scatter``, ``reduce-precision``, ``map``, ``rng-bit-generator``,
 ``bitcast-convert`` between widths, the batch norms and the LAPACK custom calls of
-JAX's CPU lowering are expanded by ``importers/xla_expanders.py``; attributes that
+JAX's CPU lowering are expanded by ``importers/xla/``; attributes that
 change nothing on one device are dropped. Anything else is refused by
 ``importer.check_supported`` before parsing, so that one message lists every op the
 program needs.
@@ -21,7 +21,7 @@ import numpy as np
 from ...hlo import Instruction, Opcode, Shape, XlacError, dtypes
 from ...hlo.shape_inference import compatible
 from ...hlo.text import Dialect, ForeignInstruction, Site, parse_window
-from .. import xla_expanders as expand
+from .. import xla as expand
 
 # Read and dropped: they steer XLA's own compiler or carry JAX's bookkeeping.
 # operand_precision and algorithm pick faster, looser XLA dot kernels; ours compute in

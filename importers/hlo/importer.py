@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ...hlo import (Instruction, Module, Opcode, Shape, Signature, TensorSpec, XlacError)
 from ...hlo.text import parse_module
-from ..xla_expanders import refused_call
+from ..xla import refused_call
 from .dialect import SUPPORTED_FOREIGN, XlaDialect
 
 MAGIC = b"HloModule"

@@ -12,7 +12,7 @@ import re
 
 from ...hlo import Module, Signature, TensorSpec, XlacError
 from ..hlo.importer import MLIR_HEAD, flatten_root, read_text
-from ..xla_expanders import refused_call
+from ..xla import refused_call
 from .chlo import CHLO_RULES
 from .complex import is_complex_op, lower_complex
 from .lowering import lower_module

@@ -18,7 +18,7 @@ from ...hlo.attributes import (ConvDimensionNumbers, DotDimensionNumbers,
 from ...hlo.shape_inference import infer_shape
 from ..hlo.dialect import _count_leading_zeros, _popcnt, _total_order_compare
 from ...hlo.text import ForeignInstruction
-from .. import xla_expanders as expand
+from .. import xla as expand
 from .lowering import Context, shape_of
 from .mlir import Operation
 
@@ -346,7 +346,7 @@ def _composite(op, ctx):
     return ctx.call(attr(op, "decomposition"), ctx.operands(op))
 
 
-# --- XLA's ops our table lacks: importers/xla_expanders.py ---------------------------
+# --- XLA's ops our table lacks: importers/xla/ ---------------------------
 
 def _where(ctx: Context) -> expand.Where:
     return expand.Where(ctx.module, ctx.computation)
