@@ -329,3 +329,25 @@ def test_a_malformed_op_is_an_error_with_its_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("xlac: error: line 3: stablehlo.broadcast_in_dim: malformed op") \
         and err.count("\n") == 1
+
+
+CHLO_BITS = module("""\
+    %0 = chlo.square %arg0 : tensor<4xf32> -> tensor<4xf32>
+    %1 = chlo.next_after %arg0, %arg1 : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>
+    %2 = chlo.mulhi %arg2, %arg3 : tensor<4xi32>, tensor<4xi32> -> tensor<4xi32>
+    %3 = chlo.conj %arg0 : tensor<4xf32> -> tensor<4xf32>
+    return %0, %1, %2, %3 : tensor<4xf32>, tensor<4xf32>, tensor<4xi32>, tensor<4xf32>""",
+    args="%arg0: tensor<4xf32>, %arg1: tensor<4xf32>, %arg2: tensor<4xi32>, %arg3: tensor<4xi32>",
+    results="tensor<4xf32>, tensor<4xf32>, tensor<4xi32>, tensor<4xf32>")
+
+
+def test_chlo_square_next_after_mulhi_conj():
+    x = np.array([1.0, -0.0, 0.0, -2.5], np.float32)
+    y = np.array([2.0, 1.0, -1.0, -np.inf], np.float32)
+    a = np.array([2**31 - 1, -7, 123456789, -2**31], np.int32)
+    b = np.array([2**31 - 1, 3, -987654321, -2**31], np.int32)
+    square, after, high, conj = run(CHLO_BITS, x, y, a, b)
+    np.testing.assert_array_equal(square, x * x)
+    np.testing.assert_array_equal(after.view(np.uint32), np.nextafter(x, y).view(np.uint32))
+    np.testing.assert_array_equal(high, ((a.astype(np.int64) * b) >> 32).astype(np.int32))
+    np.testing.assert_array_equal(conj, x)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -395,6 +396,45 @@ def scan_rnn(d=8, hidden=16):
     return f
 
 
+# Flax (linen) modules, their initialized parameters closed over as constants: the
+# deployed form of a trained model.
+class _FlaxMLP(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        x = nn.relu(nn.Dense(64)(x))
+        x = nn.gelu(nn.Dense(32)(x))
+        return nn.log_softmax(nn.Dense(10)(x))
+
+
+class _FlaxCNN(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        x = nn.max_pool(nn.relu(nn.Conv(16, (3, 3))(x)), (2, 2), (2, 2))
+        x = nn.BatchNorm(use_running_average=True)(x)
+        x = nn.avg_pool(nn.relu(nn.Conv(32, (3, 3), strides=2)(x)), (2, 2), (2, 2))
+        return nn.Dense(10)(x.reshape(x.shape[0], -1))
+
+
+class _FlaxBlock(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        h = nn.LayerNorm()(x)
+        mask = nn.make_causal_mask(jnp.ones(x.shape[:2]))
+        x = x + nn.MultiHeadDotProductAttention(num_heads=4)(h, h, mask=mask)
+        return x + nn.Dense(32)(nn.gelu(nn.Dense(128)(nn.LayerNorm()(x))))
+
+
+class _FlaxLSTM(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(4)(nn.RNN(nn.LSTMCell(24))(x))
+
+
+def flax_program(module: nn.Module, x: np.ndarray) -> Callable:
+    params = module.init(jax.random.key(0), x)
+    return lambda v: module.apply(params, v)
+
+
 PROGRAMS = {
     "mlp": Case(mlp(), (f32(8, 32),), rtol=1e-5, atol=1e-6),
     "mlp_gradient": Case(jax.grad(lambda x: mlp()(x).max(-1).sum()), (f32(8, 32),),
@@ -405,6 +445,10 @@ PROGRAMS = {
         lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True),
         (f32(1, 6, 2, 8), f32(1, 6, 2, 8), f32(1, 6, 2, 8)), rtol=1e-5, atol=1e-6),
     "scan_rnn": Case(scan_rnn(), (f32(10, 2, 8), f32(2, 16)), rtol=1e-5, atol=1e-5),
+    **{name: Case(flax_program(module, x), (x,), rtol=1e-5, atol=1e-5) for name, module, x in (
+        ("flax_mlp", _FlaxMLP(), f32(8, 20)), ("flax_cnn", _FlaxCNN(), f32(2, 16, 16, 3)),
+        ("flax_transformer_block", _FlaxBlock(), f32(2, 8, 32)),
+        ("flax_lstm", _FlaxLSTM(), f32(2, 12, 6)))},
 }
 
 

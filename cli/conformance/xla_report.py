@@ -30,7 +30,8 @@ tan tanh transpose triangular_solve tuple uniform_dequantize uniform_quantize wh
 """.split()
 # CHLO's ops that JAX leaves in StableHLO.
 CHLO_OPS = """acos acosh asin asinh atan atanh cosh sinh tan erf erfc erf_inv lgamma digamma
-is_inf is_neg_inf is_pos_inf top_k""".split()
+is_inf is_neg_inf is_pos_inf top_k square conj next_after mulhi polygamma zeta bessel_i1e
+ragged_dot""".split()
 _WHY_NOT = {
     "dynamic": "dynamic shapes: xlac's shapes are static",
     "collective": "a collective: xlac compiles single-device programs",
@@ -38,6 +39,8 @@ _WHY_NOT = {
     "quant": "quantized element types (!quant.uniform)",
     "rng": "stateful random numbers (lax.rng_uniform)",
     "tuple": "tuple types (JAX writes none)",
+    "special": "not expanded yet (jax.scipy.special's polygamma, zeta, i1e)",
+    "ragged": "not expanded yet (grouped matrix products of mixtures of experts)",
 }
 _REFUSED_KIND = {
     **{op: "dynamic" for op in ("dynamic_broadcast_in_dim", "dynamic_conv", "dynamic_gather",
@@ -49,13 +52,14 @@ _REFUSED_KIND = {
     **{op: "io" for op in ("after_all", "infeed", "outfeed", "recv", "send")},
     **{op: "quant" for op in ("uniform_dequantize", "uniform_quantize")},
     "rng": "rng", "tuple": "tuple", "get_tuple_element": "tuple",
+    **{op: "special" for op in ("polygamma", "zeta", "bessel_i1e")}, "ragged_dot": "ragged",
 }
 # Ops no program of jax_cases.py writes, and the test that checks each.
 HAND_WRITTEN = {
     **{op: "tests/test_stablehlo_import.py" for op in (
         "batch_norm_grad", "batch_norm_inference", "batch_norm_training", "map", "if",
         "composite", "is_inf", "is_pos_inf", "is_neg_inf", "tan", "logistic",
-        "round_nearest_afz")},
+        "round_nearest_afz", "square", "conj", "next_after", "mulhi")},
     "custom_call": "tests/test_custom_calls.py",
 }
 _EXPANDED = {"cholesky", "triangular_solve", "select_and_scatter", "reduce_precision", "map",
@@ -122,7 +126,8 @@ def how(prefix: str, op: str) -> str:
     if prefix == "chlo":
         return ("expanded (importers/stablehlo/chlo.py)"
                 if op in ("erfc", "erf_inv", "lgamma", "digamma", "is_inf", "is_neg_inf",
-                          "is_pos_inf") else "opcode " + op.replace("_", "-"))
+                          "is_pos_inf", "square", "conj", "next_after", "mulhi")
+                else "opcode " + op.replace("_", "-"))
     return "opcode " + op.replace("_", "-")
 
 

@@ -1,7 +1,8 @@
 """CHLO's ops, which JAX leaves in StableHLO and XLA expands before its HLO.
 
-The inverse and hyperbolic functions and erf are opcodes of ours. The others are
-expanded here into element-wise ops, in f32 for 16-bit floats (XLA upcasts them too):
+The inverse and hyperbolic functions and erf are opcodes of ours; square, next_after
+and mulhi are a few integer or float ops. The others are expanded here into
+element-wise ops, in f32 for 16-bit floats (XLA upcasts them too):
 lgamma and digamma by Lanczos' approximation (g = 7, 9 terms) with the reflection
 formula below 1/2, erf_inv by Giles' single-precision polynomials, erfc through f64
 (1 - erf below 2, else exp(-x^2) times erfcx's continued fraction, so that the tail
@@ -200,6 +201,50 @@ def _is_inf(direction_value):
     return rule
 
 
+def _square(op: Operation, ctx: Context) -> list[Instruction]:
+    (x,) = ctx.operands(op)
+    return [ctx.add(Instruction(Opcode.MULTIPLY, x.shape, [x, x]))]
+
+
+def _identity(op: Operation, ctx: Context) -> list[Instruction]:
+    """conj of a real value (complex.py takes complex ones)."""
+    return ctx.operands(op)[:1]
+
+
+def _next_after(op: Operation, ctx: Context) -> list[Instruction]:
+    """The float next to x toward y: x's bits one up or down (away from zero when y lies
+    beyond x on x's side), the smallest subnormal of y's sign from zero, y where they
+    are equal, NaN where either is."""
+    x, y = (_E(ctx, v) for v in ctx.operands(op))
+    dt = x.shape.dtype
+    if dt.kind != "f" or dt.bits not in (16, 32, 64):
+        raise ctx.error(f"next_after of {dt.name}: it takes floats")
+    u = {16: dtypes.U16, 32: dtypes.U32, 64: dtypes.U64}[dt.bits]
+    bits = x._op(Opcode.BITCAST_CONVERT, shape=x.shape.with_dtype(u))
+    ybits = y._op(Opcode.BITCAST_CONVERT, shape=y.shape.with_dtype(u))
+    sign = 1 << (dt.bits - 1)
+    away = x.compare("LT", y)._op(Opcode.XOR, x.compare("LT", 0.0))
+    stepped = away.where(bits + 1, bits - 1)
+    tiny = (ybits._op(Opcode.AND, sign))._op(Opcode.OR, 1)
+    out = x.compare("EQ", 0.0).where(tiny, stepped)
+    out = out._op(Opcode.BITCAST_CONVERT, shape=x.shape)
+    out = x.compare("EQ", y).where(y, out)
+    nan = x.compare("NE", x)._op(Opcode.OR, y.compare("NE", y))
+    return [nan.where(x + y, out).i]
+
+
+def _mulhi(op: Operation, ctx: Context) -> list[Instruction]:
+    """The high half of the full product of 32-bit (or narrower) integers."""
+    a, b = ctx.operands(op)
+    dt = a.shape.dtype
+    if not dt.is_integer or dt.bits > 32:
+        raise ctx.error(f"mulhi of {dt.name}: 8 to 32-bit integers only")
+    wide = dtypes.S64 if dt.kind == "s" else dtypes.U64
+    product = _E(ctx, a).convert(wide) * _E(ctx, b).convert(wide)
+    shift = Opcode.SHIFT_RIGHT_ARITHMETIC if dt.kind == "s" else Opcode.SHIFT_RIGHT_LOGICAL
+    return [product._op(shift, dt.bits).convert(dt).i]
+
+
 def _elementwise(opcode: Opcode):
     def rule(op: Operation, ctx: Context) -> list[Instruction]:
         (x,) = ctx.operands(op)
@@ -212,5 +257,6 @@ CHLO_RULES = {
     "chlo.erf_inv": _formula(_erf_inv), "chlo.lgamma": _formula(_lgamma),
     "chlo.digamma": _formula(_digamma), "chlo.erfc": _formula(_erfc, dtypes.F64),
     "chlo.is_inf": _is_inf(None), "chlo.is_pos_inf": _is_inf(math.inf),
-    "chlo.is_neg_inf": _is_inf(-math.inf),
+    "chlo.is_neg_inf": _is_inf(-math.inf), "chlo.square": _square, "chlo.conj": _identity,
+    "chlo.next_after": _next_after, "chlo.mulhi": _mulhi,
 }

@@ -128,6 +128,16 @@ def _negate(op, ctx, real_rules):
     return [Complex(_add(ctx, Opcode.NEGATE, z.re), _add(ctx, Opcode.NEGATE, z.im))]
 
 
+def _square(op, ctx, real_rules):
+    z = _complex(ctx, ctx.operands(op)[0])
+    return [_times(ctx, z, z)]
+
+
+def _conj(op, ctx, real_rules):
+    z = _complex(ctx, ctx.operands(op)[0])
+    return [Complex(z.re, _add(ctx, Opcode.NEGATE, z.im))]
+
+
 def _make_complex(op, ctx, real_rules):
     re, im = ctx.operands(op)
     return [Complex(re, im)]
@@ -433,4 +443,5 @@ _RULES = {
     "stablehlo.select": _select, "stablehlo.constant": _constant,
     "stablehlo.dot_general": _dot_general, "stablehlo.reduce": _reduce,
     "stablehlo.fft": _fft,
+    "chlo.square": _square, "chlo.conj": _conj,
 }
