@@ -351,3 +351,14 @@ def test_chlo_square_next_after_mulhi_conj():
     np.testing.assert_array_equal(after.view(np.uint32), np.nextafter(x, y).view(np.uint32))
     np.testing.assert_array_equal(high, ((a.astype(np.int64) * b) >> 32).astype(np.int32))
     np.testing.assert_array_equal(conj, x)
+
+
+def test_complex_values_pass_an_optimization_barrier_as_they_are():
+    text = module("""\
+    %z = stablehlo.complex %arg0, %arg1 : tensor<4xcomplex<f32>>
+    %0:2 = stablehlo.optimization_barrier %z, %arg0 : tensor<4xcomplex<f32>>, tensor<4xf32>
+    %1 = stablehlo.imag %0#0 : (tensor<4xcomplex<f32>>) -> tensor<4xf32>
+    %2 = stablehlo.add %1, %0#1 : tensor<4xf32>
+    return %2 : tensor<4xf32>""", args="%arg0: tensor<4xf32>, %arg1: tensor<4xf32>")
+    x, y = np.arange(4, dtype=np.float32), np.full(4, 0.5, np.float32)
+    np.testing.assert_array_equal(run(text, x, y)[0], x + y)

@@ -36,7 +36,7 @@ class Complex:
 
 
 # Ops whose real rule passes complex values through as they are.
-_PASS_THROUGH = frozenset({"func.call", "stablehlo.composite"})
+_PASS_THROUGH = frozenset({"func.call", "stablehlo.composite", "stablehlo.optimization_barrier"})
 
 
 def is_complex_op(op: Operation, ctx: Context) -> bool:
@@ -238,7 +238,7 @@ def _constant(op, ctx, real_rules):
 # Ops whose real rule runs on each part alone (their other operands are real).
 _PER_PART = {f"stablehlo.{name}" for name in (
     "broadcast_in_dim", "reshape", "transpose", "reverse", "slice", "concatenate", "pad",
-    "dynamic_slice", "dynamic_update_slice", "gather", "optimization_barrier")}
+    "dynamic_slice", "dynamic_update_slice", "gather")}
 
 
 def _per_part(op: Operation, ctx: Context, real_rules) -> list:
