@@ -52,11 +52,12 @@ _UNSHAPED = [(re.compile(r"\bc(64|128)\["), "complex numbers (c64, c128), which 
 def is_hlo_text(model) -> bool:
     """Whether ``model`` (a path or bytes) is XLA's text: HLO (it opens with
     ``HloModule``) or StableHLO (an MLIR module, which ``import_stablehlo`` reads)."""
-    head = _head(model)
+    head = read_head(model)
     return head.lstrip().startswith(MAGIC) or MLIR_HEAD.match(head) is not None
 
 
-def _head(model) -> bytes:
+def read_head(model) -> bytes:
+    """The first 4 KiB of ``model`` (a path or bytes), or nothing."""
     if isinstance(model, (bytes, bytearray)):
         return bytes(model[:4096])
     if isinstance(model, (str, os.PathLike)) and os.path.isfile(model):

@@ -7,11 +7,10 @@ all in one message, as the HLO importer does.
 """
 from __future__ import annotations
 
-import os
 import re
 
 from ...hlo import Module, Signature, TensorSpec, XlacError
-from ..hlo.importer import MLIR_HEAD, flatten_root, read_text
+from ..hlo.importer import MLIR_HEAD, flatten_root, read_head, read_text
 from ..xla import refused_call
 from .chlo import CHLO_RULES
 from .complex import is_complex_op, lower_complex
@@ -35,14 +34,7 @@ REFUSED = {
 
 def is_stablehlo_text(model) -> bool:
     """Whether ``model`` (a path or bytes) is an MLIR module."""
-    if isinstance(model, (bytes, bytearray)):
-        head = bytes(model[:4096])
-    elif isinstance(model, (str, os.PathLike)) and os.path.isfile(model):
-        with open(model, "rb") as f:
-            head = f.read(4096)
-    else:
-        return False
-    return MLIR_HEAD.match(head) is not None
+    return MLIR_HEAD.match(read_head(model)) is not None
 
 
 def import_stablehlo(model, name: str | None = None) -> Module:
