@@ -15,7 +15,7 @@ import numpy as np
 @dataclass(frozen=True)
 class DType:
     name: str        # HLO text name
-    kind: str        # 'pred', 's' (signed int), 'u' (unsigned int), 'f' (float)
+    kind: str        # 'pred', 's' (signed int), 'u' (unsigned int), 'f' (float), 'c'
     bits: int        # bits of the value (4 for s4, stored in a byte)
 
     @property
@@ -51,6 +51,15 @@ class DType:
     def is_sub_byte(self) -> bool:
         """4- and 2-bit integers (f4e2m1fn is a narrow float)."""
         return self.is_integer and self.bits < 8
+
+    @property
+    def is_complex(self) -> bool:
+        return self.kind == "c"
+
+    @property
+    def part(self) -> "DType":
+        """The element type of a complex number's real and imaginary parts."""
+        return {"c64": F32, "c128": F64}[self.name]
 
     @property
     def info(self):
@@ -89,6 +98,11 @@ F8E8M0FNU = DType("f8e8m0fnu", "f", 8)
 ALL = (PRED, S8, S16, S32, S64, U8, U16, U32, U64, F16, BF16, F32, F64,
        S2, S4, U2, U4, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, F4E2M1FN, F8E8M0FNU)
 BY_NAME = {d.name: d for d in ALL}
+# Complex numbers, as XLA's text names them. No module holds them: an importer stores
+# each complex value as a pair of floats (importers/xla/complex.py).
+C64 = DType("c64", "c", 64)
+C128 = DType("c128", "c", 128)
+COMPLEX = {d.name: d for d in (C64, C128)}
 
 _NUMPY = {
     "pred": np.dtype(np.bool_),
@@ -106,8 +120,9 @@ _NUMPY = {
     "f8e5m2fnuz": np.dtype(ml_dtypes.float8_e5m2fnuz),
     "f4e2m1fn": np.dtype(ml_dtypes.float4_e2m1fn),
     "f8e8m0fnu": np.dtype(ml_dtypes.float8_e8m0fnu),
+    "c64": np.dtype(np.complex64), "c128": np.dtype(np.complex128),
 }
-_FROM_NUMPY = {v: BY_NAME[k] for k, v in _NUMPY.items()}
+_FROM_NUMPY = {v: BY_NAME[k] for k, v in _NUMPY.items() if k in BY_NAME}
 
 
 def by_name(name: str) -> DType:

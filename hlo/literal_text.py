@@ -275,7 +275,16 @@ def _skeleton(dims) -> str:
 
 def parse_literal(text: str, dims: tuple[int, ...], dtype: DType) -> np.ndarray:
     """The array written by ``text`` (as ``format_literal`` or XLA prints it).
-    Raises ValueError with a one-line reason."""
+    Raises ValueError with a one-line reason. A complex number is an (re, im) pair."""
+    if dtype.is_complex:
+        try:
+            pairs = parse_literal(text.replace("(", "{").replace(")", "}"), (*dims, 2),
+                                  dtype.part)
+        except ValueError:
+            raise ValueError(f"a {dtype.name} literal holds an (re, im) pair of "
+                             f"{dtype.part} values in each of the {prod(dims)} places of "
+                             f"dimensions {list(dims)}") from None
+        return (pairs[..., 0] + 1j * pairs[..., 1]).astype(dtype.np)
     body = _COMMENT.sub(" ", text)
     compact = "".join(body.split())
     if compact.translate(_ONLY_STRUCTURE) != _skeleton(dims):

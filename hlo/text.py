@@ -310,6 +310,9 @@ _TOKEN = re.compile(r"""
 """, re.X | re.S)
 
 
+_PARENTHESIS = re.compile(r"[()]")
+
+
 class _Lexer:
     def __init__(self, text: str):
         self.text = text
@@ -339,11 +342,19 @@ class _Lexer:
                 kind = m.lastgroup if m.lastgroup != "punct" else m.group()
                 return _Token(kind, m.group(), m.start())
 
-    def raw_until(self, close: str) -> tuple[str, int]:
+    def raw_until(self, close: str, pairs: bool = False) -> tuple[str, int]:
         """The raw text up to the next ``close`` character (consumed); literals are
-        read this way, bypassing the tokenizer, since they can hold millions of values."""
+        read this way, bypassing the tokenizer, since they can hold millions of values.
+        With ``pairs``, the text holds (re, im) pairs: the first ')' outside them."""
         assert self._peeked is None
         end = self.text.find(close, self.pos)
+        if pairs:
+            depth, end = 0, -1
+            for m in _PARENTHESIS.finditer(self.text, self.pos):
+                if m.group() == ")" and depth == 0:
+                    end = m.start()
+                    break
+                depth += 1 if m.group() == "(" else -1
         if end < 0:
             raise _error(self.text, self.pos, f"missing '{close}'")
         start, self.pos = self.pos, end + 1
@@ -384,10 +395,22 @@ class ForeignInstruction:
     """An instruction as the text wrote it, for a ``Dialect``: its opcode is not in
     our table, or (``Dialect.extra_attributes``) it carries keys our IR does not keep."""
     name: str
-    shape: Shape
+    shape: Shape                    # as stored (``Dialect.stored``)
     opcode: str
     operands: list[Instruction]
     attributes: dict[str, str]      # key -> value as written
+    declared: Shape | None = None   # the result's shape as written, where it is complex
+    operand_shapes: tuple[Shape, ...] = ()     # the operands' as written
+
+    @property
+    def is_complex(self) -> bool:
+        return any(has_complex(s) for s in (self.declared or self.shape, *self.operand_shapes))
+
+
+def has_complex(shape: Shape) -> bool:
+    if shape.is_tuple:
+        return any(has_complex(s) for s in shape.tuple_shapes)
+    return shape.dtype.is_complex
 
 
 class Site:
@@ -415,9 +438,21 @@ class Dialect:
     that the dialect reads itself, as foreign ones, where XLA's allow more than ours."""
 
     own: frozenset[str] = frozenset()
+    # Whether the text may hold complex numbers (c64, c128), which our IR does not: the
+    # dialect then says how a complex value is stored in real arrays (``stored``) and
+    # builds every instruction of our table that makes or takes one (``complex``).
+    reads_complex = False
 
     def foreign(self, instr: ForeignInstruction, site: Site) -> Instruction:
         raise site.error(f"unknown opcode '{instr.opcode}'")
+
+    def stored(self, shape: Shape) -> Shape:
+        raise NotImplementedError
+
+    def complex(self, instr: Instruction, operand_shapes: list[Shape], extra: dict[str, str],
+                site: Site) -> Instruction:
+        """``instr`` with the shape the text declares, its operands as stored."""
+        raise site.error("complex numbers are not supported")
 
     def extra_attributes(self, instr: Instruction, attributes: dict[str, str],
                          site: Site) -> Instruction:
@@ -433,6 +468,8 @@ class _Parser:
     def __init__(self, text: str, dialect: "Dialect | None" = None):
         self.lex = _Lexer(text)
         self.dialect = dialect
+        # id(instruction) -> its shape as written, for values stored otherwise (complex)
+        self.declared: dict[int, Shape] = {}
 
     # -- tokens --
     def error(self, msg: str, at: _Token | int | None = None) -> HloParseError:
@@ -605,7 +642,7 @@ class _Parser:
                 self.expect(")")
             return Shape.tuple_(shapes)
         tok = self.expect("word", "a shape")
-        if tok.text not in dtypes.BY_NAME:
+        if tok.text not in self._element_types():
             raise self.error(f"unknown element type '{tok.text}'", tok)
         self.expect("[")
         dims = []
@@ -616,9 +653,21 @@ class _Parser:
             self.expect("]")
         layout = self.int_list() if self._layout_follows() else None
         try:
-            return Shape.array(dtypes.BY_NAME[tok.text], dims, layout)
+            return Shape.array(self._element_types()[tok.text], dims, layout)
         except ValueError as e:
             raise self.error(str(e), tok) from None
+
+    def _element_types(self) -> dict:
+        if self.dialect is not None and self.dialect.reads_complex:
+            return {**dtypes.BY_NAME, **dtypes.COMPLEX}
+        return dtypes.BY_NAME
+
+    def stored(self, shape: Shape) -> Shape:
+        """How a value of the written ``shape`` is held: complex ones as the dialect says."""
+        return self.dialect.stored(shape) if has_complex(shape) else shape
+
+    def written(self, instr: Instruction) -> Shape:
+        return self.declared.get(id(instr), instr.shape)
 
     def _layout_follows(self) -> bool:
         """After a shape, '{' opens a layout unless it opens a computation body (its
@@ -638,7 +687,7 @@ class _Parser:
         tok = self.lex.peek()
         if tok.kind == "(":
             return True
-        if tok.kind != "word" or tok.text not in dtypes.BY_NAME:
+        if tok.kind != "word" or tok.text not in self._element_types():
             return False
         mark = self.lex.mark()
         self.lex.next()
@@ -727,10 +776,10 @@ class _Parser:
             raise self.error(f"header of %{comp.name} lists {len(params)} parameters, the "
                              f"body has {len(numbers)}", name_tok)
         for (tok, shape), p in zip(params, comp.parameters):
-            if tok.text != p.name or not compatible(shape, p.shape):
+            if tok.text != p.name or not compatible(self.stored(shape), p.shape):
                 raise self.error(f"header parameter {tok.text}: {shape} does not match "
                                  f"parameter({p.attrs['number']}) %{p.name}: {p.shape}", tok)
-        if not compatible(result, comp.root.shape):
+        if not compatible(self.stored(result), comp.root.shape):
             raise self.error(f"header result {result} does not match ROOT %{comp.root.name}: "
                              f"{comp.root.shape}", name_tok)
 
@@ -759,13 +808,17 @@ class _Parser:
         else:
             operands = self.operands(names)
         site = Site(self, module, comp, op_tok)
+        operand_shapes = [self.written(o) for o in operands]
         if opcode is None:
-            foreign = ForeignInstruction(name, shape, op_tok.text, operands,
-                                         self.raw_attributes())
-            names[name] = self.dialect.foreign(foreign, site)
-            return names[name]
+            foreign = ForeignInstruction(name, self.stored(shape), op_tok.text, operands,
+                                         self.raw_attributes(), shape, tuple(operand_shapes))
+            return self.define(names, name, self.dialect.foreign(foreign, site), shape)
         extra: dict[str, str] = {}
         called = self.attributes(module, opcode, attrs, op_tok, extra)
+        if any(has_complex(s) for s in (shape, *operand_shapes)):
+            instr = Instruction(opcode, shape, operands, attrs, called, literal, name)
+            return self.define(names, name,
+                               self.dialect.complex(instr, operand_shapes, extra, site), shape)
         instr = Instruction(opcode, shape, operands, attrs, called, literal, name)
         self.check_shape(instr, op_tok)
         if extra:
@@ -774,8 +827,16 @@ class _Parser:
         names[name] = comp.add(instr)
         return instr
 
+    def define(self, names: dict[str, Instruction], name: str, value: Instruction,
+               shape: Shape) -> Instruction:
+        """``name`` stands for ``value``, which the text declares of ``shape``."""
+        names[name] = value
+        if has_complex(shape):
+            self.declared[id(value)] = shape
+        return value
+
     def literal(self, shape: Shape, op_tok: _Token):
-        text, at = self.lex.raw_until(")")
+        text, at = self.lex.raw_until(")", pairs=not shape.is_tuple and shape.dtype.is_complex)
         if shape.is_tuple:
             raise self.error("tuple constants are not supported", op_tok)
         if text.strip() == "{...}":
@@ -797,8 +858,9 @@ class _Parser:
             if operand is None:
                 raise self.error(f"unknown operand {tok.text} (operands must be defined "
                                  f"before use)", tok)
-            if shape is not None and not compatible(shape, operand.shape):
-                raise self.error(f"operand {tok.text} is {operand.shape}, not {shape}", tok)
+            if shape is not None and not compatible(shape, self.written(operand)):
+                raise self.error(f"operand {tok.text} is {self.written(operand)}, not {shape}",
+                                 tok)
             operands.append(operand)
         return operands
 

@@ -105,16 +105,15 @@ def test_every_missing_op_is_listed_once():
 
 ENTRY main {
   a = s32[2]{0} parameter(0)
-  p = s32[2]{0} fft(a), fft_type=FFT, fft_length={2}
-  q = s32[2]{0} fft(p), fft_type=FFT, fft_length={2}
+  p = s32[2]{0} all-to-all(a), dimensions={0}
+  q = s32[2]{0} all-to-all(p), dimensions={0}
   c = (s32[2]{0}, s32[]) custom-call(q), custom_call_target="lapack_sgesdd_ffi"
   ROOT r = s32[2]{0} get-tuple-element(c), index=0
 }
 """
     with pytest.raises(XlacError) as info:
         import_hlo(text)
-    assert str(info.value) == ("unsupported XLA ops: fft at %p, %q (complex numbers: xlac "
-                               "reads them from StableHLO, lowered.as_text()); "
+    assert str(info.value) == ("unsupported XLA ops: all-to-all at %p, %q (a collective); "
                                "custom-call lapack_sgesdd_ffi at %c (a LAPACK routine other "
                                "than potrf, trsm and getrf, which xlac expands)")
 
@@ -122,7 +121,8 @@ ENTRY main {
 @pytest.mark.parametrize("old, new, message", [
     ("HloModule m", "HloModule m, num_partitions=2", "several devices (num_partitions=2)"),
     ("HloModule m", "HloModule m, is_scheduled=true", "HLO after XLA's optimizations"),
-    ("f32[6]{0} parameter(1)", "c64[6]{0} parameter(1)", "complex numbers"),
+    ("f32[6]{0} parameter(1)", "c64[6]{0} parameter(1)", "takes or returns complex numbers"),
+    ("pred[6]{0} compare", "c64[6]{0} compare", "takes or returns complex numbers"),
     ("f32[6]{0} parameter(1)", "f32[<=6]{0} parameter(1)", "dynamic dimensions"),
 ])
 def test_programs_we_do_not_read_are_refused(old, new, message):
@@ -244,3 +244,94 @@ ENTRY main.1 {
     with pytest.raises(HloParseError, match=r"line 5, column \d+: malformed reduce-precision "
                        r"%r.1 \(KeyError: 'mantissa_bits'\)"):
         import_hlo(text)
+
+
+# --- complex numbers: pairs of real arrays ----------------------------------------------
+
+COMPLEX = b"""HloModule c, entry_computation_layout={(f64[3]{0})->(f64[3]{0}, f64[], f64[3]{0})}
+
+scale.1 {
+  z.1 = c128[3]{0} parameter(0)
+  k.1 = c128[] constant((0.5, -2))
+  kb.1 = c128[3]{0} broadcast(k.1), dimensions={}
+  ROOT m.1 = c128[3]{0} multiply(z.1, kb.1)
+}
+
+cond.2 {
+  s.2 = (s32[], c128[3]{0}) parameter(0)
+  i.2 = s32[] get-tuple-element(s.2), index=0
+  n.2 = s32[] constant(3)
+  ROOT lt.2 = pred[] compare(i.2, n.2), direction=LT
+}
+
+body.3 {
+  s.3 = (s32[], c128[3]{0}) parameter(0)
+  i.3 = s32[] get-tuple-element(s.3), index=0
+  one.3 = s32[] constant(1)
+  j.3 = s32[] add(i.3, one.3)
+  z.3 = c128[3]{0} get-tuple-element(s.3), index=1
+  w.3 = c128[3]{0} call(z.3), to_apply=scale.1
+  ROOT t.3 = (s32[], c128[3]{0}) tuple(j.3, w.3)
+}
+
+times.4 {
+  a.4 = c128[] parameter(0)
+  b.4 = c128[] parameter(1)
+  ROOT p.4 = c128[] multiply(a.4, b.4)
+}
+
+ENTRY main.5 {
+  x.5 = f64[3]{0} parameter(0)
+  rev.5 = f64[3]{0} reverse(x.5), dimensions={0}
+  z.5 = c128[3]{0} complex(x.5, rev.5)
+  zero.5 = s32[] constant(0)
+  init.5 = (s32[], c128[3]{0}) tuple(zero.5, z.5)
+  loop.5 = (s32[], c128[3]{0}) while(init.5), condition=cond.2, body=body.3
+  w.5 = c128[3]{0} get-tuple-element(loop.5), index=1
+  one.5 = c128[] constant((1, 0))
+  prod.5 = c128[] reduce(w.5, one.5), dimensions={0}, to_apply=times.4
+  d.5 = c128[3]{0} divide(w.5, z.5)
+  re.5 = f64[3]{0} real(d.5)
+  im.5 = f64[] imag(prod.5)
+  a.5 = f64[3]{0} abs(w.5)
+  ROOT out.5 = (f64[3]{0}, f64[], f64[3]{0}) tuple(re.5, im.5, a.5)
+}
+"""
+
+
+def test_complex_values_pass_calls_loops_and_reduces_as_pairs():
+    m = import_hlo(COMPLEX)
+    assert {i.shape.dtype.kind for c in m.computations for i in c.instructions
+            if not i.shape.is_tuple} <= {"f", "s", "pred"}
+    loop = next(i for i in m.entry.instructions if i.opcode is Opcode.WHILE)
+    assert [(s.dtype.name, s.dims) for s in loop.shape.tuple_shapes] == [
+        ("s32", ()), ("f64", (3,)), ("f64", (3,))]
+    x = np.array([1.5, -2.0, 0.25])
+    z = x + 1j * x[::-1]
+    w = z * (0.5 - 2j) ** 3
+    got = evaluate(m, [x])
+    np.testing.assert_allclose(got[0], (w / z).real, rtol=1e-14)
+    np.testing.assert_allclose(got[1], np.prod(w).imag, rtol=1e-14)
+    np.testing.assert_allclose(got[2], np.abs(w), rtol=1e-14)
+
+
+@pytest.mark.parametrize("old, new, message", [
+    (b"a.5 = f64[3]{0} abs(w.5)", b"a.5 = c128[3]{0} sqrt(w.5)",
+     "sqrt of complex numbers (%a.5) is not supported"),
+    (b"d.5 = c128[3]{0} divide(w.5, z.5)",
+     b"d.5 = pred[3]{0} compare(w.5, z.5), direction=LT\n  dd.5 = c128[3]{0} divide(w.5, z.5)",
+     "compare %d.5: complex numbers compare EQ or NE only, not LT"),
+    (b"d.5 = c128[3]{0} divide(w.5, z.5)",
+     b'd.5 = c128[3]{0} custom-call(w.5), custom_call_target="f"',
+     "custom-call of complex numbers (%d.5) is not supported"),
+    (b"k.1 = c128[] constant((0.5, -2))", b"k.1 = c128[] constant(0.5)",
+     "a c128 literal holds an (re, im) pair of f64 values in each of the 1 places"),
+])
+def test_complex_ops_we_do_not_build_are_refused(old, new, message):
+    with pytest.raises(XlacError, match=re.escape(message)):
+        import_hlo(COMPLEX.replace(old, new))
+
+
+def test_complex_types_are_read_only_by_the_xla_dialect():
+    with pytest.raises(HloParseError, match="unknown element type 'c128'"):
+        parse_module(COMPLEX.decode())

@@ -91,6 +91,15 @@ def _while_collatz(n):
     return lax.while_loop(lambda s: jnp.any(s[0] > 1), body, (n, jnp.int32(0)))
 
 
+def _complex_control(x, y, i):
+    """Complex values in a loop's state, a branch, a product reduce, gathers and pads."""
+    z = lax.fori_loop(0, 3, lambda k, z: z * (1 + 1j) + k, x + 1j * y)
+    w = lax.cond(x[0] > 0, lambda z: z * 2j, lambda z: z - 1, z)
+    m = jnp.pad(z.reshape(4, 4), 1) @ jnp.concatenate([w[:6], lax.dynamic_slice(w, (i,), (6,))]).reshape(6, 2)
+    return (jnp.abs(w), jnp.real(jnp.prod(z[:5])), jnp.imag(jnp.prod(z[:5])),
+            jnp.angle(m), jnp.abs(z[jnp.array([3, 1, 4])] == w[jnp.array([3, 1, 4])]))
+
+
 def _complex_program(x, y):
     z = x + 1j * y
     spectrum = jnp.fft.rfft(x)
@@ -306,10 +315,10 @@ CASES = {
                                                                    (5, 0), (11, 52))),
         (np.array([1.0, 1 / 3, 65504, 70000, 1e-8, -1e-5, np.inf, np.nan, -0.0, 3.14159,
                    2.0**-14, 2.0**-15], np.float32),)),
-    # complex numbers and fft (pairs of real values; StableHLO only: HLO text's c64
-    # shapes are refused)
-    "fft_complex": Case(_complex_program, (f32(16), f32(16)), rtol=2e-5, atol=2e-5,
-                        forms=("stablehlo",)),
+    # complex numbers and fft (pairs of real values)
+    "fft_complex": Case(_complex_program, (f32(16), f32(16)), rtol=2e-5, atol=2e-5),
+    "complex_control": Case(_complex_control, (f32(16), f32(16), np.int32(5)), rtol=2e-5,
+                            atol=2e-5),
     # XLA's random bit generators, bit for bit: ThreeFry and Philox (DEFAULT on the CPU)
     # over each split of the shape into halves, and the rbg PRNG built on them
     "rng_bit_generator": Case(lambda k: tuple(
@@ -457,13 +466,8 @@ REFUSALS = {      # name: (function, arguments, {form: message})
     "eigh": (lambda x: jnp.linalg.eigh(x)[0], (f32(3, 3),),
              {"hlo": "custom-call lapack_ssyevd_ffi at %eigh",
               "stablehlo": "stablehlo.custom_call lapack_ssyevd_ffi at line"}),
-    # complex numbers: from StableHLO only, and not at the program's boundary
-    "fft": (lambda x: jnp.fft.rfft(x).real, (f32(8),),
-            {"hlo": r"fft at %[\w.]+ \(complex numbers: xlac reads them from StableHLO"}),
+    # complex numbers: not at the program's boundary
     "complex_output": (lambda x: jnp.fft.rfft(x), (f32(8),),
-                       {"stablehlo": "the program takes or returns complex numbers"}),
-    "complex_loop_state": (lambda x: jnp.abs(lax.fori_loop(
-        0, 3, lambda i, z: z * (1 + 1j), x.astype(jnp.complex64))), (f32(4),),
-        {"stablehlo": "stablehlo.while: this op on complex numbers is not supported",
-         "hlo": r"complex numbers \(c64, c128\), which xlac reads from StableHLO"}),
+                       {form: "the program takes or returns complex numbers"
+                        for form in ("hlo", "stablehlo")}),
 }

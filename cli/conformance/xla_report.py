@@ -70,10 +70,10 @@ _LOWERED = {"case": "conditional", "if": "conditional", "while": "while", "compo
             "custom_call": "a call of the linking program's C function; JAX's LAPACK calls "
             "potrf, trsm, getrf expanded", "dot_general": "dot", "broadcast_in_dim": "broadcast",
             "bitcast_convert": "bitcast-convert (between widths: shifts and ors)",
-            **{op: "pairs of real values (importers/stablehlo/complex.py); from StableHLO "
-               "only" for op in ("complex", "real", "imag")},
+            **{op: "pairs of real values (importers/xla/complex.py)"
+               for op in ("complex", "real", "imag")},
             "fft": "mixed-radix Cooley-Tukey over the pairs of real values "
-                   "(importers/stablehlo/complex.py); from StableHLO only"}
+                   "(importers/xla/complex.py)"}
 
 
 def _ops_in(text: str) -> set[str]:

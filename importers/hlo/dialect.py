@@ -7,7 +7,8 @@ passes its operand through (it only orders XLA's rematerialization), ``popcnt`` 
 an integer compare of order keys; ``cholesky``, ``triangular-solve``,
 ``select-and-scatter``, ``reduce-precision``, ``map``, ``rng-bit-generator``,
 ``bitcast-convert`` between widths, the batch norms and the LAPACK custom calls of
-JAX's CPU lowering are expanded by ``importers/xla/``; attributes that
+JAX's CPU lowering are expanded by ``importers/xla/``; complex numbers are pairs of
+real values (complex.py); attributes that
 change nothing on one device are dropped. Anything else is refused by
 ``importer.check_supported`` before parsing, so that one message lists every op the
 program needs.
@@ -22,6 +23,7 @@ from ...hlo import Instruction, Opcode, Shape, XlacError, dtypes
 from ...hlo.shape_inference import compatible
 from ...hlo.text import Dialect, ForeignInstruction, Site, parse_window
 from .. import xla as expand
+from . import complex as complex_numbers
 
 # Read and dropped: they steer XLA's own compiler or carry JAX's bookkeeping.
 # operand_precision and algorithm pick faster, looser XLA dot kernels; ours compute in
@@ -36,11 +38,14 @@ _ONE_DEVICE = re.compile(r"\{\s*(replicated|maximal device=0|manual|devices=\[1(
 
 class XlaDialect(Dialect):
     own = frozenset({"bitcast-convert", "custom-call"})
+    reads_complex = True
+
     def foreign(self, instr: ForeignInstruction, site: Site) -> Instruction:
         rule = _FOREIGN.get(instr.opcode)
         if rule is None:
             raise site.error(f"unsupported XLA op {instr.opcode} (%{instr.name})")
         _check_attributes(instr.attributes, _FOREIGN_KEYS[instr.opcode], instr.opcode, site)
+        complex_numbers.check_carried(instr, site)
         try:
             return rule(instr, site)
         except XlacError:
@@ -49,6 +54,13 @@ class XlaDialect(Dialect):
             # an attribute missing or of the wrong kind, operands that do not fit
             raise site.error(f"malformed {instr.opcode} %{instr.name} ({type(e).__name__}: "
                              f"{e})") from None
+
+    def stored(self, shape: Shape) -> Shape:
+        return complex_numbers.stored(shape)
+
+    def complex(self, instr: Instruction, operand_shapes: list[Shape], extra: dict[str, str],
+                site: Site) -> Instruction:
+        return complex_numbers.build(instr, operand_shapes, extra, site)
 
     def extra_attributes(self, instr: Instruction, attributes: dict[str, str],
                          site: Site) -> Instruction:
@@ -298,7 +310,8 @@ _FOREIGN = {"call": _inline_call, "opt-barrier": _pass_through, "popcnt": _popcn
             "bitcast-convert": _bitcast_convert, "rng-bit-generator": _rng_bit_generator,
             "batch-norm-inference": _batch_norm(expand.batch_norm_inference),
             "batch-norm-training": _batch_norm(expand.batch_norm_training),
-            "batch-norm-grad": _batch_norm(expand.batch_norm_grad)}
+            "batch-norm-grad": _batch_norm(expand.batch_norm_grad),
+            **{op: complex_numbers.foreign for op in complex_numbers.FOREIGN_KEYS}}
 _FOREIGN_KEYS = {"call": {"to_apply", "is_composite", "composite.name",
                           "composite.attributes", "composite.version"},
                  "opt-barrier": set(), "popcnt": set(), "count-leading-zeros": set(),
@@ -312,5 +325,6 @@ _FOREIGN_KEYS = {"call": {"to_apply", "is_composite", "composite.name",
                                  "custom_call_has_side_effect"},
                  "bitcast-convert": set(), "rng-bit-generator": {"algorithm"},
                  **{f"batch-norm-{k}": {"epsilon", "feature_index"}
-                    for k in ("inference", "training", "grad")}}
+                    for k in ("inference", "training", "grad")},
+                 **complex_numbers.FOREIGN_KEYS}
 SUPPORTED_FOREIGN = frozenset(_FOREIGN)

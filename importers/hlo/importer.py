@@ -24,12 +24,12 @@ from ..xla import refused_call
 from .dialect import SUPPORTED_FOREIGN, XlaDialect
 
 MAGIC = b"HloModule"
+COMPLEX_BOUNDARY = ("the program takes or returns complex numbers: xlac compiles programs "
+                    "whose inputs and outputs are real (return jnp.real(z) and jnp.imag(z))")
 # How StableHLO's MLIR module opens (after any #loc aliases), custom or generic form.
 MLIR_HEAD = re.compile(rb'^\s*(?:#loc.*\n\s*)*(?:module\b|"builtin\.module")')
 # Ops XLA has and we do not, with what usually makes JAX write them.
 REFUSED = {
-    **{op: "complex numbers: xlac reads them from StableHLO, lowered.as_text()"
-       for op in ("fft", "real", "imag", "complex")},
     "rng": "lax.rng_uniform",
     "all-reduce": "a collective", "all-gather": "a collective", "all-to-all": "a collective",
     "reduce-scatter": "a collective", "collective-permute": "a collective",
@@ -42,11 +42,14 @@ _OPCODE_OF_LINE = re.compile(
     r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*.*?\s([a-z][\w\-]*)\((.*)$", re.M)
 _TARGET = re.compile(r'custom_call_target="([^"]*)"')
 _DEVICES = re.compile(r"\b(num_partitions|replica_count)=(\d+)")
-# Element types and dimensions our shapes do not have: complex numbers, bounded dynamic
-# dimensions (f32[<=8]).
-_UNSHAPED = [(re.compile(r"\bc(64|128)\["), "complex numbers (c64, c128), which xlac reads "
-              "from StableHLO (lowered.as_text())"),
-             (re.compile(r"\[[\d,]*<="), "dynamic dimensions (f32[<=N]): shapes are static")]
+# Dimensions our shapes do not have: bounded dynamic ones (f32[<=8]).
+_DYNAMIC = re.compile(r"\[[\d,]*<=")
+_LAYOUT = re.compile(r"entry_computation_layout=\{(.*)\}")
+_ENTRY = re.compile(r"^ENTRY\b.*?^\}", re.M | re.S)
+# The shape of an entry parameter or of its ROOT: what the caller sees.
+_BOUNDARY = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(\(.*?\)|\w+\[[^\]]*\])\s*"
+                       r"(?:\{[\d,]*\}\s*)?(parameter\(|[a-z][\w\-]*\()", re.M)
+_COMPLEX = re.compile(r"\bc(64|128)\[")
 
 
 def is_hlo_text(model) -> bool:
@@ -92,8 +95,8 @@ def read_text(model, what: str) -> str:
 
 def check_supported(text: str) -> None:
     """Refuse text we do not read (StableHLO, XLA's optimized HLO, several devices,
-    complex numbers, dynamic dimensions, elided constants), and, in one message, every
-    op it uses that we cannot compile."""
+    complex numbers at its boundary, dynamic dimensions, elided constants), and, in one
+    message, every op it uses that we cannot compile."""
     _check_form(text)
     _check_ops(text)
     _check_types(text)
@@ -139,9 +142,16 @@ def _check_ops(text: str) -> None:
 
 
 def _check_types(text: str) -> None:
-    for pattern, what in _UNSHAPED:
-        if pattern.search(text):
-            raise XlacError(f"the program uses {what}; xlac does not compile them")
+    if _DYNAMIC.search(text):
+        raise XlacError("the program uses dynamic dimensions (f32[<=N]); xlac does not "
+                        "compile them: shapes are static")
+    layout = _LAYOUT.search(text.lstrip().partition("\n")[0])
+    entry = _ENTRY.search(text)
+    boundary = [m.group(1) for m in _BOUNDARY.finditer(entry.group(0) if entry else "")
+                if m.group(2) == "parameter(" or m.group(0).lstrip().startswith("ROOT")]
+    if _COMPLEX.search(layout.group(1) if layout else "") or any(
+            _COMPLEX.search(shape) for shape in boundary):
+        raise XlacError(COMPLEX_BOUNDARY)
 
 
 def _drop_uncalled(module: Module) -> None:

@@ -13,6 +13,9 @@ from typing import Callable
 
 from ...hlo import Computation, Instruction, Module, Opcode, Shape
 from ...hlo.errors import XlacError
+from ..hlo.importer import COMPLEX_BOUNDARY
+from ..xla import complex as cx
+from ..xla.complex import Complex
 from .mlir import Block, Function, MlirModule, Operation, TensorType
 
 
@@ -114,45 +117,54 @@ class Context:
         return [self.add(Instruction(Opcode.GET_TUPLE_ELEMENT, s, [instr], {"index": k}))
                 for k, s in enumerate(instr.shape.tuple_shapes)]
 
-    def tuple(self, values: list[Instruction]) -> Instruction:
-        if any(not isinstance(v, Instruction) for v in values):
-            raise self.error("complex numbers in the state of a loop or a branch, or in "
-                             "the results of a region, are not supported")
-        return self.add(Instruction(Opcode.TUPLE, Shape.tuple_([v.shape for v in values]),
-                                    values))
+    def grouped_results(self, instr: Instruction, kinds: list[bool]) -> list:
+        """The results of a tuple that ``tuple`` made of values, complex where ``kinds``
+        says so: a complex one is two elements."""
+        if not instr.shape.is_tuple:
+            return [instr]
+        return cx.regroup(self.results(instr, len(instr.shape.tuple_shapes)), kinds)
+
+    def tuple(self, values: list) -> Instruction:
+        """A tuple of the values, each complex one as two elements (re, im)."""
+        flat = cx.flatten(values)
+        return self.add(Instruction(Opcode.TUPLE, Shape.tuple_([v.shape for v in flat]), flat))
 
     # -- regions as computations --
     def scalar_computation(self, block: Block, name: str) -> Computation:
-        """A reduce/sort/scatter body: one parameter per block argument."""
-        if any(t.complex for _, t in block.arguments):
-            raise self.error("complex numbers in a region are not supported")
+        """A reduce/sort/scatter body: one parameter per block argument, two for a
+        complex one (its parts, as a variadic reduce of the parts passes them)."""
         comp = Computation(name)
         inner = self._inner(comp, constants_only=True)
-        params = [comp.add(Instruction(Opcode.PARAMETER, shape_of(t), attrs={"number": k},
-                                       name=f"p{k}"))
-                  for k, (_, t) in enumerate(block.arguments)]
-        out = inner.run_block(block, params)
-        comp.root = out[0] if len(out) == 1 else inner.tuple(out)
+        kinds = [t.complex for _, t in block.arguments]
+        parts = [shape_of(t.real) for _, t in block.arguments for _ in range(1 + t.complex)]
+        params = [comp.add(Instruction(Opcode.PARAMETER, s, attrs={"number": k}, name=f"p{k}"))
+                  for k, s in enumerate(parts)]
+        out = inner.run_block(block, cx.regroup(params, kinds))
+        comp.root = out[0] if len(out) == 1 and not isinstance(out[0], Complex) \
+            else inner.tuple(out)
         return self.module.add_computation(comp)     # before its caller, still being built
 
-    def state_computation(self, block: Block, state: Shape, captured: list[str], name: str,
-                          returns_state: bool) -> Computation:
-        """A while condition or body, or a case branch: one tuple parameter holding the
-        block's arguments, then the captured values. A body returns the new state with
-        the captured values passed through."""
+    def state_computation(self, block: Block, state: Instruction, kinds: list[bool],
+                          captured: list[str], name: str, returns: list[bool] | None
+                          ) -> Computation:
+        """A while condition or body, or a case branch: one parameter shaped as
+        ``state``, the tuple of the block's arguments, then the captured values
+        (complex where ``kinds`` says). A body returns the new state with the captured
+        values passed through (``returns`` None); a branch, results complex where
+        ``returns`` says."""
         comp = Computation(name)
         inner = self._inner(comp)
-        param = comp.add(Instruction(Opcode.PARAMETER, state, attrs={"number": 0}, name="state"))
-        parts = inner.results(param, len(state.tuple_shapes))
+        param = comp.add(Instruction(Opcode.PARAMETER, state.shape, attrs={"number": 0},
+                                     name="state"))
+        parts = inner.grouped_results(param, kinds)
         n = len(block.arguments)
         for value, part in zip(captured, parts[n:]):
             inner.values[value] = part
         out = inner.run_block(block, parts[:n])
-        if returns_state:
-            out = out + parts[n:]
-            comp.root = inner.tuple(out)
-        else:
-            comp.root = out[0] if len(out) == 1 else inner.tuple(out)
+        if returns is None:
+            out, returns = out + parts[n:], kinds
+        out = [cx.as_complex(inner, v) if c else v for v, c in zip(out, returns, strict=True)]
+        comp.root = out[0] if len(out) == 1 and not returns[0] else inner.tuple(out)
         return self.module.add_computation(comp)     # before its caller, still being built
 
     def _inner(self, comp: Computation, constants_only: bool = False) -> "Context":
@@ -173,9 +185,7 @@ def lower_module(mlir: MlirModule, rules: dict[str, Callable], name: str,
     module = Module(name)
     if any(t.complex for _, t in main.body.arguments) or any(t.complex
                                                              for t in main.result_types):
-        raise LoweringError("the program takes or returns complex numbers: xlac compiles "
-                            "programs whose inputs and outputs are real (return "
-                            "jnp.real(z) and jnp.imag(z))")
+        raise LoweringError(COMPLEX_BOUNDARY)
     entry = Computation("main")
     params = [entry.add(Instruction(Opcode.PARAMETER, shape_of(t), attrs={"number": k},
                                     name=n.lstrip("%")))

@@ -852,7 +852,7 @@ def _reduce(p: _Parser, op: Operation) -> None:
     p.expect(":")
     p.signature(op)
     if applies is not None:             # a body of one op over scalars of each type
-        scalars = [TensorType(t.dtype, ()) for t in op.operand_types[len(inputs):]]
+        scalars = [TensorType(t.dtype, (), t.complex) for t in op.operand_types[len(inputs):]]
         args = [(f"%_lhs{k}", t) for k, t in enumerate(scalars)] + \
             [(f"%_rhs{k}", t) for k, t in enumerate(scalars)]
         body = Operation(applies, ["%_r"], [a for a, _ in args], {}, [], scalars * 2, scalars)

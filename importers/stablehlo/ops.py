@@ -19,6 +19,8 @@ from ...hlo.shape_inference import infer_shape
 from ..hlo.dialect import _count_leading_zeros, _popcnt, _total_order_compare
 from ...hlo.text import ForeignInstruction
 from .. import xla as expand
+from ..xla import complex as cx
+from ..xla.complex import Complex
 from .lowering import Context, shape_of
 from .mlir import Operation
 
@@ -281,11 +283,13 @@ def _convolution(op, ctx):
 # --- reductions, sorting, control flow --------------------------------------------
 
 def _reduce(op, ctx):
-    operands = ctx.operands(op)
+    """reduce(xs..., inits...) {body}: a complex array reduces as its two parts."""
+    operands = [cx.as_complex(ctx, v) if t.complex else v
+                for v, t in zip(ctx.operands(op), op.operand_types, strict=True)]
     body = ctx.scalar_computation(op.regions[0], "reducer")
-    r = _add(ctx, Opcode.REDUCE, operands, called=[body],
+    r = _add(ctx, Opcode.REDUCE, cx.flatten(operands), called=[body],
              dimensions=_ints(attr(op, "dimensions")))
-    return ctx.results(r, len(op.results))
+    return ctx.grouped_results(r, [t.complex for t in op.result_types])
 
 
 def _reduce_window(op, ctx):
@@ -312,14 +316,17 @@ def _top_k(op, ctx):
 
 
 def _while(op, ctx):
+    """while(init) cond {..} do {..}: complex values are two elements of the state."""
     init = ctx.operands(op)
     captured = op.free_values()
-    state = init + [ctx.value(v) for v in captured]
-    shape = Shape.tuple_([s.shape for s in state])
-    cond = ctx.state_computation(op.regions[0], shape, captured, "while_condition", False)
-    body = ctx.state_computation(op.regions[1], shape, captured, "while_body", True)
-    r = _add(ctx, Opcode.WHILE, [ctx.tuple(state)], called=[cond, body])
-    return ctx.results(r, len(shape.tuple_shapes))[:len(init)]
+    values = init + [ctx.value(v) for v in captured]
+    kinds = [isinstance(v, Complex) for v in values]
+    state = ctx.tuple(values)
+    cond = ctx.state_computation(op.regions[0], state, kinds, captured, "while_condition",
+                                 [False])
+    body = ctx.state_computation(op.regions[1], state, kinds, captured, "while_body", None)
+    r = _add(ctx, Opcode.WHILE, [state], called=[cond, body])
+    return ctx.grouped_results(r, kinds)[:len(init)]
 
 
 def _case(op, ctx):
@@ -327,11 +334,16 @@ def _case(op, ctx):
     if(pred) {true} {false}: every branch takes the values any branch captures."""
     (index,) = ctx.operands(op)
     captured = op.free_values()
-    operand = ctx.tuple([ctx.value(v) for v in captured])
-    branches = [ctx.state_computation(block, operand.shape, captured, f"branch_{k}", False)
+    values = [ctx.value(v) for v in captured]
+    operand = ctx.tuple(values)
+    kinds = [isinstance(v, Complex) for v in values]
+    returns = [t.complex for t in op.result_types]
+    branches = [ctx.state_computation(block, operand, kinds, captured, f"branch_{k}", returns)
                 for k, block in enumerate(op.regions)]
     r = _add(ctx, Opcode.CONDITIONAL, [index] + [operand] * len(branches), called=branches)
-    return ctx.results(r, len(op.results))
+    if len(returns) == 1 and not returns[0]:
+        return [r]
+    return ctx.grouped_results(r, returns)
 
 
 def _optimization_barrier(op, ctx):
