@@ -45,7 +45,7 @@ from .kernels.conv.depthwise_rows import DepthwiseRows
 from .kernels.conv.geometry import ConvKernel, ConvSizes
 from .kernels.conv.implicit_gemm import ConvGemm
 from .kernels.conv.row_conv import RowConv
-from .kernels.dot import DotSizes, FastDot
+from .kernels.dot import DotSizes, FastDot, PackedWeightsDot
 from .kernels.function import KernelPlan
 from .kernels.gemm import Tiling
 from .loops import LOOP_BODIES
@@ -190,13 +190,15 @@ def _dot_split(spec: FastDot, s: DotSizes, t: Tiling) -> Split | None:
         if spec.vector_lhs:
             return _split(Axis.N, n, GEMV_ROWS, (s.c_sn, 0, s.b_sn), work, 1)
         return _split(Axis.M, m, GEMV_ROWS, (s.c_sm, s.a_sm, 0), work)
-    by_n = _split(Axis.N, n, t.nr, (s.c_sn, 0, s.b_sn), work, 1)
+    packed = isinstance(spec, PackedWeightsDot)
+    # A column block of packed weights starts K floats on per column (whole slivers).
+    by_n = _split(Axis.N, n, t.nr, (s.c_sn, 0, k if packed else s.b_sn), work, 1)
     if spec.path == "gemm_direct":
         return by_n
     by_m = _split(Axis.M, m, t.mr, (s.c_sm, s.a_sm, 0), work)
     # Column blocks pack only their own slivers of B; row blocks all pack all of it.
     return _cheaper(by_n, batch * m * _slowest(n, t.nr) * k,
-                    by_m, batch * (_slowest(m, t.mr) * n * k + PACK_COST * k * n))
+                    by_m, batch * (_slowest(m, t.mr) * n * k + (not packed) * PACK_COST * k * n))
 
 
 def _conv_split(spec: ConvKernel, s: ConvSizes, t: Tiling) -> Split | None:

@@ -31,6 +31,7 @@ from xlac.emitter.kernels.conv.path import conv_path
 from xlac.emitter.kernels.conv.tuning import conv_tuning
 from xlac.emitter.kernels.gemm import tiling_for
 from xlac.emitter.kernels.jit import CompiledKernel, HostTarget, host_target
+from xlac.emitter.parallel import Axis, kernel_split
 from hlo_util import CPU
 
 F32, F64, F16, S32 = dtypes.F32, dtypes.F64, dtypes.F16, dtypes.S32
@@ -899,9 +900,10 @@ def _fused_root(build):
 
 
 def _constant_weights(root, kernel, w: np.ndarray) -> None:
-    """For ChannelConv (at some width), the weights become the constant ``w``, as in a
-    model."""
-    if "ChannelConv" in (kernel.values() if isinstance(kernel, dict) else (kernel,)):
+    """For ChannelConv (at some width) and PackedWeightsDot, the weights become the
+    constant ``w``, as in a model."""
+    if {"ChannelConv", "PackedWeightsDot"} & set(
+            kernel.values() if isinstance(kernel, dict) else (kernel,)):
         root.operands[1] = Instruction(Opcode.CONSTANT, root.operands[1].shape, name="wc",
                                        literal=w)
 
@@ -982,6 +984,13 @@ def test_fused_dot_paths(dot, target_name):
     root = _fused_root(lambda: _dot_epilogue_module(dot, EPILOGUES["bias_residual_relu"]))
     spec = plan_kernel(root, t).spec
     assert (type(spec).__name__, spec.path) == ("FastDot", EPILOGUE_DOTS[dot][-1])
+
+
+@pytest.mark.parametrize("dot,name", [("gemm", "bias_residual_relu"), ("gemm", "bias_gelu"),
+                                      ("gemm_b_transposed", "scale_shift")])
+def test_dot_with_constant_weights_applies_its_fused_epilogue(dot, name):
+    _check_fused_kernel(lambda: _dot_epilogue_module(dot, EPILOGUES[name]), name,
+                        "PackedWeightsDot", path="gemm", nan_operand=1)
 
 
 def test_dot_epilogue_after_the_reshape_that_gives_back_batch_dims():
@@ -1265,6 +1274,64 @@ def test_scratch_is_small(target_name):
     """Only one packed sliver: the scratch does not grow with the problem."""
     big = make_conv((1, 512, 56, 56), (512, 512, 3, 3), pad=((1, 1), (1, 1)))
     assert scratch_bytes(big, target(target_name)) <= 64 * 1024
+
+
+def make_weights_dot(lhs, weights: np.ndarray, lc, rc):
+    """A dot of a parameter and constant weights, as a model's layer."""
+    b = Builder("dot")
+    x = b.parameter(0, Shape.array(F32, lhs))
+    return b.dot(x, b.constant(weights), DotDimensionNumbers((), lc, (), rc))
+
+
+# lhs dims, weights dims, contracting dims: two K blocks and a tail sliver; Gemm's
+# transB (each column of B a contiguous row of the constant); a tail of one vector
+WEIGHTS_DOTS = {"k_blocks": ((37, 300), (300, 45), (1,), (0,)),
+                "transposed": ((20, 53), (29, 53), (1,), (1,)),
+                "thin_tail": ((9, 16), (16, 5), (1,), (0,))}
+
+
+@pytest.mark.parametrize("case", WEIGHTS_DOTS)
+def test_constant_weights_are_packed_at_compile_time(case):
+    lhs, rhs, lc, rc = WEIGHTS_DOTS[case]
+    instr = make_weights_dot(lhs, _random(rhs, F32), lc, rc)
+    plan = plan_kernel(instr, host_target())
+    assert type(plan.spec).__name__ == "PackedWeightsDot" and plan.scratch_bytes == 0
+    x, w = _random(lhs, F32), instr.operands[1].literal
+    _check(CompiledKernel(instr)(x, w), dot_reference(instr, x, w), F32)
+
+
+@every_target()
+def test_packed_weights_are_slivers_of_nr_columns(target_name):
+    t = target(target_name)
+    w = _random((300, 45), F32)
+    plan = plan_kernel(make_weights_dot((37, 300), w, (1,), (0,)), t)
+    nr = tiling_for(t).nr
+    packed = plan.spec.pack_weights(w, plan.sizes)
+    assert packed.shape == (-(-45 // nr), 300, nr)
+    np.testing.assert_array_equal(packed[1, 7, :3], w[7, nr:nr + 3])
+    assert not packed[-1, :, 45 - (packed.shape[0] - 1) * nr:].any()     # zero padding
+    # a column block of the parallel split starts whole slivers on: K floats a column
+    split = kernel_split(plan, tiling_for(t))
+    assert split.strides[2] == (300 if split.axis is Axis.N else 0)
+
+
+@every_target()
+@pytest.mark.parametrize("why", ["not_constant", "few_rows", "batched"])
+def test_does_not_pack_weights_that_a_call_reads_otherwise(why, target_name):
+    t = target(target_name)
+    instr = {"not_constant": lambda: make_dot((37, 300), (300, 45), (), (1,), (), (0,)),
+             "few_rows": lambda: make_weights_dot((2, 300), _random((300, 45), F32), (1,),
+                                                  (0,)),
+             "batched": lambda: _batched_weights_dot()}[why]()
+    spec = plan_kernel(instr, t).spec
+    assert type(spec).__name__ == "FastDot"
+
+
+def _batched_weights_dot():
+    b = Builder("dot")
+    x = b.parameter(0, Shape.array(F32, (3, 20, 30)))
+    return b.dot(x, b.constant(_random((3, 30, 17), F32)),
+                 DotDimensionNumbers((0,), (2,), (0,), (1,)))
 
 
 SHORT_K = make_dot((2, 4, 16, 8), (2, 4, 16, 8), (0, 1), (3,), (0, 1), (3,))

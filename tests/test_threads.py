@@ -272,17 +272,19 @@ def mlp():
         _weights("b2", (600,))])
 
 
-def dense():
-    """A product of 64 rows split by column blocks (row blocks would each pack all of
-    B), its bias, residual and ReLU fused."""
+def dense(weights_input: bool = False):
+    """A product of 64 rows, its bias, residual and ReLU fused; ``weights_input``: its
+    weights are an input, so that each call packs them (not a constant, packed at
+    compile time)."""
     n = helper.make_node
+    w = [("w", [256, 256])] if weights_input else []
     return _model([
         n("MatMul", ["x", "w"], ["h"]),
         n("Add", ["h", "b"], ["hb"]),
         n("Add", ["hb", "x"], ["r"]),
         n("Relu", ["r"], ["y"]),
-    ], [("x", [1, 64, 256])], [("y", [1, 64, 256])], [
-        _weights("w", (256, 256)), _weights("b", (256,))])
+    ], [("x", [1, 64, 256])] + w, [("y", [1, 64, 256])],
+        ([] if weights_input else [_weights("w", (256, 256))]) + [_weights("b", (256,))])
 
 
 def loop():
@@ -417,9 +419,11 @@ def test_strided_pointwise_gemm_splits_by_pixels(target_name):
 
 @every_target()
 def test_products_split_by_columns_where_row_blocks_would_repack(target_name):
-    assert _splits(dense(), target_name) == [("FastDot", "N")]
+    assert _splits(dense(weights_input=True), target_name) == [("FastDot", "N")]
+    # constant weights are packed already: row and column blocks do the same work
+    assert _splits(dense(), target_name) == [("PackedWeightsDot", "N")]
     # 36 row blocks, 7 column ones
-    assert _splits(encoder(), target_name)[0] == ("FastDot", "M")
+    assert _splits(encoder(), target_name)[0] == ("PackedWeightsDot", "M")
 
 
 @every_target()

@@ -9,7 +9,8 @@ batch loops. The f32 product then takes one of three paths:
     M == 1 or N == 1, matrix contiguous along K  -> gemv.emit_row_dot
     M == 1 or N == 1, matrix contiguous along N  -> gemv.emit_row_stream
     M <= MR, B's columns contiguous               -> gemm.emit_gemm, B read in place
-    otherwise                                     -> gemm.emit_gemm (packed B sliver)
+    otherwise                                     -> gemm.emit_gemm (packed B sliver;
+                                                     constant B packed at compile time)
 
 The fast paths (``FastDot``) take M, N, K, the strides and the batch loops as run-time
 arguments: dots of one path and batch depth share one function. Other element types,
@@ -21,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from math import prod
 
+import numpy as np
 from llvmlite import ir
 
 from ...hlo import DotDimensionNumbers, Instruction, Opcode, Shape, dtypes
@@ -29,8 +31,8 @@ from ..irutil import alloca_once, for_range, i64, llvm_type
 from . import scalar
 from .epilogue import NO_EPILOGUE, Epilogue, EpilogueOperands, plan_epilogue
 from .function import Frame, KernelPlan
-from .gemm import (DirectRows, GemmShape, MatrixPacker, Tiling, emit_gemm, scratch_floats,
-                   tiling_for)
+from .gemm import (DirectRows, GemmShape, MatrixPacker, PackedSlivers, Tiling, emit_gemm,
+                   pack_slivers, scratch_floats, tiling_for)
 from .gemv import emit_row_dot, emit_row_stream
 from .sizes import Size
 from .vec import F32, offset_ptr
@@ -205,11 +207,8 @@ class FastDot(EpilogueOperands):
         t, epilogue = self.tiling, self.epilogue
         if self.path in ("gemm", "gemm_direct"):
             g = GemmShape(s.m, s.n, s.k, s.a_sm, s.a_sk, s.c_sm)
-            if self.path == "gemm":
-                packer = MatrixPacker(bb, s.b_sk, s.b_sn, self.unit_bn, t, t.kc, self.unit_bk)
-            else:
-                packer = DirectRows(bb, s.b_sk, t.kc)
-            emit_gemm(b, g, a, c, packer, scratch, t, epilogue.per_column(extra, s.c_sm, t.lanes))
+            emit_gemm(b, g, a, c, self._packer(s, bb), scratch, t,
+                      epilogue.per_column(extra, s.c_sm, t.lanes))
             return
         if self.vector_lhs:     # out row = B^T a
             rows, sr, sk, sv, so, mat, vec = s.n, s.b_sn, s.b_sk, s.a_sk, s.c_sn, bb, a
@@ -223,6 +222,32 @@ class FastDot(EpilogueOperands):
         else:
             emit_row_stream(b, t.lanes, rows, s.k, mat, sk, vec, sv, c,
                             epilogue.per_column(extra, i64(0), t.lanes))
+
+
+    def _packer(self, s, bb):
+        t = self.tiling
+        if self.path == "gemm":
+            return MatrixPacker(bb, s.b_sk, s.b_sn, self.unit_bn, t, t.kc, self.unit_bk)
+        return DirectRows(bb, s.b_sk, t.kc)
+
+
+@dataclass(frozen=True)
+class PackedWeightsDot(FastDot):
+    """The gemm path with constant weights (B): packed at compile time into the slivers
+    the micro-kernel reads (``pack_weights``), so that no call packs them and the
+    kernel needs no scratch; a sliver's padding columns are zeros."""
+
+    @property
+    def scratch_bytes(self) -> int:
+        return 0
+
+    def pack_weights(self, weights: np.ndarray, sizes: DotSizes) -> np.ndarray:
+        k, n = np.arange(sizes.k)[:, None], np.arange(sizes.n)[None, :]
+        matrix = np.asarray(weights, np.float32).reshape(-1)[k * sizes.b_sk + n * sizes.b_sn]
+        return pack_slivers(matrix, self.tiling)
+
+    def _packer(self, s, bb):
+        return PackedSlivers(bb, s.k, self.tiling)
 
 
 @dataclass(frozen=True)
@@ -242,15 +267,22 @@ class NaiveDot:
         emit_naive_dot(f.b, self, f.out, f.lhs, f.rhs)
 
 
-def plan_dot(instr: Instruction, target, lean: bool = False) -> KernelPlan:
-    """``lean`` changes nothing: dots have no variant without scratch yet (theirs is one
-    KC x NR sliver)."""
+def plan_dot(instr: Instruction, target, lean: bool = False,
+             weights: Instruction | None = None) -> KernelPlan:
+    """``weights``: what the kernel's rhs is (the dot's own operand by default; an output
+    fusion's operand for its core dot): a constant is packed at compile time where the
+    product packs B. ``lean`` changes nothing: dots have no other variant without
+    scratch."""
+    weights = instr.operands[1] if weights is None else weights
     sizes = canonicalize(instr)
     tiling = tiling_for(target)
     path = _path(instr, sizes, tiling)
     if path == "naive":
         lhs, rhs = (o.shape for o in instr.operands)
         return KernelPlan(NaiveDot(lhs, rhs, instr.shape, instr.attrs["dimension_numbers"]))
+    if path == "gemm" and not sizes.batch and weights is not None \
+            and weights.opcode is Opcode.CONSTANT:
+        return KernelPlan(PackedWeightsDot(path, 0, False, False, tiling), sizes)
     spec = FastDot(path, len(sizes.batch), vector_lhs=path in ("row_dot", "row_stream")
                    and sizes.m == 1,
                    unit_bn=path == "gemm" and sizes.b_sn == 1, tiling=tiling,
@@ -282,7 +314,10 @@ def plan_dot_fusion(instr: Instruction, target) -> KernelPlan | None:
     if core.opcode is not Opcode.DOT or core.shape.dtype != dtypes.F32:
         return None
     epilogue = plan_epilogue(instr)
-    plan = plan_dot(core, target)
+    rhs = core.operands[1]
+    weights = instr.operands[1] if rhs.opcode is Opcode.PARAMETER \
+        and rhs.attrs["number"] == 1 else None
+    plan = plan_dot(core, target, weights=rhs if weights is None else weights)
     if epilogue is None or not isinstance(plan.spec, FastDot):
         return None
     s = plan.sizes

@@ -11,9 +11,10 @@ Blocking (GotoBLAS, shrunk so the scratch stays small):
 
 Only one sliver is packed at a time, so the scratch is KC x NR floats (16 KiB for
 AVX2) whatever the problem size. The packer is a parameter: a strided matrix here, an
-on-the-fly im2col in conv/implicit_gemm.py, or ``DirectRows``: B's rows read where they
+on-the-fly im2col in conv/implicit_gemm.py, ``DirectRows``: B's rows read where they
 are (their columns contiguous), no scratch, which is what a product of at most MR rows
-wants anyway (each B element is read once, so packing would only copy it).
+wants anyway (each B element is read once, so packing would only copy it), or
+``PackedSlivers``: constant weights packed at compile time, read in place.
 A's elements are broadcast straight from memory (any strides).
 
 M, N, K and the strides are run-time values, so one function serves every layer with
@@ -33,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
 from llvmlite import ir
 
 from ..irutil import alloca_once, for_range, i64
@@ -186,6 +188,38 @@ class DirectRows:
 
 
 @dataclass(frozen=True)
+class PackedSlivers:
+    """B packed before the call (a constant, at compile time: ``pack_slivers``): sliver
+    j of NR columns holds K rows of NR floats, so the sliver at (k0, n0) is read in
+    place at n0 * K + k0 * NR, and its padding columns are zeros."""
+    base: ir.Value
+    k: ir.Value
+    t: Tiling
+    padded = True
+
+    @property
+    def k_block(self) -> int:
+        return self.t.kc
+
+    @property
+    def sk(self) -> ir.Value:
+        return i64(self.t.nr)
+
+    def sliver(self, b: ir.IRBuilder, k0: ir.Value, n0: ir.Value) -> ir.Value:
+        return offset_ptr(b, self.base, F32, b.add(b.mul(n0, self.k), b.mul(k0, self.sk)))
+
+
+def pack_slivers(matrix: np.ndarray, t: Tiling) -> np.ndarray:
+    """A K x N matrix in ``PackedSlivers``' order: ceil(N / NR) slivers of K x NR floats,
+    the last one's missing columns zero."""
+    k, n = matrix.shape
+    slivers = -(-n // t.nr)
+    padded = np.zeros((k, slivers * t.nr), np.float32)
+    padded[:, :n] = matrix
+    return np.ascontiguousarray(padded.reshape(k, slivers, t.nr).transpose(1, 0, 2))
+
+
+@dataclass(frozen=True)
 class GemmShape:
     """Run-time sizes: A element (m, k) at a[m*a_sm + k*a_sk], C element (m, n) at
     c[m*c_sm + n] (columns contiguous)."""
@@ -202,8 +236,8 @@ def scratch_floats(tiling: Tiling, k_block: int) -> int:
 
 
 def emit_gemm(b: ir.IRBuilder, g: GemmShape, a: ir.Value, c: ir.Value,
-              packer: Packer | DirectRows, scratch: ir.Value | None, t: Tiling,
-              row_epilogue=None) -> None:
+              packer: Packer | DirectRows | PackedSlivers, scratch: ir.Value | None,
+              t: Tiling, row_epilogue=None) -> None:
     """Emit ``C = A * B`` at the builder's position (B comes through ``packer``, into
     ``scratch``, or is read in place), then ``row_epilogue`` (module docstring)."""
     # Equal M blocks, a multiple of MR each: a 4-row leftover block would repack every
@@ -220,7 +254,7 @@ def emit_gemm(b: ir.IRBuilder, g: GemmShape, a: ir.Value, c: ir.Value,
             with for_range(b, g.n, "n0", step=t.nr) as n0:
                 valid = b.sub(g.n, n0)
                 full = b.icmp_signed(">=", valid, i64(t.nr))
-                if isinstance(packer, DirectRows):
+                if isinstance(packer, (DirectRows, PackedSlivers)):
                     bp, row, masked = packer.sliver(b, k0, n0), packer.sk, not packer.padded
                 else:
                     packer.pack(b, scratch, k0, kc, n0, valid)
