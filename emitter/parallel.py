@@ -196,9 +196,11 @@ def _dot_split(spec: FastDot, s: DotSizes, t: Tiling) -> Split | None:
     if spec.path == "gemm_direct":
         return by_n
     by_m = _split(Axis.M, m, t.mr, (s.c_sm, s.a_sm, 0), work)
-    # Column blocks pack only their own slivers of B; row blocks all pack all of it.
+    # Column blocks pack only their own slivers of B; row blocks all pack all of it
+    # (constant weights are packed already).
+    packing = 0 if packed else PACK_COST * k * n
     return _cheaper(by_n, batch * m * _slowest(n, t.nr) * k,
-                    by_m, batch * (_slowest(m, t.mr) * n * k + (not packed) * PACK_COST * k * n))
+                    by_m, batch * (_slowest(m, t.mr) * n * k + packing))
 
 
 def _conv_split(spec: ConvKernel, s: ConvSizes, t: Tiling) -> Split | None:

@@ -95,7 +95,8 @@ def _complex_control(x, y, i):
     """Complex values in a loop's state, a branch, a product reduce, gathers and pads."""
     z = lax.fori_loop(0, 3, lambda k, z: z * (1 + 1j) + k, x + 1j * y)
     w = lax.cond(x[0] > 0, lambda z: z * 2j, lambda z: z - 1, z)
-    m = jnp.pad(z.reshape(4, 4), 1) @ jnp.concatenate([w[:6], lax.dynamic_slice(w, (i,), (6,))]).reshape(6, 2)
+    rows = jnp.concatenate([w[:6], lax.dynamic_slice(w, (i,), (6,))]).reshape(6, 2)
+    m = jnp.pad(z.reshape(4, 4), 1) @ rows
     return (jnp.abs(w), jnp.real(jnp.prod(z[:5])), jnp.imag(jnp.prod(z[:5])),
             jnp.angle(m), jnp.abs(z[jnp.array([3, 1, 4])] == w[jnp.array([3, 1, 4])]))
 
@@ -282,6 +283,16 @@ CASES = {
          np.array([-9.0, -4.2, -1.0, -0.3, 0.0, 0.2, 1.9, 2.0, 2.5, 6.5, 9.5, 30.0], np.float32),
          np.array([-1.0, -0.999, -0.7, -0.2, 0.0, 1e-4, 0.3, 0.5, 0.9, 0.99, 0.9999, 1.0],
                   np.float32)), rtol=4e-6, atol=1e-6),
+    # jax.scipy.special's CHLO ops: the power and asymptotic series of i1e on both sides
+    # of |x| = 30, Hurwitz zeta, polygamma of orders 0 to 3
+    "bessel_zeta_polygamma": Case(
+        lambda x, q, s: (jax.scipy.special.i1e(x), jax.scipy.special.zeta(s, q),
+                         *(jax.scipy.special.polygamma(n, q) for n in range(4))),
+        (np.array([-45.0, -30.1, -29.9, -7.0, -0.7, -1e-3, 0.0, 0.5, 3.0, 12.0, 30.1, 500.0],
+                  np.float32),
+         np.array([0.3, 0.5, 0.9, 1.0, 1.7, 2.5, 3.3, 5.0, 7.5, 10.0, 40.0, 120.0], np.float32),
+         np.array([1.2, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0, 9.0, 12.0], np.float32)),
+        rtol=2e-6, atol=1e-7),
     # linear algebra: JAX's CPU lowering calls LAPACK (potrf, trsm, getrf), mapped onto
     # expansions of XLA's cholesky and triangular-solve and an LU with partial pivoting
     "linalg_cholesky": Case(lambda x: (jnp.linalg.cholesky(spd(x)), jnp.linalg.cholesky(

@@ -223,7 +223,6 @@ class FastDot(EpilogueOperands):
             emit_row_stream(b, t.lanes, rows, s.k, mat, sk, vec, sv, c,
                             epilogue.per_column(extra, i64(0), t.lanes))
 
-
     def _packer(self, s, bb):
         t = self.tiling
         if self.path == "gemm":
@@ -282,7 +281,8 @@ def plan_dot(instr: Instruction, target, lean: bool = False,
         return KernelPlan(NaiveDot(lhs, rhs, instr.shape, instr.attrs["dimension_numbers"]))
     if path == "gemm" and not sizes.batch and weights is not None \
             and weights.opcode is Opcode.CONSTANT:
-        return KernelPlan(PackedWeightsDot(path, 0, False, False, tiling), sizes)
+        return KernelPlan(PackedWeightsDot(path, batch_loops=0, vector_lhs=False,
+                                           unit_bn=False, tiling=tiling), sizes)
     spec = FastDot(path, len(sizes.batch), vector_lhs=path in ("row_dot", "row_stream")
                    and sizes.m == 1,
                    unit_bn=path == "gemm" and sizes.b_sn == 1, tiling=tiling,

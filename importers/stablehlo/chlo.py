@@ -6,7 +6,8 @@ element-wise ops, in f32 for 16-bit floats (XLA upcasts them too):
 lgamma and digamma by Lanczos' approximation (g = 7, 9 terms) with the reflection
 formula below 1/2, erf_inv by Giles' single-precision polynomials, erfc through f64
 (1 - erf below 2, else exp(-x^2) times erfcx's continued fraction, so that the tail
-keeps its relative precision).
+keeps its relative precision), bessel_i1e through f64 by its power and asymptotic
+series, zeta (Hurwitz) by Euler-Maclaurin summation, polygamma from zeta.
 """
 from __future__ import annotations
 
@@ -181,6 +182,83 @@ def _erfc(x: _E) -> _E:
     return ax.compare("LT", 2.0).where(near, tail)
 
 
+def _bessel_i1e(x: _E) -> _E:
+    """exp(-|x|) I1(x), in f64: I1's power series sum (x/2)^(2k+1) / (k! (k+1)!) up to
+    |x| = 30 (70 terms), beyond it the asymptotic series exp(|x|) / sqrt(2 pi |x|)
+    sum_k (-1)^k a_k / |x|^k with a_k = prod_j (4 - (2j-1)^2) / (k! 8^k) (20 terms)."""
+    ax = x.apply(Opcode.ABS)
+    small = ax.compare("LE", 30.0).where(ax, 1.0)       # keeps the unused branch finite
+    q = small * small / 4.0
+    term = small / 2.0
+    total = term
+    for k in range(1, 70):
+        term = term * q / float(k * (k + 1))
+        total = total + term
+    series = total * (-small).apply(Opcode.EXP)
+    big = ax.compare("GT", 30.0).where(ax, 31.0)
+    coefficient, power, tail = 1.0, big._lift(1.0), big._lift(1.0)
+    for k in range(1, 21):
+        coefficient *= -(4.0 - (2 * k - 1) ** 2) / (k * 8.0)
+        power = power / big
+        tail = tail + power * coefficient
+    asymptotic = tail / (2 * math.pi * big).apply(Opcode.SQRT)
+    magnitude = ax.compare("LE", 30.0).where(series, asymptotic)
+    return x.compare("LT", 0.0).where(-magnitude, magnitude)
+
+
+# B_2j / (2j)! for j = 1..12: the Euler-Maclaurin correction of the Hurwitz zeta function.
+_BERNOULLI = [(1, 6), (-1, 30), (1, 42), (-1, 30), (5, 66), (-691, 2730), (7, 6),
+              (-3617, 510), (43867, 798), (-174611, 330), (854513, 138), (-236364091, 2730)]
+_ZETA_TERMS = 9
+
+
+def _zeta(s: _E, q: _E) -> _E:
+    """The Hurwitz zeta function sum_k (q + k)^-s by Euler-Maclaurin summation, as XLA
+    expands it: nine terms, then the integral and twelve Bernoulli corrections; inf at
+    s = 1 and at the non-positive integers q, NaN for s < 1 and where q <= 0 and s is
+    not an integer."""
+    total = (q.apply(Opcode.LOG) * -s).apply(Opcode.EXP)
+    for k in range(1, _ZETA_TERMS):
+        total = total + ((q + float(k)).apply(Opcode.LOG) * -s).apply(Opcode.EXP)
+    a = q + float(_ZETA_TERMS)
+    log_a = a.apply(Opcode.LOG)
+    power = (log_a * -s).apply(Opcode.EXP)                          # a^-s
+    total = total + power * a / (s - 1.0) + power / 2.0
+    rising, term = s, power / a                                     # s (s+1)..., a^(-s-1)
+    for j, (num, den) in enumerate(_BERNOULLI, 1):
+        factorial = math.factorial(2 * j)
+        total = total + term * rising * (num / den / factorial)
+        rising = rising * (s + float(2 * j - 1)) * (s + float(2 * j))
+        term = term / (a * a)
+    pole_q = q.compare("LE", 0.0)._op(Opcode.AND, q.apply(Opcode.FLOOR).compare("EQ", q))
+    bad_q = q.compare("LE", 0.0)._op(Opcode.AND, s.apply(Opcode.FLOOR).compare("NE", s))
+    out = pole_q.where(s._lift(math.inf), bad_q.where(s._lift(math.nan), total))
+    out = s.compare("LT", 1.0).where(s._lift(math.nan), out)
+    return s.compare("EQ", 1.0).where(s._lift(math.inf), out)
+
+
+def _polygamma(n: _E, x: _E) -> _E:
+    """psi^(n)(x): digamma for n = 0, (-1)^(n+1) n! zeta(n + 1, x) for the positive
+    integers n, NaN for any other n."""
+    n1 = n + 1.0
+    factorial = _lgamma(n1).apply(Opcode.EXP)                       # n!
+    odd = (n - 2.0 * (n / 2.0).apply(Opcode.FLOOR)).compare("EQ", 1.0)
+    out = odd.where(n._lift(1.0), n._lift(-1.0)) * factorial * _zeta(n1, x)
+    out = n.compare("EQ", 0.0).where(_digamma(x), out)
+    integer = n.apply(Opcode.FLOOR).compare("EQ", n)._op(Opcode.AND, n.compare("GE", 0.0))
+    return integer.where(out, n._lift(math.nan))
+
+
+def _formula2(fn):
+    def rule(op: Operation, ctx: Context) -> list[Instruction]:
+        a, b = ctx.operands(op)
+        if a.shape.dtype.kind != "f":
+            raise ctx.error(f"{op.name} of {a.shape.dtype.name}: it takes floats")
+        out = fn(_in(_E(ctx, a)), _in(_E(ctx, b)))
+        return [out.convert(a.shape.dtype).i]
+    return rule
+
+
 def _formula(fn, dtype: dtypes.DType | None = None):
     def rule(op: Operation, ctx: Context) -> list[Instruction]:
         (x,) = ctx.operands(op)
@@ -259,4 +337,6 @@ CHLO_RULES = {
     "chlo.is_inf": _is_inf(None), "chlo.is_pos_inf": _is_inf(math.inf),
     "chlo.is_neg_inf": _is_inf(-math.inf), "chlo.square": _square, "chlo.conj": _identity,
     "chlo.next_after": _next_after, "chlo.mulhi": _mulhi,
+    "chlo.bessel_i1e": _formula(_bessel_i1e, dtypes.F64), "chlo.zeta": _formula2(_zeta),
+    "chlo.polygamma": _formula2(_polygamma),
 }
