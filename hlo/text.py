@@ -399,7 +399,7 @@ class ForeignInstruction:
     opcode: str
     operands: list[Instruction]
     attributes: dict[str, str]      # key -> value as written
-    declared: Shape | None = None   # the result's shape as written, where it is complex
+    declared: Shape | None = None   # the result's shape as written (complex: not as stored)
     operand_shapes: tuple[Shape, ...] = ()     # the operands' as written
 
     @property

@@ -59,15 +59,15 @@ def _values(instr, shapes, site: Site) -> list:
 def build(instr: Instruction, operand_shapes: list[Shape], extra: dict[str, str],
           site: Site) -> Instruction:
     """``instr``, declared with complex shapes, built on pairs; its stored value."""
-    if set(extra) - {"type"}:
-        raise site.error(f"unsupported attribute {next(iter(extra))} of {instr.opcode.text} "
-                         "on complex numbers")
+    unknown = sorted(set(extra) - {"type"})
+    if unknown:
+        raise site.error(f"unsupported attribute {unknown[0]} of {instr.opcode.text} on "
+                         "complex numbers")
     if instr.opcode is Opcode.GET_TUPLE_ELEMENT:
         return _get_tuple_element(instr, operand_shapes[0], site)
     if instr.opcode is Opcode.TUPLE:
-        values = _values(instr, operand_shapes, site)
-        return site.add(Instruction(Opcode.TUPLE, stored(instr.shape), [
-            p for v in values for p in ((v.re, v.im) if isinstance(v, Complex) else (v,))]))
+        return site.add(Instruction(Opcode.TUPLE, stored(instr.shape),
+                                    cx.flatten(_values(instr, operand_shapes, site))))
     if instr.opcode in _STRUCTURAL:
         return site.add(Instruction(instr.opcode, stored(instr.shape), instr.operands,
                                     instr.attrs, instr.called, name=instr.name))
@@ -113,7 +113,7 @@ def _per_part(site: Site, instr: Instruction, values: list) -> Complex:
         for part in ("re", "im")))
 
 
-def _unary(build_):
+def _on_values(build_):
     return lambda site, instr, values: build_(site, *(cx.as_complex(site, v) for v in values))
 
 
@@ -160,10 +160,10 @@ def _reduce(site, instr, values):
 
 
 _RULES = {
-    Opcode.ADD: _unary(cx.plus), Opcode.SUBTRACT: _unary(cx.minus),
-    Opcode.MULTIPLY: _unary(cx.times), Opcode.DIVIDE: _unary(cx.over),
-    Opcode.NEGATE: _unary(cx.negate), Opcode.ABS: _unary(cx.magnitude),
-    Opcode.EXP: _unary(cx.exponential), Opcode.LOG: _unary(cx.log),
+    Opcode.ADD: _on_values(cx.plus), Opcode.SUBTRACT: _on_values(cx.minus),
+    Opcode.MULTIPLY: _on_values(cx.times), Opcode.DIVIDE: _on_values(cx.over),
+    Opcode.NEGATE: _on_values(cx.negate), Opcode.ABS: _on_values(cx.magnitude),
+    Opcode.EXP: _on_values(cx.exponential), Opcode.LOG: _on_values(cx.log),
     Opcode.CONSTANT: _constant, Opcode.CONVERT: _convert, Opcode.COMPARE: _compare,
     Opcode.DOT: _dot, Opcode.REDUCE: _reduce,
 }
