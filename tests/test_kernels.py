@@ -1285,9 +1285,9 @@ def make_weights_dot(lhs, weights: np.ndarray, lc, rc):
 
 # lhs dims, weights dims, contracting dims: two K blocks and a tail sliver; Gemm's
 # transB (each column of B a contiguous row of the constant); a tail of one vector
-WEIGHTS_DOTS = {"k_blocks": ((37, 300), (300, 45), (1,), (0,)),
+WEIGHTS_DOTS = {"k_blocks": ((37, 300), (300, 120), (1,), (0,)),
                 "transposed": ((20, 53), (29, 53), (1,), (1,)),
-                "thin_tail": ((9, 16), (16, 5), (1,), (0,))}
+                "thin_tail": ((9, 16), (16, 135), (1,), (0,))}
 
 
 @pytest.mark.parametrize("case", WEIGHTS_DOTS)
@@ -1303,16 +1303,25 @@ def test_constant_weights_are_packed_at_compile_time(case):
 @every_target()
 def test_packed_weights_are_slivers_of_nr_columns(target_name):
     t = target(target_name)
-    w = _random((300, 45), F32)
+    w = _random((300, 120), F32)
     plan = plan_kernel(make_weights_dot((37, 300), w, (1,), (0,)), t)
     nr = tiling_for(t).nr
     packed = plan.spec.pack_weights(w, plan.sizes)
-    assert packed.shape == (-(-45 // nr), 300, nr)
+    assert packed.shape == (-(-120 // nr), 300, nr)
     np.testing.assert_array_equal(packed[1, 7, :3], w[7, nr:nr + 3])
-    assert not packed[-1, :, 45 - (packed.shape[0] - 1) * nr:].any()     # zero padding
+    assert not packed[-1, :, 120 - (packed.shape[0] - 1) * nr:].any()     # zero padding
     # a column block of the parallel split starts whole slivers on: K floats a column
     split = kernel_split(plan, tiling_for(t))
     assert split.strides[2] == (300 if split.axis is Axis.N else 0)
+
+
+@every_target()
+def test_does_not_pack_weights_whose_slivers_would_be_mostly_padding(target_name):
+    """N = 10: its slivers of NR columns (2 x 8 or 1 x 16 or 32 floats) would hold 10
+    real ones."""
+    t = target(target_name)
+    narrow = plan_kernel(make_weights_dot((37, 300), _random((300, 10), F32), (1,), (0,)), t)
+    assert type(narrow.spec).__name__ == "FastDot"
 
 
 @every_target()

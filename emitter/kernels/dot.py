@@ -266,6 +266,15 @@ class NaiveDot:
         emit_naive_dot(f.b, self, f.out, f.lhs, f.rhs)
 
 
+# Packed weights take whole slivers: the last one's zero columns may add at most this
+# share to the constant (a narrow product, N = 10 against NR = 32, packs B per call).
+PACKED_PADDING = 0.25
+
+
+def _pads_little(n: int, t: Tiling) -> bool:
+    return -(-n // t.nr) * t.nr <= n * (1 + PACKED_PADDING)
+
+
 def plan_dot(instr: Instruction, target, lean: bool = False,
              weights: Instruction | None = None) -> KernelPlan:
     """``weights``: what the kernel's rhs is (the dot's own operand by default; an output
@@ -280,7 +289,7 @@ def plan_dot(instr: Instruction, target, lean: bool = False,
         lhs, rhs = (o.shape for o in instr.operands)
         return KernelPlan(NaiveDot(lhs, rhs, instr.shape, instr.attrs["dimension_numbers"]))
     if path == "gemm" and not sizes.batch and weights is not None \
-            and weights.opcode is Opcode.CONSTANT:
+            and weights.opcode is Opcode.CONSTANT and _pads_little(sizes.n, tiling):
         return KernelPlan(PackedWeightsDot(path, batch_loops=0, vector_lhs=False,
                                            unit_bn=False, tiling=tiling), sizes)
     spec = FastDot(path, len(sizes.batch), vector_lhs=path in ("row_dot", "row_stream")
