@@ -347,8 +347,9 @@ class _Lexer:
         read this way, bypassing the tokenizer, since they can hold millions of values.
         With ``pairs``, the text holds (re, im) pairs: the first ')' outside them."""
         assert self._peeked is None
-        end = self.text.find(close, self.pos)
-        if pairs:
+        if not pairs:
+            end = self.text.find(close, self.pos)
+        else:
             depth, end = 0, -1
             for m in _PARENTHESIS.finditer(self.text, self.pos):
                 if m.group() == ")" and depth == 0:
@@ -468,6 +469,9 @@ class _Parser:
     def __init__(self, text: str, dialect: "Dialect | None" = None):
         self.lex = _Lexer(text)
         self.dialect = dialect
+        self.element_types = ({**dtypes.BY_NAME, **dtypes.COMPLEX}
+                              if dialect is not None and dialect.reads_complex
+                              else dtypes.BY_NAME)
         # id(instruction) -> its shape as written, for values stored otherwise (complex)
         self.declared: dict[int, Shape] = {}
 
@@ -642,7 +646,7 @@ class _Parser:
                 self.expect(")")
             return Shape.tuple_(shapes)
         tok = self.expect("word", "a shape")
-        if tok.text not in self._element_types():
+        if tok.text not in self.element_types:
             raise self.error(f"unknown element type '{tok.text}'", tok)
         self.expect("[")
         dims = []
@@ -653,14 +657,9 @@ class _Parser:
             self.expect("]")
         layout = self.int_list() if self._layout_follows() else None
         try:
-            return Shape.array(self._element_types()[tok.text], dims, layout)
+            return Shape.array(self.element_types[tok.text], dims, layout)
         except ValueError as e:
             raise self.error(str(e), tok) from None
-
-    def _element_types(self) -> dict:
-        if self.dialect is not None and self.dialect.reads_complex:
-            return {**dtypes.BY_NAME, **dtypes.COMPLEX}
-        return dtypes.BY_NAME
 
     def stored(self, shape: Shape) -> Shape:
         """How a value of the written ``shape`` is held: complex ones as the dialect says."""
@@ -687,7 +686,7 @@ class _Parser:
         tok = self.lex.peek()
         if tok.kind == "(":
             return True
-        if tok.kind != "word" or tok.text not in self._element_types():
+        if tok.kind != "word" or tok.text not in self.element_types:
             return False
         mark = self.lex.mark()
         self.lex.next()

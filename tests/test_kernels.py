@@ -1291,13 +1291,27 @@ WEIGHTS_DOTS = {"k_blocks": ((37, 300), (300, 120), (1,), (0,)),
 
 
 @pytest.mark.parametrize("case", WEIGHTS_DOTS)
-def test_constant_weights_are_packed_at_compile_time(case):
+def test_dot_with_packed_weights_computes_the_product(case):
     lhs, rhs, lc, rc = WEIGHTS_DOTS[case]
     instr = make_weights_dot(lhs, _random(rhs, F32), lc, rc)
-    plan = plan_kernel(instr, host_target())
-    assert type(plan.spec).__name__ == "PackedWeightsDot" and plan.scratch_bytes == 0
     x, w = _random(lhs, F32), instr.operands[1].literal
     _check(CompiledKernel(instr)(x, w), dot_reference(instr, x, w), F32)
+
+
+@every_target()
+@pytest.mark.parametrize("case", WEIGHTS_DOTS)
+def test_constant_weights_are_packed_at_compile_time(case, target_name):
+    lhs, rhs, lc, rc = WEIGHTS_DOTS[case]
+    plan = plan_kernel(make_weights_dot(lhs, _random(rhs, F32), lc, rc), target(target_name))
+    assert type(plan.spec).__name__ == "PackedWeightsDot" and plan.scratch_bytes == 0
+
+
+@every_target()
+def test_fused_dot_over_constant_weights_packs_them(target_name):
+    root = _fused_root(lambda: _dot_epilogue_module("gemm", EPILOGUES["bias_residual_relu"]))
+    _constant_weights(root, "PackedWeightsDot", _random(root.operands[1].shape.dims, F32))
+    spec = plan_kernel(root, target(target_name)).spec
+    assert (type(spec).__name__, spec.path) == ("PackedWeightsDot", "gemm")
 
 
 @every_target()
